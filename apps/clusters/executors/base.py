@@ -1,0 +1,140 @@
+"""The one interface every execution backend implements.
+
+Executors take plain data (a :class:`JobSpec`) and return plain data (:class:`JobState`),
+so nothing outside this package knows a backend's API, and the Django layer only maps
+Task rows to JobSpecs and JobStates back to task statuses.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+class ExecutorError(Exception):
+    """A backend refused or failed a call; the message is the backend's own, for the task timeline."""
+
+    def __init__(self, message: str, *, retryable: bool = True):
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class JobPhase(enum.StrEnum):
+    """Backend-neutral job state; the service maps it onto task statuses."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    PREEMPTED = "preempted"
+    LOST = "lost"  # the backend no longer knows the job (node died, process vanished)
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class DeviceSlot:
+    """One accelerator (or a share of one) on a node chosen by the scheduler."""
+
+    index: int
+    fraction: float = 1.0  # < 1 means a shared card
+    vram_gib: float | None = None  # for fractional (HAMi-style) sharing
+    cores_percent: int | None = None
+
+
+@dataclass(frozen=True)
+class NodePlacement:
+    """What one instance (rank) of the job gets on one node."""
+
+    node: str
+    devices: tuple[DeviceSlot, ...] = ()
+
+
+@dataclass(frozen=True)
+class GPUModelSpec:
+    """The catalog entry of the GPU model a job runs on, as executors need it for vendor injection."""
+
+    name: str  # canonical catalog name, e.g. "A100-80G"
+    vendor: str  # nvidia / huawei / hygon / cambricon / amd / intel
+    resource_name: str  # Kubernetes extended resource, e.g. "nvidia.com/gpu"
+    visible_devices_env: str  # e.g. "NVIDIA_VISIBLE_DEVICES", "ASCEND_VISIBLE_DEVICES"
+    slurm_gres_type: str = ""  # gres type on Slurm clusters, e.g. "a100"
+    shareable: bool = False
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Everything a backend needs to run one task attempt.
+
+    ``name`` is unique per task attempt and carries the task id; ``labels`` always include
+    ``hcs/task-id`` and ``hcs/project`` so that reconciliation can find jobs by owner label.
+    """
+
+    task_id: int
+    attempt: int
+    name: str
+    project: str
+    owner: str
+    kind: str  # dev_env / training / inference / fine_tuning
+    image: str = ""
+    command: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    volumes: tuple[dict, ...] = ()  # {"name", "mount_path", "host_path" | "claim_name", "read_only"}
+    cpu: float = 1.0  # cores per instance
+    memory_gib: float = 1.0  # per instance
+    gpus_per_instance: float = 0.0  # whole cards, or a fraction < 1 of one card
+    gpu_model: GPUModelSpec | None = None
+    instances: int = 1  # gang size (ranks)
+    placements: tuple[NodePlacement, ...] = ()  # one per instance, chosen by the scheduler
+    namespace: str = ""  # Kubernetes namespace or Slurm partition
+    time_limit_s: int | None = None  # from the expected duration
+    labels: dict[str, str] = field(default_factory=dict)
+    settings: dict = field(default_factory=dict)  # kind-specific: ide, port, replicas, hpa targets ...
+    backend_flavour: str = "default"  # "volcano" for Volcano queues on Kubernetes
+
+
+@dataclass(frozen=True)
+class JobState:
+    """What a backend says about a job right now."""
+
+    external_id: str
+    phase: JobPhase
+    message: str = ""
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    exit_code: int | None = None
+    objects: tuple[dict, ...] = ()  # backend objects for the monitoring page: {"kind", "name", ...}
+
+
+class Executor(abc.ABC):
+    """Runs jobs on one cluster. Implementations: local processes, Slurm (slurmrestd), Kubernetes."""
+
+    @abc.abstractmethod
+    def submit(self, spec: JobSpec) -> str:
+        """Start the job and return its external id. Idempotent per ``spec.name``."""
+
+    @abc.abstractmethod
+    def status(self, external_id: str) -> JobState:
+        """Current state of a job; ``JobPhase.LOST`` when the backend no longer knows it."""
+
+    @abc.abstractmethod
+    def logs(self, external_id: str, tail: int = 200) -> str:
+        """The last ``tail`` lines of the job's output, or "" when none is readable."""
+
+    @abc.abstractmethod
+    def stop(self, external_id: str) -> None:
+        """Ask the job to end (graceful first); no error when it already ended."""
+
+    @abc.abstractmethod
+    def delete(self, external_id: str) -> None:
+        """Remove the job and everything it created on the backend."""
+
+    @abc.abstractmethod
+    def list_by_owner(self, labels: dict[str, str]) -> list[JobState]:
+        """Jobs on the backend whose owner labels include all of ``labels`` (for reconciliation)."""
+
+    @abc.abstractmethod
+    def health(self) -> str:
+        """Raise ExecutorError when the backend cannot be reached; return a short status line otherwise."""
