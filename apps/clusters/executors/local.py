@@ -1,0 +1,290 @@
+"""Local executor: runs a task's command as a real process on the portal host.
+
+Each job lives in ``base_dir/<name>/``: ``output.log`` (stdout and stderr), ``job.json``
+(pid, the pid's start time from ``/proc`` so a reused pid is not mistaken for the job, labels,
+start time) and, once the command ends, ``exit_code`` written by a small wrapper shell. Because
+all state is on disk, a new executor (after a portal restart) re-attaches running processes and
+reports the exit code of those that ended while nobody was watching.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from .base import Executor, ExecutorError, JobPhase, JobSpec, JobState
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+
+# The wrapper keeps a TERM handler (handlers, unlike ignored signals, are reset in the child on
+# exec, so the command still gets the default TERM behaviour) so that on a graceful stop it
+# outlives the command long enough to record the command's exit status.
+_WRAPPER = (
+    'trap ":" TERM INT HUP; '
+    '/bin/sh -c "$1"; code=$?; '
+    'printf "%s\\n" "$code" > "$2/exit_code.tmp" && mv "$2/exit_code.tmp" "$2/exit_code"'
+)
+
+# Only these variables of the portal's own environment reach a job: the portal's secrets
+# (database URLs, cluster credentials) must not.
+_INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER", "LOGNAME", "SHELL")
+
+# A submit that created the directory but has not yet written job.json is "starting" this long.
+_STARTING_GRACE_S = 30.0
+
+
+def _proc_start_time(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot, or None when no live process has that pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # The command name (field 2) may contain spaces and parentheses; the rest follows the last ")".
+    fields = stat[stat.rindex(")") + 2 :].split()
+    if fields[0] in ("Z", "X"):  # a zombie has finished; it only waits to be reaped
+        return None
+    return int(fields[19])
+
+
+def _tail_lines(path: Path, tail: int) -> str:
+    """The last ``tail`` lines of a file, read from its end so large logs stay cheap."""
+    if tail <= 0:
+        return ""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            end = fh.tell()
+            block = 8192
+            data = b""
+            pos = end
+            while pos > 0 and data.count(b"\n") <= tail:
+                step = min(block, pos)
+                pos -= step
+                fh.seek(pos)
+                data = fh.read(step) + data
+    except FileNotFoundError:
+        return ""
+    lines = data.decode("utf-8", errors="replace").splitlines(keepends=True)
+    return "".join(lines[-tail:])
+
+
+class LocalExecutor(Executor):
+    """Runs each job as ``/bin/sh -c command`` in its own session on this host."""
+
+    def __init__(self, base_dir: Path | str, grace_period_s: float = 10.0):
+        self.base_dir = Path(base_dir)
+        self.grace_period_s = grace_period_s
+        # Processes this instance started, so they can be reaped instead of lingering as zombies.
+        self._children: dict[str, subprocess.Popen] = {}
+
+    # -- paths and state files ------------------------------------------------------------------
+
+    def _job_dir(self, external_id: str) -> Path:
+        if not _NAME_RE.match(external_id):
+            raise ExecutorError(f"invalid local job name: {external_id!r}", retryable=False)
+        return self.base_dir / external_id
+
+    @staticmethod
+    def _read_meta(job_dir: Path) -> dict | None:
+        try:
+            return json.loads((job_dir / "job.json").read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    @staticmethod
+    def _write_meta(job_dir: Path, meta: dict) -> None:
+        tmp = job_dir / "job.json.tmp"
+        tmp.write_text(json.dumps(meta, indent=1))
+        tmp.replace(job_dir / "job.json")
+
+    def _is_alive(self, external_id: str, meta: dict) -> bool:
+        child = self._children.get(external_id)
+        if child is not None and child.poll() is not None:
+            self._children.pop(external_id, None)
+        return _proc_start_time(meta["pid"]) == meta["pid_start"]
+
+    # -- environment ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _environment(spec: JobSpec, job_dir: Path) -> dict[str, str]:
+        env = {key: os.environ[key] for key in _INHERITED_ENV if key in os.environ}
+        env.update(
+            {
+                "HCS_TASK_ID": str(spec.task_id),
+                "HCS_ATTEMPT": str(spec.attempt),
+                "HCS_JOB_NAME": spec.name,
+                "HCS_PROJECT": spec.project,
+                "HCS_OWNER": spec.owner,
+                "HCS_JOB_DIR": str(job_dir),
+                "HCS_RANK": "0",
+                "HCS_WORLD_SIZE": "1",
+            }
+        )
+        if spec.gpu_model is not None:
+            devices = spec.placements[0].devices if spec.placements else ()
+            visible = ",".join(str(slot.index) for slot in devices)
+            env[spec.gpu_model.visible_devices_env] = visible
+            # NVIDIA_VISIBLE_DEVICES is read by the container runtime; a bare process needs CUDA's own.
+            if spec.gpu_model.vendor == "nvidia":
+                env["CUDA_VISIBLE_DEVICES"] = visible
+        env.update(spec.env)
+        return env
+
+    # -- Executor interface ---------------------------------------------------------------------
+
+    def submit(self, spec: JobSpec) -> str:
+        """Start the command unless a job of this name exists; the job's name is its id."""
+        if spec.instances != 1:
+            raise ExecutorError(
+                f"the local executor runs single-instance jobs; {spec.instances} instances requested",
+                retryable=False,
+            )
+        if not spec.command.strip():
+            raise ExecutorError("the task has no command to run", retryable=False)
+        job_dir = self._job_dir(spec.name)
+        try:
+            self.base_dir.mkdir(parents=True, exist_ok=True)
+            job_dir.mkdir()
+        except FileExistsError:
+            return spec.name  # mkdir is atomic, so only one submit of a name ever starts a process
+        except OSError as exc:
+            raise ExecutorError(f"cannot create {job_dir}: {exc}")
+
+        started_at = datetime.now(UTC)
+        try:
+            with (job_dir / "output.log").open("ab") as log:
+                child = subprocess.Popen(
+                    ["/bin/sh", "-c", _WRAPPER, "hcs-local-job", spec.command, str(job_dir)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=job_dir,
+                    env=self._environment(spec, job_dir),
+                    start_new_session=True,
+                )
+        except OSError as exc:
+            shutil.rmtree(job_dir, ignore_errors=True)
+            raise ExecutorError(f"cannot start the job process: {exc}")
+        self._children[spec.name] = child
+        pid_start = _proc_start_time(child.pid)
+        self._write_meta(
+            job_dir,
+            {
+                "name": spec.name,
+                "task_id": spec.task_id,
+                "pid": child.pid,
+                # A command that ended before we looked gets a start time that never matches.
+                "pid_start": pid_start if pid_start is not None else -1,
+                "labels": dict(spec.labels),
+                "started_at": started_at.isoformat(),
+            },
+        )
+        return spec.name
+
+    def status(self, external_id: str) -> JobState:
+        job_dir = self._job_dir(external_id)
+        if not job_dir.is_dir():
+            return JobState(external_id, JobPhase.LOST, message="no such local job")
+        meta = self._read_meta(job_dir)
+        if meta is None:
+            age = time.time() - job_dir.stat().st_mtime
+            if age < _STARTING_GRACE_S:
+                return JobState(external_id, JobPhase.PENDING, message="starting")
+            return JobState(external_id, JobPhase.LOST, message="the job never recorded its process")
+
+        started_at = datetime.fromisoformat(meta["started_at"])
+        stop_file = job_dir / "stopped"
+        exit_file = job_dir / "exit_code"
+        if exit_file.exists():
+            # A stop that raced with the command's own end does not turn a result into a cancel.
+            stopped = stop_file.exists() and stop_file.stat().st_mtime_ns <= exit_file.stat().st_mtime_ns
+            exit_code = int(exit_file.read_text().strip())
+            finished_at = datetime.fromtimestamp(exit_file.stat().st_mtime, UTC)
+            if stopped:
+                phase, message = JobPhase.CANCELLED, "stopped"
+            elif exit_code == 0:
+                phase, message = JobPhase.SUCCEEDED, ""
+            else:
+                phase, message = JobPhase.FAILED, f"exit code {exit_code}"
+            return JobState(external_id, phase, message, started_at, finished_at, exit_code)
+        if self._is_alive(external_id, meta):
+            return JobState(external_id, JobPhase.RUNNING, started_at=started_at)
+        if exit_file.exists():  # the command ended between the two checks above
+            return self.status(external_id)
+        if stop_file.exists():
+            finished_at = datetime.fromtimestamp(stop_file.stat().st_mtime, UTC)
+            return JobState(external_id, JobPhase.CANCELLED, "stopped", started_at, finished_at)
+        return JobState(
+            external_id,
+            JobPhase.LOST,
+            message="the process vanished without an exit code",
+            started_at=started_at,
+        )
+
+    def logs(self, external_id: str, tail: int = 200) -> str:
+        return _tail_lines(self._job_dir(external_id) / "output.log", tail)
+
+    def stop(self, external_id: str) -> None:
+        """SIGTERM the job's process group, then SIGKILL whatever is left after the grace period."""
+        job_dir = self._job_dir(external_id)
+        meta = self._read_meta(job_dir)
+        if meta is None or not self._is_alive(external_id, meta):
+            return
+        (job_dir / "stopped").touch()
+        pgid = meta["pid"]  # the job runs in its own session, so its pid is its process group id
+        self._signal_group(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + self.grace_period_s
+        while time.monotonic() < deadline and self._is_alive(external_id, meta):
+            time.sleep(0.05)
+        # Also reaches children the command left behind after the wrapper itself ended.
+        self._signal_group(pgid, signal.SIGKILL)
+        while self._is_alive(external_id, meta):
+            time.sleep(0.01)
+
+    @staticmethod
+    def _signal_group(pgid: int, signum: int) -> None:
+        try:
+            os.killpg(pgid, signum)
+        except ProcessLookupError:
+            pass
+        except PermissionError as exc:
+            raise ExecutorError(f"cannot signal process group {pgid}: {exc}", retryable=False)
+
+    def delete(self, external_id: str) -> None:
+        job_dir = self._job_dir(external_id)
+        self.stop(external_id)
+        self._children.pop(external_id, None)
+        shutil.rmtree(job_dir, ignore_errors=True)
+
+    def list_by_owner(self, labels: dict[str, str]) -> list[JobState]:
+        if not self.base_dir.is_dir():
+            return []
+        states = []
+        for job_dir in sorted(self.base_dir.iterdir()):
+            if not job_dir.is_dir() or not _NAME_RE.match(job_dir.name):
+                continue
+            meta = self._read_meta(job_dir)
+            if meta is None:
+                continue
+            job_labels = meta.get("labels", {})
+            if all(job_labels.get(key) == value for key, value in labels.items()):
+                states.append(self.status(job_dir.name))
+        return states
+
+    def health(self) -> str:
+        probe = self.base_dir / ".health-probe"
+        try:
+            self.base_dir.mkdir(parents=True, exist_ok=True)
+            probe.write_text("ok")
+            probe.unlink()
+        except OSError as exc:
+            raise ExecutorError(f"local job directory {self.base_dir} is not writable: {exc}")
+        jobs = sum(1 for entry in self.base_dir.iterdir() if entry.is_dir())
+        return f"local executor ready: {self.base_dir} ({jobs} job directories)"
