@@ -1,0 +1,217 @@
+"""Prices, metered usage, project accounts, their ledger, and invoices. Money is Decimal."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
+from django.db import models
+from django.db.models import Q
+
+from apps.billing.choices import InvoiceStatus, ResourceType, TransactionKind
+from apps.clusters.models import GPUModel
+from apps.tasks.models import Task
+from apps.vdc.models import VDC, Project
+
+ZERO = Decimal("0")
+
+
+def _money(**kwargs) -> models.DecimalField:
+    return models.DecimalField(max_digits=14, decimal_places=4, **kwargs)
+
+
+class PriceRule(models.Model):
+    """The hourly price of one resource (optionally per VDC), with a minimum billing period and discount tiers.
+
+    ``discount_tiers`` is a list like ``[{"from_hours": 100, "percent": 10}, {"from_hours": 1000, "percent": 25}]``:
+    hours accumulated by the project on this resource past ``from_hours`` are discounted by ``percent``.
+    """
+
+    resource_type = models.CharField(max_length=16, choices=ResourceType.choices)
+    gpu_model = models.ForeignKey(
+        GPUModel, null=True, blank=True, on_delete=models.CASCADE, related_name="prices"
+    )
+    vdc = models.ForeignKey(VDC, null=True, blank=True, on_delete=models.CASCADE, related_name="prices")
+    price_per_hour = _money(validators=[MinValueValidator(ZERO)])
+    currency = models.CharField(max_length=3, default="CNY")
+    min_billing_minutes = models.PositiveIntegerField(
+        default=1, help_text="Shorter usage is billed as this long"
+    )
+    discount_tiers = models.JSONField(default=list, blank=True)
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["resource_type", "gpu_model__name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(price_per_hour__gte=0), name="price_non_negative"),
+            models.CheckConstraint(
+                condition=Q(resource_type="gpu", gpu_model__isnull=False)
+                | (~Q(resource_type="gpu") & Q(gpu_model__isnull=True)),
+                name="price_gpu_model_iff_gpu",
+            ),
+            models.UniqueConstraint(
+                fields=["resource_type", "gpu_model", "vdc"],
+                condition=Q(active=True),
+                name="one_active_price_per_resource",
+                nulls_distinct=False,
+            ),
+        ]
+
+    def __str__(self) -> str:
+        what = self.gpu_model.name if self.gpu_model_id else self.get_resource_type_display()
+        return f"{what}: {self.price_per_hour} {self.currency}/h" + (f" in {self.vdc}" if self.vdc_id else "")
+
+    def clean(self) -> None:
+        if self.resource_type == ResourceType.GPU and not self.gpu_model_id:
+            raise ValidationError({"gpu_model": "Expected the GPU model this price is for."})
+        if self.resource_type != ResourceType.GPU and self.gpu_model_id:
+            raise ValidationError({"gpu_model": "Only GPU prices name a GPU model."})
+        expected = 'Expected tiers like [{"from_hours": 100, "percent": 10}] with increasing hours and 0-100 percent.'
+        tiers = self.discount_tiers
+        if not isinstance(tiers, list):
+            raise ValidationError({"discount_tiers": expected})
+        last = -1
+        for tier in tiers:
+            if not isinstance(tier, dict) or set(tier) != {"from_hours", "percent"}:
+                raise ValidationError({"discount_tiers": expected})
+            hours, percent = tier["from_hours"], tier["percent"]
+            if not isinstance(hours, int | float) or not isinstance(percent, int | float):
+                raise ValidationError({"discount_tiers": expected})
+            if hours <= last or not 0 <= percent <= 100:
+                raise ValidationError({"discount_tiers": expected})
+            last = hours
+
+
+class Account(models.Model):
+    """A project's money: balance and credit limit. With ``enforce_budget`` an exhausted account starts no new task."""
+
+    project = models.OneToOneField(Project, on_delete=models.CASCADE, related_name="account")
+    balance = _money(default=ZERO)
+    credit_limit = _money(default=ZERO, validators=[MinValueValidator(ZERO)])
+    currency = models.CharField(max_length=3, default="CNY")
+    enforce_budget = models.BooleanField(default=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(credit_limit__gte=0), name="account_credit_non_negative")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.project} account"
+
+    @property
+    def available(self) -> Decimal:
+        return self.balance + self.credit_limit
+
+    @property
+    def exhausted(self) -> bool:
+        return self.enforce_budget and self.available <= 0
+
+
+class Invoice(models.Model):
+    """The bill of one account for one period, with a line per resource. Issued and closed invoices are immutable."""
+
+    account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="invoices")
+    period_start = models.DateTimeField()
+    period_end = models.DateTimeField()
+    status = models.CharField(max_length=8, choices=InvoiceStatus.choices, default=InvoiceStatus.DRAFT)
+    total = _money(default=ZERO)
+    currency = models.CharField(max_length=3, default="CNY")
+    created_at = models.DateTimeField(auto_now_add=True)
+    issued_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-period_start"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(period_end__gt=models.F("period_start")), name="invoice_period_ordered"
+            ),
+            models.UniqueConstraint(
+                fields=["account", "period_start", "period_end"], name="unique_invoice_period"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.account.project} {self.period_start:%Y-%m-%d}..{self.period_end:%Y-%m-%d}"
+
+
+class InvoiceLine(models.Model):
+    """One resource's quantity and amount on an invoice."""
+
+    invoice = models.ForeignKey(Invoice, on_delete=models.CASCADE, related_name="lines")
+    resource_type = models.CharField(max_length=16, choices=ResourceType.choices)
+    gpu_model = models.ForeignKey(GPUModel, null=True, blank=True, on_delete=models.PROTECT)
+    quantity = models.DecimalField(max_digits=16, decimal_places=6)
+    amount = _money()
+
+    class Meta:
+        ordering = ["resource_type", "gpu_model__name"]
+
+    def __str__(self) -> str:
+        return f"{self.invoice}: {self.resource_type} {self.quantity}"
+
+
+class UsageRecord(models.Model):
+    """Metered use of one resource by one task over one interval, with its cost.
+
+    Unique per (task, resource, model, interval start) so that a retried or overlapping metering run
+    can never charge the same interval twice.
+    """
+
+    task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="usage_records")
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="usage_records")
+    vdc = models.ForeignKey(VDC, on_delete=models.PROTECT, related_name="usage_records")
+    resource_type = models.CharField(max_length=16, choices=ResourceType.choices)
+    gpu_model = models.ForeignKey(GPUModel, null=True, blank=True, on_delete=models.PROTECT)
+    quantity = models.DecimalField(max_digits=16, decimal_places=6, help_text="Units x hours")
+    period_start = models.DateTimeField()
+    period_end = models.DateTimeField()
+    unit_price = _money(default=ZERO)
+    cost = _money(default=ZERO)
+    invoice = models.ForeignKey(
+        Invoice, null=True, blank=True, on_delete=models.PROTECT, related_name="records"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-period_start"]
+        indexes = [models.Index(fields=["project", "period_start"])]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["task", "resource_type", "gpu_model", "period_start"],
+                name="usage_once_per_interval",
+                nulls_distinct=False,
+            ),
+            models.CheckConstraint(
+                condition=Q(period_end__gt=models.F("period_start")), name="usage_period_ordered"
+            ),
+            models.CheckConstraint(condition=Q(quantity__gte=0) & Q(cost__gte=0), name="usage_non_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return f"task {self.task_id} {self.resource_type} {self.quantity}"
+
+
+class Transaction(models.Model):
+    """One entry of an account's ledger: a credit added by an admin, or a charge for usage."""
+
+    account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="transactions")
+    kind = models.CharField(max_length=16, choices=TransactionKind.choices)
+    amount = _money(help_text="Positive for credits, negative for charges")
+    balance_after = _money()
+    description = models.CharField(max_length=255, blank=True)
+    usage_record = models.OneToOneField(
+        UsageRecord, null=True, blank=True, on_delete=models.PROTECT, related_name="transaction"
+    )
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.account}: {self.kind} {self.amount}"

@@ -1,0 +1,43 @@
+"""Enumerations of the clusters app."""
+
+from django.db import models
+
+
+class ClusterType(models.TextChoices):
+    KUBERNETES = "kubernetes", "Kubernetes"
+    SLURM = "slurm", "Slurm"
+    LOCAL = "local", "Local processes"
+
+
+class ClusterStatus(models.TextChoices):
+    HEALTHY = "healthy", "Healthy"
+    DEGRADED = "degraded", "Degraded"
+    UNAVAILABLE = "unavailable", "Unavailable"
+    MAINTENANCE = "maintenance", "Maintenance"
+
+
+class NodeStatus(models.TextChoices):
+    READY = "ready", "Ready"
+    DRAINING = "draining", "Draining"
+    DOWN = "down", "Down"
+
+
+class Vendor(models.TextChoices):
+    NVIDIA = "nvidia", "NVIDIA"
+    HUAWEI = "huawei", "Huawei"
+    HYGON = "hygon", "Hygon"
+    CAMBRICON = "cambricon", "Cambricon"
+    AMD = "amd", "AMD"
+    INTEL = "intel", "Intel"
+
+
+class LinkType(models.TextChoices):
+    NVLINK = "nvlink", "NVLink"
+    HCCS = "hccs", "HCCS"
+    PCIE = "pcie", "PCIe"
+
+
+# A health score below this makes a node or device "sub-healthy" (loses placement score);
+# at or below UNHEALTHY it is filtered out of placement altogether.
+SUB_HEALTHY_SCORE = 80
+UNHEALTHY_SCORE = 30

@@ -1,0 +1,257 @@
+"""Clusters, their nodes and devices, and the GPU model catalog."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import Q
+
+from apps.clusters.choices import ClusterStatus, ClusterType, LinkType, NodeStatus, Vendor
+from apps.clusters.crypto import decrypt_json, encrypt_json
+from apps.vdc.models import VDC
+
+ZERO = Decimal("0")
+_health = [MinValueValidator(0), MaxValueValidator(100)]
+
+
+def _validate_labels(value) -> None:
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise ValidationError(
+            'Expected labels as an object of strings, e.g. {"gpu": "a100", "region": "north"}.'
+        )
+
+
+class GPUModel(models.Model):
+    """A catalog entry: one accelerator model of one vendor and what it is worth.
+
+    The exchange rate turns cards into GPU-equivalents (A100-80G = 1.0), which quotas, fair share
+    and prices use, so "8 GPU" means the same on any vendor.
+    """
+
+    name = models.CharField(max_length=64, unique=True)
+    vendor = models.CharField(max_length=16, choices=Vendor.choices)
+    aliases = models.JSONField(
+        default=list, blank=True, help_text="Other spellings users type, e.g. a100, 910b"
+    )
+    vram_gib = models.DecimalField(max_digits=8, decimal_places=2, validators=[MinValueValidator(ZERO)])
+    tflops_fp16 = models.DecimalField(
+        max_digits=8,
+        decimal_places=2,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(ZERO)],
+        help_text="Dense peak; empty when the vendor publishes none",
+    )
+    tflops_fp32 = models.DecimalField(
+        max_digits=8, decimal_places=2, null=True, blank=True, validators=[MinValueValidator(ZERO)]
+    )
+    exchange_rate = models.DecimalField(
+        max_digits=6,
+        decimal_places=3,
+        validators=[MinValueValidator(Decimal("0.001"))],
+        help_text="A100-80G = 1.0",
+    )
+    resource_name = models.CharField(
+        max_length=64, help_text="Kubernetes extended resource, e.g. nvidia.com/gpu"
+    )
+    visible_devices_env = models.CharField(max_length=64, help_text="e.g. NVIDIA_VISIBLE_DEVICES")
+    slurm_gres_type = models.CharField(max_length=32, blank=True, help_text="gres type on Slurm, e.g. a100")
+    shareable = models.BooleanField(default=False, help_text="Supports fractional sharing (vGPU / HAMi)")
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        verbose_name = "GPU model"
+        ordering = ["vendor", "name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(exchange_rate__gt=0), name="gpumodel_exchange_rate_positive"),
+            models.CheckConstraint(
+                condition=Q(vram_gib__gte=0)
+                & (Q(tflops_fp16__gte=0) | Q(tflops_fp16__isnull=True))
+                & (Q(tflops_fp32__gte=0) | Q(tflops_fp32__isnull=True)),
+                name="gpumodel_specs_non_negative",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        if not isinstance(self.aliases, list) or not all(isinstance(a, str) for a in self.aliases):
+            raise ValidationError({"aliases": 'Expected a list of strings, e.g. ["a100", "a100-80g"].'})
+
+    def as_catalog_entry(self) -> dict:
+        """The plain dict the GPU spec parser and the engine read."""
+        return {
+            "name": self.name,
+            "vendor": self.vendor,
+            "aliases": list(self.aliases),
+            "vram_gib": self.vram_gib,
+            "tflops_fp16": self.tflops_fp16,
+            "tflops_fp32": self.tflops_fp32,
+            "exchange_rate": self.exchange_rate,
+            "shareable": self.shareable,
+            "resource_name": self.resource_name,
+            "visible_devices_env": self.visible_devices_env,
+            "slurm_gres_type": self.slurm_gres_type,
+        }
+
+
+class ClusterQuerySet(models.QuerySet):
+    def schedulable(self) -> ClusterQuerySet:
+        """Clusters that take new tasks: enabled, and healthy or degraded."""
+        return self.filter(enabled=True, status__in=[ClusterStatus.HEALTHY, ClusterStatus.DEGRADED])
+
+
+class Cluster(models.Model):
+    """A physical cluster (Kubernetes, Slurm or local processes) that belongs to one VDC.
+
+    Credentials (tokens, kubeconfig, JWT) are encrypted at rest and write-only: set them with
+    :meth:`set_credentials`, read them only inside executors via :meth:`get_credentials`.
+    """
+
+    vdc = models.ForeignKey(VDC, on_delete=models.PROTECT, related_name="clusters")
+    name = models.SlugField(max_length=64)
+    description = models.TextField(blank=True)
+    cluster_type = models.CharField(max_length=16, choices=ClusterType.choices)
+    endpoint = models.CharField(max_length=255, blank=True, help_text="API URL; empty for local clusters")
+    api_version = models.CharField(
+        max_length=16, blank=True, help_text="Slurm REST API version, e.g. v0.0.38"
+    )
+    credentials_encrypted = models.TextField(blank=True, editable=False)
+    namespace = models.CharField(
+        max_length=64, blank=True, help_text="Kubernetes namespace or Slurm partition"
+    )
+    status = models.CharField(max_length=16, choices=ClusterStatus.choices, default=ClusterStatus.HEALTHY)
+    status_message = models.TextField(blank=True)
+    last_heartbeat = models.DateTimeField(null=True, blank=True)
+    missed_heartbeats = models.PositiveIntegerField(default=0)
+    enabled = models.BooleanField(default=True, help_text="Off: takes no new tasks")
+    priority = models.IntegerField(default=0)
+    weight = models.DecimalField(
+        max_digits=6, decimal_places=2, default=Decimal("1"), validators=[MinValueValidator(ZERO)]
+    )
+    cost_weight = models.DecimalField(
+        max_digits=6, decimal_places=2, default=Decimal("1"), validators=[MinValueValidator(ZERO)]
+    )
+    labels = models.JSONField(default=dict, blank=True, validators=[_validate_labels])
+    max_tasks_per_user = models.PositiveIntegerField(null=True, blank=True)
+    max_total_tasks = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = ClusterQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["vdc__name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["vdc", "name"], name="unique_cluster_name_per_vdc"),
+            models.CheckConstraint(
+                condition=Q(weight__gte=0) & Q(cost_weight__gte=0), name="cluster_weights_non_negative"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def set_credentials(self, value: dict) -> None:
+        """Encrypt and keep credentials (e.g. {"token": ...}); call save() afterwards."""
+        self.credentials_encrypted = encrypt_json(value)
+
+    def get_credentials(self) -> dict:
+        """Decrypted credentials, for executors only."""
+        return decrypt_json(self.credentials_encrypted)
+
+    @property
+    def has_credentials(self) -> bool:
+        return bool(self.credentials_encrypted)
+
+    @property
+    def is_schedulable(self) -> bool:
+        return self.enabled and self.status in (ClusterStatus.HEALTHY, ClusterStatus.DEGRADED)
+
+    def clean(self) -> None:
+        if self.cluster_type in (ClusterType.KUBERNETES, ClusterType.SLURM) and not self.endpoint:
+            raise ValidationError(
+                {"endpoint": f"Expected the API URL of the {self.get_cluster_type_display()} cluster."}
+            )
+        if self.cluster_type == ClusterType.SLURM and not self.namespace:
+            raise ValidationError({"namespace": "Expected the Slurm partition jobs go to."})
+
+
+class Node(models.Model):
+    """A machine of a cluster: its cpu and memory, labels and health as its agent last reported."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="nodes")
+    name = models.CharField(max_length=128)
+    cpu = models.DecimalField(max_digits=8, decimal_places=2, validators=[MinValueValidator(ZERO)])
+    memory_gib = models.DecimalField(max_digits=10, decimal_places=2, validators=[MinValueValidator(ZERO)])
+    labels = models.JSONField(default=dict, blank=True, validators=[_validate_labels])
+    status = models.CharField(max_length=16, choices=NodeStatus.choices, default=NodeStatus.READY)
+    health_score = models.PositiveSmallIntegerField(default=100, validators=_health)
+    last_report = models.DateTimeField(null=True, blank=True)
+    agent_message = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["cluster__name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="unique_node_name_per_cluster"),
+            models.CheckConstraint(
+                condition=Q(cpu__gte=0) & Q(memory_gib__gte=0), name="node_capacity_non_negative"
+            ),
+            models.CheckConstraint(condition=Q(health_score__lte=100), name="node_health_score_lte_100"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster}/{self.name}"
+
+
+class Device(models.Model):
+    """One accelerator on a node, with its health and topology (NUMA, PCI bus, links to peers)."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="devices")
+    index = models.PositiveSmallIntegerField()
+    gpu_model = models.ForeignKey(GPUModel, on_delete=models.PROTECT, related_name="devices")
+    uuid = models.CharField(max_length=96, blank=True)
+    vram_gib = models.DecimalField(max_digits=8, decimal_places=2, validators=[MinValueValidator(ZERO)])
+    health_score = models.PositiveSmallIntegerField(default=100, validators=_health)
+    numa_node = models.SmallIntegerField(null=True, blank=True)
+    pci_bus_id = models.CharField(max_length=32, blank=True)
+    links = models.JSONField(
+        default=list, blank=True, help_text='Peers: [{"peer": 1, "type": "nvlink", "bandwidth_gbps": 600}]'
+    )
+    vram_used_gib = models.DecimalField(max_digits=8, decimal_places=2, default=ZERO)
+    utilization = models.PositiveSmallIntegerField(default=0, validators=_health, help_text="Percent")
+    temperature_c = models.SmallIntegerField(null=True, blank=True)
+    ecc_errors = models.PositiveIntegerField(default=0)
+    xid_errors = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["node__name", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "index"], name="unique_device_index_per_node"),
+            models.CheckConstraint(condition=Q(vram_gib__gte=0), name="device_vram_non_negative"),
+            models.CheckConstraint(condition=Q(health_score__lte=100), name="device_health_score_lte_100"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node}#{self.index} ({self.gpu_model})"
+
+    def clean(self) -> None:
+        links = self.links
+        expected = 'Expected links as a list like [{"peer": 1, "type": "nvlink", "bandwidth_gbps": 600}].'
+        if not isinstance(links, list):
+            raise ValidationError({"links": expected})
+        for link in links:
+            if not isinstance(link, dict) or not isinstance(link.get("peer"), int):
+                raise ValidationError({"links": expected})
+            if link.get("type") not in LinkType.values:
+                raise ValidationError(
+                    {
+                        "links": f"Expected a link type of {', '.join(LinkType.values)}, got {link.get('type')!r}."
+                    }
+                )

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class QueuesConfig(AppConfig):
+    name = "apps.queues"
+    verbose_name = "Queues and scheduling"

@@ -1,0 +1,89 @@
+"""Task queues: priority class, ordering policy and capacity of a queue in a VDC."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
+from django.db import models
+from django.db.models import Q
+
+from apps.queues.choices import CLASS_RULES, BackendFlavour, PriorityClass
+from apps.vdc.choices import QueuePolicy
+from apps.vdc.models import VDC
+
+ZERO = Decimal("0")
+
+
+class TaskQueue(models.Model):
+    """A queue of a VDC. Its class decides preemption rules, its policy the order within it.
+
+    Capacities are GPU-equivalents; an empty maximum means unbounded.
+    """
+
+    vdc = models.ForeignKey(VDC, on_delete=models.CASCADE, related_name="queues")
+    name = models.SlugField(max_length=64)
+    description = models.TextField(blank=True)
+    priority_class = models.CharField(max_length=8, choices=PriorityClass.choices)
+    policy = models.CharField(max_length=16, choices=QueuePolicy.choices, default=QueuePolicy.FIFO)
+    guaranteed_gpu = models.DecimalField(
+        max_digits=12,
+        decimal_places=2,
+        default=ZERO,
+        validators=[MinValueValidator(ZERO)],
+        help_text="GPU-equivalents",
+    )
+    max_gpu = models.DecimalField(
+        max_digits=12,
+        decimal_places=2,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(ZERO)],
+        help_text="GPU-equivalents; empty = unbounded",
+    )
+    weight = models.DecimalField(
+        max_digits=6, decimal_places=2, default=Decimal("1"), validators=[MinValueValidator(ZERO)]
+    )
+    min_window = models.DurationField(
+        default=timedelta(minutes=15), help_text="Medium class: the halved window never drops below this"
+    )
+    backend_flavour = models.CharField(
+        max_length=16, choices=BackendFlavour.choices, default=BackendFlavour.DEFAULT
+    )
+    is_open = models.BooleanField(default=True, help_text="Closed queues take no new submissions")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["vdc__name", "priority_class", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["vdc", "name"], name="unique_queue_name_per_vdc"),
+            models.CheckConstraint(
+                condition=Q(guaranteed_gpu__gte=0)
+                & (Q(max_gpu__isnull=True) | Q(max_gpu__gte=models.F("guaranteed_gpu"))),
+                name="queue_max_gte_guaranteed_gte_0",
+            ),
+            models.CheckConstraint(condition=Q(weight__gte=0), name="queue_weight_non_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.vdc}/{self.name}"
+
+    @property
+    def rules(self) -> str:
+        """The class rules in words, for forms and pages."""
+        return CLASS_RULES[self.priority_class]
+
+    def clean(self) -> None:
+        if (
+            self.max_gpu is not None
+            and self.guaranteed_gpu is not None
+            and self.max_gpu < self.guaranteed_gpu
+        ):
+            raise ValidationError(
+                {"max_gpu": f"Expected at least the guaranteed {self.guaranteed_gpu}, got {self.max_gpu}."}
+            )
+        if self.min_window is not None and self.min_window <= timedelta(0):
+            raise ValidationError({"min_window": "Expected a positive duration, e.g. 00:15:00."})

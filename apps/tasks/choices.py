@@ -1,0 +1,60 @@
+"""Enumerations of the tasks app."""
+
+from django.db import models
+
+
+class TaskKind(models.TextChoices):
+    DEV_ENV = "dev_env", "Dev environment"
+    TRAINING = "training", "Training job"
+    INFERENCE = "inference", "Inference service"
+    FINE_TUNING = "fine_tuning", "Fine-tuning job"
+
+
+class TaskStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    QUEUED = "queued", "Queued"
+    SCHEDULED = "scheduled", "Scheduled"
+    STARTING = "starting", "Starting"
+    RUNNING = "running", "Running"
+    PREEMPTED = "preempted", "Preempted"
+    SUSPENDED = "suspended", "Suspended"
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+    STOPPED = "stopped", "Stopped"
+
+
+# Statuses in which a task waits for the scheduler.
+WAITING = (TaskStatus.PENDING, TaskStatus.QUEUED, TaskStatus.PREEMPTED, TaskStatus.SUSPENDED)
+# Statuses in which a task holds resources on a cluster.
+ACTIVE = (TaskStatus.SCHEDULED, TaskStatus.STARTING, TaskStatus.RUNNING)
+FINAL = (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.STOPPED)
+
+
+class IDEType(models.TextChoices):
+    JUPYTER = "jupyter", "Jupyter Lab"
+    VSCODE = "vscode", "VS Code (code-server)"
+
+
+class Framework(models.TextChoices):
+    PYTORCH = "pytorch", "PyTorch (DDP)"
+    DEEPSPEED = "deepspeed", "DeepSpeed"
+    TENSORFLOW = "tensorflow", "TensorFlow"
+    MINDSPORE = "mindspore", "MindSpore"
+    JAX = "jax", "JAX"
+
+
+class EventKind(models.TextChoices):
+    SUBMITTED = "submitted", "Submitted"
+    QUEUED = "queued", "Queued"
+    SCHEDULED = "scheduled", "Scheduled"
+    STARTED = "started", "Started"
+    PREEMPTED = "preempted", "Preempted"
+    SUSPENDED = "suspended", "Suspended"
+    REQUEUED = "requeued", "Requeued"
+    RESIZED = "resized", "Resized"
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+    STOP_REQUESTED = "stop_requested", "Stop requested"
+    STOPPED = "stopped", "Stopped"
+    BACKEND_ERROR = "backend_error", "Backend error"
+    STATUS = "status", "Status change"

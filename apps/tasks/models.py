@@ -1,0 +1,211 @@
+"""Compute tasks (dev environments, training, inference, fine-tuning) and their event timeline."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import Q
+
+from apps.clusters.models import Cluster
+from apps.clusters.services import validate_gpu_spec
+from apps.queues.models import TaskQueue
+from apps.tasks.choices import ACTIVE, FINAL, WAITING, EventKind, Framework, IDEType, TaskKind, TaskStatus
+from apps.vdc.models import VDC, Project
+
+ZERO = Decimal("0")
+
+
+class TaskQuerySet(models.QuerySet):
+    def visible_to(self, user) -> TaskQuerySet:
+        """Tasks of the user's projects; platform admins see all."""
+        if user.is_superuser or user.is_staff:
+            return self
+        return self.filter(project__memberships__user=user)
+
+    def waiting(self) -> TaskQuerySet:
+        return self.filter(status__in=WAITING)
+
+    def active(self) -> TaskQuerySet:
+        return self.filter(status__in=ACTIVE)
+
+
+class Task(models.Model):
+    """One unit of work a user submitted: what it needs, where it runs, and how far it got.
+
+    ``gpu_spec`` holds the SPEC §3 grammar (e.g. ``2(A100)``, ``0.5(vgpu)``). The scheduler fills the
+    placement, the queue position, the estimated start and the pending reason.
+    """
+
+    name = models.CharField(max_length=128)
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="tasks")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="tasks")
+    vdc = models.ForeignKey(VDC, on_delete=models.PROTECT, related_name="tasks")
+    queue = models.ForeignKey(TaskQueue, on_delete=models.PROTECT, related_name="tasks")
+    kind = models.CharField(max_length=16, choices=TaskKind.choices)
+
+    # Resources, per instance.
+    cpu = models.DecimalField(
+        max_digits=8, decimal_places=2, default=Decimal("1"), validators=[MinValueValidator(ZERO)]
+    )
+    memory_gib = models.DecimalField(
+        max_digits=10, decimal_places=2, default=Decimal("1"), validators=[MinValueValidator(ZERO)]
+    )
+    gpu_spec = models.CharField(
+        max_length=128, blank=True, help_text="e.g. 2(A100), 1(A100|H100), 0.5(vgpu), 1"
+    )
+    instances = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
+    elastic_min = models.PositiveIntegerField(null=True, blank=True)
+    elastic_max = models.PositiveIntegerField(null=True, blank=True)
+
+    # Scheduling wishes.
+    expected_duration = models.DurationField(null=True, blank=True, help_text="Required for medium queues")
+    preemptible = models.BooleanField(default=True)
+    required_labels = models.JSONField(default=dict, blank=True)
+    preferred_clusters = models.ManyToManyField(Cluster, blank=True, related_name="preferred_by")
+
+    # What to run.
+    image = models.CharField(max_length=255, blank=True)
+    command = models.TextField(blank=True)
+    env = models.JSONField(default=dict, blank=True)
+    volumes = models.JSONField(default=list, blank=True)
+
+    # Kind-specific settings.
+    ide_type = models.CharField(max_length=16, choices=IDEType.choices, blank=True)
+    framework = models.CharField(max_length=16, choices=Framework.choices, blank=True)
+    model_path = models.CharField(max_length=255, blank=True)
+    epochs = models.PositiveIntegerField(null=True, blank=True)
+    batch_size = models.PositiveIntegerField(null=True, blank=True)
+    checkpoint_path = models.CharField(max_length=255, blank=True)
+    max_retries = models.PositiveSmallIntegerField(default=0)
+    port = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(65535)]
+    )
+    max_tokens = models.PositiveIntegerField(null=True, blank=True)
+    temperature = models.DecimalField(
+        max_digits=4,
+        decimal_places=2,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(ZERO), MaxValueValidator(2)],
+    )
+    autoscale_min = models.PositiveIntegerField(null=True, blank=True)
+    autoscale_max = models.PositiveIntegerField(null=True, blank=True)
+    autoscale_cpu_percent = models.PositiveSmallIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(100)]
+    )
+    autoscale_gpu_percent = models.PositiveSmallIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(100)]
+    )
+
+    # State, written by services and the scheduler.
+    status = models.CharField(
+        max_length=16, choices=TaskStatus.choices, default=TaskStatus.QUEUED, db_index=True
+    )
+    status_message = models.TextField(blank=True)
+    pending_reason = models.CharField(max_length=32, blank=True)
+    pending_message = models.TextField(blank=True)
+    queue_position = models.PositiveIntegerField(null=True, blank=True)
+    estimated_start = models.DateTimeField(null=True, blank=True)
+    cluster = models.ForeignKey(
+        Cluster, null=True, blank=True, on_delete=models.SET_NULL, related_name="tasks"
+    )
+    placement = models.JSONField(default=list, blank=True, help_text="Per instance: node and devices")
+    allocated_gpu = models.DecimalField(
+        max_digits=10, decimal_places=3, default=ZERO, help_text="GPU-equivalents held while running"
+    )
+    replicas = models.PositiveIntegerField(default=0, help_text="Instances running now (elastic tasks vary)")
+    external_id = models.CharField(max_length=255, blank=True, db_index=True)
+    attempt = models.PositiveIntegerField(default=0)
+    window = models.DurationField(null=True, blank=True, help_text="Medium class: current guaranteed window")
+    submitted_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = TaskQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        indexes = [models.Index(fields=["status", "queue"]), models.Index(fields=["project", "status"])]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(cpu__gte=0) & Q(memory_gib__gte=0), name="task_resources_non_negative"
+            ),
+            models.CheckConstraint(condition=Q(instances__gte=1), name="task_instances_gte_1"),
+            models.CheckConstraint(
+                condition=Q(elastic_min__isnull=True)
+                | Q(elastic_max__isnull=True)
+                | Q(elastic_max__gte=models.F("elastic_min")),
+                name="task_elastic_max_gte_min",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.name}"
+
+    @property
+    def is_waiting(self) -> bool:
+        return self.status in WAITING
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE
+
+    @property
+    def is_final(self) -> bool:
+        return self.status in FINAL
+
+    @property
+    def is_elastic(self) -> bool:
+        return self.elastic_min is not None and self.elastic_max is not None
+
+    @property
+    def node_names(self) -> list[str]:
+        """Node names of the placement, in rank order."""
+        return [p.get("node_name", "") for p in self.placement or []]
+
+    def clean(self) -> None:
+        errors: dict[str, str] = {}
+        try:
+            validate_gpu_spec(self.gpu_spec)
+        except ValidationError as exc:
+            errors["gpu_spec"] = exc.messages[0]
+        if self.is_elastic and self.elastic_min > self.elastic_max:
+            errors["elastic_max"] = (
+                f"Expected at least elastic_min ({self.elastic_min}), got {self.elastic_max}."
+            )
+        if (self.elastic_min is None) != (self.elastic_max is None):
+            errors["elastic_max"] = "Expected both elastic_min and elastic_max, or neither."
+        if not isinstance(self.env, dict) or not all(isinstance(v, str) for v in self.env.values()):
+            errors["env"] = 'Expected environment variables as an object of strings, e.g. {"EPOCHS": "3"}.'
+        if not isinstance(self.required_labels, dict):
+            errors["required_labels"] = 'Expected labels as an object of strings, e.g. {"gpu": "a100"}.'
+        if not isinstance(self.volumes, list):
+            errors["volumes"] = 'Expected a list of volumes, e.g. [{"name": "data", "mount_path": "/data"}].'
+        if errors:
+            raise ValidationError(errors)
+
+
+class TaskEvent(models.Model):
+    """One entry of a task's timeline: a status change, placement, preemption (who and why), requeue."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=16, choices=EventKind.choices)
+    from_status = models.CharField(max_length=16, choices=TaskStatus.choices, blank=True)
+    to_status = models.CharField(max_length=16, choices=TaskStatus.choices, blank=True)
+    message = models.TextField(blank=True)
+    data = models.JSONField(default=dict, blank=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="task_events"
+    )
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.task_id}: {self.kind}"

@@ -1,0 +1,29 @@
+"""Enumerations of the vdc app."""
+
+from django.db import models
+
+
+class QueuePolicy(models.TextChoices):
+    FIFO = "fifo", "FIFO (submit order)"
+    DRF = "drf", "DRF (dominant resource fairness)"
+    BACKFILL = "backfill", "Backfill (EASY, with reservations)"
+
+
+class ClusterSelectionStrategy(models.TextChoices):
+    LOAD_BALANCING = "load_balancing", "Load balancing"
+    RESOURCE_FIT = "resource_fit", "Resource fit"
+    PRIORITY_WEIGHT = "priority_weight", "Priority / weight"
+    AFFINITY = "affinity", "Affinity (labels, preferred clusters)"
+    COST_OPTIMIZED = "cost_optimized", "Cost optimised"
+
+
+class NodeScorer(models.TextChoices):
+    FGD = "fgd", "Fragmentation gradient descent"
+    BEST_FIT = "best_fit", "Best fit"
+    FIRST_FIT = "first_fit", "First fit"
+
+
+class Role(models.TextChoices):
+    OWNER = "owner", "Owner"
+    MEMBER = "member", "Member"
+    VIEWER = "viewer", "Viewer"

@@ -1,0 +1,221 @@
+"""Virtual data centers, projects (tenants), memberships and project quotas."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
+from django.db import models
+from django.db.models import Q, Sum
+
+from apps.vdc.choices import ClusterSelectionStrategy, NodeScorer, QueuePolicy, Role
+
+ZERO = Decimal("0")
+
+
+def _quantity(**kwargs) -> models.DecimalField:
+    return models.DecimalField(
+        max_digits=12, decimal_places=2, validators=[MinValueValidator(ZERO)], **kwargs
+    )
+
+
+class VDC(models.Model):
+    """A virtual data center: a pool of clusters that projects get quotas in.
+
+    Total caps are optional; empty means "the sum of the clusters' nodes".
+    """
+
+    name = models.SlugField(max_length=64, unique=True)
+    description = models.TextField(blank=True)
+    total_cpu = _quantity(null=True, blank=True, help_text="Cores; empty = sum of the clusters")
+    total_memory_gib = _quantity(null=True, blank=True, help_text="GiB; empty = sum of the clusters")
+    total_gpu = _quantity(null=True, blank=True, help_text="GPU-equivalents; empty = sum of the clusters")
+    allow_overcommit = models.BooleanField(default=False)
+    overcommit_ratio = models.DecimalField(
+        max_digits=5, decimal_places=2, default=Decimal("1.00"), validators=[MinValueValidator(Decimal("1"))]
+    )
+    default_queue_policy = models.CharField(
+        max_length=16, choices=QueuePolicy.choices, default=QueuePolicy.FIFO
+    )
+    cluster_selection_strategy = models.CharField(
+        max_length=24, choices=ClusterSelectionStrategy.choices, default=ClusterSelectionStrategy.RESOURCE_FIT
+    )
+    node_scorer = models.CharField(max_length=16, choices=NodeScorer.choices, default=NodeScorer.FGD)
+    is_default = models.BooleanField(default=False, help_text="Tasks submitted without a VDC go here")
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "VDC"
+        verbose_name_plural = "VDCs"
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["is_default"], condition=Q(is_default=True), name="one_default_vdc"
+            ),
+            models.CheckConstraint(condition=Q(overcommit_ratio__gte=1), name="vdc_overcommit_ratio_gte_1"),
+            models.CheckConstraint(
+                condition=Q(total_cpu__gte=0) | Q(total_cpu__isnull=True), name="vdc_total_cpu_non_negative"
+            ),
+            models.CheckConstraint(
+                condition=Q(total_memory_gib__gte=0) | Q(total_memory_gib__isnull=True),
+                name="vdc_total_memory_non_negative",
+            ),
+            models.CheckConstraint(
+                condition=Q(total_gpu__gte=0) | Q(total_gpu__isnull=True), name="vdc_total_gpu_non_negative"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @classmethod
+    def default(cls) -> VDC | None:
+        """The VDC that takes tasks submitted without one (SPEC §2 backward compatibility)."""
+        return cls.objects.filter(is_default=True, enabled=True).first()
+
+    def capacity(self) -> dict[str, Decimal]:
+        """Cpu cores, memory GiB and GPU-equivalents: the admin's caps where set, else the clusters' sum."""
+        clusters = self.clusters.filter(enabled=True)
+        sums = clusters.aggregate(cpu=Sum("nodes__cpu"), memory=Sum("nodes__memory_gib"))
+        gpu = clusters.aggregate(eq=Sum("nodes__devices__gpu_model__exchange_rate"))["eq"]
+        return {
+            "cpu": self.total_cpu if self.total_cpu is not None else (sums["cpu"] or ZERO),
+            "memory_gib": self.total_memory_gib
+            if self.total_memory_gib is not None
+            else (sums["memory"] or ZERO),
+            "gpu": self.total_gpu if self.total_gpu is not None else (gpu or ZERO),
+        }
+
+    @property
+    def effective_overcommit_ratio(self) -> Decimal:
+        return self.overcommit_ratio if self.allow_overcommit else Decimal("1")
+
+
+class ProjectQuerySet(models.QuerySet):
+    def for_user(self, user) -> ProjectQuerySet:
+        """Projects the user belongs to (all of them for platform admins)."""
+        if user.is_superuser or user.is_staff:
+            return self
+        return self.filter(memberships__user=user).distinct()
+
+
+class Project(models.Model):
+    """A tenant: users work in projects, and projects get quotas in VDCs."""
+
+    name = models.SlugField(max_length=64, unique=True)
+    description = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Membership", related_name="projects")
+
+    objects = ProjectQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def role_of(self, user) -> str | None:
+        """The user's role in this project, or None for outsiders."""
+        membership = self.memberships.filter(user=user).first()
+        return membership.role if membership else None
+
+
+class Membership(models.Model):
+    """A user's role in a project: owner and member may submit and act; viewer only reads."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["project__name", "user__username"]
+        constraints = [models.UniqueConstraint(fields=["project", "user"], name="unique_membership")]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.project} ({self.role})"
+
+
+class ProjectQuota(models.Model):
+    """A project's guaranteed and maximum share of one VDC.
+
+    GPU quantities are GPU-equivalents (SPEC §3), so "8 GPU" means the same on any vendor.
+    Usage between guaranteed and limit is borrowed from idle capacity and can be reclaimed.
+    """
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="quotas")
+    vdc = models.ForeignKey(VDC, on_delete=models.CASCADE, related_name="quotas")
+    guaranteed_cpu = _quantity(default=ZERO)
+    limit_cpu = _quantity(default=ZERO)
+    guaranteed_memory_gib = _quantity(default=ZERO)
+    limit_memory_gib = _quantity(default=ZERO)
+    guaranteed_gpu = _quantity(default=ZERO, help_text="GPU-equivalents")
+    limit_gpu = _quantity(default=ZERO, help_text="GPU-equivalents")
+    max_concurrent_tasks = models.PositiveIntegerField(null=True, blank=True, help_text="Empty = unlimited")
+    max_training_tasks = models.PositiveIntegerField(null=True, blank=True)
+    max_inference_tasks = models.PositiveIntegerField(null=True, blank=True)
+    max_dev_env_tasks = models.PositiveIntegerField(null=True, blank=True)
+    priority = models.IntegerField(default=0)
+    enforce = models.BooleanField(default=True, help_text="Off makes the quota advisory")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    RESOURCES = ("cpu", "memory_gib", "gpu")
+
+    class Meta:
+        ordering = ["vdc__name", "project__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "vdc"], name="unique_project_quota_per_vdc"),
+            *[
+                models.CheckConstraint(
+                    condition=Q(**{f"guaranteed_{r}__gte": 0})
+                    & Q(**{f"limit_{r}__gte": models.F(f"guaranteed_{r}")}),
+                    name=f"quota_{r}_limit_gte_guaranteed_gte_0",
+                )
+                for r in ("cpu", "memory_gib", "gpu")
+            ],
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.project} @ {self.vdc}"
+
+    def kind_limit(self, kind: str) -> int | None:
+        """The per-kind task limit (training / inference / dev env), None when unlimited."""
+        return {
+            "training": self.max_training_tasks,
+            "fine_tuning": self.max_training_tasks,
+            "inference": self.max_inference_tasks,
+            "dev_env": self.max_dev_env_tasks,
+        }.get(kind)
+
+    def clean(self) -> None:
+        errors: dict[str, str] = {}
+        for r in self.RESOURCES:
+            g, lim = getattr(self, f"guaranteed_{r}"), getattr(self, f"limit_{r}")
+            if g is not None and lim is not None and lim < g:
+                errors[f"limit_{r}"] = f"Expected a limit of at least the guaranteed {g}, got {lim}."
+        if errors:
+            raise ValidationError(errors)
+        if self.vdc_id is None:
+            return
+        capacity = self.vdc.capacity()
+        ratio = self.vdc.effective_overcommit_ratio
+        others = ProjectQuota.objects.filter(vdc_id=self.vdc_id).exclude(pk=self.pk)
+        sums = others.aggregate(
+            cpu=Sum("guaranteed_cpu"), memory_gib=Sum("guaranteed_memory_gib"), gpu=Sum("guaranteed_gpu")
+        )
+        for r in self.RESOURCES:
+            total = (sums[r] or ZERO) + (getattr(self, f"guaranteed_{r}") or ZERO)
+            allowed = capacity[r] * ratio
+            if total > allowed:
+                errors[f"guaranteed_{r}"] = (
+                    f"Guarantees in VDC {self.vdc} would add up to {total}, over its capacity "
+                    f"{capacity[r]} x overcommit {ratio} = {allowed}."
+                )
+        if errors:
+            raise ValidationError(errors)

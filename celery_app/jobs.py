@@ -1,0 +1,1 @@
+"""Celery job functions: thin, they load by id and call a service."""

