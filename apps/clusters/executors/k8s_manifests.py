@@ -1,0 +1,705 @@
+"""Pure functions that turn a :class:`JobSpec` into Kubernetes manifests (plain dicts).
+
+Nothing here talks to a cluster, so every manifest can be checked without a server.
+:func:`build_manifests` returns the objects of one task in creation order, the workload
+(Pod, Job, Volcano Job or Deployment) first; docs/kubernetes.md describes them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from dataclasses import dataclass, field
+
+from apps.clusters.executors.base import DeviceSlot, ExecutorError, GPUModelSpec, JobSpec
+
+MANAGED_BY = "hcs-portal"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_TASK_ID = "hcs.io/task-id"
+LABEL_PROJECT = "hcs.io/project"
+LABEL_ATTEMPT = "hcs.io/attempt"
+LABEL_KIND = "hcs.io/kind"
+# Unique per task attempt (the object name); every object of a task carries it, so one
+# selector finds everything a task created.
+LABEL_NAME = "hcs.io/name"
+# Only on the workload object itself, so owner listings do not count a Job's pods as jobs.
+LABEL_WORKLOAD = "hcs.io/workload"
+
+WORKLOAD_POD = "pod"
+WORKLOAD_JOB = "job"
+WORKLOAD_VCJOB = "vcjob"
+WORKLOAD_DEPLOYMENT = "deployment"
+WORKLOADS = (WORKLOAD_POD, WORKLOAD_JOB, WORKLOAD_VCJOB, WORKLOAD_DEPLOYMENT)
+
+VOLCANO_GROUP = "batch.volcano.sh"
+VOLCANO_VERSION = "v1alpha1"
+VOLCANO_PLURAL = "jobs"
+VOLCANO_TASK = "worker"
+
+JOB_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+CONTAINER_NAME = "main"
+DEFAULT_MASTER_PORT = 29500
+DEFAULT_INFERENCE_PORT = 8000
+GPU_UTIL_METRIC = "DCGM_FI_DEV_GPU_UTIL"
+
+# Pod names get "-<index>" (Indexed Job) or "-worker-<index>" (Volcano) appended and must stay
+# within the 63 characters of a DNS label, so task names are capped below that.
+MAX_NAME = 48
+
+TRAINING_KINDS = ("training", "fine_tuning")
+
+_LABEL_VALUE_BAD = re.compile(r"[^A-Za-z0-9._-]+")
+_LABEL_EDGE = re.compile(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$")
+_DNS_BAD = re.compile(r"[^a-z0-9-]+")
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+@dataclass(frozen=True)
+class HostMount:
+    """A host path the vendor's user-space driver lives in, mounted read-only at the same path."""
+
+    name: str
+    path: str
+    type: str = "Directory"
+
+
+@dataclass(frozen=True)
+class VendorProfile:
+    """What the runtime injector adds for one accelerator vendor (seed 004 §2.3)."""
+
+    mounts: tuple[HostMount, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    # Collective-communication hints, only for jobs with more than one instance.
+    comm_env: dict[str, str] = field(default_factory=dict)
+    # HAMi resource names for a share of one card: (count, memory MiB, memory percent, cores percent).
+    hami: tuple[str, str, str, str] | None = None
+
+
+_NCCL_HINTS = {
+    # Pods have no RDMA devices unless an RDMA device plugin adds them (settings["rdma"]).
+    "NCCL_IB_DISABLE": "1",
+    "NCCL_DEBUG": "WARN",
+    # NCCL_SOCKET_IFNAME stays unset on purpose: NCCL picks the pod's interface itself, and
+    # interface names differ between CNIs.
+}
+
+VENDOR_PROFILES: dict[str, VendorProfile] = {
+    "nvidia": VendorProfile(
+        mounts=(HostMount("hcs-nvidia-driver", "/usr/local/nvidia"),),
+        env={
+            "LD_LIBRARY_PATH": "/usr/local/nvidia/lib64:/usr/local/nvidia/lib:/usr/local/cuda/lib64",
+            "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
+        },
+        comm_env=_NCCL_HINTS,
+        hami=("nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores"),
+    ),
+    "huawei": VendorProfile(
+        mounts=(
+            HostMount("hcs-ascend-driver", "/usr/local/Ascend/driver"),
+            HostMount("hcs-ascend-npu-smi", "/usr/local/bin/npu-smi", "File"),
+            HostMount("hcs-ascend-install-info", "/etc/ascend_install.info", "File"),
+        ),
+        env={
+            "LD_LIBRARY_PATH": (
+                "/usr/local/Ascend/driver/lib64:/usr/local/Ascend/driver/lib64/common"
+                ":/usr/local/Ascend/driver/lib64/driver"
+            ),
+            "ASCEND_DRIVER_PATH": "/usr/local/Ascend/driver",
+            # Runtime logs go to stdout so that the task's log view shows them.
+            "ASCEND_SLOG_PRINT_TO_STDOUT": "1",
+            "ASCEND_GLOBAL_LOG_LEVEL": "3",
+        },
+        comm_env={
+            # Ranks on different nodes start seconds apart; HCCL's default link setup wait is short.
+            "HCCL_CONNECT_TIMEOUT": "1200",
+            # Pod IPs are not in a static whitelist.
+            "HCCL_WHITELIST_DISABLE": "1",
+        },
+    ),
+    "hygon": VendorProfile(
+        mounts=(
+            HostMount("hcs-rocm", "/opt/rocm"),
+            HostMount("hcs-hyhal", "/opt/hyhal"),
+            HostMount("hcs-kfd", "/dev/kfd", "CharDevice"),
+            HostMount("hcs-dri", "/dev/dri"),
+        ),
+        env={"ROCM_PATH": "/opt/rocm", "LD_LIBRARY_PATH": "/opt/rocm/lib:/opt/hyhal/lib"},
+        comm_env=_NCCL_HINTS,  # RCCL reads the NCCL_* variables
+        hami=("hygon.com/dcunum", "hygon.com/dcumem", "", "hygon.com/dcucores"),
+    ),
+    "amd": VendorProfile(
+        mounts=(
+            HostMount("hcs-rocm", "/opt/rocm"),
+            HostMount("hcs-kfd", "/dev/kfd", "CharDevice"),
+            HostMount("hcs-dri", "/dev/dri"),
+        ),
+        env={"ROCM_PATH": "/opt/rocm", "LD_LIBRARY_PATH": "/opt/rocm/lib"},
+        comm_env=_NCCL_HINTS,
+    ),
+    "cambricon": VendorProfile(
+        mounts=(HostMount("hcs-neuware", "/usr/local/neuware"),),
+        env={"NEUWARE_HOME": "/usr/local/neuware", "LD_LIBRARY_PATH": "/usr/local/neuware/lib64"},
+    ),
+    "intel": VendorProfile(),
+}
+
+# "1" (any model) on a cluster whose catalog entry was not resolved: the common case is NVIDIA.
+DEFAULT_GPU_MODEL = GPUModelSpec(
+    name="gpu", vendor="nvidia", resource_name="nvidia.com/gpu", visible_devices_env="NVIDIA_VISIBLE_DEVICES"
+)
+
+# IDE -> (port, command, env variable that carries settings["ide_secret"]). Without a secret both
+# IDEs generate their own token / password (printed in the pod log), never an open server.
+IDE_PROFILES = {
+    "jupyter": (
+        8888,
+        "exec jupyter lab --ip=0.0.0.0 --port={port} --no-browser --allow-root"
+        ' ${{HCS_IDE_TOKEN:+--ServerApp.token="$HCS_IDE_TOKEN"}}',
+        "HCS_IDE_TOKEN",
+    ),
+    "vscode": (8080, "exec code-server --bind-addr 0.0.0.0:{port} --auth password", "PASSWORD"),
+}
+
+
+# --- names and labels -------------------------------------------------------------------
+
+
+def object_name(spec: JobSpec) -> str:
+    """DNS-1035 name of every object of this task attempt (lowercase, starts with a letter, <= 48)."""
+    name = _DNS_BAD.sub("-", spec.name.lower()).strip("-")
+    if not name or not name[0].isalpha():
+        name = f"hcs-{name}".strip("-")
+    if len(name) > MAX_NAME:
+        digest = hashlib.sha1(spec.name.encode()).hexdigest()[:6]
+        name = f"{name[: MAX_NAME - 7].rstrip('-')}-{digest}"
+    return name
+
+
+def sanitize_label_value(value: object) -> str:
+    """A valid label value: at most 63 of [A-Za-z0-9._-], alphanumeric at both ends, or empty."""
+    text = _LABEL_VALUE_BAD.sub("-", str(value))[:63]
+    return _LABEL_EDGE.sub("", text)
+
+
+def sanitize_label_key(key: str) -> str | None:
+    """A valid label key (``prefix/name``), or None when nothing valid is left of it."""
+    prefix, _, name = key.rpartition("/")
+    name = sanitize_label_value(name)
+    if not name:
+        return None
+    if prefix:
+        prefix = prefix.lower()
+        if len(prefix) > 253 or not _SUBDOMAIN.match(prefix):
+            return None
+        return f"{prefix}/{name}"
+    return name
+
+
+def task_labels(spec: JobSpec) -> dict[str, str]:
+    """Labels on every object of the task: the spec's own (sanitised), then ours, which win."""
+    labels: dict[str, str] = {}
+    for key, value in spec.labels.items():
+        clean_key = sanitize_label_key(key)
+        if clean_key:
+            labels[clean_key] = sanitize_label_value(value)
+    labels.update(
+        {
+            LABEL_MANAGED_BY: MANAGED_BY,
+            LABEL_TASK_ID: str(spec.task_id),
+            LABEL_PROJECT: sanitize_label_value(spec.project),
+            LABEL_ATTEMPT: str(spec.attempt),
+            LABEL_KIND: sanitize_label_value(spec.kind),
+            LABEL_NAME: object_name(spec),
+        }
+    )
+    return labels
+
+
+def selector_for(labels: dict[str, str]) -> str:
+    """An equality label selector, sanitised the same way the labels were written."""
+    parts = []
+    for key, value in labels.items():
+        clean_key = sanitize_label_key(key)
+        if clean_key:
+            parts.append(f"{clean_key}={sanitize_label_value(value)}")
+    return ",".join(parts)
+
+
+def external_id(namespace: str, workload: str, name: str) -> str:
+    return f"{namespace}/{workload}/{name}"
+
+
+def parse_external_id(value: str) -> tuple[str, str, str]:
+    """``<namespace>/<workload>/<name>`` back into its parts; ExecutorError when malformed."""
+    parts = value.split("/")
+    if len(parts) != 3 or parts[1] not in WORKLOADS or not parts[0] or not parts[2]:
+        raise ExecutorError(
+            f"Not a Kubernetes job id: {value!r} (expected <namespace>/<{'|'.join(WORKLOADS)}>/<name>)",
+            retryable=False,
+        )
+    return parts[0], parts[1], parts[2]
+
+
+def _metadata(name: str, namespace: str, labels: dict[str, str]) -> dict:
+    return {"name": name, "namespace": namespace, "labels": dict(labels)}
+
+
+# --- accelerators -----------------------------------------------------------------------
+
+
+def _first_slot(spec: JobSpec) -> DeviceSlot | None:
+    for placement in spec.placements:
+        for slot in placement.devices:
+            return slot
+    return None
+
+
+def is_fractional(spec: JobSpec) -> bool:
+    """A share of one card: a fraction below one, or a memory / cores slice chosen by the scheduler."""
+    if 0 < spec.gpus_per_instance < 1:
+        return True
+    slot = _first_slot(spec)
+    return bool(
+        spec.gpus_per_instance > 0
+        and slot is not None
+        and (slot.fraction < 1 or slot.vram_gib is not None or slot.cores_percent is not None)
+    )
+
+
+def gpu_model(spec: JobSpec) -> GPUModelSpec:
+    return spec.gpu_model or DEFAULT_GPU_MODEL
+
+
+def vendor_profile(spec: JobSpec) -> VendorProfile:
+    return VENDOR_PROFILES.get(gpu_model(spec).vendor.lower(), VendorProfile())
+
+
+def gpu_limits(spec: JobSpec) -> dict[str, str]:
+    """Extended-resource limits for the accelerator part of one instance (none without GPUs)."""
+    gpus = spec.gpus_per_instance
+    if gpus <= 0:
+        return {}
+    model = gpu_model(spec)
+    if not is_fractional(spec):
+        if gpus != int(gpus):
+            raise ExecutorError(
+                f"{gpus} GPUs per instance: Kubernetes takes whole cards or a share of one card",
+                retryable=False,
+            )
+        return {model.resource_name: str(int(gpus))}
+    hami = vendor_profile(spec).hami
+    if hami is None:
+        raise ExecutorError(
+            f"Fractional GPUs are not supported for vendor {model.vendor!r} on Kubernetes "
+            "(HAMi sharing covers nvidia and hygon)",
+            retryable=False,
+        )
+    count_res, mem_res, mem_pct_res, cores_res = hami
+    slot = _first_slot(spec)
+    fraction = gpus if gpus < 1 else (slot.fraction if slot else 1.0)
+    percent = max(1, min(100, round(fraction * 100)))
+    limits = {count_res: "1"}
+    if slot is not None and slot.vram_gib is not None:
+        limits[mem_res] = str(math.ceil(slot.vram_gib * 1024))
+    elif mem_pct_res:
+        limits[mem_pct_res] = str(percent)
+    cores = slot.cores_percent if slot is not None and slot.cores_percent is not None else percent
+    limits[cores_res] = str(cores)
+    return limits
+
+
+def _visible_devices(spec: JobSpec) -> str | None:
+    """The scheduler's device indices when every instance got the same ones (one template for all)."""
+    choices = {tuple(slot.index for slot in p.devices) for p in spec.placements if p.devices}
+    if len(choices) != 1:
+        return None
+    return ",".join(str(i) for i in next(iter(choices)))
+
+
+def accelerator_env(spec: JobSpec) -> dict[str, str]:
+    """Vendor env: driver paths, the visible-devices variable, communication hints for gangs."""
+    if spec.gpus_per_instance <= 0:
+        return {}
+    profile = vendor_profile(spec)
+    env = dict(profile.env)
+    devices = _visible_devices(spec)
+    # With HAMi the device plugin picks the card and sets the variable itself.
+    if devices is not None and not is_fractional(spec):
+        env[gpu_model(spec).visible_devices_env] = devices
+    if spec.instances > 1 and spec.kind in TRAINING_KINDS:
+        env.update(profile.comm_env)
+        if spec.settings.get("rdma") and "NCCL_IB_DISABLE" in env:
+            env["NCCL_IB_DISABLE"] = "0"
+    return env
+
+
+# --- pods -------------------------------------------------------------------------------
+
+
+def _cpu_quantity(cores: float) -> str:
+    return str(int(cores)) if cores == int(cores) else f"{math.ceil(cores * 1000)}m"
+
+
+def _memory_quantity(gib: float) -> str:
+    return f"{math.ceil(gib * 1024)}Mi"
+
+
+def _env_list(env: dict[str, str]) -> list[dict]:
+    return [{"name": key, "value": str(value)} for key, value in env.items()]
+
+
+def _volumes(spec: JobSpec) -> tuple[list[dict], list[dict]]:
+    volumes: list[dict] = []
+    mounts: list[dict] = []
+    for index, volume in enumerate(spec.volumes):
+        name = sanitize_label_value(volume.get("name") or f"vol-{index}").lower().replace("_", "-").replace(".", "-")
+        if volume.get("claim_name"):
+            source = {"persistentVolumeClaim": {"claimName": volume["claim_name"]}}
+        else:
+            source = {"hostPath": {"path": volume["host_path"]}}
+        volumes.append({"name": name, **source})
+        mount = {"name": name, "mountPath": volume["mount_path"]}
+        if volume.get("read_only"):
+            mount["readOnly"] = True
+        mounts.append(mount)
+    if spec.gpus_per_instance > 0:
+        for host in vendor_profile(spec).mounts:
+            volumes.append({"name": host.name, "hostPath": {"path": host.path, "type": host.type}})
+            mounts.append({"name": host.name, "mountPath": host.path, "readOnly": True})
+        # Data loader workers share tensors through /dev/shm; the container default is 64 MiB.
+        volumes.append({"name": "hcs-shm", "emptyDir": {"medium": "Memory"}})
+        mounts.append({"name": "hcs-shm", "mountPath": "/dev/shm"})
+    return volumes, mounts
+
+
+def _placement(spec: JobSpec) -> dict:
+    """nodeSelector for one node, a required node affinity when instances spread over several."""
+    nodes = sorted({p.node for p in spec.placements if p.node})
+    if not nodes:
+        return {}
+    if len(nodes) == 1:
+        return {"nodeSelector": {HOSTNAME_LABEL: nodes[0]}}
+    return {
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "In", "values": nodes}]}
+                    ]
+                }
+            }
+        }
+    }
+
+
+def container(
+    spec: JobSpec,
+    *,
+    command: str = "",
+    ports: tuple[tuple[str, int], ...] = (),
+    extra_env: tuple[dict, ...] = (),
+    env_before: dict[str, str] | None = None,
+) -> dict:
+    """The task's one container: resources, vendor env, the spec's env last (it wins)."""
+    env = {**accelerator_env(spec), **(env_before or {}), **spec.env}
+    limits = {"cpu": _cpu_quantity(spec.cpu), "memory": _memory_quantity(spec.memory_gib), **gpu_limits(spec)}
+    requests = {"cpu": limits["cpu"], "memory": limits["memory"]}
+    _, mounts = _volumes(spec)
+    result: dict = {
+        "name": CONTAINER_NAME,
+        "image": spec.image,
+        "env": [*extra_env, *_env_list(env)],
+        "resources": {"limits": limits, "requests": requests},
+    }
+    command = command or spec.command
+    if command:
+        result["command"] = ["/bin/sh", "-c", command]
+    if ports:
+        result["ports"] = [{"name": name, "containerPort": port, "protocol": "TCP"} for name, port in ports]
+    if mounts:
+        result["volumeMounts"] = mounts
+    return result
+
+
+def pod_spec(spec: JobSpec, main: dict, *, restart_policy: str) -> dict:
+    volumes, _ = _volumes(spec)
+    result: dict = {
+        "restartPolicy": restart_policy,
+        "containers": [main],
+        # Task code has no business with the cluster API.
+        "automountServiceAccountToken": False,
+        **_placement(spec),
+    }
+    if volumes:
+        result["volumes"] = volumes
+    if spec.gpus_per_instance > 0:
+        key = next(iter(gpu_limits(spec)))
+        result["tolerations"] = [{"key": key, "operator": "Exists", "effect": "NoSchedule"}]
+    return result
+
+
+def _service(name: str, namespace: str, labels: dict, ports: list[dict], *, headless: bool = False) -> dict:
+    spec: dict = {"selector": {LABEL_NAME: labels[LABEL_NAME]}, "ports": ports}
+    if headless:
+        spec["clusterIP"] = "None"
+        # Ranks resolve each other before they are ready: rendezvous happens during startup.
+        spec["publishNotReadyAddresses"] = True
+    else:
+        spec["type"] = "ClusterIP"
+    return {"apiVersion": "v1", "kind": "Service", "metadata": _metadata(name, namespace, labels), "spec": spec}
+
+
+def ingress_host(name: str, ingress_domain: str) -> str:
+    return f"{name}.{ingress_domain.strip('.')}"
+
+
+def _ingress(
+    name: str, namespace: str, labels: dict, port: int, ingress_domain: str, ingress_class: str | None
+) -> dict:
+    spec: dict = {
+        "rules": [
+            {
+                "host": ingress_host(name, ingress_domain),
+                "http": {
+                    "paths": [
+                        {
+                            "path": "/",
+                            "pathType": "Prefix",
+                            "backend": {"service": {"name": name, "port": {"number": port}}},
+                        }
+                    ]
+                },
+            }
+        ]
+    }
+    if ingress_class:
+        spec["ingressClassName"] = ingress_class
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "Ingress",
+        "metadata": _metadata(name, namespace, labels),
+        "spec": spec,
+    }
+
+
+def _workload_labels(labels: dict, workload: str) -> dict:
+    return {**labels, LABEL_WORKLOAD: workload}
+
+
+# --- per kind ---------------------------------------------------------------------------
+
+
+def dev_env_manifests(
+    spec: JobSpec, namespace: str, ingress_domain: str | None = None, ingress_class: str | None = None
+) -> list[dict]:
+    """Pod + Service (+ Ingress): an IDE (jupyter / vscode) or the spec's own command."""
+    name = object_name(spec)
+    labels = task_labels(spec)
+    ide = spec.settings.get("ide", "jupyter")
+    if ide not in IDE_PROFILES:
+        raise ExecutorError(f"Unknown IDE {ide!r}: expected one of {', '.join(IDE_PROFILES)}", retryable=False)
+    default_port, ide_command, secret_env = IDE_PROFILES[ide]
+    port = int(spec.settings.get("port", default_port))
+    command = "" if spec.command else ide_command.format(port=port)
+    secret = {secret_env: str(spec.settings["ide_secret"])} if spec.settings.get("ide_secret") else {}
+    main = container(spec, command=command, ports=(("http", port),), env_before=secret)
+    pod_body = pod_spec(spec, main, restart_policy="Always")
+    if spec.time_limit_s:
+        pod_body["activeDeadlineSeconds"] = int(spec.time_limit_s)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": _metadata(name, namespace, _workload_labels(labels, WORKLOAD_POD)),
+        "spec": pod_body,
+    }
+    objects = [pod, _service(name, namespace, labels, [{"name": "http", "port": port, "targetPort": port}])]
+    if ingress_domain:
+        objects.append(_ingress(name, namespace, labels, port, ingress_domain, ingress_class))
+    return objects
+
+
+def _rendezvous_env(spec: JobSpec, master_addr: str) -> dict[str, str]:
+    port = str(spec.settings.get("master_port", DEFAULT_MASTER_PORT))
+    world = str(spec.instances)
+    return {"WORLD_SIZE": world, "NNODES": world, "MASTER_ADDR": master_addr, "MASTER_PORT": port}
+
+
+def training_manifests(spec: JobSpec, namespace: str) -> list[dict]:
+    """Indexed Job (one pod per rank) + headless Service that gives every rank a DNS name."""
+    name = object_name(spec)
+    labels = task_labels(spec)
+    index_ref = {"valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{JOB_INDEX_ANNOTATION}']"}}}
+    port = int(spec.settings.get("master_port", DEFAULT_MASTER_PORT))
+    main = container(
+        spec,
+        extra_env=({"name": "RANK", **index_ref}, {"name": "NODE_RANK", **index_ref}),
+        env_before=_rendezvous_env(spec, f"{name}-0.{name}"),
+        ports=(("master", port),),
+    )
+    body = pod_spec(spec, main, restart_policy="Never")
+    # Pods of an Indexed Job are named <job>-<index> as hostnames under this subdomain.
+    body["subdomain"] = name
+    job_spec: dict = {
+        "completionMode": "Indexed",
+        "completions": spec.instances,
+        "parallelism": spec.instances,
+        "backoffLimit": int(spec.settings.get("retries", 0)),
+        "template": {"metadata": {"labels": dict(labels)}, "spec": body},
+    }
+    if spec.time_limit_s:
+        job_spec["activeDeadlineSeconds"] = int(spec.time_limit_s)
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _metadata(name, namespace, _workload_labels(labels, WORKLOAD_JOB)),
+        "spec": job_spec,
+    }
+    service = _service(name, namespace, labels, [{"name": "master", "port": port, "targetPort": port}], headless=True)
+    return [job, service]
+
+
+def volcano_manifests(spec: JobSpec, namespace: str) -> list[dict]:
+    """Volcano Job: one task of ``instances`` replicas, gang-scheduled (minAvailable = instances).
+
+    Volcano's ``svc`` plugin makes the headless Service and the ``<job>-worker-<i>.<job>``
+    host names; its ``env`` plugin sets ``VC_TASK_INDEX``, which becomes ``RANK``.
+    """
+    name = object_name(spec)
+    labels = task_labels(spec)
+    command = spec.command
+    if command:
+        # The env plugin's variables are appended after ours, so $(VC_TASK_INDEX) cannot be
+        # referenced in the env list; the shell reads it at start instead.
+        command = f'export RANK="${{VC_TASK_INDEX:-0}}" NODE_RANK="${{VC_TASK_INDEX:-0}}"; {command}'
+    port = int(spec.settings.get("master_port", DEFAULT_MASTER_PORT))
+    main = container(
+        spec,
+        command=command,
+        env_before=_rendezvous_env(spec, f"{name}-{VOLCANO_TASK}-0.{name}"),
+        ports=(("master", port),),
+    )
+    body = pod_spec(spec, main, restart_policy="Never")
+    if spec.time_limit_s:
+        body["activeDeadlineSeconds"] = int(spec.time_limit_s)
+    return [
+        {
+            "apiVersion": f"{VOLCANO_GROUP}/{VOLCANO_VERSION}",
+            "kind": "Job",
+            "metadata": _metadata(name, namespace, _workload_labels(labels, WORKLOAD_VCJOB)),
+            "spec": {
+                "schedulerName": "volcano",
+                "queue": spec.settings.get("volcano_queue", "default"),
+                "minAvailable": spec.instances,
+                "maxRetry": int(spec.settings.get("retries", 0)),
+                "plugins": {"env": [], "svc": []},
+                "policies": [{"event": "PodEvicted", "action": "RestartJob"}],
+                "tasks": [
+                    {
+                        "name": VOLCANO_TASK,
+                        "replicas": spec.instances,
+                        "template": {"metadata": {"labels": dict(labels)}, "spec": body},
+                    }
+                ],
+            },
+        }
+    ]
+
+
+def _hpa_metrics(settings: dict) -> list[dict]:
+    metrics = []
+    for resource, key in (("cpu", "target_cpu_utilization"), ("memory", "target_memory_utilization")):
+        if settings.get(key) is not None:
+            target = {"type": "Utilization", "averageUtilization": int(settings[key])}
+            metrics.append({"type": "Resource", "resource": {"name": resource, "target": target}})
+    if settings.get("target_gpu_utilization") is not None:
+        metrics.append(
+            {
+                "type": "Pods",
+                "pods": {
+                    "metric": {"name": GPU_UTIL_METRIC},
+                    "target": {"type": "AverageValue", "averageValue": str(int(settings["target_gpu_utilization"]))},
+                },
+            }
+        )
+    if not metrics:
+        metrics.append(
+            {
+                "type": "Resource",
+                "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}},
+            }
+        )
+    return metrics
+
+
+def inference_manifests(
+    spec: JobSpec, namespace: str, ingress_domain: str | None = None, ingress_class: str | None = None
+) -> list[dict]:
+    """Deployment + Service (+ Ingress with a domain) + autoscaling/v2 HorizontalPodAutoscaler."""
+    name = object_name(spec)
+    labels = task_labels(spec)
+    settings = spec.settings
+    port = int(settings.get("port", DEFAULT_INFERENCE_PORT))
+    replicas = int(settings.get("replicas", spec.instances))
+    min_replicas = int(settings.get("min_replicas", replicas))
+    max_replicas = max(min_replicas, int(settings.get("max_replicas", replicas)))
+    main = container(spec, ports=(("http", port),))
+    if settings.get("health_path"):
+        main["readinessProbe"] = {"httpGet": {"path": settings["health_path"], "port": port}, "periodSeconds": 10}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(name, namespace, _workload_labels(labels, WORKLOAD_DEPLOYMENT)),
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {LABEL_NAME: name}},
+            "template": {"metadata": {"labels": dict(labels)}, "spec": pod_spec(spec, main, restart_policy="Always")},
+        },
+    }
+    objects = [deployment, _service(name, namespace, labels, [{"name": "http", "port": 80, "targetPort": port}])]
+    if ingress_domain:
+        objects.append(_ingress(name, namespace, labels, 80, ingress_domain, ingress_class))
+    objects.append(
+        {
+            "apiVersion": "autoscaling/v2",
+            "kind": "HorizontalPodAutoscaler",
+            "metadata": _metadata(name, namespace, labels),
+            "spec": {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+                "minReplicas": min_replicas,
+                "maxReplicas": max_replicas,
+                "metrics": _hpa_metrics(settings),
+            },
+        }
+    )
+    return objects
+
+
+def workload_of(spec: JobSpec) -> str:
+    """Which workload object a spec becomes (the middle part of its external id)."""
+    if spec.kind == "dev_env":
+        return WORKLOAD_POD
+    if spec.kind in TRAINING_KINDS:
+        return WORKLOAD_VCJOB if spec.backend_flavour == "volcano" else WORKLOAD_JOB
+    if spec.kind == "inference":
+        return WORKLOAD_DEPLOYMENT
+    raise ExecutorError(f"Unknown task kind {spec.kind!r} for Kubernetes", retryable=False)
+
+
+def build_manifests(
+    spec: JobSpec, namespace: str, *, ingress_domain: str | None = None, ingress_class: str | None = None
+) -> list[dict]:
+    """Every object of the task in creation order; the workload comes first."""
+    if spec.instances < 1:
+        raise ExecutorError(f"instances must be at least 1, got {spec.instances}", retryable=False)
+    if not spec.image:
+        raise ExecutorError("Kubernetes tasks need an image", retryable=False)
+    workload = workload_of(spec)
+    if workload == WORKLOAD_POD:
+        return dev_env_manifests(spec, namespace, ingress_domain, ingress_class)
+    if workload == WORKLOAD_JOB:
+        return training_manifests(spec, namespace)
+    if workload == WORKLOAD_VCJOB:
+        return volcano_manifests(spec, namespace)
+    return inference_manifests(spec, namespace, ingress_domain, ingress_class)
