@@ -54,9 +54,7 @@ class Task(models.Model):
     memory_gib = models.DecimalField(
         max_digits=10, decimal_places=2, default=Decimal("1"), validators=[MinValueValidator(ZERO)]
     )
-    gpu_spec = models.CharField(
-        max_length=128, blank=True, help_text="e.g. 2(A100), 1(A100|H100), 0.5(vgpu), 1"
-    )
+    gpu_spec = models.CharField(max_length=128, blank=True, help_text="e.g. 2(A100), 1(A100|H100), 0.5(vgpu), 1")
     instances = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
     elastic_min = models.PositiveIntegerField(null=True, blank=True)
     elastic_max = models.PositiveIntegerField(null=True, blank=True)
@@ -102,17 +100,13 @@ class Task(models.Model):
     )
 
     # State, written by services and the scheduler.
-    status = models.CharField(
-        max_length=16, choices=TaskStatus.choices, default=TaskStatus.QUEUED, db_index=True
-    )
+    status = models.CharField(max_length=16, choices=TaskStatus.choices, default=TaskStatus.QUEUED, db_index=True)
     status_message = models.TextField(blank=True)
     pending_reason = models.CharField(max_length=32, blank=True)
     pending_message = models.TextField(blank=True)
     queue_position = models.PositiveIntegerField(null=True, blank=True)
     estimated_start = models.DateTimeField(null=True, blank=True)
-    cluster = models.ForeignKey(
-        Cluster, null=True, blank=True, on_delete=models.SET_NULL, related_name="tasks"
-    )
+    cluster = models.ForeignKey(Cluster, null=True, blank=True, on_delete=models.SET_NULL, related_name="tasks")
     placement = models.JSONField(default=list, blank=True, help_text="Per instance: node and devices")
     allocated_gpu = models.DecimalField(
         max_digits=10, decimal_places=3, default=ZERO, help_text="GPU-equivalents held while running"
@@ -132,9 +126,7 @@ class Task(models.Model):
         ordering = ["-submitted_at", "-id"]
         indexes = [models.Index(fields=["status", "queue"]), models.Index(fields=["project", "status"])]
         constraints = [
-            models.CheckConstraint(
-                condition=Q(cpu__gte=0) & Q(memory_gib__gte=0), name="task_resources_non_negative"
-            ),
+            models.CheckConstraint(condition=Q(cpu__gte=0) & Q(memory_gib__gte=0), name="task_resources_non_negative"),
             models.CheckConstraint(condition=Q(instances__gte=1), name="task_instances_gte_1"),
             models.CheckConstraint(
                 condition=Q(elastic_min__isnull=True)
@@ -175,9 +167,7 @@ class Task(models.Model):
         except ValidationError as exc:
             errors["gpu_spec"] = exc.messages[0]
         if self.is_elastic and self.elastic_min > self.elastic_max:
-            errors["elastic_max"] = (
-                f"Expected at least elastic_min ({self.elastic_min}), got {self.elastic_max}."
-            )
+            errors["elastic_max"] = f"Expected at least elastic_min ({self.elastic_min}), got {self.elastic_max}."
         if (self.elastic_min is None) != (self.elastic_max is None):
             errors["elastic_max"] = "Expected both elastic_min and elastic_max, or neither."
         if not isinstance(self.env, dict) or not all(isinstance(v, str) for v in self.env.values()):

@@ -23,9 +23,7 @@ class Migration(migrations.Migration):
             fields=[
                 (
                     "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
+                    models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID"),
                 ),
                 ("name", models.CharField(max_length=128)),
                 (
@@ -60,15 +58,11 @@ class Migration(migrations.Migration):
                 ),
                 (
                     "gpu_spec",
-                    models.CharField(
-                        blank=True, help_text="e.g. 2(A100), 1(A100|H100), 0.5(vgpu), 1", max_length=128
-                    ),
+                    models.CharField(blank=True, help_text="e.g. 2(A100), 1(A100|H100), 0.5(vgpu), 1", max_length=128),
                 ),
                 (
                     "instances",
-                    models.PositiveIntegerField(
-                        default=1, validators=[django.core.validators.MinValueValidator(1)]
-                    ),
+                    models.PositiveIntegerField(default=1, validators=[django.core.validators.MinValueValidator(1)]),
                 ),
                 ("elastic_min", models.PositiveIntegerField(blank=True, null=True)),
                 ("elastic_max", models.PositiveIntegerField(blank=True, null=True)),
@@ -198,17 +192,13 @@ class Migration(migrations.Migration):
                 ),
                 (
                     "replicas",
-                    models.PositiveIntegerField(
-                        default=0, help_text="Instances running now (elastic tasks vary)"
-                    ),
+                    models.PositiveIntegerField(default=0, help_text="Instances running now (elastic tasks vary)"),
                 ),
                 ("external_id", models.CharField(blank=True, db_index=True, max_length=255)),
                 ("attempt", models.PositiveIntegerField(default=0)),
                 (
                     "window",
-                    models.DurationField(
-                        blank=True, help_text="Medium class: current guaranteed window", null=True
-                    ),
+                    models.DurationField(blank=True, help_text="Medium class: current guaranteed window", null=True),
                 ),
                 ("submitted_at", models.DateTimeField(auto_now_add=True, db_index=True)),
                 ("started_at", models.DateTimeField(blank=True, null=True)),
@@ -252,9 +242,7 @@ class Migration(migrations.Migration):
                 ),
                 (
                     "vdc",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.PROTECT, related_name="tasks", to="vdc.vdc"
-                    ),
+                    models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name="tasks", to="vdc.vdc"),
                 ),
             ],
             options={
@@ -266,9 +254,7 @@ class Migration(migrations.Migration):
             fields=[
                 (
                     "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
+                    models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID"),
                 ),
                 (
                     "kind",
@@ -371,9 +357,7 @@ class Migration(migrations.Migration):
         ),
         migrations.AddConstraint(
             model_name="task",
-            constraint=models.CheckConstraint(
-                condition=models.Q(("instances__gte", 1)), name="task_instances_gte_1"
-            ),
+            constraint=models.CheckConstraint(condition=models.Q(("instances__gte", 1)), name="task_instances_gte_1"),
         ),
         migrations.AddConstraint(
             model_name="task",

@@ -1,0 +1,218 @@
+"""Every write to tasks goes through here: submission, stop, delete, and the event timeline.
+
+The API, the admin, the pages and the Celery jobs all call these functions, so validation,
+permissions and audit events are the same whichever door a request came in by.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from apps.clusters import services as cluster_services
+from apps.clusters.gpuspec import GPURequest, candidate_models, equivalents
+from apps.queues.choices import PriorityClass
+from apps.queues.models import TaskQueue
+from apps.tasks.choices import ACTIVE, FINAL, EventKind, TaskKind, TaskStatus
+from apps.tasks.models import Task, TaskEvent
+from apps.tasks.signals import task_changed
+from apps.vdc.models import VDC, Project, ProjectQuota
+from apps.vdc.services import can_act, can_view
+
+# Fields a submitter may set; everything else (status, placement ...) belongs to the scheduler.
+SUBMIT_FIELDS = (
+    "name", "kind", "cpu", "memory_gib", "gpu_spec", "instances", "elastic_min", "elastic_max",
+    "expected_duration", "preemptible", "required_labels", "image", "command", "env", "volumes",
+    "ide_type", "framework", "model_path", "epochs", "batch_size", "checkpoint_path", "max_retries",
+    "port", "max_tokens", "temperature", "autoscale_min", "autoscale_max", "autoscale_cpu_percent",
+    "autoscale_gpu_percent",
+)  # fmt: skip
+
+
+def record_event(
+    task: Task,
+    kind: str,
+    message: str = "",
+    *,
+    actor=None,
+    from_status: str = "",
+    to_status: str = "",
+    data: dict | None = None,
+) -> TaskEvent:
+    """Append an entry to the task's timeline and tell live pages once the transaction commits."""
+    event = TaskEvent.objects.create(
+        task=task,
+        kind=kind,
+        message=message,
+        actor=actor if actor is not None and actor.is_authenticated else None,
+        from_status=from_status,
+        to_status=to_status,
+        data=data or {},
+    )
+    task_id = task.pk
+    transaction.on_commit(lambda: task_changed.send(sender=Task, task_id=task_id))
+    return event
+
+
+def _min_gpu_equivalents(request: GPURequest, gpu_catalog) -> Decimal:
+    """The fewest GPU-equivalents the request can cost on a model it may land on (for quota checks)."""
+    if request.is_none:
+        return Decimal("0")
+    models = [name for name, _count in candidate_models(request, gpu_catalog)]
+    return min((equivalents(request, gpu_catalog, model) for model in models), default=Decimal("0"))
+
+
+def _resolve_queue(vdc: VDC, queue: TaskQueue | str | None) -> TaskQueue:
+    if isinstance(queue, TaskQueue):
+        if queue.vdc_id != vdc.pk:
+            raise ValidationError({"queue": f"Expected a queue of VDC {vdc}; {queue} belongs to {queue.vdc}."})
+        return queue
+    names = list(TaskQueue.objects.filter(vdc=vdc).values_list("name", flat=True))
+    if not queue:
+        raise ValidationError({"queue": f"Expected a queue of VDC {vdc}: one of {', '.join(names) or 'none yet'}."})
+    found = TaskQueue.objects.filter(vdc=vdc, name=queue).first()
+    if found is None:
+        raise ValidationError(
+            {"queue": f"Unknown queue {queue!r} in VDC {vdc}; expected one of {', '.join(names) or 'none yet'}."}
+        )
+    return found
+
+
+def submit_task(
+    user,
+    *,
+    project: Project,
+    queue: TaskQueue | str | None,
+    vdc: VDC | None = None,
+    preferred_clusters=(),
+    **fields: Any,
+) -> Task:
+    """Validate a submission and leave the task queued for the scheduler.
+
+    Checks, in order: the user may act in the project; the VDC (default when omitted) and queue exist
+    and the queue is open; the fields and the GPU spec are valid; medium queues get an expected duration;
+    the request fits the project's quota limits in the VDC. Raises ValidationError (per field) or
+    PermissionDenied and writes nothing in either case.
+    """
+    if not can_act(user, project):
+        if can_view(user, project):
+            raise PermissionDenied(f"Viewers of project {project} cannot submit tasks.")
+        raise PermissionDenied(f"You are not a member of project {project}.")
+    unknown = set(fields) - set(SUBMIT_FIELDS)
+    if unknown:
+        raise ValidationError(dict.fromkeys(sorted(unknown), "Not a field a submission may set."))
+    if vdc is None:
+        vdc = queue.vdc if isinstance(queue, TaskQueue) else VDC.default()
+        if vdc is None:
+            raise ValidationError({"vdc": "Expected a VDC: none was given and no default VDC is set."})
+    if not vdc.enabled:
+        raise ValidationError({"vdc": f"VDC {vdc} is disabled and takes no tasks."})
+    queue = _resolve_queue(vdc, queue)
+    if not queue.is_open:
+        raise ValidationError({"queue": f"Queue {queue.name} is closed and takes no new tasks."})
+
+    task = Task(project=project, owner=user, vdc=vdc, queue=queue, status=TaskStatus.QUEUED, **fields)
+    if task.kind not in TaskKind.values:
+        raise ValidationError({"kind": f"Expected one of {', '.join(TaskKind.values)}, got {task.kind!r}."})
+    task.full_clean(exclude=["project", "owner", "vdc", "queue"])
+
+    errors: dict[str, str] = {}
+    if queue.priority_class == PriorityClass.MEDIUM and not task.expected_duration:
+        errors["expected_duration"] = (
+            f"Queue {queue.name} is medium priority: expected an expected duration (e.g. 02:00:00), "
+            "the window the task is guaranteed for."
+        )
+    gpu_catalog = cluster_services.catalog()
+    request = cluster_services.validate_gpu_spec(task.gpu_spec, gpu_catalog)
+    if not request.is_none and not candidate_models(request, gpu_catalog):
+        errors["gpu_spec"] = f"No GPU model in the catalog can satisfy {task.gpu_spec!r}."
+    if errors:
+        raise ValidationError(errors)
+    task.gpu_spec = task.gpu_spec.strip()
+    _check_quota(task, request, gpu_catalog)
+
+    with transaction.atomic():
+        task.save()
+        if preferred_clusters:
+            task.preferred_clusters.set(preferred_clusters)
+        record_event(task, EventKind.SUBMITTED, f"Submitted to queue {queue.name} ({queue.priority_class})",
+                     actor=user, to_status=task.status)  # fmt: skip
+    return task
+
+
+def _check_quota(task: Task, request: GPURequest, gpu_catalog) -> None:
+    """Reject a request that could never run within the project's enforced limits in the VDC."""
+    quota = ProjectQuota.objects.filter(project=task.project, vdc=task.vdc).first()
+    if quota is None:
+        raise ValidationError({"project": f"Project {task.project} has no quota in VDC {task.vdc}."})
+    if not quota.enforce:
+        return
+    size = task.elastic_min if task.is_elastic else task.instances
+    need = {
+        "cpu": task.cpu * size,
+        "memory_gib": task.memory_gib * size,
+        "gpu": _min_gpu_equivalents(request, gpu_catalog) * size,
+    }
+    errors = {}
+    for resource, field in (("cpu", "cpu"), ("memory_gib", "memory_gib"), ("gpu", "gpu_spec")):
+        limit = getattr(quota, f"limit_{resource}")
+        if need[resource] > limit:
+            errors[field] = (
+                f"Expected at most the project's {resource.replace('_gib', '')} limit of {limit} in VDC {task.vdc}; "
+                f"this task needs {need[resource].normalize()}."
+            )
+    if errors:
+        raise ValidationError(errors)
+    counts = Task.objects.filter(project=task.project, vdc=task.vdc).exclude(status__in=FINAL)
+    counts = counts.aggregate(total=Count("id"), kind=Count("id", filter=Q(kind=task.kind)))
+    kind_limit = quota.kind_limit(task.kind)
+    if kind_limit is not None and counts["kind"] >= kind_limit:
+        raise ValidationError(
+            {
+                "kind": f"Project {task.project} already has {counts['kind']} unfinished {task.get_kind_display()} "
+                f"tasks, its limit in VDC {task.vdc}."
+            }  # fmt: skip
+        )
+
+
+def stop_task(task: Task, user, reason: str = "") -> Task:
+    """Stop a task: a waiting task stops at once; a running one is stopped on its backend after commit."""
+    if not can_act(user, task.project):
+        raise PermissionDenied("Only owners and members of the project can stop its tasks.")
+    with transaction.atomic():
+        task = Task.objects.select_for_update().get(pk=task.pk)
+        if task.is_final:
+            raise ValidationError({"status": f"Task is already {task.status}; nothing to stop."})
+        previous = task.status
+        was_active = previous in ACTIVE
+        task.status = TaskStatus.STOPPED
+        task.finished_at = timezone.now()
+        task.queue_position = None
+        task.estimated_start = None
+        task.pending_reason = ""
+        task.pending_message = ""
+        task.save()
+        message = f"Stopped by {user}" + (f": {reason}" if reason else "")
+        record_event(task, EventKind.STOPPED, message, actor=user, from_status=previous, to_status=task.status)
+        if was_active and task.external_id:
+            from celery_app.jobs import stop_on_backend  # noqa: PLC0415 - Celery is the outer layer
+
+            task_id, cluster_id, external_id = task.pk, task.cluster_id, task.external_id
+            transaction.on_commit(lambda: stop_on_backend.delay(task_id, cluster_id, external_id))
+    return task
+
+
+def delete_task(task: Task, user) -> None:
+    """Delete a task that has ended (stop it first); its timeline goes with it."""
+    if not can_act(user, task.project):
+        raise PermissionDenied("Only owners and members of the project can delete its tasks.")
+    if not task.is_final:
+        raise ValidationError({"status": f"Task is {task.status}; expected a stopped, completed or failed task."})
+    if task.usage_records.exists():
+        raise ValidationError({"status": "Task has metered usage on record and is kept for billing."})
+    task.delete()

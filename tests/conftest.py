@@ -1,0 +1,108 @@
+"""Shared fixtures: a small world (VDC, cluster, queues, projects) and users of every role.
+
+In CI (CI=true) the suite must run on the real services: PostgreSQL through DATABASE_URL and
+Redis through REDIS_URL. A missing service fails the run instead of skipping tests.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from decimal import Decimal
+
+import pytest
+from django.conf import settings
+
+from tests.factories import (
+    ClusterFactory,
+    DeviceFactory,
+    MembershipFactory,
+    NodeFactory,
+    ProjectFactory,
+    ProjectQuotaFactory,
+    TaskQueueFactory,
+    UserFactory,
+    VDCFactory,
+)
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def pytest_configure(config):
+    # Hashing test passwords with PBKDF2 would dominate the suite's run time.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+def pytest_sessionstart(session):
+    if not IN_CI:
+        return
+    engine = settings.DATABASES["default"]["ENGINE"]
+    if engine != "django.db.backends.postgresql":
+        pytest.exit(f"CI=true but the database is {engine}: set DATABASE_URL to the PostgreSQL server", returncode=3)
+    if settings.EMBEDDED_REDIS:
+        pytest.exit("CI=true but REDIS_URL is unset: the suite must run against the Redis server", returncode=3)
+    import redis  # noqa: PLC0415
+
+    try:
+        redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=3).ping()
+    except redis.RedisError as exc:
+        pytest.exit(f"CI=true but Redis at {settings.REDIS_URL} does not answer: {exc}", returncode=3)
+
+
+@dataclass
+class World:
+    """One VDC with a local cluster of one 8 x A100 node, three queues, two projects and five users."""
+
+    vdc: object
+    cluster: object
+    node: object
+    high: object
+    medium: object
+    low: object
+    project: object
+    other_project: object
+    quota: object
+    admin: object
+    owner: object
+    member: object
+    viewer: object
+    outsider: object
+
+    def user(self, role: str):
+        return getattr(self, role)
+
+
+@pytest.fixture
+def world(db) -> World:
+    vdc = VDCFactory(name="main", is_default=True)
+    cluster = ClusterFactory(vdc=vdc, name="local-1", cluster_type="local")
+    node = NodeFactory(cluster=cluster, name="gpu-node-1", cpu=Decimal("64"), memory_gib=Decimal("512"))
+    for index in range(8):
+        DeviceFactory(node=node, index=index)
+    project = ProjectFactory(name="alpha")
+    other = ProjectFactory(name="beta")
+    quota = ProjectQuotaFactory(project=project, vdc=vdc)
+    ProjectQuotaFactory(project=other, vdc=vdc)
+    owner, member, viewer = UserFactory(username="olivia"), UserFactory(username="max"), UserFactory(username="vera")
+    outsider = UserFactory(username="oscar")
+    MembershipFactory(project=project, user=owner, role="owner")
+    MembershipFactory(project=project, user=member, role="member")
+    MembershipFactory(project=project, user=viewer, role="viewer")
+    MembershipFactory(project=other, user=outsider, role="owner")
+    admin = UserFactory(username="admin", is_staff=True, is_superuser=True)
+    return World(
+        vdc=vdc,
+        cluster=cluster,
+        node=node,
+        high=TaskQueueFactory(vdc=vdc, name="high", priority_class="high"),
+        medium=TaskQueueFactory(vdc=vdc, name="medium", priority_class="medium"),
+        low=TaskQueueFactory(vdc=vdc, name="low", priority_class="low"),
+        project=project,
+        other_project=other,
+        quota=quota,
+        admin=admin,
+        owner=owner,
+        member=member,
+        viewer=viewer,
+        outsider=outsider,
+    )
