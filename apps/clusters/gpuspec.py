@@ -22,7 +22,7 @@ from __future__ import annotations
 import difflib
 import functools
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
 
@@ -33,11 +33,11 @@ MAX_DECIMALS = 2
 VGPU = "vgpu"
 
 _NUMBER = r"\d+(?:\.\d+)?"
-_COUNT_RE = re.compile(rf"^{_NUMBER}$")
-_NEGATIVE_RE = re.compile(rf"^-\s*{_NUMBER}$")
-_SIZE_RE = re.compile(rf"^({_NUMBER})\s*(gib|gi|g|mib|mi|m)$", re.IGNORECASE)
-_PERCENT_RE = re.compile(rf"^({_NUMBER})\s*%$")
-_MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._-]*$")
+_COUNT_RE = re.compile(rf"^{_NUMBER}\Z", re.ASCII)
+_NEGATIVE_RE = re.compile(rf"^-\s*{_NUMBER}\Z", re.ASCII)
+_SIZE_RE = re.compile(rf"^({_NUMBER})\s*(gib|gi|g|mib|mi|m)\Z", re.IGNORECASE | re.ASCII)
+_PERCENT_RE = re.compile(rf"^({_NUMBER})\s*%\Z", re.ASCII)
+_MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._-]*\Z")
 _KEYS = ("vram", "tflops-fp16", "tflops-fp32")
 
 
@@ -99,25 +99,15 @@ def _check_request(req: GPURequest) -> None:
     if -count.normalize().as_tuple().exponent > MAX_DECIMALS:
         raise GPUSpecError(f"expected at most {MAX_DECIMALS} decimal places in the count, got {_fmt(count)}")
     if req.is_vendor_neutral:
-        if (
-            count != 1
-            or req.models
-            or req.shared
-            or req.vram_gib is not None
-            or req.cores_percent is not None
-        ):
-            raise GPUSpecError(
-                "expected a vendor-neutral request to have count 1 and nothing else but totals"
-            )
+        if count != 1 or req.models or req.shared or req.vram_gib is not None or req.cores_percent is not None:
+            raise GPUSpecError("expected a vendor-neutral request to have count 1 and nothing else but totals")
         for value in (req.min_vram_gib, req.min_tflops_fp16, req.min_tflops_fp32):
             if value is not None and value <= 0:
                 raise GPUSpecError(f"expected vendor-neutral totals above 0, got {_fmt(value)}")
         return
     if count == 0:
         if req.models or req.shared or req.vram_gib is not None or req.cores_percent is not None:
-            raise GPUSpecError(
-                "expected a count above 0 with a model list or a share; write 0 for no accelerator"
-            )
+            raise GPUSpecError("expected a count above 0 with a model list or a share; write 0 for no accelerator")
         return
     has_share = req.vram_gib is not None or req.cores_percent is not None
     if (req.is_fractional or has_share) and not req.shared:
@@ -210,7 +200,7 @@ class Catalog:
         """The catalog of the seed data in `apps.clusters.catalog` (shared, do not mutate)."""
         return _default_catalog()
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[CatalogEntry]:
         return iter(self._entries.values())
 
     def __contains__(self, name: object) -> bool:
@@ -267,9 +257,7 @@ def _fmt(value: Decimal) -> str:
 def _decimal_literal(literal: str, what: str, text: str) -> Decimal:
     digits = literal.partition(".")[2]
     if len(digits) > MAX_DECIMALS:
-        raise GPUSpecError(
-            f"expected at most {MAX_DECIMALS} decimal places in {what}, got {literal!r} in {text!r}"
-        )
+        raise GPUSpecError(f"expected at most {MAX_DECIMALS} decimal places in {what}, got {literal!r} in {text!r}")
     return Decimal(literal)
 
 
@@ -293,9 +281,7 @@ def parse_gpu_spec(text: str | None, catalog: Catalog | None = None) -> GPUReque
         return NO_GPU
     if "=" in spec:
         if "(" in spec or ")" in spec:
-            raise GPUSpecError(
-                f"expected either a form like 2(V100) or key=value pairs, not both, in {spec!r}"
-            )
+            raise GPUSpecError(f"expected either a form like 2(V100) or key=value pairs, not both, in {spec!r}")
         return _parse_vendor_neutral(spec, catalog)
     if spec.count("(") > 1:
         raise GPUSpecError(f"unexpected second '(' in {spec!r}")
@@ -320,8 +306,7 @@ def parse_gpu_spec(text: str | None, catalog: Catalog | None = None) -> GPUReque
     if _MODEL_RE.match(spec):
         raise GPUSpecError(f"expected a count before the model, such as 1({spec}), in {spec!r}")
     raise GPUSpecError(
-        f"expected a count such as 2, a form such as 2(V100), "
-        f"or key=value pairs such as vram=16Gi, in {spec!r}"
+        f"expected a count such as 2, a form such as 2(V100), or key=value pairs such as vram=16Gi, in {spec!r}"
     )
 
 
@@ -335,9 +320,7 @@ def _parse_count(literal: str, text: str, *, before_paren: bool) -> Decimal:
     if count > MAX_COUNT:
         raise GPUSpecError(f"expected at most {MAX_COUNT} cards, got {literal} in {text!r}")
     if count >= 1 and count != count.to_integral_value():
-        raise GPUSpecError(
-            f"expected a whole number of cards or a fraction below 1, got {literal} in {text!r}"
-        )
+        raise GPUSpecError(f"expected a whole number of cards or a fraction below 1, got {literal} in {text!r}")
     return count
 
 
@@ -390,10 +373,8 @@ def _parse_models(item: str, text: str, catalog: Catalog | None) -> tuple[str, .
         if not token:
             raise GPUSpecError(f"expected a model name on each side of '|' in {text!r}")
         if token.lower() == VGPU:
-            raise GPUSpecError(
-                f"expected vgpu after a comma, such as 1(T4,vgpu), not in a '|' list, in {text!r}"
-            )
-        if re.fullmatch(_NUMBER, token):
+            raise GPUSpecError(f"expected vgpu after a comma, such as 1(T4,vgpu), not in a '|' list, in {text!r}")
+        if re.fullmatch(_NUMBER, token, re.ASCII):
             raise GPUSpecError(f"expected a size with a unit such as {token}G, got {token!r} in {text!r}")
         if not _MODEL_RE.match(token):
             raise GPUSpecError(f"expected a model name such as A100, got {token!r} in {text!r}")
@@ -421,8 +402,7 @@ def _build(
         for name in models:
             if not catalog.shareable(name):
                 raise GPUSpecError(
-                    f"expected a shareable model for a fraction or a share; "
-                    f"{name} is not shareable, in {text!r}"
+                    f"expected a shareable model for a fraction or a share; {name} is not shareable, in {text!r}"
                 )
     if catalog is not None and vram is not None:
         for name in models:
@@ -467,9 +447,7 @@ def _parse_vendor_neutral(spec: str, catalog: Catalog | None) -> GPURequest:
         min_tflops_fp32=values.get("tflops-fp32"),
     )
     if catalog is not None and len(catalog) and not candidate_models(req, catalog):
-        raise GPUSpecError(
-            f"expected totals that some catalog model meets with at most {MAX_COUNT} cards, in {spec!r}"
-        )
+        raise GPUSpecError(f"expected totals that some catalog model meets with at most {MAX_COUNT} cards, in {spec!r}")
     return req
 
 
