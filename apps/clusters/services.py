@@ -1,11 +1,12 @@
-"""Cluster-side services: the GPU catalog as the parser sees it, and GPU spec validation."""
+"""Cluster-side services: the GPU catalog as the parser sees it, GPU spec validation, cluster state."""
 
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError
 
+from apps.clusters.choices import ClusterStatus
 from apps.clusters.gpuspec import Catalog, GPURequest, GPUSpecError, parse_gpu_spec
-from apps.clusters.models import GPUModel
+from apps.clusters.models import Cluster, GPUModel
 
 
 def catalog() -> Catalog:
@@ -19,3 +20,19 @@ def validate_gpu_spec(text: str | None, gpu_catalog: Catalog | None = None) -> G
         return parse_gpu_spec(text, gpu_catalog or catalog())
     except GPUSpecError as exc:
         raise ValidationError(str(exc), code="gpu_spec")
+
+
+def set_cluster_enabled(cluster: Cluster, enabled: bool) -> Cluster:
+    """Enable or disable a cluster; a disabled cluster keeps its running tasks but takes no new ones."""
+    cluster.enabled = enabled
+    cluster.save(update_fields=["enabled", "updated_at"])
+    return cluster
+
+
+def set_cluster_maintenance(cluster: Cluster, on: bool) -> Cluster:
+    """Put a cluster into maintenance (no new tasks) or back to healthy; health checks then take over."""
+    cluster.status = ClusterStatus.MAINTENANCE if on else ClusterStatus.HEALTHY
+    cluster.missed_heartbeats = 0
+    cluster.status_message = "Maintenance set by an admin" if on else ""
+    cluster.save(update_fields=["status", "missed_heartbeats", "status_message", "updated_at"])
+    return cluster
