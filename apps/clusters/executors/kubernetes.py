@@ -1,0 +1,523 @@
+"""Kubernetes executor on the official ``kubernetes`` client.
+
+Manifests come from :mod:`k8s_manifests` (pure functions); this module only creates, reads
+and deletes them. Every object of a task carries the ``hcs.io/name`` label, so status, logs
+and delete find them by one selector; docs/kubernetes.md describes the objects per kind.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, TypeVar
+
+import urllib3
+import yaml
+from kubernetes import client, config
+
+from apps.clusters.executors import k8s_manifests as m
+from apps.clusters.executors.base import Executor, ExecutorError, JobPhase, JobSpec, JobState
+
+T = TypeVar("T")
+
+# Kubernetes kinds this executor creates, with the suffix of their typed client methods
+# (create_namespaced_<suffix>, list_namespaced_<suffix>, ...). The Volcano Job goes through
+# CustomObjectsApi instead.
+_TYPED = {
+    "Pod": ("core", "pod"),
+    "Service": ("core", "service"),
+    "Ingress": ("networking", "ingress"),
+    "HorizontalPodAutoscaler": ("autoscaling", "horizontal_pod_autoscaler"),
+    "Job": ("batch", "job"),
+    "Deployment": ("apps", "deployment"),
+}
+_WORKLOAD_KIND = {m.WORKLOAD_POD: "Pod", m.WORKLOAD_JOB: "Job", m.WORKLOAD_DEPLOYMENT: "Deployment"}
+# Deleted in this order by delete(): workloads first so nothing recreates pods meanwhile.
+_DELETE_ORDER = ("Deployment", "Job", "Pod", "HorizontalPodAutoscaler", "Ingress", "Service")
+
+_WAITING_REASONS_FAILED = {"InvalidImageName", "CreateContainerConfigError", "CreateContainerError"}
+_VOLCANO_PHASES = {
+    "Pending": JobPhase.PENDING,
+    "Inqueue": JobPhase.PENDING,
+    "Running": JobPhase.RUNNING,
+    "Restarting": JobPhase.RUNNING,
+    "Completing": JobPhase.RUNNING,
+    "Completed": JobPhase.SUCCEEDED,
+    "Failed": JobPhase.FAILED,
+    "Terminated": JobPhase.FAILED,
+    "Aborting": JobPhase.CANCELLED,
+    "Aborted": JobPhase.CANCELLED,
+    "Terminating": JobPhase.CANCELLED,
+}
+
+
+def _api_message(exc: client.ApiException) -> str:
+    """The API server's own message from a Status body, else the HTTP reason."""
+    message = ""
+    if exc.body:
+        try:
+            body = json.loads(exc.body)
+        except (TypeError, ValueError):
+            body = None
+        if isinstance(body, dict):
+            message = str(body.get("message") or "")
+        elif isinstance(exc.body, str):
+            message = exc.body[:500]
+    return f"Kubernetes API {exc.status} {exc.reason or ''}".rstrip() + (f": {message}" if message else "")
+
+
+def _call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """One API call; its failures as ExecutorError (4xx final except 429, 5xx and network retryable)."""
+    try:
+        return fn(*args, **kwargs)
+    except client.ApiException as exc:
+        status = exc.status or 0
+        retryable = status == 0 or status == 429 or status >= 500
+        raise ExecutorError(_api_message(exc), retryable=retryable) from exc
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise ExecutorError(f"Kubernetes API unreachable: {exc}", retryable=True) from exc
+
+
+def _status_code(exc: ExecutorError) -> int | None:
+    cause = exc.__cause__
+    return cause.status if isinstance(cause, client.ApiException) else None
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not value:
+        return None
+    if isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
+def _conditions(obj: dict) -> dict[str, dict]:
+    return {c.get("type"): c for c in (obj.get("status") or {}).get("conditions") or []}
+
+
+def _pod_problem(pod: dict) -> str:
+    """Why a pod is not running: a waiting container's reason or an unschedulable condition."""
+    status = pod.get("status") or {}
+    for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        waiting = (cs.get("state") or {}).get("waiting")
+        if waiting and waiting.get("reason") not in (None, "ContainerCreating", "PodInitializing"):
+            return f"{waiting['reason']}: {waiting.get('message') or ''}".rstrip(": ")
+    scheduled = _conditions(pod).get("PodScheduled")
+    if scheduled and scheduled.get("status") == "False":
+        return f"{scheduled.get('reason') or 'Unschedulable'}: {scheduled.get('message') or ''}".rstrip(": ")
+    return ""
+
+
+def _terminated(pod: dict) -> dict:
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if cs.get("name") == m.CONTAINER_NAME and (cs.get("state") or {}).get("terminated"):
+            return cs["state"]["terminated"]
+    return {}
+
+
+def pod_state(ext_id: str, pod: dict) -> JobState:
+    """A dev-env Pod's phase (and any pod's, for messages) as a JobState."""
+    status = pod.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    terminated = _terminated(pod)
+    started = _parse_time(status.get("startTime"))
+    finished = _parse_time(terminated.get("finishedAt"))
+    exit_code = terminated.get("exitCode")
+    disruption = _conditions(pod).get("DisruptionTarget") or {}
+    if pod.get("metadata", {}).get("deletionTimestamp"):
+        return JobState(ext_id, JobPhase.CANCELLED, "being deleted", started, finished, exit_code)
+    if phase == "Pending":
+        problem = _pod_problem(pod)
+        waiting_reason = problem.split(":", 1)[0]
+        result = JobPhase.FAILED if waiting_reason in _WAITING_REASONS_FAILED else JobPhase.PENDING
+        return JobState(ext_id, result, problem, started)
+    if phase == "Running":
+        return JobState(ext_id, JobPhase.RUNNING, _pod_problem(pod), started)
+    if phase == "Succeeded":
+        return JobState(ext_id, JobPhase.SUCCEEDED, "", started, finished, exit_code if exit_code is not None else 0)
+    if phase == "Failed":
+        if disruption.get("status") == "True" and disruption.get("reason") == "PreemptionByScheduler":
+            return JobState(ext_id, JobPhase.PREEMPTED, disruption.get("message") or "", started, finished, exit_code)
+        reason = status.get("reason") or terminated.get("reason") or "Failed"
+        message = status.get("message") or terminated.get("message") or ""
+        return JobState(ext_id, JobPhase.FAILED, f"{reason}: {message}".rstrip(": "), started, finished, exit_code)
+    return JobState(ext_id, JobPhase.UNKNOWN, f"pod phase {phase}", started)
+
+
+def _pods_summary(pods: list[dict]) -> tuple[bool, str]:
+    """(any pod running, the first pod problem found)."""
+    running = any((p.get("status") or {}).get("phase") == "Running" for p in pods)
+    problems = [p for p in (_pod_problem(pod) for pod in pods) if p]
+    return running, problems[0] if problems else ""
+
+
+def job_state(ext_id: str, job: dict, pods: list[dict]) -> JobState:
+    """An Indexed Job: its Complete / Failed conditions, else the counts and its pods."""
+    status = job.get("status") or {}
+    conditions = _conditions(job)
+    started = _parse_time(status.get("startTime"))
+    if job.get("metadata", {}).get("deletionTimestamp"):
+        return JobState(ext_id, JobPhase.CANCELLED, "being deleted", started)
+    for kind in ("Complete", "SuccessCriteriaMet"):
+        if conditions.get(kind, {}).get("status") == "True":
+            return JobState(ext_id, JobPhase.SUCCEEDED, "", started, _parse_time(status.get("completionTime")), 0)
+    failed = conditions.get("Failed") or conditions.get("FailureTarget") or {}
+    if failed.get("status") == "True":
+        message = f"{failed.get('reason') or 'Failed'}: {failed.get('message') or ''}".rstrip(": ")
+        exit_codes = [_terminated(p).get("exitCode") for p in pods]
+        exit_code = next((c for c in exit_codes if c not in (None, 0)), None)
+        return JobState(
+            ext_id, JobPhase.FAILED, message, started, _parse_time(failed.get("lastTransitionTime")), exit_code
+        )
+    completions = (job.get("spec") or {}).get("completions") or 1
+    if (status.get("succeeded") or 0) >= completions:
+        return JobState(ext_id, JobPhase.SUCCEEDED, "", started, _parse_time(status.get("completionTime")), 0)
+    if conditions.get("Suspended", {}).get("status") == "True":
+        return JobState(ext_id, JobPhase.PENDING, "Suspended", started)
+    running, problem = _pods_summary(pods)
+    counts = f"{status.get('active') or 0} active, {status.get('succeeded') or 0} succeeded"
+    counts += f", {status.get('failed') or 0} failed of {completions}"
+    if running:
+        return JobState(ext_id, JobPhase.RUNNING, problem or counts, started)
+    return JobState(ext_id, JobPhase.PENDING, problem or counts, started)
+
+
+def deployment_state(ext_id: str, deployment: dict, pods: list[dict]) -> JobState:
+    """A Deployment runs while at least one replica is available."""
+    status = deployment.get("status") or {}
+    conditions = _conditions(deployment)
+    wanted = (deployment.get("spec") or {}).get("replicas")
+    available = status.get("availableReplicas") or 0
+    if deployment.get("metadata", {}).get("deletionTimestamp"):
+        return JobState(ext_id, JobPhase.CANCELLED, "being deleted")
+    progressing = conditions.get("Progressing") or {}
+    if progressing.get("status") == "False" and progressing.get("reason") == "ProgressDeadlineExceeded":
+        return JobState(ext_id, JobPhase.FAILED, f"ProgressDeadlineExceeded: {progressing.get('message') or ''}")
+    _, problem = _pods_summary(pods)
+    replica_failure = conditions.get("ReplicaFailure") or {}
+    if replica_failure.get("status") == "True":
+        problem = problem or f"{replica_failure.get('reason')}: {replica_failure.get('message') or ''}"
+    if available > 0:
+        return JobState(ext_id, JobPhase.RUNNING, problem or f"{available}/{wanted} replicas available")
+    return JobState(ext_id, JobPhase.PENDING, problem or f"0/{wanted} replicas available")
+
+
+def volcano_state(ext_id: str, vcjob: dict, pods: list[dict]) -> JobState:
+    """A Volcano Job's ``status.state.phase``, with the pods' problem while it waits."""
+    state = (vcjob.get("status") or {}).get("state") or {}
+    raw = state.get("phase") or "Pending"
+    phase = _VOLCANO_PHASES.get(raw, JobPhase.UNKNOWN)
+    message = f"{state.get('reason') or ''}: {state.get('message') or ''}".strip(": ")
+    if phase == JobPhase.PENDING:
+        _, problem = _pods_summary(pods)
+        message = problem or message or raw
+    elif phase == JobPhase.UNKNOWN:
+        message = f"Volcano phase {raw}"
+    finished = _parse_time(state.get("lastTransitionTime")) if phase in (JobPhase.SUCCEEDED, JobPhase.FAILED) else None
+    return JobState(ext_id, phase, message, finished_at=finished)
+
+
+class KubernetesExecutor(Executor):
+    """Runs tasks as Pods, Indexed Jobs, Volcano Jobs or Deployments in one namespace of a cluster."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient | None = None,
+        *,
+        host: str | None = None,
+        token: str | None = None,
+        kubeconfig: str | dict | None = None,
+        namespace: str = "default",
+        ingress_domain: str | None = None,
+        ingress_class: str | None = None,
+        ca_cert: str | None = None,
+        verify_ssl: bool = True,
+    ):
+        """Connect with, in this order: a ready ApiClient, host (+ bearer token), a kubeconfig
+        (path, YAML text or dict), or the in-cluster service account / default kubeconfig."""
+        self.api_client = api_client or _make_api_client(host, token, kubeconfig, ca_cert, verify_ssl)
+        self.namespace = namespace
+        self.ingress_domain = ingress_domain
+        self.ingress_class = ingress_class
+        self._apis = {
+            "core": client.CoreV1Api(self.api_client),
+            "batch": client.BatchV1Api(self.api_client),
+            "apps": client.AppsV1Api(self.api_client),
+            "networking": client.NetworkingV1Api(self.api_client),
+            "autoscaling": client.AutoscalingV2Api(self.api_client),
+        }
+        self._custom = client.CustomObjectsApi(self.api_client)
+
+    # --- raw object access (dicts in camelCase, the same shape as the manifests) --------
+
+    def _to_dict(self, obj: Any) -> dict:
+        return obj if isinstance(obj, dict) else self.api_client.sanitize_for_serialization(obj)
+
+    def _method(self, kind: str, verb: str) -> Callable[..., Any]:
+        api, suffix = _TYPED[kind]
+        return getattr(self._apis[api], f"{verb}_namespaced_{suffix}")
+
+    def _create(self, manifest: dict) -> dict:
+        namespace = manifest["metadata"]["namespace"]
+        if manifest["apiVersion"].startswith(m.VOLCANO_GROUP + "/"):
+            created = _call(
+                self._custom.create_namespaced_custom_object,
+                m.VOLCANO_GROUP,
+                m.VOLCANO_VERSION,
+                namespace,
+                m.VOLCANO_PLURAL,
+                manifest,
+            )
+        else:
+            created = _call(self._method(manifest["kind"], "create"), namespace, manifest)
+        return self._to_dict(created)
+
+    def _read_workload(self, namespace: str, workload: str, name: str) -> dict:
+        if workload == m.WORKLOAD_VCJOB:
+            found = _call(
+                self._custom.get_namespaced_custom_object,
+                m.VOLCANO_GROUP,
+                m.VOLCANO_VERSION,
+                namespace,
+                m.VOLCANO_PLURAL,
+                name,
+            )
+        else:
+            found = _call(self._method(_WORKLOAD_KIND[workload], "read"), name, namespace)
+        return self._to_dict(found)
+
+    def _list(self, kind: str, namespace: str, selector: str) -> list[dict]:
+        if kind == "vcjob":
+            try:
+                found = _call(
+                    self._custom.list_namespaced_custom_object,
+                    m.VOLCANO_GROUP,
+                    m.VOLCANO_VERSION,
+                    namespace,
+                    m.VOLCANO_PLURAL,
+                    label_selector=selector,
+                )
+            except ExecutorError as exc:
+                if _status_code(exc) == 404:  # Volcano is not installed on this cluster
+                    return []
+                raise
+            return list(found.get("items") or [])
+        found = _call(self._method(kind, "list"), namespace, label_selector=selector)
+        return [self._to_dict(item) for item in found.items or []]
+
+    def _delete(self, kind: str, namespace: str, name: str, propagation: str) -> None:
+        """Delete one object; one that is already gone is fine."""
+        try:
+            if kind == "vcjob":
+                _call(
+                    self._custom.delete_namespaced_custom_object,
+                    m.VOLCANO_GROUP,
+                    m.VOLCANO_VERSION,
+                    namespace,
+                    m.VOLCANO_PLURAL,
+                    name,
+                    propagation_policy=propagation,
+                )
+            else:
+                _call(self._method(kind, "delete"), name, namespace, propagation_policy=propagation)
+        except ExecutorError as exc:
+            if _status_code(exc) != 404:
+                raise
+
+    def _pods(self, namespace: str, name: str) -> list[dict]:
+        pods = self._list("Pod", namespace, f"{m.LABEL_NAME}={name}")
+        return sorted(pods, key=lambda pod: pod["metadata"]["name"])
+
+    # --- Executor -----------------------------------------------------------------------
+
+    def manifests(self, spec: JobSpec) -> list[dict]:
+        """The objects submit() creates for this spec, in order."""
+        return m.build_manifests(
+            spec,
+            spec.namespace or self.namespace,
+            ingress_domain=self.ingress_domain,
+            ingress_class=self.ingress_class,
+        )
+
+    def submit(self, spec: JobSpec) -> str:
+        """Create the workload, then its Service / Ingress / HPA owned by it; existing objects are kept."""
+        manifests = self.manifests(spec)
+        namespace = spec.namespace or self.namespace
+        workload = m.workload_of(spec)
+        name = manifests[0]["metadata"]["name"]
+        owner = self._create_or_existing(manifests[0], namespace, workload, name)
+        uid = (owner.get("metadata") or {}).get("uid")
+        for manifest in manifests[1:]:
+            if uid:
+                # The garbage collector then removes them with the workload, even if only that is deleted.
+                manifest["metadata"]["ownerReferences"] = [
+                    {
+                        "apiVersion": manifests[0]["apiVersion"],
+                        "kind": manifests[0]["kind"],
+                        "name": name,
+                        "uid": uid,
+                        "blockOwnerDeletion": True,
+                    }
+                ]
+            self._create_or_existing(manifest, namespace, workload, name)
+        return m.external_id(namespace, workload, name)
+
+    def _create_or_existing(self, manifest: dict, namespace: str, workload: str, name: str) -> dict:
+        try:
+            return self._create(manifest)
+        except ExecutorError as exc:
+            if _status_code(exc) != 409:
+                raise
+        # Already there from an earlier submit of the same attempt: keep it.
+        if _is_workload(manifest):
+            return self._read_workload(namespace, workload, name)
+        return {}
+
+    def status(self, external_id: str) -> JobState:
+        namespace, workload, name = m.parse_external_id(external_id)
+        try:
+            obj = self._read_workload(namespace, workload, name)
+        except ExecutorError as exc:
+            if _status_code(exc) == 404:
+                return JobState(external_id, JobPhase.LOST, f"{workload} {namespace}/{name} not found")
+            raise
+        if workload == m.WORKLOAD_POD:
+            state = pod_state(external_id, obj)
+            pods = [obj]
+        else:
+            pods = self._pods(namespace, name)
+            state_fn = {m.WORKLOAD_JOB: job_state, m.WORKLOAD_DEPLOYMENT: deployment_state}.get(workload, volcano_state)
+            state = state_fn(external_id, obj, pods)
+        return _with_objects(state, self._objects(namespace, workload, name, obj, pods))
+
+    def _objects(self, namespace: str, workload: str, name: str, obj: dict, pods: list[dict]) -> tuple[dict, ...]:
+        """The workload, its pods (phase, node) and the ingress host, for the monitoring page."""
+        objects = [{"kind": obj.get("kind") or workload, "name": name, "namespace": namespace}]
+        for pod in pods if workload != m.WORKLOAD_POD else []:
+            status = pod.get("status") or {}
+            objects.append(
+                {
+                    "kind": "Pod",
+                    "name": pod["metadata"]["name"],
+                    "phase": status.get("phase") or "",
+                    "node": (pod.get("spec") or {}).get("nodeName") or "",
+                }
+            )
+        if workload == m.WORKLOAD_POD:
+            objects[0]["node"] = (obj.get("spec") or {}).get("nodeName") or ""
+        if self.ingress_domain and workload in (m.WORKLOAD_POD, m.WORKLOAD_DEPLOYMENT):
+            objects.append({"kind": "Ingress", "name": name, "host": m.ingress_host(name, self.ingress_domain)})
+        return tuple(objects)
+
+    def logs(self, external_id: str, tail: int = 200) -> str:
+        """The last ``tail`` lines of each pod of the task; pods are headed by name when there are several."""
+        namespace, _, name = m.parse_external_id(external_id)
+        pods = self._pods(namespace, name)
+        chunks = []
+        for pod in pods:
+            pod_name = pod["metadata"]["name"]
+            try:
+                text = _call(
+                    self._apis["core"].read_namespaced_pod_log,
+                    pod_name,
+                    namespace,
+                    container=m.CONTAINER_NAME,
+                    tail_lines=int(tail),
+                )
+            except ExecutorError as exc:
+                if _status_code(exc) in (400, 404):  # container not started yet, or pod just went
+                    continue
+                raise
+            if not text:
+                continue
+            chunks.append(f"==> {pod_name} <==\n{text}" if len(pods) > 1 else text)
+        return "\n".join(chunks)
+
+    def stop(self, external_id: str) -> None:
+        """Delete the workload; Foreground makes its pods go before it does. Services stay until delete()."""
+        namespace, workload, name = m.parse_external_id(external_id)
+        self._delete(_WORKLOAD_KIND.get(workload, workload), namespace, name, "Foreground")
+
+    def delete(self, external_id: str) -> None:
+        """Delete every object labelled with the task: workload, pods, Services, Ingress, HPA."""
+        namespace, _, name = m.parse_external_id(external_id)
+        selector = f"{m.LABEL_NAME}={name}"
+        for kind in ("vcjob", *_DELETE_ORDER):
+            for obj in self._list(kind, namespace, selector):
+                self._delete(kind, namespace, obj["metadata"]["name"], "Background")
+
+    def list_by_owner(self, labels: dict[str, str]) -> list[JobState]:
+        """States of the workloads (Pods, Jobs, Volcano Jobs, Deployments) carrying all ``labels``."""
+        selector = m.selector_for(labels)
+        states = []
+        for workload in m.WORKLOADS:
+            kind = _WORKLOAD_KIND.get(workload, workload)
+            workload_selector = ",".join(s for s in (selector, f"{m.LABEL_WORKLOAD}={workload}") if s)
+            for obj in self._list(kind, self.namespace, workload_selector):
+                meta = obj["metadata"]
+                namespace = meta.get("namespace") or self.namespace
+                ext_id = m.external_id(namespace, workload, meta["name"])
+                if workload == m.WORKLOAD_POD:
+                    states.append(pod_state(ext_id, obj))
+                    continue
+                pods = self._pods(namespace, meta["name"])
+                state_fn = {m.WORKLOAD_JOB: job_state, m.WORKLOAD_DEPLOYMENT: deployment_state}.get(
+                    workload, volcano_state
+                )
+                states.append(state_fn(ext_id, obj, pods))
+        return states
+
+    def health(self) -> str:
+        """The API server's version, or ExecutorError when it cannot be reached."""
+        version = _call(client.VersionApi(self.api_client).get_code)
+        return f"Kubernetes {version.git_version} ({self.api_client.configuration.host})"
+
+
+def _is_workload(manifest: dict) -> bool:
+    return m.LABEL_WORKLOAD in manifest["metadata"].get("labels", {})
+
+
+def _with_objects(state: JobState, objects: tuple[dict, ...]) -> JobState:
+    return JobState(
+        external_id=state.external_id,
+        phase=state.phase,
+        message=state.message,
+        started_at=state.started_at,
+        finished_at=state.finished_at,
+        exit_code=state.exit_code,
+        objects=objects,
+    )
+
+
+def _make_api_client(
+    host: str | None,
+    token: str | None,
+    kubeconfig: str | dict | None,
+    ca_cert: str | None,
+    verify_ssl: bool,
+) -> client.ApiClient:
+    if host:
+        configuration = client.Configuration()
+        configuration.host = host.rstrip("/")
+        if token:
+            configuration.api_key = {"authorization": token}
+            configuration.api_key_prefix = {"authorization": "Bearer"}
+        configuration.verify_ssl = verify_ssl
+        if ca_cert:
+            configuration.ssl_ca_cert = ca_cert
+        return client.ApiClient(configuration)
+    try:
+        if isinstance(kubeconfig, dict):
+            return config.new_client_from_config_dict(kubeconfig)
+        if kubeconfig and "\n" in kubeconfig:  # the file's content rather than its path
+            return config.new_client_from_config_dict(yaml.safe_load(kubeconfig))
+        if kubeconfig:
+            return config.new_client_from_config(config_file=kubeconfig)
+        try:
+            config.load_incluster_config()
+            return client.ApiClient()
+        except config.ConfigException:
+            return config.new_client_from_config()
+    except (config.ConfigException, OSError, yaml.YAMLError) as exc:
+        raise ExecutorError(f"Kubernetes configuration unusable: {exc}", retryable=False) from exc

@@ -1,0 +1,73 @@
+"""The kmock Kubernetes API emulator, completed where these tests need a real API server's behaviour."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+
+import kmock
+
+RESOURCES = {
+    "v1/pods": "Pod",
+    "v1/services": "Service",
+    "networking.k8s.io/v1/ingresses": "Ingress",
+    "autoscaling/v2/horizontalpodautoscalers": "HorizontalPodAutoscaler",
+    "batch/v1/jobs": "Job",
+    "apps/v1/deployments": "Deployment",
+    "batch.volcano.sh/v1alpha1/jobs": "Job",
+}
+
+
+def _selector_matches(labels: dict[str, str], selector: str) -> bool:
+    for term in filter(None, selector.split(",")):
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            if labels.get(key) == value:
+                return False
+        elif "=" in term:
+            key, value = term.split("=", 1)
+            if labels.get(key) != value.lstrip("="):
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+class ApiServerEmulator(kmock.KubernetesEmulator):
+    """kmock's emulator with the API server behaviour these tests rely on and kmock leaves out:
+    equality label selectors on lists, a uid on created objects, and ``GET /version/``."""
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        self.fallback["get /version/"] << self._serve_server_version
+
+    async def _handle(self, request):
+        if request.action == kmock.action.CREATE and isinstance(request.data, dict):
+            meta = request.data.setdefault("metadata", {})
+            meta.setdefault("uid", str(uuid.uuid4()))
+            meta.setdefault("creationTimestamp", datetime.datetime.now(tz=datetime.UTC).isoformat())
+        return await super()._handle(request)
+
+    async def _serve_list(self, request):
+        result = await super()._serve_list(request)
+        selector = request.params.get("labelSelector")
+        if selector:
+            result["items"] = [
+                item
+                for item in result["items"]
+                if _selector_matches((item.get("metadata") or {}).get("labels") or {}, selector)
+            ]
+        return result
+
+
+def stored(emulator: ApiServerEmulator, resource: str, namespace: str = "gpu-jobs") -> dict[str, dict]:
+    """Objects of one resource as the emulator holds them (not deleted), by name."""
+    wanted = kmock.resource(resource)
+    return {
+        name: obj.raw
+        for (res, ns, name), obj in emulator.objects.items()
+        if res == wanted and ns == namespace and not obj.deleted
+    }
