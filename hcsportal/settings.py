@@ -69,6 +69,7 @@ INSTALLED_APPS = [
     "apps.queues",
     "apps.tasks",
     "apps.billing",
+    "hcsportal",  # cross-app management commands: runportal, demo
 ]
 
 MIDDLEWARE = [

@@ -8,7 +8,8 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q, Value
+from django.db.models.functions import Coalesce
 
 from apps.billing.choices import InvoiceStatus, ResourceType, TransactionKind
 from apps.clusters.models import GPUModel
@@ -52,11 +53,13 @@ class PriceRule(models.Model):
                 | (~Q(resource_type="gpu") & Q(gpu_model__isnull=True)),
                 name="price_gpu_model_iff_gpu",
             ),
+            # Coalesce: "no model" / "every VDC" must collide like values do, on SQLite and PostgreSQL alike.
             models.UniqueConstraint(
-                fields=["resource_type", "gpu_model", "vdc"],
+                F("resource_type"),
+                Coalesce(F("gpu_model"), Value(0)),
+                Coalesce(F("vdc"), Value(0)),
                 condition=Q(active=True),
                 name="one_active_price_per_resource",
-                nulls_distinct=False,
             ),
         ]
 
@@ -182,9 +185,11 @@ class UsageRecord(models.Model):
         indexes = [models.Index(fields=["project", "period_start"])]
         constraints = [
             models.UniqueConstraint(
-                fields=["task", "resource_type", "gpu_model", "period_start"],
+                F("task"),
+                F("resource_type"),
+                Coalesce(F("gpu_model"), Value(0)),
+                F("period_start"),
                 name="usage_once_per_interval",
-                nulls_distinct=False,
             ),
             models.CheckConstraint(
                 condition=Q(period_end__gt=models.F("period_start")), name="usage_period_ordered"

@@ -1,0 +1,38 @@
+# HCS Portal: `make run` starts the whole portal on the embedded default, `make test` runs every check.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt | sha1sum | cut -c1-12)
+
+.PHONY: venv run demo test lint bench slurm-up slurm-down clean
+
+$(STAMP): requirements.txt requirements-dev.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	rm -f $(VENV)/.installed-* && touch $(STAMP)
+
+venv: $(STAMP)
+
+run: venv  ## web (ASGI + WebSocket), Celery worker and beat, embedded Redis and SQLite unless configured
+	$(BIN)/python manage.py runportal
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: venv lint  ## lint, Django checks, migrations up to date, the whole pytest suite
+	$(BIN)/python manage.py check
+	$(BIN)/python manage.py makemigrations --check --dry-run
+	$(BIN)/pytest
+
+bench: venv  ## every benchmark, each prints a table
+	$(BIN)/python -m benchmarks.run_all
+
+slurm-up:  ## a real dev Slurm cluster on this host (installs Debian's slurm-wlm when missing)
+	bash scripts/dev_slurm.sh start
+
+slurm-down:
+	bash scripts/dev_slurm.sh stop
+
+clean:
+	rm -rf var/ .pytest_cache .ruff_cache

@@ -1,0 +1,111 @@
+"""Create (or refresh) the demo: a default VDC with a local cluster, three queues, two projects, three users."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from decimal import Decimal
+
+import psutil
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from apps.clusters.models import Cluster, Device, GPUModel, Node
+from apps.queues.models import TaskQueue
+from apps.vdc.models import VDC, Membership, Project, ProjectQuota
+
+DEMO_USERS = [
+    # username, password, is admin, {project: role}
+    ("admin", "hcs-admin", True, {}),
+    ("alice", "hcs-alice", False, {"vision": "owner", "nlp": "member"}),
+    ("bob", "hcs-bob", False, {"vision": "member", "nlp": "viewer"}),
+]
+DEMO_GPUS = ("A100-80G", 4)
+
+
+class Command(BaseCommand):
+    help = "Create the demo VDC, local cluster, queues, projects and users (idempotent); print the logins."
+
+    def handle(self, *args, **options):
+        with transaction.atomic():
+            vdc = self._vdc()
+            self._local_cluster(vdc)
+            self._queues(vdc)
+            self._projects_and_users(vdc)
+        self.stdout.write(self.style.SUCCESS("Demo ready. Logins (user / password):"))
+        for username, password, is_admin, roles in DEMO_USERS:
+            what = "platform admin" if is_admin else ", ".join(f"{r} of {p}" for p, r in roles.items())
+            self.stdout.write(f"  {username:<6} / {password:<10} {what}")
+
+    def _vdc(self) -> VDC:
+        vdc, _ = VDC.objects.get_or_create(
+            name="demo",
+            defaults={"description": "Demo VDC: one local cluster on this host", "is_default": True},
+        )
+        return vdc
+
+    def _local_cluster(self, vdc: VDC) -> None:
+        cluster, _ = Cluster.objects.get_or_create(
+            vdc=vdc,
+            name="local",
+            defaults={"cluster_type": "local", "description": "Runs task commands as processes on the portal host"},
+        )
+        memory_gib = Decimal(psutil.virtual_memory().total) / Decimal(2**30)
+        node, _ = Node.objects.update_or_create(
+            cluster=cluster,
+            name=os.uname().nodename or "localhost",
+            defaults={"cpu": Decimal(os.cpu_count() or 1), "memory_gib": memory_gib.quantize(Decimal("0.01"))},
+        )
+        # Simulated cards so GPU tasks can be placed on a GPU-less demo host; the node agent replaces
+        # them with real NVML devices where there are some.
+        model = GPUModel.objects.get(name=DEMO_GPUS[0])
+        for index in range(DEMO_GPUS[1]):
+            Device.objects.get_or_create(
+                node=node,
+                index=index,
+                defaults={
+                    "gpu_model": model,
+                    "vram_gib": model.vram_gib,
+                    "uuid": f"demo-simulated-{index}",
+                    "links": [
+                        {"peer": p, "type": "nvlink", "bandwidth_gbps": 600} for p in range(DEMO_GPUS[1]) if p != index
+                    ],  # fmt: skip
+                },
+            )
+
+    def _queues(self, vdc: VDC) -> None:
+        for name, klass, policy in (("high", "high", "fifo"), ("medium", "medium", "drf"), ("low", "low", "backfill")):
+            TaskQueue.objects.get_or_create(
+                vdc=vdc,
+                name=name,
+                defaults={"priority_class": klass, "policy": policy, "min_window": timedelta(minutes=10)},
+            )
+
+    def _projects_and_users(self, vdc: VDC) -> None:
+        User = get_user_model()
+        projects = {}
+        for name, gpu in (("vision", 2), ("nlp", 1)):
+            projects[name], _ = Project.objects.get_or_create(name=name)
+            ProjectQuota.objects.get_or_create(
+                project=projects[name],
+                vdc=vdc,
+                defaults={
+                    "guaranteed_cpu": 1,
+                    "limit_cpu": 8,
+                    "guaranteed_memory_gib": 2,
+                    "limit_memory_gib": 16,
+                    "guaranteed_gpu": gpu,
+                    "limit_gpu": 4,
+                    "max_concurrent_tasks": 10,
+                },  # fmt: skip
+            )
+        for username, password, is_admin, roles in DEMO_USERS:
+            user, created = User.objects.get_or_create(
+                username=username, defaults={"is_staff": is_admin, "is_superuser": is_admin}
+            )
+            if created:
+                user.set_password(password)
+                user.save()
+            for project, role in roles.items():
+                Membership.objects.update_or_create(project=projects[project], user=user, defaults={"role": role})
