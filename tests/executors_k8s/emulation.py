@@ -38,7 +38,7 @@ def _selector_matches(labels: dict[str, str], selector: str) -> bool:
 
 class ApiServerEmulator(kmock.KubernetesEmulator):
     """kmock's emulator with the API server behaviour these tests rely on and kmock leaves out:
-    equality label selectors on lists, a uid on created objects, and ``GET /version/``."""
+    equality label selectors on lists, a uid and 201 on create, and ``GET /version/``."""
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -49,7 +49,12 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
             meta = request.data.setdefault("metadata", {})
             meta.setdefault("uid", str(uuid.uuid4()))
             meta.setdefault("creationTimestamp", datetime.datetime.now(tz=datetime.UTC).isoformat())
-        return await super()._handle(request)
+        response = await super()._handle(request)
+        # The API server answers a successful create with 201, and the generated client maps only
+        # that status to a body for some calls (custom objects).
+        if request.action == kmock.action.CREATE and response.status == 200 and not response.prepared:
+            response.set_status(201)
+        return response
 
     async def _serve_list(self, request):
         result = await super()._serve_list(request)

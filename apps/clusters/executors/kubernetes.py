@@ -271,7 +271,7 @@ class KubernetesExecutor(Executor):
             )
         else:
             created = _call(self._method(manifest["kind"], "create"), namespace, manifest)
-        return self._to_dict(created)
+        return self._to_dict(created) if created is not None else {}
 
     def _read_workload(self, namespace: str, workload: str, name: str) -> dict:
         if workload == m.WORKLOAD_VCJOB:
