@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable
 
 import pytest
 
 from apps.clusters.executors.base import DeviceSlot, GPUModelSpec, JobSpec, NodePlacement
+
+from .slurm_cluster import SlurmCluster, dev_cluster_for_tests
 
 A100 = GPUModelSpec(
     name="A100-80G",
@@ -17,7 +20,8 @@ A100 = GPUModelSpec(
     slurm_gres_type="a100",
 )
 
-_task_ids = itertools.count(9000)
+# Distinct per run: Slurm remembers finished jobs for an hour and submit is idempotent per name.
+_task_ids = itertools.count(int(time.time()) % 10_000_000 * 100)
 
 
 def build_spec(**overrides) -> JobSpec:
@@ -51,3 +55,9 @@ def gpu_placement() -> Callable[..., tuple[NodePlacement, ...]]:
         return (NodePlacement(node=node, devices=tuple(DeviceSlot(index=i) for i in indices)),)
 
     return placement
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> SlurmCluster:
+    """The dev Slurm cluster from scripts/dev_slurm.sh, started once per test session."""
+    return dev_cluster_for_tests()

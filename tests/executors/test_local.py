@@ -87,9 +87,7 @@ def test_logs_tail_reads_only_the_end_of_a_large_log(executor, make_spec):
     assert executor.logs(job_id, tail=0) == ""
 
 
-def test_placed_devices_are_exported_in_the_models_visible_devices_variable(
-    executor, make_spec, gpu_placement
-):
+def test_placed_devices_are_exported_in_the_models_visible_devices_variable(executor, make_spec, gpu_placement):
     spec = make_spec(
         command='echo "nv=$NVIDIA_VISIBLE_DEVICES cuda=$CUDA_VISIBLE_DEVICES extra=$EXTRA rank=$HCS_RANK"',
         gpu_model=A100,

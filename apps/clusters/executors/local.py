@@ -53,7 +53,7 @@ def _proc_start_time(pid: int) -> int | None:
     return int(fields[19])
 
 
-def _tail_lines(path: Path, tail: int) -> str:
+def tail_lines(path: Path, tail: int) -> str:
     """The last ``tail`` lines of a file, read from its end so large logs stay cheap."""
     if tail <= 0:
         return ""
@@ -229,7 +229,7 @@ class LocalExecutor(Executor):
         )
 
     def logs(self, external_id: str, tail: int = 200) -> str:
-        return _tail_lines(self._job_dir(external_id) / "output.log", tail)
+        return tail_lines(self._job_dir(external_id) / "output.log", tail)
 
     def stop(self, external_id: str) -> None:
         """SIGTERM the job's process group, then SIGKILL whatever is left after the grace period."""

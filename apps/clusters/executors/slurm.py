@@ -1,0 +1,395 @@
+"""Slurm executor: submits batch jobs through the Slurm REST API (slurmrestd, JWT auth).
+
+Written against Slurm 22.05's ``v0.0.38`` API. Notes on that API that shaped this module:
+
+- job properties use sbatch-like names: ``gres`` (not ``tres_per_node``), ``nodes`` as a
+  ``[min, max]`` pair, ``nodelist`` for required nodes, ``time_limit`` in minutes, and an
+  ``environment`` dictionary that must be present;
+- failures come back in an ``errors`` array with Slurm's errno and text, often with HTTP 500
+  even for plain validation errors, so retryability is decided by the errno, not the status;
+- ``exit_code`` in job records is a raw wait status (exit status in the high byte, signal low).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from datetime import UTC, datetime
+from pathlib import Path
+
+import requests
+
+from .base import Executor, ExecutorError, JobPhase, JobSpec, JobState
+from .local import tail_lines
+
+_PHASES = {
+    "PENDING": JobPhase.PENDING,
+    "CONFIGURING": JobPhase.PENDING,
+    "REQUEUED": JobPhase.PENDING,
+    "REQUEUE_HOLD": JobPhase.PENDING,
+    "REQUEUE_FED": JobPhase.PENDING,
+    "RESV_DEL_HOLD": JobPhase.PENDING,
+    "RUNNING": JobPhase.RUNNING,
+    "COMPLETING": JobPhase.RUNNING,
+    "STAGE_OUT": JobPhase.RUNNING,
+    "SIGNALING": JobPhase.RUNNING,
+    "RESIZING": JobPhase.RUNNING,
+    "SUSPENDED": JobPhase.RUNNING,
+    "STOPPED": JobPhase.RUNNING,
+    "COMPLETED": JobPhase.SUCCEEDED,
+    "FAILED": JobPhase.FAILED,
+    "OUT_OF_MEMORY": JobPhase.FAILED,
+    "BOOT_FAIL": JobPhase.FAILED,
+    "DEADLINE": JobPhase.FAILED,
+    "TIMEOUT": JobPhase.FAILED,
+    "SPECIAL_EXIT": JobPhase.FAILED,
+    "REVOKED": JobPhase.CANCELLED,
+    "NODE_FAIL": JobPhase.LOST,
+    "CANCELLED": JobPhase.CANCELLED,
+    "PREEMPTED": JobPhase.PREEMPTED,
+}
+
+_STATE_MESSAGES = {
+    "TIMEOUT": "time limit reached",
+    "OUT_OF_MEMORY": "out of memory",
+    "BOOT_FAIL": "node boot failure",
+    "DEADLINE": "deadline reached before the job could finish",
+    "NODE_FAIL": "node failure",
+    "PREEMPTED": "preempted by Slurm",
+}
+
+_ACTIVE = (JobPhase.PENDING, JobPhase.RUNNING, JobPhase.UNKNOWN)
+
+ESLURM_INVALID_JOB_ID = 2017
+# Slurm errnos worth another try: communication and socket errors, "try again" answers,
+# a controller in standby, and -1 (slurmrestd could not talk to slurmctld at all).
+_RETRYABLE_ERRNOS = {-1, 2007, 2020, 2027}
+
+
+def _retryable(errno: int | None, http_status: int) -> bool:
+    if errno is not None:
+        if errno in _RETRYABLE_ERRNOS or 1000 <= errno < 2000 or 5000 <= errno < 6000:
+            return True
+        if errno >= 2000:
+            return False
+    return http_status >= 500 or http_status in (408, 429)
+
+
+def slurm_phase(job_state: str) -> JobPhase:
+    """Backend-neutral phase of a Slurm job state (base state; flags after '+' are ignored)."""
+    return _PHASES.get(job_state.split("+")[0].upper(), JobPhase.UNKNOWN)
+
+
+def time_limit_minutes(time_limit_s: int | None) -> int | None:
+    """Slurm time limit in whole minutes, rounded up so a job never gets less than it asked for."""
+    if time_limit_s is None:
+        return None
+    return max(1, math.ceil(time_limit_s / 60))
+
+
+def decode_exit_code(wait_status: int | None) -> int | None:
+    """Shell-style exit code from Slurm's raw wait status: the exit status, or 128 + signal."""
+    if wait_status is None:
+        return None
+    signal_number = wait_status & 0x7F
+    return 128 + signal_number if signal_number else (wait_status >> 8) & 0xFF
+
+
+def _timestamp(value: int | None) -> datetime | None:
+    return datetime.fromtimestamp(value, UTC) if value else None
+
+
+class SlurmExecutor(Executor):
+    """Runs jobs on one Slurm cluster as ``user``, authenticated by a slurmrestd JWT."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        token: str,
+        user: str,
+        api_version: str = "v0.0.38",
+        partition: str = "",
+        output_dir: str = "",
+        working_dir: str = "",
+        timeout: float = 10.0,
+    ):
+        self.endpoint = endpoint.rstrip("/")
+        self.user = user
+        self.api_version = api_version
+        self.partition = partition
+        self.output_dir = output_dir
+        self.working_dir = working_dir or output_dir or "/tmp"
+        self.timeout = timeout
+        self._session = requests.Session()
+        self._session.headers.update(
+            {"X-SLURM-USER-NAME": user, "X-SLURM-USER-TOKEN": token, "Accept": "application/json"}
+        )
+
+    # -- HTTP -----------------------------------------------------------------------------------
+
+    def _url(self, path: str) -> str:
+        return f"{self.endpoint}/slurm/{self.api_version}/{path}"
+
+    def _call(self, method: str, path: str, payload: dict | None = None) -> tuple[dict, list[dict]]:
+        """One REST call; returns the body and its ``errors``, raising only for transport failures."""
+        try:
+            response = self._session.request(method, self._url(path), json=payload, timeout=self.timeout)
+        except requests.RequestException as exc:
+            raise ExecutorError(f"cannot reach slurmrestd at {self.endpoint}: {exc}", retryable=True)
+        try:
+            body = response.json()
+        except ValueError:
+            text = response.text.strip()[:300] or response.reason
+            if response.ok:
+                raise ExecutorError(f"slurmrestd sent a non-JSON answer: {text}", retryable=True)
+            raise ExecutorError(
+                f"slurmrestd HTTP {response.status_code}: {text}",
+                retryable=_retryable(None, response.status_code),
+            )
+        errors = [e for e in body.get("errors") or [] if isinstance(e, dict)]
+        body["_http_status"] = response.status_code
+        if not response.ok and not errors:
+            errors = [{"error": f"HTTP {response.status_code} {response.reason}"}]
+        return body, errors
+
+    @staticmethod
+    def _errno(error: dict) -> int | None:
+        value = error.get("error_number", error.get("error_code"))
+        return value if isinstance(value, int) else None
+
+    def _fail(self, body: dict, errors: list[dict], context: str) -> ExecutorError:
+        # "Failure during parsing" only says that an earlier entry was fatal; keep the specific ones.
+        specific = [e for e in errors if self._errno(e) != 9001] or errors
+        messages = []
+        for error in specific:
+            text = error.get("error") or ""
+            description = error.get("description") or ""
+            if description and description not in text:
+                text = f"{text}: {description}" if text else description
+            messages.append(text or "unknown error")
+        errno = self._errno(specific[0])
+        return ExecutorError(f"{context}: {'; '.join(messages)}", retryable=_retryable(errno, body["_http_status"]))
+
+    # -- job description ------------------------------------------------------------------------
+
+    def _gpus_per_node(self, spec: JobSpec) -> str:
+        if spec.gpus_per_instance <= 0:
+            return ""
+        # Shares of a card are a Kubernetes (HAMi) feature; on Slurm a share takes the whole card.
+        count = math.ceil(spec.gpus_per_instance)
+        gres_type = spec.gpu_model.slurm_gres_type if spec.gpu_model else ""
+        return f"gpu:{gres_type}:{count}" if gres_type else f"gpu:{count}"
+
+    def _environment(self, spec: JobSpec) -> dict[str, str]:
+        env = {
+            "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "LANG": "C.UTF-8",
+            "HCS_TASK_ID": str(spec.task_id),
+            "HCS_ATTEMPT": str(spec.attempt),
+            "HCS_JOB_NAME": spec.name,
+            "HCS_PROJECT": spec.project,
+            "HCS_OWNER": spec.owner,
+        }
+        env.update(spec.env)
+        return env
+
+    def _ide_command(self, spec: JobSpec) -> str:
+        ide = str(spec.settings.get("ide", "jupyter")).lower()
+        port = int(spec.settings.get("port", 8888))
+        keep = 'echo "hcs: keeping the allocation so the session stays reserved"; exec sleep infinity'
+        if ide in ("code-server", "vscode"):
+            program = "code-server"
+            launch = f"exec code-server --bind-addr 0.0.0.0:{port} --auth password"
+        elif ide in ("jupyter", "jupyterlab"):
+            program = "jupyter"
+            launch = f"exec jupyter lab --no-browser --ip=0.0.0.0 --port={port}"
+        else:
+            return f'echo "hcs: unknown IDE {shlex.quote(ide)}; expected jupyter or code-server"; {keep}'
+        return (
+            f'echo "hcs: {program} on $(hostname) port {port}"\n'
+            f"if command -v {program} >/dev/null 2>&1; then\n  {launch}\nfi\n"
+            f'echo "hcs: {program} is not installed on $(hostname)"; {keep}'
+        )
+
+    def _script(self, spec: JobSpec) -> str:
+        """Batch script: the command once, or once per rank through srun for gang jobs."""
+        prelude = ['export HOME="${HOME:-$(getent passwd "$(id -un)" | cut -d: -f6)}"']
+        if spec.gpu_model is not None and spec.gpus_per_instance > 0:
+            # Slurm sets CUDA_VISIBLE_DEVICES for gres gpus; vendors' runtimes read their own name.
+            prelude.append(f'export {spec.gpu_model.visible_devices_env}="${{CUDA_VISIBLE_DEVICES:-}}"')
+        body = spec.command
+        if spec.kind == "dev_env":
+            body = f"{spec.command}\n{self._ide_command(spec)}" if spec.command.strip() else self._ide_command(spec)
+        if spec.instances <= 1:
+            lines = [*prelude, "export HCS_RANK=0 HCS_WORLD_SIZE=1", body]
+            return "#!/bin/bash\n" + "\n".join(lines) + "\n"
+        rank_script = "\n".join([*prelude, "export HCS_RANK=$SLURM_PROCID HCS_WORLD_SIZE=$SLURM_NTASKS", body])
+        lines = [
+            'export HCS_MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
+            f"exec srun --kill-on-bad-exit=1 /bin/bash -c {shlex.quote(rank_script)}",
+        ]
+        return "#!/bin/bash\n" + "\n".join(lines) + "\n"
+
+    def _output_path(self, name: str) -> str:
+        return str(Path(self.output_dir) / f"{name}.out") if self.output_dir else ""
+
+    def job_description(self, spec: JobSpec) -> dict:
+        """The ``job/submit`` request body for a spec (public so tests and the admin can show it)."""
+        partition = spec.namespace or self.partition
+        job: dict = {
+            "name": spec.name,
+            "comment": json.dumps(spec.labels, sort_keys=True, separators=(",", ":")),
+            "nodes": [spec.instances, spec.instances],
+            "tasks": spec.instances,
+            "tasks_per_node": 1,
+            "cpus_per_task": max(1, math.ceil(spec.cpu)),
+            "memory_per_node": max(1, math.ceil(spec.memory_gib * 1024)),
+            "current_working_directory": self.working_dir,
+            "environment": self._environment(spec),
+            "requeue": False,
+        }
+        if partition:
+            job["partition"] = partition
+        if gres := self._gpus_per_node(spec):
+            job["gres"] = gres
+        if spec.placements:
+            job["nodelist"] = ",".join(dict.fromkeys(p.node for p in spec.placements))
+        if (minutes := time_limit_minutes(spec.time_limit_s)) is not None:
+            job["time_limit"] = minutes
+        if output := self._output_path(spec.name):
+            job["standard_output"] = output
+            job["standard_error"] = output
+        return {"script": self._script(spec), "job": job}
+
+    # -- job records ----------------------------------------------------------------------------
+
+    def _state(self, record: dict) -> JobState:
+        job_state = str(record.get("job_state") or "")
+        phase = slurm_phase(job_state)
+        base_state = job_state.split("+")[0].upper()
+        exit_code = decode_exit_code(record.get("exit_code")) if phase not in _ACTIVE else None
+        message = _STATE_MESSAGES.get(base_state, "")
+        reason = record.get("state_reason") or ""
+        if phase == JobPhase.PENDING and reason and reason != "None":
+            message = f"waiting: {reason}"
+        elif phase == JobPhase.FAILED and not message:
+            message = f"exit code {exit_code}" if exit_code else (reason if reason != "None" else "")
+        objects = (
+            {
+                "kind": "SlurmJob",
+                "name": record.get("name", ""),
+                "id": str(record.get("job_id", "")),
+                "state": job_state,
+                "partition": record.get("partition", ""),
+                "nodes": record.get("nodes", ""),
+                "batch_host": record.get("batch_host", ""),
+                "time_limit_min": record.get("time_limit"),
+            },
+        )
+        return JobState(
+            external_id=str(record.get("job_id")),
+            phase=phase,
+            message=message,
+            started_at=_timestamp(record.get("start_time")) if phase != JobPhase.PENDING else None,
+            finished_at=_timestamp(record.get("end_time")) if phase not in _ACTIVE else None,
+            exit_code=exit_code,
+            objects=objects,
+        )
+
+    @staticmethod
+    def _job_id(external_id: str) -> int:
+        try:
+            return int(external_id)
+        except ValueError:
+            raise ExecutorError(f"not a Slurm job id: {external_id!r}", retryable=False)
+
+    def _record(self, external_id: str) -> dict | None:
+        body, errors = self._call("GET", f"job/{self._job_id(external_id)}")
+        if any(self._errno(e) == ESLURM_INVALID_JOB_ID for e in errors):
+            return None
+        if errors:
+            raise self._fail(body, errors, f"cannot read Slurm job {external_id}")
+        jobs = body.get("jobs") or []
+        return jobs[0] if jobs else None
+
+    def _jobs(self) -> list[dict]:
+        body, errors = self._call("GET", "jobs")
+        if errors:
+            raise self._fail(body, errors, "cannot list Slurm jobs")
+        return [job for job in body.get("jobs") or [] if job.get("user_name") in (self.user, None)]
+
+    @staticmethod
+    def _labels(record: dict) -> dict:
+        try:
+            labels = json.loads(record.get("comment") or "")
+        except ValueError:
+            return {}
+        return labels if isinstance(labels, dict) else {}
+
+    # -- Executor interface ---------------------------------------------------------------------
+
+    def submit(self, spec: JobSpec) -> str:
+        """Submit the batch job unless a live or finished job of this name exists; returns the job id."""
+        for record in self._jobs():
+            if record.get("name") == spec.name and slurm_phase(str(record.get("job_state"))) not in (
+                JobPhase.CANCELLED,
+            ):
+                return str(record["job_id"])
+        body, errors = self._call("POST", "job/submit", self.job_description(spec))
+        job_id = body.get("job_id")
+        # Submits can carry informational entries next to a job id (e.g. "job is held").
+        if not job_id:
+            raise self._fail(body, errors, "Slurm refused the job")
+        return str(job_id)
+
+    def status(self, external_id: str) -> JobState:
+        record = self._record(external_id)
+        if record is None:
+            return JobState(external_id, JobPhase.LOST, message=f"Slurm no longer knows job {external_id}")
+        return self._state(record)
+
+    def logs(self, external_id: str, tail: int = 200) -> str:
+        """The job's output file, read where this host mounts the shared output directory."""
+        record = self._record(external_id)
+        path = (record or {}).get("standard_output") or ""
+        if not path or "%" in path:  # an unexpanded filename pattern: not a file we wrote
+            return ""
+        try:
+            return tail_lines(Path(path), tail)
+        except OSError:
+            return ""
+
+    def stop(self, external_id: str) -> None:
+        """Cancel the job: Slurm sends SIGTERM, then SIGKILL after the cluster's KillWait."""
+        body, errors = self._call("DELETE", f"job/{self._job_id(external_id)}")
+        errors = [e for e in errors if self._errno(e) != ESLURM_INVALID_JOB_ID]
+        if errors:
+            raise self._fail(body, errors, f"cannot cancel Slurm job {external_id}")
+
+    def delete(self, external_id: str) -> None:
+        """Cancel the job and remove its output file; Slurm forgets the record after MinJobAge."""
+        record = self._record(external_id)
+        self.stop(external_id)
+        output = (record or {}).get("standard_output") or ""
+        if output and self.output_dir and Path(output).parent == Path(self.output_dir):
+            Path(output).unlink(missing_ok=True)
+
+    def list_by_owner(self, labels: dict[str, str]) -> list[JobState]:
+        states = []
+        for record in self._jobs():
+            job_labels = self._labels(record)
+            if job_labels and all(job_labels.get(key) == value for key, value in labels.items()):
+                states.append(self._state(record))
+        return states
+
+    def health(self) -> str:
+        body, errors = self._call("GET", "ping")
+        if errors:
+            raise self._fail(body, errors, "slurmrestd ping failed")
+        pings = body.get("pings") or []
+        if not pings or not any(p.get("ping") == "UP" for p in pings):
+            raise ExecutorError(f"no Slurm controller answers at {self.endpoint}", retryable=True)
+        release = (body.get("meta") or {}).get("Slurm", {}).get("release", "?")
+        hosts = ", ".join(f"{p.get('hostname')} {p.get('ping')}" for p in pings)
+        return f"Slurm {release} ({self.api_version}): controller {hosts}"

@@ -1,0 +1,304 @@
+#!/usr/bin/env bash
+# A real Slurm 22.05 cluster on this host for development and tests (see docs/slurm.md).
+#
+#   scripts/dev_slurm.sh start    install if needed, start munge, slurmctld, 4 slurmd, slurmrestd;
+#                                 wait until the nodes are idle and the REST API answers; print env
+#   scripts/dev_slurm.sh env      print the env lines (fresh JWT) for a running cluster
+#   scripts/dev_slurm.sh status   show what runs
+#   scripts/dev_slurm.sh stop     stop every daemon this script started
+#
+# Needs root (it installs packages, creates users and device nodes, and slurmd runs jobs as
+# another user). State lives in $HCS_SLURM_DIR (default /var/lib/hcs-slurm).
+set -euo pipefail
+
+STATE_DIR="${HCS_SLURM_DIR:-/var/lib/hcs-slurm}"
+REST_PORT="${HCS_SLURM_REST_PORT:-6820}"
+CTLD_PORT="${HCS_SLURM_CTLD_PORT:-16817}"
+SLURMD_BASE_PORT="${HCS_SLURM_SLURMD_PORT:-16900}"
+JOB_USER="${HCS_SLURM_USER:-hcs}"
+REST_USER="slurmrest"
+PARTITION="hcs"
+NODES=(hcs-node-1 hcs-node-2 hcs-node-3 hcs-node-4)
+TOKEN_LIFESPAN_S="${HCS_SLURM_TOKEN_LIFESPAN:-86400}"
+WAIT_S="${HCS_SLURM_WAIT_S:-90}"
+
+ETC="$STATE_DIR/etc"
+RUN="$STATE_DIR/run"
+LOG="$STATE_DIR/log"
+OUTPUT_DIR="$STATE_DIR/output"
+export SLURM_CONF="$ETC/slurm.conf"
+
+log() { echo "dev_slurm: $*" >&2; }
+die() {
+    log "error: $*"
+    exit 1
+}
+
+pid_alive() { # pid_alive PIDFILE -> 0 when the recorded process runs
+    [[ -s "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null
+}
+
+install_packages() {
+    if command -v slurmctld >/dev/null && command -v slurmd >/dev/null \
+        && command -v slurmrestd >/dev/null && command -v munged >/dev/null; then
+        return
+    fi
+    command -v apt-get >/dev/null || die "Slurm is not installed and apt-get is not available"
+    log "installing slurm-wlm, munge and slurmrestd from Debian"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >"$LOG/apt.log" 2>&1 || die "apt-get update failed (see $LOG/apt.log)"
+    apt-get install -y -q --no-install-recommends slurm-wlm slurmd slurmctld slurm-client munge slurmrestd \
+        >>"$LOG/apt.log" 2>&1 || die "apt-get install failed (see $LOG/apt.log)"
+}
+
+ensure_users() {
+    if ! id "$JOB_USER" >/dev/null 2>&1; then
+        useradd --system --create-home --home-dir "$STATE_DIR/home/$JOB_USER" --shell /bin/bash "$JOB_USER"
+    fi
+    if ! id "$REST_USER" >/dev/null 2>&1; then
+        useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin "$REST_USER"
+    fi
+}
+
+ensure_fake_gpus() {
+    # Slurm only checks that each gres File exists; AutoDetect=off keeps it from asking NVML.
+    # Major 195 is the NVIDIA driver's; there is no driver here, so opening one fails harmlessly.
+    local i
+    for i in $(seq 0 11); do
+        [[ -c /dev/hcs-fake-nvidia$i ]] || mknod -m 666 "/dev/hcs-fake-nvidia$i" c 195 "$i"
+    done
+}
+
+write_config() {
+    local host node i
+    host="$(hostname -s)"
+    mkdir -p "$ETC" "$RUN" "$LOG" "$STATE_DIR/ctld" "$STATE_DIR/spool"
+    install -d -o "$JOB_USER" -m 0755 "$OUTPUT_DIR"
+
+    if [[ ! -s "$ETC/jwt_hs256.key" ]]; then
+        dd if=/dev/urandom of="$ETC/jwt_hs256.key" bs=32 count=1 status=none
+    fi
+    chmod 0600 "$ETC/jwt_hs256.key"
+
+    {
+        cat <<EOF
+# Written by scripts/dev_slurm.sh; regenerated on every start.
+ClusterName=hcs-dev
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=$CTLD_PORT
+SlurmUser=root
+AuthType=auth/munge
+AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key=$ETC/jwt_hs256.key
+StateSaveLocation=$STATE_DIR/ctld
+SlurmdSpoolDir=$STATE_DIR/spool/%n
+SlurmctldPidFile=$RUN/slurmctld.pid
+SlurmdPidFile=$RUN/slurmd-%n.pid
+SlurmctldLogFile=$LOG/slurmctld.log
+SlurmdLogFile=$LOG/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+# No systemd and no cgroup delegation here: track processes through /proc, bind nothing.
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MpiDefault=none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+GresTypes=gpu
+# The virtual nodes claim more CPUs and memory than this host has; trust slurm.conf.
+SlurmdParameters=config_overrides
+ReturnToService=2
+# Finished jobs stay visible to status queries for an hour (there is no accounting database).
+MinJobAge=3600
+KillWait=5
+SlurmdTimeout=60
+InactiveLimit=0
+EOF
+        i=0
+        for node in "${NODES[@]}"; do
+            local gres="gpu:a100:8"
+            [[ $i -ge 2 ]] && gres="gpu:v100:4"
+            echo "NodeName=$node NodeHostname=$host NodeAddr=127.0.0.1 Port=$((SLURMD_BASE_PORT + i)) CPUs=16 RealMemory=65536 Gres=$gres State=UNKNOWN"
+            i=$((i + 1))
+        done
+        echo "PartitionName=$PARTITION Nodes=$(
+            IFS=,
+            echo "${NODES[*]}"
+        ) Default=YES MaxTime=INFINITE State=UP"
+    } >"$ETC/slurm.conf"
+
+    cat >"$ETC/gres.conf" <<EOF
+AutoDetect=off
+NodeName=${NODES[0]},${NODES[1]} Name=gpu Type=a100 File=/dev/hcs-fake-nvidia[0-7]
+NodeName=${NODES[2]},${NODES[3]} Name=gpu Type=v100 File=/dev/hcs-fake-nvidia[8-11]
+EOF
+
+    cat >"$ETC/cgroup.conf" <<EOF
+# Not used by proctrack/linuxproc + task/none; present so nothing tries to mount cgroups.
+CgroupAutomount=no
+ConstrainCores=no
+ConstrainDevices=no
+ConstrainRAMSpace=no
+EOF
+    chmod 0644 "$ETC/slurm.conf" "$ETC/gres.conf" "$ETC/cgroup.conf"
+}
+
+munge_ok() { munge -n 2>/dev/null | unmunge >/dev/null 2>&1; }
+
+start_munge() {
+    munge_ok && return
+    install -d -o munge -g munge -m 0755 /run/munge
+    install -d -o munge -g munge -m 0700 /var/log/munge /var/lib/munge
+    if [[ ! -s /etc/munge/munge.key ]]; then
+        mungekey --create --keyfile=/etc/munge/munge.key
+        chown munge:munge /etc/munge/munge.key
+        chmod 0400 /etc/munge/munge.key
+    fi
+    runuser -u munge -- /usr/sbin/munged
+    for _ in $(seq 50); do
+        munge_ok && return
+        sleep 0.1
+    done
+    die "munged did not come up"
+}
+
+start_slurmctld() {
+    pid_alive "$RUN/slurmctld.pid" && return
+    slurmctld -f "$SLURM_CONF"
+}
+
+start_slurmd() {
+    local node
+    for node in "${NODES[@]}"; do
+        pid_alive "$RUN/slurmd-$node.pid" && continue
+        mkdir -p "$STATE_DIR/spool/$node"
+        slurmd -f "$SLURM_CONF" -N "$node"
+    done
+}
+
+rest_ok() {
+    # Any HTTP answer means slurmrestd listens; 401 is expected without a token.
+    curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$REST_PORT/slurm/v0.0.38/ping" 2>/dev/null \
+        | grep -qE '^[1-5][0-9][0-9]$'
+}
+
+start_slurmrestd() {
+    pid_alive "$RUN/slurmrestd.pid" && return
+    # slurmrestd refuses to run as root or SlurmUser; SLURM_JWT=daemon makes it pass each
+    # request's user token on to slurmctld. Only the slurmctld API plugins: the slurmdbd ones
+    # are fatal without an accounting database.
+    setsid runuser -u "$REST_USER" -- env SLURM_CONF="$SLURM_CONF" SLURM_JWT=daemon \
+        slurmrestd -a rest_auth/jwt -s openapi/v0.0.38,openapi/v0.0.37 "127.0.0.1:$REST_PORT" \
+        </dev/null >>"$LOG/slurmrestd.log" 2>&1 &
+    echo $! >"$RUN/slurmrestd.pid"
+}
+
+wait_until_ready() {
+    local deadline=$((SECONDS + WAIT_S)) idle
+    while ((SECONDS < deadline)); do
+        idle="$(sinfo -h -N -p "$PARTITION" -t idle,mixed,allocated -o '%N' 2>/dev/null | sort -u | wc -l)"
+        if [[ "$idle" -ge "${#NODES[@]}" ]] && rest_ok; then
+            return
+        fi
+        pid_alive "$RUN/slurmctld.pid" || die "slurmctld exited: $(tail -n 5 "$LOG/slurmctld.log")"
+        pid_alive "$RUN/slurmrestd.pid" || die "slurmrestd exited: $(tail -n 5 "$LOG/slurmrestd.log")"
+        sleep 0.5
+    done
+    sinfo -N -p "$PARTITION" >&2 || true
+    die "cluster not ready after ${WAIT_S}s (logs in $LOG)"
+}
+
+print_env() {
+    local token
+    token="$(scontrol token username="$JOB_USER" lifespan="$TOKEN_LIFESPAN_S" | sed -n 's/^SLURM_JWT=//p')"
+    [[ -n "$token" ]] || die "scontrol token returned no token"
+    cat <<EOF
+SLURM_REST_URL=http://127.0.0.1:$REST_PORT
+SLURM_JWT=$token
+SLURM_USER=$JOB_USER
+SLURM_API_VERSION=v0.0.38
+SLURM_PARTITION=$PARTITION
+SLURM_OUTPUT_DIR=$OUTPUT_DIR
+SLURM_CONF=$SLURM_CONF
+EOF
+}
+
+stop_pidfile() { # stop_pidfile NAME PIDFILE
+    local pid
+    pid_alive "$2" || return 0
+    pid="$(cat "$2")"
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 100); do
+        kill -0 "$pid" 2>/dev/null || {
+            rm -f "$2"
+            return 0
+        }
+        sleep 0.1
+    done
+    log "$1 ignored SIGTERM; killing it"
+    kill -9 "$pid" 2>/dev/null || true
+    rm -f "$2"
+}
+
+cmd_start() {
+    [[ $EUID -eq 0 ]] || die "run as root (packages, users, device nodes, slurmd)"
+    mkdir -p "$LOG"
+    install_packages
+    ensure_users
+    ensure_fake_gpus
+    write_config
+    start_munge
+    start_slurmctld
+    start_slurmd
+    start_slurmrestd
+    wait_until_ready
+    log "cluster ready: ${#NODES[@]} nodes in partition $PARTITION, REST API on 127.0.0.1:$REST_PORT"
+    print_env
+}
+
+cmd_stop() {
+    local node
+    stop_pidfile slurmrestd "$RUN/slurmrestd.pid"
+    for node in "${NODES[@]}"; do
+        stop_pidfile "slurmd $node" "$RUN/slurmd-$node.pid"
+    done
+    stop_pidfile slurmctld "$RUN/slurmctld.pid"
+    log "stopped (munged left running; state kept in $STATE_DIR)"
+}
+
+cmd_status() {
+    local node rc=0
+    for name in slurmctld slurmrestd; do
+        if pid_alive "$RUN/$name.pid"; then echo "$name: running"; else
+            echo "$name: stopped"
+            rc=1
+        fi
+    done
+    for node in "${NODES[@]}"; do
+        if pid_alive "$RUN/slurmd-$node.pid"; then echo "slurmd $node: running"; else
+            echo "slurmd $node: stopped"
+            rc=1
+        fi
+    done
+    if munge_ok; then echo "munged: running"; else echo "munged: stopped"; fi
+    [[ $rc -eq 0 ]] && sinfo -N -p "$PARTITION" -o '%N %t %G' 2>/dev/null
+    return $rc
+}
+
+case "${1:-}" in
+    start) cmd_start ;;
+    stop) cmd_stop ;;
+    status) cmd_status ;;
+    env)
+        pid_alive "$RUN/slurmctld.pid" || die "the dev cluster is not running; use: $0 start"
+        print_env
+        ;;
+    *)
+        echo "usage: $0 {start|stop|status|env}" >&2
+        exit 2
+        ;;
+esac

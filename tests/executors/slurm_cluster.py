@@ -1,0 +1,105 @@
+"""Start the dev Slurm cluster (scripts/dev_slurm.sh) and read its connection settings.
+
+Plain functions so any test package (executors, the clusters app, end-to-end tests) can reuse them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEV_SLURM = REPO_ROOT / "scripts" / "dev_slurm.sh"
+
+
+@dataclass(frozen=True)
+class SlurmCluster:
+    """Connection settings of a running dev cluster, as ``dev_slurm.sh env`` prints them."""
+
+    url: str
+    token: str
+    user: str
+    api_version: str
+    partition: str
+    output_dir: str
+    conf: str
+
+    def executor_kwargs(self) -> dict:
+        """Constructor arguments for :class:`SlurmExecutor` against this cluster."""
+        return {
+            "endpoint": self.url,
+            "token": self.token,
+            "user": self.user,
+            "api_version": self.api_version,
+            "partition": self.partition,
+            "output_dir": self.output_dir,
+        }
+
+
+class SlurmClusterError(RuntimeError):
+    """The dev cluster could not be started."""
+
+
+def parse_env(text: str) -> SlurmCluster:
+    """Read the ``KEY=value`` lines of ``dev_slurm.sh start|env`` into a :class:`SlurmCluster`."""
+    values = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.startswith("SLURM_"):
+            values[key] = value.strip()
+    try:
+        return SlurmCluster(
+            url=values["SLURM_REST_URL"],
+            token=values["SLURM_JWT"],
+            user=values["SLURM_USER"],
+            api_version=values["SLURM_API_VERSION"],
+            partition=values["SLURM_PARTITION"],
+            output_dir=values["SLURM_OUTPUT_DIR"],
+            conf=values["SLURM_CONF"],
+        )
+    except KeyError as missing:
+        raise SlurmClusterError(f"dev_slurm.sh printed no {missing.args[0]} line:\n{text}")
+
+
+def start_dev_cluster(timeout_s: float = 900) -> SlurmCluster:
+    """Run ``dev_slurm.sh start`` (installs Slurm on first use; idempotent) and parse its output."""
+    try:
+        result = subprocess.run(
+            [str(DEV_SLURM), "start"], capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise SlurmClusterError(f"dev_slurm.sh start did not finish within {timeout_s:.0f}s")
+    if result.returncode != 0:
+        raise SlurmClusterError(f"dev_slurm.sh start exited with {result.returncode}:\n{result.stderr[-3000:]}")
+    return parse_env(result.stdout)
+
+
+def cannot_install_slurm() -> str:
+    """Why Slurm cannot be installed here ("" when it can, or already is)."""
+    if shutil.which("slurmctld") and shutil.which("slurmrestd"):
+        return ""
+    if not shutil.which("apt-get"):
+        return "Slurm is not installed and there is no apt-get to install it"
+    if os.geteuid() != 0:
+        return "Slurm is not installed and installing it needs root"
+    return ""
+
+
+def dev_cluster_for_tests() -> SlurmCluster:
+    """The running dev cluster; fails the test run when it cannot start (always in CI).
+
+    Outside CI, and only when the packages cannot be installed at all, the tests are skipped.
+    """
+    in_ci = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+    reason = cannot_install_slurm()
+    if reason and not in_ci:
+        pytest.skip(reason)
+    try:
+        return start_dev_cluster()
+    except SlurmClusterError as exc:
+        pytest.fail(f"the dev Slurm cluster did not start: {exc}", pytrace=False)
