@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from kubernetes import client
 
 from apps.clusters.executors import k8s_manifests as m
 from apps.clusters.executors.base import DeviceSlot, ExecutorError, NodePlacement
@@ -332,3 +333,36 @@ def test_external_ids_round_trip_and_garbage_is_refused():
     assert m.parse_external_id(m.external_id("ns", "job", "x")) == ("ns", "job", "x")
     with pytest.raises(ExecutorError, match="Not a Kubernetes job id"):
         m.parse_external_id("ns/statefulset/x")
+
+
+_MODELS = {
+    "Pod": "V1Pod",
+    "Service": "V1Service",
+    "Ingress": "V1Ingress",
+    "HorizontalPodAutoscaler": "V2HorizontalPodAutoscaler",
+    "Job": "V1Job",
+    "Deployment": "V1Deployment",
+}
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"kind": "dev_env", "gpus_per_instance": 1, "gpu_model": ASCEND_910B, "placements": on_node("n", 1)},
+        {"instances": 2, "gpus_per_instance": 0.5, "gpu_model": A100, "time_limit_s": 600},
+        {
+            "kind": "inference",
+            "gpus_per_instance": 1,
+            "gpu_model": HYGON_K100,
+            "volumes": ({"name": "models", "mount_path": "/models", "claim_name": "models", "read_only": True},),
+            "settings": {"target_gpu_utilization": 50, "target_memory_utilization": 70, "health_path": "/ready"},
+        },
+    ],
+    ids=["dev_env", "training", "inference"],
+)
+def test_manifests_use_only_fields_of_the_official_models(overrides):
+    """The client's models drop unknown fields, so a misspelt field makes the round trip differ."""
+    api = client.ApiClient()
+    for manifest in m.build_manifests(spec(**overrides), "ns", ingress_domain="apps.example.org"):
+        model = getattr(client, _MODELS[manifest["kind"]]).from_dict(manifest)
+        assert api.sanitize_for_serialization(model) == manifest
