@@ -13,6 +13,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 
+# Owner labels every backend object of a task carries; reconciliation finds jobs by them.
+LABEL_TASK_ID = "hcs.io/task-id"
+LABEL_PROJECT = "hcs.io/project"
+LABEL_ATTEMPT = "hcs.io/attempt"
+
+
 class ExecutorError(Exception):
     """A backend refused or failed a call; the message is the backend's own, for the task timeline."""
 
@@ -69,7 +75,8 @@ class JobSpec:
     """Everything a backend needs to run one task attempt.
 
     ``name`` is unique per task attempt and carries the task id; ``labels`` always include
-    ``hcs/task-id`` and ``hcs/project`` so that reconciliation can find jobs by owner label.
+    ``LABEL_TASK_ID``, ``LABEL_PROJECT`` and ``LABEL_ATTEMPT`` so that reconciliation can find jobs
+    by owner label.
     """
 
     task_id: int

@@ -1,0 +1,434 @@
+"""The scheduling service: load a VDC's snapshot, run the engine, apply its decisions atomically.
+
+One cycle per VDC runs inside one transaction that holds the VDC row lock, so two cycles of the
+same VDC never overlap (a second one skips). Loading takes a constant number of queries whatever
+the number of tasks; decisions are written with bulk updates; backend launches and stops are
+handed to Celery on commit, by id.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+from django.db import transaction
+from django.db.models import Prefetch
+from django.utils import timezone
+
+from apps.billing.models import Account
+from apps.clusters.gpuspec import Catalog, GPUSpecError, parse_gpu_spec
+from apps.clusters.models import Cluster, Device, GPUModel, Node
+from apps.queues import engine
+from apps.queues.choices import PriorityClass
+from apps.queues.engine import model as em
+from apps.queues.models import TaskQueue
+from apps.tasks.choices import ACTIVE, WAITING, EventKind, TaskStatus
+from apps.tasks.models import Task, TaskEvent
+from apps.tasks.signals import task_changed
+from apps.vdc.models import VDC, ProjectQuota
+
+log = logging.getLogger(__name__)
+
+KIND_LIMIT_KEYS = {"training": "max_training_tasks", "inference": "max_inference_tasks", "dev_env": "max_dev_env_tasks"}
+
+
+@dataclass
+class CycleResult:
+    """What one cycle did, for logs, metrics and tests."""
+
+    vdc: str
+    skipped: bool = False
+    started: int = 0
+    preempted: int = 0
+    resized: int = 0
+    waiting: int = 0
+    load_s: float = 0.0
+    engine_s: float = 0.0
+    apply_s: float = 0.0
+
+
+def _epoch(dt: datetime | None) -> float | None:
+    return dt.timestamp() if dt is not None else None
+
+
+def _from_epoch(value: float | None) -> datetime | None:
+    return datetime.fromtimestamp(value, tz=UTC) if value is not None else None
+
+
+def _seconds(delta: timedelta | None) -> float | None:
+    return delta.total_seconds() if delta is not None else None
+
+
+def _f(value: Decimal | None) -> float:
+    return float(value) if value is not None else 0.0
+
+
+class SnapshotLoader:
+    """Maps the rows of one VDC onto the engine's plain input types, in a constant number of queries."""
+
+    def __init__(self, vdc: VDC):
+        self.vdc = vdc
+        self.tasks: dict[int, Task] = {}
+        self.clusters: dict[int, Cluster] = {}
+        self.devices: dict[int, Device] = {}
+        self.nodes: dict[int, Node] = {}
+        self.queues: dict[int, TaskQueue] = {}
+        self.bad_specs: dict[int, str] = {}
+
+    def load(self, now: datetime) -> em.Snapshot:
+        gpu_models = list(GPUModel.objects.filter(enabled=True))
+        catalog = Catalog(m.as_catalog_entry() for m in gpu_models)
+        clusters = list(Cluster.objects.filter(vdc=self.vdc))
+        self.clusters = {c.pk: c for c in clusters}
+        nodes = list(Node.objects.filter(cluster__vdc=self.vdc))
+        devices = list(Device.objects.filter(node__cluster__vdc=self.vdc).select_related("gpu_model"))
+        self.nodes = {n.pk: n for n in nodes}
+        self.devices = {d.pk: d for d in devices}
+        self.queues = {q.pk: q for q in TaskQueue.objects.filter(vdc=self.vdc)}
+        quotas = list(ProjectQuota.objects.filter(vdc=self.vdc))
+        exhausted = set(
+            Account.objects.filter(project__quotas__vdc=self.vdc, enforce_budget=True).values_list(
+                "project_id", "balance", "credit_limit"
+            )
+        )
+        exhausted = {pid for pid, balance, credit in exhausted if balance + credit <= 0}
+        tasks = list(
+            Task.objects.filter(vdc=self.vdc, status__in=(*WAITING, *ACTIVE))
+            .select_related("queue")
+            .prefetch_related(Prefetch("preferred_clusters", queryset=Cluster.objects.only("id")))
+        )
+        self.tasks = {t.pk: t for t in tasks}
+
+        devices_by_node: dict[int, list[em.Device]] = {}
+        for d in devices:
+            links = tuple(
+                em.Link(
+                    peer_index=link["peer"], kind=link.get("type", "pcie"), bandwidth_gbps=link.get("bandwidth_gbps", 0)
+                )
+                for link in d.links or ()
+                if isinstance(link, dict) and isinstance(link.get("peer"), int)
+            )
+            devices_by_node.setdefault(d.node_id, []).append(
+                em.Device(id=d.pk, index=d.index, model=d.gpu_model.name, health=d.health_score, links=links)
+            )
+        parse_cache: dict[str, object] = {}
+        running, queued = [], []
+        for t in tasks:
+            request = self._request(t, catalog, parse_cache)
+            if request is None:
+                continue
+            et = self._task(t, request)
+            if t.status in ACTIVE:
+                running.append(
+                    em.RunningTask(
+                        task=et,
+                        cluster_id=t.cluster_id,
+                        placements=self._placements(t),
+                        started_at=_epoch(t.started_at) or now.timestamp(),
+                        window_s=_seconds(t.window),
+                    )
+                )
+            else:
+                queued.append(et)
+        return em.Snapshot(
+            now=now.timestamp(),
+            clusters=tuple(
+                em.Cluster(
+                    id=c.pk,
+                    name=c.name,
+                    type=c.cluster_type,
+                    enabled=c.enabled,
+                    status=c.status,
+                    labels=dict(c.labels or {}),
+                    priority=c.priority,
+                    weight=_f(c.weight),
+                    cost_weight=_f(c.cost_weight),
+                    max_total_tasks=c.max_total_tasks,
+                    max_tasks_per_user=c.max_tasks_per_user,
+                )  # fmt: skip
+                for c in clusters
+            ),
+            nodes=tuple(
+                em.Node(
+                    id=n.pk,
+                    cluster_id=n.cluster_id,
+                    cpu=_f(n.cpu),
+                    memory_gib=_f(n.memory_gib),
+                    devices=tuple(sorted(devices_by_node.get(n.pk, ()), key=lambda d: d.index)),
+                    status=n.status,
+                    health=n.health_score,
+                    labels=dict(n.labels or {}),
+                )  # fmt: skip
+                for n in nodes
+            ),
+            gpu_models=tuple(
+                em.GpuModel(
+                    name=m.name,
+                    vendor=m.vendor,
+                    vram_gib=_f(m.vram_gib),
+                    tflops_fp16=_f(m.tflops_fp16),
+                    tflops_fp32=_f(m.tflops_fp32),
+                    exchange_rate=_f(m.exchange_rate),
+                    shareable=m.shareable,
+                )  # fmt: skip
+                for m in gpu_models
+            ),
+            queues=tuple(
+                em.Queue(
+                    id=q.pk,
+                    priority_class=q.priority_class,
+                    policy=q.policy,
+                    guaranteed_gpu=_f(q.guaranteed_gpu),
+                    max_gpu=_f(q.max_gpu) if q.max_gpu is not None else None,
+                    weight=_f(q.weight),
+                    window_floor_s=q.min_window.total_seconds(),
+                    name=q.name,
+                )  # fmt: skip
+                for q in self.queues.values()
+            ),
+            quotas=tuple(self._quota(q, q.project_id in exhausted) for q in quotas),
+            running=tuple(running),
+            queued=tuple(queued),
+            settings=em.VdcSettings(
+                cluster_strategy=self.vdc.cluster_selection_strategy,
+                node_scorer=self.vdc.node_scorer,
+                cap=self._cap(),
+            ),
+        )
+
+    def _cap(self) -> em.Resources | None:
+        v = self.vdc
+        if v.total_cpu is None and v.total_memory_gib is None and v.total_gpu is None:
+            return None
+        inf = float("inf")
+        return em.Resources(
+            cpu=_f(v.total_cpu) if v.total_cpu is not None else inf,
+            memory_gib=_f(v.total_memory_gib) if v.total_memory_gib is not None else inf,
+            gpu=_f(v.total_gpu) if v.total_gpu is not None else inf,
+        )
+
+    def _request(self, t: Task, catalog: Catalog, cache: dict):
+        spec = t.gpu_spec or ""
+        if spec not in cache:
+            try:
+                cache[spec] = parse_gpu_spec(spec, catalog)
+            except GPUSpecError as exc:
+                # The catalog changed under a queued task (a model was disabled): keep it waiting, say why.
+                cache[spec] = exc
+        value = cache[spec]
+        if isinstance(value, GPUSpecError):
+            self.bad_specs[t.pk] = str(value)
+            return None
+        return value
+
+    def _task(self, t: Task, request) -> em.Task:
+        return em.Task(
+            id=t.pk,
+            project_id=t.project_id,
+            queue_id=t.queue_id,
+            kind=t.kind,
+            owner=t.owner_id,
+            cpu=_f(t.cpu),
+            memory_gib=_f(t.memory_gib),
+            gpu=request,
+            instances=t.instances,
+            min_replicas=t.elastic_min,
+            max_replicas=t.elastic_max,
+            expected_duration_s=_seconds(t.expected_duration),
+            window_s=_seconds(t.window),
+            submit_time=t.submitted_at.timestamp(),
+            preemptible=t.preemptible,
+            required_labels=dict(t.required_labels or {}),
+            preferred_clusters=tuple(c.pk for c in t.preferred_clusters.all()),
+        )
+
+    def _placements(self, t: Task) -> tuple[em.InstancePlacement, ...]:
+        return tuple(
+            em.InstancePlacement(
+                node_id=p["node"],
+                devices=tuple(
+                    em.DeviceShare(device_id=d["id"], milli=d.get("milli", 1000)) for d in p.get("devices", ())
+                ),
+                gpu_model=p.get("gpu_model"),
+            )
+            for p in t.placement or ()
+        )
+
+    def _quota(self, q: ProjectQuota, budget_exhausted: bool) -> em.ProjectQuota:
+        return em.ProjectQuota(
+            project_id=q.project_id,
+            guaranteed=em.Resources(_f(q.guaranteed_cpu), _f(q.guaranteed_memory_gib), _f(q.guaranteed_gpu)),
+            limit=em.Resources(_f(q.limit_cpu), _f(q.limit_memory_gib), _f(q.limit_gpu)),
+            max_concurrent=q.max_concurrent_tasks,
+            max_per_kind={
+                kind: getattr(q, field) for kind, field in KIND_LIMIT_KEYS.items() if getattr(q, field) is not None
+            },
+            enforce=q.enforce,
+            budget_exhausted=budget_exhausted,
+        )
+
+    def placement_json(self, placements: tuple[em.InstancePlacement, ...]) -> list[dict]:
+        """The placement as stored on the task: node and device ids plus names for display."""
+        out = []
+        for p in placements:
+            node = self.nodes[p.node_id]
+            out.append(
+                {
+                    "node": p.node_id,
+                    "node_name": node.name,
+                    "gpu_model": p.gpu_model,
+                    "devices": [
+                        {"id": d.device_id, "index": self.devices[d.device_id].index, "milli": d.milli}
+                        for d in p.devices
+                    ],
+                }
+            )
+        return out
+
+    def equivalents(self, placements: tuple[em.InstancePlacement, ...]) -> Decimal:
+        """GPU-equivalents a placement holds (card share x exchange rate)."""
+        total = Decimal("0")
+        for p in placements:
+            for d in p.devices:
+                rate = self.devices[d.device_id].gpu_model.exchange_rate
+                total += rate * Decimal(d.milli) / 1000
+        return total.quantize(Decimal("0.001"))
+
+
+def run_cycle(vdc_id: int) -> CycleResult:
+    """One scheduling cycle of one VDC; skipped when another cycle of the VDC holds the lock."""
+    t0 = time.perf_counter()
+    with transaction.atomic():
+        vdc = VDC.objects.select_for_update(skip_locked=True).filter(pk=vdc_id, enabled=True).first()
+        if vdc is None:
+            return CycleResult(vdc=str(vdc_id), skipped=True)
+        now = timezone.now()
+        loader = SnapshotLoader(vdc)
+        snapshot = loader.load(now)
+        t1 = time.perf_counter()
+        decisions = engine.schedule(snapshot)
+        t2 = time.perf_counter()
+        result = _apply(loader, decisions, now)
+        result.load_s, result.engine_s, result.apply_s = t1 - t0, t2 - t1, time.perf_counter() - t2
+    log.debug("cycle %s: %s", vdc.name, result)
+    return result
+
+
+def run_all_cycles() -> list[CycleResult]:
+    """A cycle for every enabled VDC."""
+    return [run_cycle(pk) for pk in VDC.objects.filter(enabled=True).values_list("pk", flat=True)]
+
+
+def _apply(loader: SnapshotLoader, decisions: em.Decisions, now: datetime) -> CycleResult:
+    result = CycleResult(vdc=loader.vdc.name)
+    tasks = loader.tasks
+    changed: dict[int, Task] = {}
+    events: list[TaskEvent] = []
+    launches: list[tuple[int, int]] = []
+    stops: list[tuple[int, int | None, str]] = []
+
+    def event(task: Task, kind: str, message: str, previous: str, data: dict | None = None) -> None:
+        events.append(
+            TaskEvent(
+                task=task, kind=kind, message=message, from_status=previous, to_status=task.status, data=data or {}
+            )
+        )
+
+    for p in decisions.preemptions:
+        task = tasks[p.task_id]
+        previous, cluster_id, external_id = task.status, task.cluster_id, task.external_id
+        low = task.queue.priority_class == PriorityClass.LOW
+        task.status = TaskStatus.SUSPENDED if low else TaskStatus.PREEMPTED
+        task.status_message = p.message
+        if p.new_window_s is not None:
+            task.window = timedelta(seconds=p.new_window_s)
+        task.cluster, task.placement, task.allocated_gpu, task.replicas, task.external_id = None, [], 0, 0, ""
+        changed[task.pk] = task
+        data = {"reason": p.reason, "by_task": p.by_task_id, "cluster": cluster_id, "external_id": external_id}
+        if p.new_window_s is not None:
+            data["new_window_s"] = p.new_window_s
+        event(task, EventKind.SUSPENDED if low else EventKind.PREEMPTED, p.message, previous, data)
+        if external_id:
+            stops.append((task.pk, cluster_id, external_id))
+        result.preempted += 1
+
+    for s in decisions.starts:
+        task = tasks[s.task_id]
+        previous = task.status
+        task.status = TaskStatus.SCHEDULED
+        task.cluster_id = s.cluster_id
+        task.placement = loader.placement_json(s.placements)
+        task.allocated_gpu = loader.equivalents(s.placements)
+        task.replicas = len(s.placements)
+        task.attempt += 1
+        task.started_at = now
+        task.finished_at = None
+        if s.window_s is not None:
+            task.window = timedelta(seconds=s.window_s)
+        task.queue_position = task.estimated_start = None
+        task.pending_reason = task.pending_message = task.status_message = ""
+        changed[task.pk] = task
+        nodes = ", ".join(p["node_name"] for p in task.placement)
+        event(task, EventKind.SCHEDULED, f"Placed on {loader.clusters[s.cluster_id].name}: {nodes}", previous,
+              {"cluster": s.cluster_id, "placement": task.placement, "attempt": task.attempt})  # fmt: skip
+        launches.append((task.pk, task.attempt))
+        result.started += 1
+
+    for r in decisions.resizes:
+        task = tasks[r.task_id]
+        removed = {(p.node_id, tuple(d.device_id for d in p.devices)) for p in r.removed}
+        kept = [
+            p for p in loader._placements(task) if (p.node_id, tuple(d.device_id for d in p.devices)) not in removed
+        ]
+        placements = (*kept, *r.added)
+        task.placement = loader.placement_json(placements)
+        task.allocated_gpu = loader.equivalents(placements)
+        task.replicas = r.replicas
+        changed[task.pk] = task
+        event(task, EventKind.RESIZED, r.message or f"Resized to {r.replicas} replicas", task.status,
+              {"replicas": r.replicas})  # fmt: skip
+        result.resized += 1
+
+    waiting_fields = ("queue_position", "estimated_start", "pending_reason", "pending_message")
+    waiting_changed: list[Task] = []
+    for w in decisions.waiting:
+        task = tasks[w.task_id]
+        new = (w.position, _from_epoch(w.estimated_start), w.reason[:32], w.message)
+        if (task.queue_position, task.estimated_start, task.pending_reason, task.pending_message) != new:
+            task.queue_position, task.estimated_start, task.pending_reason, task.pending_message = new
+            waiting_changed.append(task)
+        result.waiting += 1
+    for task_id, message in loader.bad_specs.items():
+        task = tasks[task_id]
+        if task.status in WAITING and task.pending_reason != "invalid_request":
+            task.pending_reason, task.pending_message = "invalid_request", message
+            waiting_changed.append(task)
+
+    state_fields = [
+        "status", "status_message", "window", "cluster", "placement", "allocated_gpu", "replicas", "external_id",
+        "attempt", "started_at", "finished_at", "queue_position", "estimated_start", "pending_reason",
+        "pending_message", "updated_at",
+    ]  # fmt: skip
+    for task in changed.values():
+        task.updated_at = now
+    Task.objects.bulk_update(list(changed.values()), state_fields, batch_size=500)
+    Task.objects.bulk_update([t for t in waiting_changed if t.pk not in changed], waiting_fields, batch_size=500)
+    TaskEvent.objects.bulk_create(events, batch_size=500)
+
+    notify = {*changed, *(t.pk for t in waiting_changed)}
+
+    def after_commit() -> None:
+        from celery_app import jobs  # noqa: PLC0415 - Celery is the outer layer
+
+        for task_id, cluster_id, external_id in stops:
+            jobs.stop_on_backend.delay(task_id, cluster_id, external_id)
+        for task_id, attempt in launches:
+            jobs.launch_task.delay(task_id, attempt)
+        for task_id in notify:
+            task_changed.send(sender=Task, task_id=task_id)
+
+    transaction.on_commit(after_commit)
+    return result
