@@ -136,6 +136,7 @@ def test_volcano_flavour_builds_a_gang_scheduled_volcano_job():
     assert vcjob["spec"]["schedulerName"] == "volcano"
     assert vcjob["spec"]["maxRetry"] == 1
     assert vcjob["spec"]["plugins"] == {"env": [], "svc": []}
+    assert {"event": "PodFailed", "action": "RestartJob"} in vcjob["spec"]["policies"]
     (task,) = vcjob["spec"]["tasks"]
     assert task["replicas"] == 3
     main = task["template"]["spec"]["containers"][0]

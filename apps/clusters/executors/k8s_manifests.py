@@ -12,13 +12,18 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from apps.clusters.executors.base import DeviceSlot, ExecutorError, GPUModelSpec, JobSpec
+from apps.clusters.executors.base import (
+    LABEL_ATTEMPT,
+    LABEL_PROJECT,
+    LABEL_TASK_ID,
+    DeviceSlot,
+    ExecutorError,
+    GPUModelSpec,
+    JobSpec,
+)
 
 MANAGED_BY = "hcs-portal"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
-LABEL_TASK_ID = "hcs.io/task-id"
-LABEL_PROJECT = "hcs.io/project"
-LABEL_ATTEMPT = "hcs.io/attempt"
 LABEL_KIND = "hcs.io/kind"
 # Unique per task attempt (the object name); every object of a task carries it, so one
 # selector finds everything a task created.
@@ -583,6 +588,7 @@ def volcano_manifests(spec: JobSpec, namespace: str) -> list[dict]:
     body = pod_spec(spec, main, restart_policy="Never")
     if spec.time_limit_s:
         body["activeDeadlineSeconds"] = int(spec.time_limit_s)
+    retries = int(spec.settings.get("retries", 0))
     return [
         {
             "apiVersion": f"{VOLCANO_GROUP}/{VOLCANO_VERSION}",
@@ -592,9 +598,13 @@ def volcano_manifests(spec: JobSpec, namespace: str) -> list[dict]:
                 "schedulerName": "volcano",
                 "queue": spec.settings.get("volcano_queue", "default"),
                 "minAvailable": spec.instances,
-                "maxRetry": int(spec.settings.get("retries", 0)),
+                "maxRetry": retries,
                 "plugins": {"env": [], "svc": []},
-                "policies": [{"event": "PodEvicted", "action": "RestartJob"}],
+                # A gang is all or nothing: a lost or failed rank restarts (or ends) the whole job.
+                "policies": [
+                    {"event": "PodEvicted", "action": "RestartJob"},
+                    {"event": "PodFailed", "action": "RestartJob" if retries else "TerminateJob"},
+                ],
                 "tasks": [
                     {
                         "name": VOLCANO_TASK,
