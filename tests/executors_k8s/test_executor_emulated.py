@@ -456,7 +456,8 @@ users: [{{name: hcs, user: {{token: kube-token}}}}]
 contexts: [{{name: emu, context: {{cluster: emu, user: hcs, namespace: {NS}}}}}]
 current-context: emu
 """
-    executor = KubernetesExecutor(kubeconfig=kubeconfig, namespace=NS)
+    # The cluster row's endpoint may be filled in too: the kubeconfig carries the credentials, so it wins.
+    executor = KubernetesExecutor(host="https://unused.example.org:6443", kubeconfig=kubeconfig, namespace=NS)
     assert executor.health().startswith("Kubernetes v1.26")
     assert emulator["get /version/"][0].headers["Authorization"] == "Bearer kube-token"
 
@@ -465,3 +466,11 @@ def test_unusable_kubeconfig_is_a_final_error(tmp_path):
     with pytest.raises(ExecutorError, match="configuration unusable") as info:
         KubernetesExecutor(kubeconfig=str(tmp_path / "missing"))
     assert info.value.retryable is False
+
+
+def test_ca_certificate_is_taken_as_pem_text_or_as_a_path():
+    pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    from_text = KubernetesExecutor(host="https://k8s.example.org:6443", token="t", ca_cert=pem)
+    assert from_text.api_client.configuration.ca_cert_data == pem
+    from_path = KubernetesExecutor(host="https://k8s.example.org:6443", token="t", ca_cert="/etc/hcs/ca.crt")
+    assert from_path.api_client.configuration.ssl_ca_cert == "/etc/hcs/ca.crt"

@@ -234,8 +234,9 @@ class KubernetesExecutor(Executor):
         ca_cert: str | None = None,
         verify_ssl: bool = True,
     ):
-        """Connect with, in this order: a ready ApiClient, host (+ bearer token), a kubeconfig
-        (path, YAML text or dict), or the in-cluster service account / default kubeconfig."""
+        """Connect with, in this order: a ready ApiClient, a kubeconfig (path, YAML text or dict),
+        host (+ bearer token, CA as a path or PEM text), or the in-cluster service account / the
+        default kubeconfig."""
         self.api_client = api_client or _make_api_client(host, token, kubeconfig, ca_cert, verify_ssl)
         self.namespace = namespace
         self.ingress_domain = ingress_domain
@@ -497,16 +498,8 @@ def _make_api_client(
     ca_cert: str | None,
     verify_ssl: bool,
 ) -> client.ApiClient:
-    if host:
-        configuration = client.Configuration()
-        configuration.host = host.rstrip("/")
-        if token:
-            configuration.api_key = {"authorization": token}
-            configuration.api_key_prefix = {"authorization": "Bearer"}
-        configuration.verify_ssl = verify_ssl
-        if ca_cert:
-            configuration.ssl_ca_cert = ca_cert
-        return client.ApiClient(configuration)
+    """A kubeconfig wins (it carries its own server and credentials), then host + token, then the
+    in-cluster service account, then the default kubeconfig of the portal's user."""
     try:
         if isinstance(kubeconfig, dict):
             return config.new_client_from_config_dict(kubeconfig)
@@ -514,10 +507,26 @@ def _make_api_client(
             return config.new_client_from_config_dict(yaml.safe_load(kubeconfig))
         if kubeconfig:
             return config.new_client_from_config(config_file=kubeconfig)
+        if host:
+            return client.ApiClient(_host_configuration(host, token, ca_cert, verify_ssl))
         try:
             config.load_incluster_config()
             return client.ApiClient()
         except config.ConfigException:
             return config.new_client_from_config()
-    except (config.ConfigException, OSError, yaml.YAMLError) as exc:
+    except (config.ConfigException, OSError, yaml.YAMLError, TypeError, ValueError) as exc:
         raise ExecutorError(f"Kubernetes configuration unusable: {exc}", retryable=False) from exc
+
+
+def _host_configuration(host: str, token: str | None, ca_cert: str | None, verify_ssl: bool) -> client.Configuration:
+    configuration = client.Configuration()
+    configuration.host = host.rstrip("/")
+    if token:
+        configuration.api_key = {"authorization": token}
+        configuration.api_key_prefix = {"authorization": "Bearer"}
+    configuration.verify_ssl = verify_ssl
+    if ca_cert and "-----BEGIN" in ca_cert:  # PEM text, as kept in the cluster's credentials
+        configuration.ca_cert_data = ca_cert
+    elif ca_cert:
+        configuration.ssl_ca_cert = ca_cert
+    return configuration
