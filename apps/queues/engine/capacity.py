@@ -1,0 +1,402 @@
+"""Free-capacity index of the nodes of one cluster, and instance placement on it.
+
+Placement must not scan every node for every task (10,000 tasks x 2,000 nodes), so each
+cluster keeps, per GPU model:
+
+* ``whole[model][k]``: the nodes with exactly ``k`` fully free cards of that model, as a
+  sorted list of ``(health tier, node position)`` (healthy nodes first, then by position);
+* ``partial[model]``: the partly used cards of shareable models, as a sorted list of
+  ``(free milli, tier, node position, device position)``, so "the tightest card with at
+  least f free" is one bisect.
+
+Every change to a node goes through :meth:`ClusterIndex.take` / :meth:`ClusterIndex.release`,
+which unindex the node, change it and index it again.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+
+from .model import LINK_FAST, Node
+from .resources import EPS, WHOLE
+
+FIRST_FIT = "first_fit"
+BEST_FIT = "best_fit"
+FGD = "fgd"
+NODE_SCORERS = (FIRST_FIT, BEST_FIT, FGD)
+
+# How many equally good candidate nodes best-fit inspects to prefer one whose free cards
+# share an NVLink/HCCS island; a bound keeps placement O(1) per task.
+TOPOLOGY_LOOKAHEAD = 8
+
+
+class NodeState:
+    """Mutable free resources of one node; devices are addressed by position in ``Node.devices``."""
+
+    __slots__ = (
+        "pos",
+        "node",
+        "cluster_id",
+        "free_cpu",
+        "free_mem",
+        "dev_ids",
+        "dev_model",
+        "dev_free",
+        "dev_island",
+        "dev_tier",
+        "dev_ok",
+        "tier",
+        "schedulable",
+        "fkey",
+    )
+
+    def __init__(self, pos: int, node: Node, subhealthy_below: int, unhealthy_below: int):
+        self.pos = pos
+        self.node = node
+        self.cluster_id = node.cluster_id
+        self.free_cpu = float(node.cpu)
+        self.free_mem = float(node.memory_gib)
+        devs = node.devices
+        self.dev_ids = [d.id for d in devs]
+        self.dev_model = [d.model for d in devs]
+        self.dev_free = [WHOLE] * len(devs)
+        self.dev_ok = [d.health >= unhealthy_below for d in devs]
+        self.dev_tier = [0 if d.health >= subhealthy_below else 1 for d in devs]
+        self.dev_island = _islands(node)
+        self.schedulable = node.status == "ready" and node.health >= unhealthy_below
+        self.tier = 0 if node.health >= subhealthy_below else 1
+        self.fkey = None
+
+    def whole_counts(self) -> dict[str, int]:
+        """Fully free usable cards per model."""
+        counts: dict[str, int] = {}
+        free = self.dev_free
+        ok = self.dev_ok
+        for i, m in enumerate(self.dev_model):
+            if ok[i] and free[i] == WHOLE:
+                counts[m] = counts.get(m, 0) + 1
+        return counts
+
+    def fits(self, cpu: float, mem: float) -> bool:
+        """True when cpu and memory of one instance fit."""
+        return self.free_cpu + EPS >= cpu and self.free_mem + EPS >= mem
+
+    def free_gpu_milli(self) -> int:
+        """Unallocated GPU capacity on usable cards, in thousandths of a card."""
+        return sum(f for f, ok in zip(self.dev_free, self.dev_ok, strict=True) if ok)
+
+
+def _islands(node: Node) -> list[int]:
+    """Connected components of the node's devices over NVLink/HCCS links (union-find)."""
+    n = len(node.devices)
+    parent = list(range(n))
+    pos_of = {d.index: i for i, d in enumerate(node.devices)}
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i, d in enumerate(node.devices):
+        for link in d.links:
+            j = pos_of.get(link.peer_index)
+            if j is not None and link.kind in LINK_FAST:
+                parent[root(i)] = root(j)
+    return [root(i) for i in range(n)]
+
+
+def choose_whole_devices(ns: NodeState, model: str, k: int) -> list[int] | None:
+    """Pick ``k`` free cards of ``model`` on a node, preferring one fast-link island.
+
+    The smallest island that holds all k is taken (keeps big islands whole for big tasks);
+    otherwise the biggest islands are used first so the task spans as few as possible.
+    """
+    groups: dict[int, list[int]] = {}
+    free = ns.dev_free
+    ok = ns.dev_ok
+    for i, m in enumerate(ns.dev_model):
+        if m == model and ok[i] and free[i] == WHOLE:
+            groups.setdefault(ns.dev_island[i], []).append(i)
+    if sum(len(g) for g in groups.values()) < k:
+        return None
+    tier = ns.dev_tier
+    for g in groups.values():
+        g.sort(key=lambda i: (tier[i], i))
+    fitting = [g for g in groups.values() if len(g) >= k]
+    if fitting:
+        best = min(fitting, key=lambda g: (len(g), g[0]))
+        return sorted(best[:k])
+    chosen: list[int] = []
+    for g in sorted(groups.values(), key=lambda g: (-len(g), g[0])):
+        chosen.extend(g[: k - len(chosen)])
+        if len(chosen) == k:
+            break
+    return sorted(chosen)
+
+
+def island_fit(ns: NodeState, model: str, k: int) -> bool:
+    """True when ``k`` free cards of ``model`` on this node share one fast-link island."""
+    sizes: dict[int, int] = {}
+    free = ns.dev_free
+    for i, m in enumerate(ns.dev_model):
+        if m == model and ns.dev_ok[i] and free[i] == WHOLE:
+            isl = ns.dev_island[i]
+            sizes[isl] = sizes.get(isl, 0) + 1
+            if sizes[isl] >= k:
+                return True
+    return False
+
+
+# One instance's claim on a node: (node state, cpu, memory, ((device position, milli), ...)).
+Claim = tuple[NodeState, float, float, tuple[tuple[int, int], ...]]
+
+
+class ClusterIndex:
+    """The free-capacity index of one cluster's schedulable nodes."""
+
+    def __init__(self, cluster_id, nodes: list[NodeState], shareable: frozenset[str]):
+        self.cluster_id = cluster_id
+        self.nodes = nodes
+        self.by_pos = {ns.pos: ns for ns in nodes}
+        self.shareable = shareable
+        self.whole: dict[str, list[list[tuple[int, int]]]] = {}
+        self.partial: dict[str, list[tuple[int, int, int, int]]] = {}
+        self.schedulable = [ns for ns in nodes if ns.schedulable]
+        # Node sizes never change, so "could it fit on an empty node" is cached for good.
+        self._ever: dict = {}
+        for ns in self.schedulable:
+            for m in set(ns.dev_model):
+                size = ns.dev_model.count(m) + 1
+                buckets = self.whole.setdefault(m, [])
+                while len(buckets) < size:
+                    buckets.append([])
+        for ns in self.schedulable:
+            self._index(ns)
+
+    # -- index maintenance -------------------------------------------------------------
+
+    def _index(self, ns: NodeState) -> None:
+        key = (ns.tier, ns.pos)
+        for m, k in ns.whole_counts().items():
+            insort(self.whole[m][k], key)
+        free = ns.dev_free
+        for i, m in enumerate(ns.dev_model):
+            if ns.dev_ok[i] and 0 < free[i] < WHOLE and m in self.shareable:
+                insort(self.partial.setdefault(m, []), (free[i], ns.dev_tier[i], ns.pos, i))
+
+    def _unindex(self, ns: NodeState) -> None:
+        key = (ns.tier, ns.pos)
+        for m, k in ns.whole_counts().items():
+            lst = self.whole[m][k]
+            del lst[bisect_left(lst, key)]
+        free = ns.dev_free
+        for i, m in enumerate(ns.dev_model):
+            if ns.dev_ok[i] and 0 < free[i] < WHOLE and m in self.shareable:
+                lst = self.partial[m]
+                del lst[bisect_left(lst, (free[i], ns.dev_tier[i], ns.pos, i))]
+
+    def take(self, claim: Claim) -> None:
+        """Allocate a claim (the caller has checked that it fits)."""
+        ns, cpu, mem, devs = claim
+        indexed = ns.schedulable
+        if indexed:
+            self._unindex(ns)
+        ns.free_cpu -= cpu
+        ns.free_mem -= mem
+        for i, milli in devs:
+            ns.dev_free[i] -= milli
+        ns.fkey = None
+        if indexed:
+            self._index(ns)
+
+    def release(self, claim: Claim) -> None:
+        """Give a claim back."""
+        ns, cpu, mem, devs = claim
+        indexed = ns.schedulable
+        if indexed:
+            self._unindex(ns)
+        ns.free_cpu += cpu
+        ns.free_mem += mem
+        for i, milli in devs:
+            ns.dev_free[i] += milli
+        ns.fkey = None
+        if indexed:
+            self._index(ns)
+
+    # -- search ------------------------------------------------------------------------
+
+    def could_fit(self, model: str | None, cards: int, milli: int) -> bool:
+        """Cheap necessary condition: some node has the cards (or share) at all."""
+        if model is None:
+            return bool(self.schedulable)
+        buckets = self.whole.get(model)
+        if not buckets:
+            return False
+        need = cards if cards else 1
+        for k in range(need, len(buckets)):
+            if buckets[k]:
+                return True
+        if milli:
+            lst = self.partial.get(model)
+            return bool(lst) and lst[-1][0] >= milli
+        return False
+
+    def could_ever_fit(self, alt, cpu: float, mem: float) -> bool:
+        """True when one instance fits on some schedulable node of this cluster if it were empty."""
+        key = (alt, cpu, mem)
+        known = self._ever.get(key)
+        if known is not None:
+            return known
+        model, cards, _milli, _eq = alt
+        need = max(cards, 1)
+        result = False
+        for ns in self.schedulable:
+            if ns.node.cpu + EPS < cpu or ns.node.memory_gib + EPS < mem:
+                continue
+            if model is None or sum(1 for i, m in enumerate(ns.dev_model) if m == model and ns.dev_ok[i]) >= need:
+                result = True
+                break
+        self._ever[key] = result
+        return result
+
+    def find(self, alt, cpu: float, mem: float, scorer: str, excluded, fgd=None) -> Claim | None:
+        """Find a claim for one instance of alternative ``alt``, or None.
+
+        ``excluded`` is a set of node positions not to use (backfill reservations) or None.
+        """
+        model, cards, milli, _eq = alt
+        if model is None:
+            return self._find_cpu(cpu, mem, scorer, excluded, fgd)
+        if scorer == FGD and fgd is not None:
+            return self._find_fgd(model, cards, milli, cpu, mem, excluded, fgd)
+        if cards:
+            ns = self._find_whole(model, cards, cpu, mem, scorer, excluded)
+            if ns is None:
+                return None
+            devs = choose_whole_devices(ns, model, cards)
+            return (ns, cpu, mem, tuple((i, WHOLE) for i in devs))
+        return self._find_share(model, milli, cpu, mem, scorer, excluded)
+
+    def _find_whole(self, model, k, cpu, mem, scorer, excluded) -> NodeState | None:
+        buckets = self.whole.get(model)
+        if not buckets or k >= len(buckets):
+            return None
+        by_pos = self.by_pos
+        best: NodeState | None = None
+        for tier in (0, 1):
+            for kk in range(k, len(buckets)):
+                lst = buckets[kk]
+                if not lst:
+                    continue
+                i = bisect_left(lst, (tier, -1))
+                seen: list[NodeState] = []
+                while i < len(lst) and lst[i][0] == tier:
+                    ns = by_pos[lst[i][1]]
+                    i += 1
+                    if ns.fits(cpu, mem) and (excluded is None or ns.pos not in excluded):
+                        if scorer == FIRST_FIT:
+                            if best is None or ns.pos < best.pos:
+                                best = ns
+                            break
+                        seen.append(ns)
+                        if k == 1 or len(seen) >= TOPOLOGY_LOOKAHEAD:
+                            break
+                if seen:
+                    for ns in seen:
+                        if island_fit(ns, model, k):
+                            return ns
+                    return seen[0]
+            if best is not None:
+                return best
+        return best
+
+    def _find_share(self, model, milli, cpu, mem, scorer, excluded) -> Claim | None:
+        lst = self.partial.get(model, ())
+        by_pos = self.by_pos
+        i = bisect_left(lst, (milli, -1, -1, -1)) if lst else 0
+        found = None
+        while i < len(lst):
+            free, _t, pos, dev = lst[i]
+            i += 1
+            ns = by_pos[pos]
+            if ns.fits(cpu, mem) and (excluded is None or pos not in excluded):
+                if scorer != FIRST_FIT:
+                    return (ns, cpu, mem, ((dev, milli),))
+                if found is None or pos < found[0].pos:
+                    found = (ns, dev)
+        ns = self._find_whole(model, 1, cpu, mem, scorer, excluded)
+        if ns is not None and (found is None or ns.pos < found[0].pos):
+            dev = choose_whole_devices(ns, model, 1)[0]
+            return (ns, cpu, mem, ((dev, milli),))
+        if found is not None:
+            return (found[0], cpu, mem, ((found[1], milli),))
+        return None
+
+    def _find_cpu(self, cpu, mem, scorer, excluded, fgd) -> Claim | None:
+        best = None
+        best_key = None
+        for ns in self.schedulable:
+            if not ns.fits(cpu, mem) or (excluded is not None and ns.pos in excluded):
+                continue
+            if scorer == FIRST_FIT:
+                return (ns, cpu, mem, ())
+            if scorer == FGD and fgd is not None:
+                key = (fgd.delta(ns, cpu, mem, None, 0, 0), ns.tier, ns.pos)
+            else:
+                # Tightest node, GPU-free nodes first so CPU work does not strand cards.
+                key = (ns.tier, ns.free_gpu_milli() > 0, ns.free_cpu - cpu, ns.pos)
+            if best_key is None or key < best_key:
+                best, best_key = ns, key
+        return None if best is None else (best, cpu, mem, ())
+
+    def _find_fgd(self, model, cards, milli, cpu, mem, excluded, fgd) -> Claim | None:
+        """Fragmentation Gradient Descent: the choice that least increases fragmentation."""
+        buckets = self.whole.get(model)
+        if not buckets:
+            return None
+        by_pos = self.by_pos
+        need = cards if cards else 1
+        best_key = None
+        best = None
+        seen: set[int] = set()
+        candidates: list[NodeState] = []
+        for kk in range(need, len(buckets)):
+            for _tier, pos in buckets[kk]:
+                ns = by_pos[pos]
+                if ns.fits(cpu, mem) and (excluded is None or pos not in excluded):
+                    candidates.append(ns)
+                    seen.add(pos)
+        if milli:
+            for free, _t, pos, _dev in reversed(self.partial.get(model, ())):
+                if free < milli:
+                    break
+                if pos in seen:
+                    continue
+                ns = by_pos[pos]
+                if ns.fits(cpu, mem) and (excluded is None or pos not in excluded):
+                    candidates.append(ns)
+                    seen.add(pos)
+        for ns in candidates:
+            if cards:
+                key = (fgd.delta(ns, cpu, mem, model, cards * WHOLE, WHOLE), ns.tier, ns.pos)
+                if best_key is None or key < best_key:
+                    best_key, best = key, (ns, None)
+                continue
+            tried: set[int] = set()
+            free = ns.dev_free
+            for i, m in enumerate(ns.dev_model):
+                f = free[i]
+                if m != model or not ns.dev_ok[i] or f < milli or f in tried:
+                    continue
+                tried.add(f)
+                key = (fgd.delta(ns, cpu, mem, model, milli, f), ns.tier + ns.dev_tier[i], ns.pos, i)
+                if best_key is None or key < best_key:
+                    best_key, best = key, (ns, i)
+        if best is None:
+            return None
+        ns, dev = best
+        if cards:
+            devs = choose_whole_devices(ns, model, cards)
+            return (ns, cpu, mem, tuple((i, WHOLE) for i in devs))
+        return (ns, cpu, mem, ((dev, milli),))

@@ -1,0 +1,710 @@
+"""The scheduling cycle (SPEC §4, §5).
+
+:func:`schedule` is the stateless entry point the Django service uses: snapshot in,
+decisions out. :class:`Scheduler` is the same engine kept alive between cycles (the
+simulator and the benchmarks use it): it applies its own decisions and accepts
+``submit`` / ``finish`` events, so a cycle does not rebuild the capacity index.
+
+One cycle: high, then medium, then low; within a class the queues take turns, and each
+queue yields its tasks in policy order. For every task the admission checks run first
+(budget, limits, quotas, queue capacity, queue order, idle-only for low), then cluster
+filters and the cluster strategy, then node/device placement. A high or medium task that
+does not fit may preempt (shrinking elastic tasks first); a project or queue below its
+guarantee may reclaim borrowed usage. Elastic tasks then grow into what nobody waits for,
+and every task still queued gets its position, estimated start and reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from . import preemption
+from .capacity import FGD, NODE_SCORERS, Claim, ClusterIndex, NodeState
+from .estimate import estimate_starts
+from .fragmentation import FragmentationModel, shape_of
+from .model import (
+    BACKFILL,
+    CLASS_RANK,
+    DRF,
+    FIFO,
+    HIGH,
+    LOW,
+    MEDIUM,
+    Decisions,
+    DeviceShare,
+    InstancePlacement,
+    Preempt,
+    Reason,
+    Resize,
+    Resources,
+    RunningTask,
+    Snapshot,
+    Start,
+    Task,
+    Waiting,
+)
+from .policies import queue_order
+from .resources import EPS, WHOLE, Demand, RequestError, demand_of, dominant_share, fits_under, plus
+from .scorers import CLUSTER_STRATEGIES
+
+SCHEDULABLE_CLUSTER_STATUS = ("healthy", "degraded")
+ZERO = Resources()
+
+
+def schedule(snapshot: Snapshot) -> Decisions:
+    """Run one scheduling cycle on a snapshot and return the decisions (pure, deterministic)."""
+    return Scheduler(snapshot).cycle(snapshot.now)
+
+
+class ClusterView:
+    """A cluster with its capacity index and the counters strategies and filters read."""
+
+    __slots__ = ("cluster", "index", "order", "total_gpu", "used_gpu", "running", "per_user", "usable")
+
+    def __init__(self, cluster, index: ClusterIndex, order: int, total_gpu: float):
+        self.cluster = cluster
+        self.index = index
+        self.order = order
+        self.total_gpu = total_gpu
+        self.used_gpu = 0.0
+        self.running = 0
+        self.per_user: dict = {}
+        self.usable = cluster.enabled and cluster.status in SCHEDULABLE_CLUSTER_STATUS
+
+
+class Run:
+    """Engine-side record of a running task: its claims on the index and what it counts against."""
+
+    __slots__ = (
+        "task",
+        "cluster_id",
+        "claims",
+        "placements",
+        "alt",
+        "started_at",
+        "window_s",
+        "rank",
+        "seq",
+        "models",
+        "fresh",
+    )
+
+    def __init__(self, task, cluster_id, claims, placements, alt, started_at, window_s, rank, seq):
+        self.task = task
+        self.cluster_id = cluster_id
+        self.claims = claims
+        self.placements = placements
+        self.alt = alt
+        self.started_at = started_at
+        self.window_s = window_s
+        self.rank = rank
+        self.seq = seq
+        self.models = frozenset(p.gpu_model for p in placements if p.gpu_model is not None)
+        self.fresh = False
+
+    def per_instance_gpu(self) -> float:
+        """GPU-equivalents of one instance."""
+        return self.alt[3]
+
+    def usage(self) -> Resources:
+        """Total resources held."""
+        n = len(self.placements)
+        return Resources(self.task.cpu * n, self.task.memory_gib * n, self.alt[3] * n)
+
+    def expected_end(self) -> float | None:
+        """When the task should finish, from its expected duration."""
+        d = self.task.expected_duration_s
+        return None if d is None else self.started_at + d
+
+    def elastic_min(self) -> int | None:
+        """The replica floor when the task is elastic, else None."""
+        t = self.task
+        if t.min_replicas is None or t.max_replicas is None:
+            return None
+        return max(1, t.min_replicas)
+
+
+class Cycle:
+    """Per-cycle bookkeeping: failure cache, blocks, reservations and the decisions so far."""
+
+    def __init__(self, now: float):
+        self.now = now
+        self.fail: set = set()
+        self.starts: dict = {}
+        self.preempts: list[Preempt] = []
+        self.resizes: dict = {}
+        self.waiting: list[tuple[Task, Demand | None, str, str]] = []
+        # GPU models (and "cpu") that a high/medium task waits for: low work must leave them idle.
+        self.hm_blocked: set = set()
+        # Models any waiting task could use: elastic tasks do not grow into them.
+        self.starved: set = set()
+        self.queue_blocked: dict = {}
+        self.reservation: dict = {}
+        self.preempt_failed: set = set()
+
+
+class Scheduler:
+    """The scheduling engine over one VDC; build it from a snapshot, then run cycles."""
+
+    def __init__(self, snapshot: Snapshot):
+        s = snapshot.settings
+        if s.node_scorer not in NODE_SCORERS:
+            raise ValueError(f"unknown node scorer {s.node_scorer!r}; expected one of {NODE_SCORERS}")
+        if s.cluster_strategy not in CLUSTER_STRATEGIES:
+            raise ValueError(f"unknown cluster strategy {s.cluster_strategy!r}")
+        self.settings = s
+        self.strategy = CLUSTER_STRATEGIES[s.cluster_strategy]
+        self.scorer = s.node_scorer
+        self.catalog = {m.name: m for m in snapshot.gpu_models}
+        self.all_models = frozenset(self.catalog)
+        shareable = frozenset(m.name for m in snapshot.gpu_models if m.shareable)
+        self.queues = {q.id: q for q in snapshot.queues}
+        self.queue_rank = {q.id: i for i, q in enumerate(snapshot.queues)}
+        self.quotas = {q.project_id: q for q in snapshot.quotas}
+
+        by_cluster: dict = {c.id: [] for c in snapshot.clusters}
+        self.nodes: list[NodeState] = []
+        self.node_by_id: dict = {}
+        self.device_at: dict = {}
+        for node in snapshot.nodes:
+            if node.cluster_id not in by_cluster:
+                continue
+            ns = NodeState(len(self.nodes), node, s.subhealthy_below, s.unhealthy_below)
+            self.nodes.append(ns)
+            self.node_by_id[node.id] = ns
+            by_cluster[node.cluster_id].append(ns)
+            for i, dev in enumerate(node.devices):
+                self.device_at[dev.id] = (ns, i)
+        self.clusters: dict = {}
+        total = [0.0, 0.0, 0.0]
+        for order, c in enumerate(snapshot.clusters):
+            index = ClusterIndex(c.id, by_cluster[c.id], shareable)
+            gpu = 0.0
+            for ns in index.schedulable:
+                for i, m in enumerate(ns.dev_model):
+                    if ns.dev_ok[i] and m in self.catalog:
+                        gpu += self.catalog[m].exchange_rate
+            cv = ClusterView(c, index, order, gpu)
+            self.clusters[c.id] = cv
+            if cv.usable:
+                total[0] += sum(ns.node.cpu for ns in index.schedulable)
+                total[1] += sum(ns.node.memory_gib for ns in index.schedulable)
+                total[2] += gpu
+        self.capacity = Resources(*total)
+        self.cap = s.cap
+
+        self.proj_usage: dict = {}
+        self.queue_usage: dict = {}
+        self.proj_count: dict = {}
+        self.kind_count: dict = {}
+        self.total_usage = ZERO
+        self.running: dict = {}
+        self.seq = 0
+        self._demands: dict = {}
+        for rt in snapshot.running:
+            self._add_running(rt)
+        self.queued: dict = {}
+        for t in snapshot.queued:
+            if t.id not in self.running:
+                self.queued[t.id] = t
+        self.fgd = self._fragmentation_model(snapshot) if self.scorer == FGD else None
+
+    # -- state ------------------------------------------------------------------------
+
+    def _fragmentation_model(self, snapshot: Snapshot) -> FragmentationModel:
+        """FGD's target workload: the configured shapes, else the tasks in the snapshot."""
+        wl = self.settings.fgd_workload
+        if wl is not None:
+            shapes = [
+                (
+                    w.weight,
+                    w.cpu,
+                    w.memory_gib,
+                    round(w.gpu * WHOLE),
+                    frozenset(w.models) if w.models else None,
+                )
+                for w in wl
+            ]
+            return FragmentationModel(shapes)
+        shapes = []
+        for t in list(snapshot.queued) + [r.task for r in snapshot.running]:
+            d = self.demand(t)
+            if isinstance(d, Demand):
+                shapes.append(shape_of(d.cpu, d.memory_gib, d.alternatives, self.all_models))
+        return FragmentationModel(shapes)
+
+    def demand(self, task: Task, instances: int | None = None) -> Demand | RequestError:
+        """The task's normalised demand (cached per task object), or why it is invalid."""
+        cached = self._demands.get(task.id)
+        if cached is not None and cached[0] is task and instances is None:
+            return cached[1]
+        try:
+            d = demand_of(task, self.catalog, instances if instances is not None else _start_size(task))
+        except RequestError as e:
+            d = e
+        if instances is None:
+            self._demands[task.id] = (task, d)
+        return d
+
+    def _add_running(self, rt: RunningTask) -> None:
+        task = rt.task
+        claims: list[Claim] = []
+        eq = 0.0
+        for p in rt.placements:
+            ns = self.node_by_id.get(p.node_id)
+            devs = []
+            for share in p.devices:
+                loc = self.device_at.get(share.device_id)
+                if loc is None:
+                    continue
+                dns, i = loc
+                devs.append((i, share.milli))
+                m = self.catalog.get(dns.dev_model[i])
+                eq += share.milli / WHOLE * (m.exchange_rate if m else 1.0)
+            if ns is not None:
+                claim = (ns, float(task.cpu), float(task.memory_gib), tuple(devs))
+                self.clusters[ns.cluster_id].index.take(claim)
+                claims.append(claim)
+        n = max(1, len(rt.placements))
+        model = next((p.gpu_model for p in rt.placements if p.gpu_model), None)
+        alt = (model, 0, 0, eq / n)
+        q = self.queues.get(task.queue_id)
+        rank = CLASS_RANK[q.priority_class] if q else CLASS_RANK[LOW]
+        window = rt.window_s
+        if window is None and rank == CLASS_RANK[MEDIUM]:
+            window = task.window_s or task.expected_duration_s
+        run = Run(task, rt.cluster_id, claims, list(rt.placements), alt, rt.started_at, window, rank, self.seq)
+        self.seq += 1
+        self._charge(run, +1)
+
+    def _charge(self, run: Run, sign: int) -> None:
+        """Add (sign=+1) or remove (sign=-1) a run from every usage counter."""
+        t = run.task
+        u = run.usage()
+        if sign > 0:
+            self.running[t.id] = run
+        else:
+            self.running.pop(t.id, None)
+        self.proj_usage[t.project_id] = plus(self.proj_usage.get(t.project_id, ZERO), u, sign)
+        self.queue_usage[t.queue_id] = self.queue_usage.get(t.queue_id, 0.0) + sign * u.gpu
+        self.total_usage = plus(self.total_usage, u, sign)
+        self.proj_count[t.project_id] = self.proj_count.get(t.project_id, 0) + sign
+        k = (t.project_id, t.kind)
+        self.kind_count[k] = self.kind_count.get(k, 0) + sign
+        cv = self.clusters.get(run.cluster_id)
+        if cv is not None:
+            cv.used_gpu += sign * u.gpu
+            cv.running += sign
+            cv.per_user[t.owner] = cv.per_user.get(t.owner, 0) + sign
+
+    def _resize_charge(self, run: Run, delta_instances: int) -> None:
+        t = run.task
+        u = Resources(t.cpu * delta_instances, t.memory_gib * delta_instances, run.alt[3] * delta_instances)
+        self.proj_usage[t.project_id] = plus(self.proj_usage.get(t.project_id, ZERO), u)
+        self.queue_usage[t.queue_id] = self.queue_usage.get(t.queue_id, 0.0) + u.gpu
+        self.total_usage = plus(self.total_usage, u)
+        self.clusters[run.cluster_id].used_gpu += u.gpu
+
+    def share_of(self, project_id) -> float:
+        """The project's DRF dominant share of the VDC."""
+        return dominant_share(self.proj_usage.get(project_id, ZERO), self.cap or self.capacity)
+
+    # -- events (stateful use) ---------------------------------------------------------
+
+    def submit(self, task: Task) -> None:
+        """Queue a new (or requeued) task."""
+        self.queued[task.id] = task
+
+    def finish(self, task_id) -> None:
+        """A running task ended: give its resources back."""
+        run = self.running.get(task_id)
+        if run is None:
+            self.queued.pop(task_id, None)
+            return
+        self._release_run(run)
+
+    def _release_run(self, run: Run) -> None:
+        for claim in run.claims:
+            self.clusters[claim[0].cluster_id].index.release(claim)
+        self._charge(run, -1)
+
+    # -- the cycle ---------------------------------------------------------------------
+
+    def cycle(self, now: float) -> Decisions:
+        """Run one scheduling cycle at time ``now``; the decisions are applied to this state."""
+        cyc = Cycle(now)
+        for run in self.running.values():
+            run.fresh = False
+        by_queue: dict = {}
+        for t in self.queued.values():
+            by_queue.setdefault(t.queue_id, []).append(t)
+        considered: dict = {}
+        for cls in (HIGH, MEDIUM, LOW):
+            queues = [q for q in self.queues.values() if q.priority_class == cls and q.id in by_queue]
+            queues.sort(key=lambda q: (-q.weight, self.queue_rank[q.id]))
+            iters = [(q, queue_order(q.policy, by_queue[q.id], self.share_of)) for q in queues]
+            while iters:
+                alive = []
+                for q, it in iters:
+                    task = next(it, None)
+                    if task is None:
+                        continue
+                    alive.append((q, it))
+                    considered.setdefault(q.id, []).append(task)
+                    self._consider(task, q, cls, cyc)
+                iters = alive
+        for qid, tasks in by_queue.items():
+            if qid not in self.queues:
+                for t in tasks:
+                    cyc.waiting.append((t, None, Reason.INVALID_REQUEST, f"unknown queue {qid!r}"))
+                    considered.setdefault(qid, []).append(t)
+        self._grow_elastic(cyc)
+        waiting = self._waiting(cyc, considered)
+        starts = []
+        for task_id, (cid, placements, window) in cyc.starts.items():
+            starts.append(Start(task_id, cid, tuple(placements), window))
+            self.queued.pop(task_id, None)
+        resizes = []
+        for task_id, (run, added, removed) in cyc.resizes.items():
+            resizes.append(Resize(task_id, len(run.placements), tuple(added), tuple(removed), "elastic"))
+        return Decisions(tuple(starts), tuple(cyc.preempts), tuple(resizes), tuple(waiting))
+
+    def _wait(self, cyc: Cycle, task: Task, d, reason: str, message: str) -> None:
+        cyc.waiting.append((task, d if isinstance(d, Demand) else None, reason, message))
+
+    def _consider(self, task: Task, q, cls: str, cyc: Cycle) -> None:
+        """Admission checks, then placement, then preemption for one queued task."""
+        d = self.demand(task)
+        if isinstance(d, RequestError):
+            self._wait(cyc, task, None, d.code, str(d))
+            return
+        quota = self.quotas.get(task.project_id)
+        if quota is not None and quota.budget_exhausted:
+            self._wait(cyc, task, d, Reason.BUDGET_EXHAUSTED, "the project's budget is exhausted")
+            return
+        if cls == MEDIUM and not task.expected_duration_s:
+            self._wait(cyc, task, d, Reason.INVALID_REQUEST, "a medium task needs an expected duration")
+            return
+        enforce = quota is not None and quota.enforce
+        pid = task.project_id
+        if enforce and quota.max_concurrent is not None and self.proj_count.get(pid, 0) >= quota.max_concurrent:
+            self._wait(cyc, task, d, Reason.MAX_CONCURRENT, f"project runs {quota.max_concurrent} tasks already")
+            return
+        if enforce and task.kind in quota.max_per_kind:
+            limit = quota.max_per_kind[task.kind]
+            if self.kind_count.get((pid, task.kind), 0) >= limit:
+                self._wait(cyc, task, d, Reason.KIND_LIMIT, f"project runs {limit} {task.kind} tasks already")
+                return
+        alts = d.alternatives
+        if enforce and quota.limit is not None:
+            usage = self.proj_usage.get(pid, ZERO)
+            alts = tuple(a for a in alts if fits_under(usage, d.vector(a), quota.limit))
+            if not alts:
+                self._wait(cyc, task, d, Reason.QUOTA_EXCEEDED, "the project's quota limit would be exceeded")
+                return
+        if q.max_gpu is not None:
+            used = self.queue_usage.get(q.id, 0.0)
+            alts = tuple(a for a in alts if used + a[3] * d.instances <= q.max_gpu + EPS)
+            if not alts:
+                self._wait(cyc, task, d, Reason.QUEUE_CAPACITY, "the queue is at its maximum capacity")
+                return
+        if self.cap is not None:
+            alts = tuple(a for a in alts if fits_under(self.total_usage, d.vector(a), self.cap))
+            if not alts:
+                self._wait(cyc, task, d, Reason.VDC_CAPACITY, "the VDC is at its capacity cap")
+                return
+        keys = _block_keys(d)
+        if q.policy in (FIFO, DRF):
+            blocked = cyc.queue_blocked.get(q.id)
+            if blocked and not blocked.isdisjoint(keys):
+                self._wait(cyc, task, d, Reason.QUEUE_ORDER, "waiting behind an earlier task of its queue")
+                return
+        if cls == LOW and cyc.hm_blocked:
+            alts = tuple(a for a in alts if (a[0] or "cpu") not in cyc.hm_blocked)
+            if not alts:
+                self._wait(
+                    cyc,
+                    task,
+                    d,
+                    Reason.WAITING_FOR_HIGHER_CLASS,
+                    "high or medium work waits for these resources",
+                )
+                return
+        cands = self._eligible(task)
+        if not cands:
+            self._wait(cyc, task, d, Reason.NO_ELIGIBLE_CLUSTER, "no enabled, healthy cluster matches the task")
+            return
+        excluded, token = None, None
+        res = cyc.reservation.get(q.id) if q.policy == BACKFILL else None
+        if res is not None:
+            t_res, nodes = res
+            dur = task.expected_duration_s
+            if dur is None or cyc.now + dur > t_res + EPS:
+                excluded, token = nodes, q.id
+        placed = self._place(d, alts, cands, excluded, token, cyc)
+        if placed is not None:
+            self._start(task, q, cls, d, placed, cyc)
+            return
+        if excluded is not None:
+            trial = self._place(d, alts, cands, None, None, cyc)
+            if trial is not None:
+                self._undo(trial)
+                self._wait(
+                    cyc,
+                    task,
+                    d,
+                    Reason.WAITING_FOR_RESERVATION,
+                    "would delay the reservation of the queue's head task",
+                )
+                return
+        plan = preemption.plan(self, task, q, cls, d, alts, cands, cyc)
+        if plan is not None:
+            self._apply_plan(plan, task, q, cls, d, cyc)
+            return
+        if not any(cv.index.could_ever_fit(alt, d.cpu, d.memory_gib) for cv in cands for alt in alts):
+            # Waiting cannot help, so it must not hold back queues or low work either.
+            self._wait(cyc, task, d, Reason.INSUFFICIENT_CAPACITY, "larger than any node of the eligible clusters")
+            return
+        self._wait(cyc, task, d, Reason.INSUFFICIENT_CAPACITY, "not enough free capacity on eligible clusters")
+        cyc.starved |= keys
+        if cls != LOW:
+            cyc.hm_blocked |= keys
+        if q.policy in (FIFO, DRF):
+            cyc.queue_blocked.setdefault(q.id, set()).update(keys)
+        elif q.policy == BACKFILL and q.id not in cyc.reservation:
+            cyc.reservation[q.id] = self._reserve(d, alts, cands, cyc)
+
+    def _eligible(self, task: Task) -> list[ClusterView]:
+        """Cluster filters, then the VDC's strategy order (degraded clusters last)."""
+        out = []
+        for cv in self.clusters.values():
+            c = cv.cluster
+            if not cv.usable or (task.cluster_type and c.type != task.cluster_type):
+                continue
+            if any(c.labels.get(k) != v for k, v in task.required_labels.items()):
+                continue
+            if c.max_total_tasks is not None and cv.running >= c.max_total_tasks:
+                continue
+            if c.max_tasks_per_user is not None and cv.per_user.get(task.owner, 0) >= c.max_tasks_per_user:
+                continue
+            out.append(cv)
+        if len(out) > 1:
+            strategy = self.strategy
+            out.sort(key=lambda cv: (cv.cluster.status != "healthy", strategy(cv, task), cv.order))
+        return out
+
+    def _place(self, d: Demand, alts, cands, excluded, token, cyc: Cycle):
+        """Place all instances on one cluster (first alternative / cluster that fits); claims are taken."""
+        n = d.instances
+        cpu, mem = d.cpu, d.memory_gib
+        fail = cyc.fail
+        for cv in cands:
+            index = cv.index
+            for alt in alts:
+                fkey = (cv.order, alt, cpu, mem, n, token)
+                if fkey in fail:
+                    continue
+                if not index.could_fit(alt[0], alt[1], alt[2]):
+                    fail.add(fkey)
+                    continue
+                claims = self.place_gang(index, alt, cpu, mem, n, excluded)
+                if claims is not None:
+                    return (cv, alt, claims)
+                fail.add(fkey)
+        return None
+
+    def place_gang(self, index: ClusterIndex, alt, cpu: float, mem: float, n: int, excluded):
+        """Take claims for ``n`` instances on one cluster, or take nothing and return None."""
+        claims = []
+        for _ in range(n):
+            claim = index.find(alt, cpu, mem, self.scorer, excluded, self.fgd)
+            if claim is None:
+                for c in claims:
+                    index.release(c)
+                return None
+            index.take(claim)
+            claims.append(claim)
+        return claims
+
+    def _undo(self, placed) -> None:
+        cv, _alt, claims = placed
+        for c in claims:
+            cv.index.release(c)
+
+    def _placements(self, alt, claims) -> list[InstancePlacement]:
+        out = []
+        for ns, _cpu, _mem, devs in claims:
+            shares = tuple(DeviceShare(ns.dev_ids[i], milli) for i, milli in devs)
+            out.append(InstancePlacement(ns.node.id, shares, alt[0]))
+        return out
+
+    def _start(self, task: Task, q, cls: str, d: Demand, placed, cyc: Cycle) -> None:
+        cv, alt, claims = placed
+        placements = self._placements(alt, claims)
+        window = None
+        if cls == MEDIUM:
+            window = task.window_s if task.window_s is not None else task.expected_duration_s
+        run = Run(task, cv.cluster.id, list(claims), placements, alt, cyc.now, window, CLASS_RANK[cls], self.seq)
+        self.seq += 1
+        run.fresh = True
+        self._charge(run, +1)
+        cyc.starts[task.id] = (cv.cluster.id, placements, window)
+
+    def _apply_plan(self, plan, task: Task, q, cls: str, d: Demand, cyc: Cycle) -> None:
+        """Carry out a preemption plan: shrink / evict the victims, then start the task."""
+        for run, claim in plan.shrinks:
+            self._shrink(run, claim, cyc)
+        for run, reason in plan.victims:
+            self._evict(run, reason, task, cyc)
+        cyc.fail.clear()
+        placed = self._place(d, plan.alts, [plan.cluster], None, None, cyc)
+        if placed is None:
+            raise AssertionError("preemption plan did not free enough capacity")
+        self._start(task, q, cls, d, placed, cyc)
+
+    def _shrink(self, run: Run, claim: Claim, cyc: Cycle) -> None:
+        i = run.claims.index(claim)
+        run.claims.pop(i)
+        removed = run.placements.pop(i)
+        self.clusters[run.cluster_id].index.release(claim)
+        self._resize_charge(run, -1)
+        entry = cyc.resizes.setdefault(run.task.id, (run, [], []))
+        if removed in entry[1]:
+            entry[1].remove(removed)
+        else:
+            entry[2].append(removed)
+        if run.task.id in cyc.starts:
+            cid, _p, window = cyc.starts[run.task.id]
+            cyc.starts[run.task.id] = (cid, list(run.placements), window)
+
+    def _evict(self, run: Run, reason: str, by: Task, cyc: Cycle) -> None:
+        task = run.task
+        q = self.queues.get(task.queue_id)
+        self._release_run(run)
+        new_window = None
+        if run.rank == CLASS_RANK[MEDIUM]:
+            floor = q.window_floor_s if q else 0.0
+            base = run.window_s if run.window_s is not None else (task.expected_duration_s or 0.0)
+            new_window = max(floor, base / 2)
+        msg = {
+            "higher_class": f"preempted by {by.id!r}, a higher-class task that needs its resources",
+            "quota_reclaim": f"project of {by.id!r} reclaims its guaranteed quota",
+            "queue_reclaim": f"queue of {by.id!r} reclaims its guaranteed capacity",
+        }[reason]
+        cyc.preempts.append(Preempt(task.id, reason, by.id, msg, True, new_window))
+        cyc.resizes.pop(task.id, None)
+        self.queued[task.id] = replace(task, window_s=new_window) if new_window is not None else task
+
+    def _reserve(self, d: Demand, alts, cands, cyc: Cycle):
+        """EASY backfill: when would the head fit, and on which nodes (from expected ends)?"""
+        ends = []
+        for run in self.running.values():
+            end = run.expected_end()
+            if end is not None and run.cluster_id in {cv.cluster.id for cv in cands}:
+                ends.append((max(end, cyc.now), run.seq, run))
+        ends.sort(key=lambda e: (e[0], e[1]))
+        released = []
+        result = None
+        for end, _seq, run in ends:
+            for claim in run.claims:
+                self.clusters[run.cluster_id].index.release(claim)
+            released.append(run)
+            placed = self._place_uncached(d, alts, cands)
+            if placed is not None:
+                result = (end, frozenset(c[0].pos for c in placed[2]))
+                self._undo(placed)
+                break
+        for run in released:
+            for claim in run.claims:
+                self.clusters[run.cluster_id].index.take(claim)
+        return result
+
+    def _place_uncached(self, d: Demand, alts, cands):
+        for cv in cands:
+            for alt in alts:
+                if cv.index.could_fit(alt[0], alt[1], alt[2]):
+                    claims = self.place_gang(cv.index, alt, d.cpu, d.memory_gib, d.instances, None)
+                    if claims is not None:
+                        return (cv, alt, claims)
+        return None
+
+    def _grow_elastic(self, cyc: Cycle) -> None:
+        """Elastic tasks grow one replica at a time into capacity no waiting task can use."""
+        runs = [r for r in self.running.values() if r.elastic_min() is not None]
+        runs.sort(key=lambda r: (-r.rank, r.started_at, r.seq))
+        reserved = set()
+        for _t, nodes in (v for v in cyc.reservation.values() if v is not None):
+            reserved |= nodes
+        for run in runs:
+            t = run.task
+            if (run.alt[0] or "cpu") in cyc.starved:
+                continue
+            quota = self.quotas.get(t.project_id)
+            q = self.queues.get(t.queue_id)
+            cv = self.clusters.get(run.cluster_id)
+            if cv is None or not cv.usable:
+                continue
+            one = Resources(t.cpu, t.memory_gib, run.alt[3])
+            alt = self._grow_alt(run)
+            while len(run.placements) < t.max_replicas:
+                if quota is not None and quota.enforce and quota.limit is not None:
+                    if not fits_under(self.proj_usage.get(t.project_id, ZERO), one, quota.limit):
+                        break
+                if q is not None and q.max_gpu is not None:
+                    if self.queue_usage.get(q.id, 0.0) + one.gpu > q.max_gpu + EPS:
+                        break
+                if self.cap is not None and not fits_under(self.total_usage, one, self.cap):
+                    break
+                claim = cv.index.find(alt, t.cpu, t.memory_gib, self.scorer, reserved or None, self.fgd)
+                if claim is None:
+                    break
+                cv.index.take(claim)
+                placement = self._placements(alt, [claim])[0]
+                run.claims.append(claim)
+                run.placements.append(placement)
+                self._resize_charge(run, +1)
+                if t.id in cyc.starts:
+                    cid, _p, window = cyc.starts[t.id]
+                    cyc.starts[t.id] = (cid, list(run.placements), window)
+                else:
+                    cyc.resizes.setdefault(t.id, (run, [], []))[1].append(placement)
+
+    def _grow_alt(self, run: Run):
+        """The per-replica alternative of a running elastic task (same model and size)."""
+        d = self.demand(run.task, instances=1)
+        if isinstance(d, Demand):
+            for alt in d.alternatives:
+                if alt[0] == run.alt[0]:
+                    return alt
+        return run.alt
+
+    def _waiting(self, cyc: Cycle, considered: dict) -> list[Waiting]:
+        """Positions, estimated starts and reasons of the tasks that stay queued."""
+        info = {t.id: (t, d, r, m) for t, d, r, m in cyc.waiting}
+        ordered = []
+        for cls in (HIGH, MEDIUM, LOW):
+            for q in self.queues.values():
+                if q.priority_class == cls:
+                    ordered.extend(t for t in considered.get(q.id, ()) if t.id in info)
+        ordered.extend(t for qid, ts in considered.items() if qid not in self.queues for t in ts)
+        estimates = estimate_starts(self, cyc.now, [(t, info[t.id][1], info[t.id][2]) for t in ordered])
+        out = []
+        position: dict = {}
+        for t in ordered:
+            _t, _d, reason, message = info[t.id]
+            pos = position.get(t.queue_id, 0) + 1
+            position[t.queue_id] = pos
+            out.append(Waiting(t.id, t.queue_id, pos, estimates.get(t.id), reason, message))
+        return out
+
+
+def _start_size(task: Task) -> int:
+    """Instances a task starts with: its gang size, or the minimum of an elastic task."""
+    if task.min_replicas is not None and task.max_replicas is not None:
+        return max(1, task.min_replicas)
+    return task.instances
+
+
+def _block_keys(d: Demand) -> frozenset:
+    """What a capacity-blocked task waits for: its GPU models, or "cpu" for CPU-only work."""
+    return d.models if d.models else frozenset(("cpu",))

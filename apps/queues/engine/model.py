@@ -1,0 +1,328 @@
+"""Plain input and output types of the scheduling engine.
+
+Everything here is a frozen dataclass holding ints, floats, strings and tuples, so the
+Django service can build a :class:`Snapshot` from rows and apply a :class:`Decisions`
+without the engine knowing about models, and the simulator can do the same from a trace.
+Ids are whatever the caller uses (database primary keys, trace names); the engine only
+compares them for equality and, for tie-breaking, with ids of the same kind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+Id = int | str
+
+HIGH = "high"
+MEDIUM = "medium"
+LOW = "low"
+CLASS_RANK = {LOW: 0, MEDIUM: 1, HIGH: 2}
+
+FIFO = "fifo"
+DRF = "drf"
+BACKFILL = "backfill"
+
+LINK_FAST = frozenset({"nvlink", "hccs"})
+
+
+class Reason:
+    """Machine-readable codes for why a queued task has not started (``Waiting.reason``)."""
+
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    INVALID_REQUEST = "invalid_request"
+    NO_MATCHING_GPU_MODEL = "no_matching_gpu_model"
+    MAX_CONCURRENT = "max_concurrent"
+    KIND_LIMIT = "kind_limit"
+    QUOTA_EXCEEDED = "quota_exceeded"
+    QUEUE_CAPACITY = "queue_capacity"
+    VDC_CAPACITY = "vdc_capacity"
+    NO_ELIGIBLE_CLUSTER = "no_eligible_cluster"
+    INSUFFICIENT_CAPACITY = "insufficient_capacity"
+    QUEUE_ORDER = "queue_order"
+    WAITING_FOR_RESERVATION = "waiting_for_reservation"
+    WAITING_FOR_HIGHER_CLASS = "waiting_for_higher_class"
+
+
+class PreemptReason:
+    """Why a running task was preempted (``Preempt.reason``)."""
+
+    HIGHER_CLASS = "higher_class"
+    QUOTA_RECLAIM = "quota_reclaim"
+    QUEUE_RECLAIM = "queue_reclaim"
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """A resource vector: cpu cores, memory GiB and GPU-equivalents (A100-80G = 1.0)."""
+
+    cpu: float = 0.0
+    memory_gib: float = 0.0
+    gpu: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class GpuModel:
+    """A catalog entry; ``exchange_rate`` converts one card into GPU-equivalents."""
+
+    name: str
+    vendor: str = ""
+    vram_gib: float = 0.0
+    tflops_fp16: float = 0.0
+    tflops_fp32: float = 0.0
+    exchange_rate: float = 1.0
+    shareable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """A device-to-device link inside a node (``kind`` nvlink / hccs / pcie)."""
+
+    peer_index: int
+    kind: str = "pcie"
+    bandwidth_gbps: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One accelerator card; ``id`` must be unique over the snapshot."""
+
+    id: Id
+    index: int
+    model: str
+    health: int = 100
+    links: tuple[Link, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A worker node of a cluster with its cards; ``status`` other than "ready" is unschedulable."""
+
+    id: Id
+    cluster_id: Id
+    cpu: float
+    memory_gib: float
+    devices: tuple[Device, ...] = ()
+    status: str = "ready"
+    health: int = 100
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """A Kubernetes / Slurm / local cluster of the VDC; status healthy / degraded / unavailable / maintenance."""
+
+    id: Id
+    name: str = ""
+    type: str = "kubernetes"
+    enabled: bool = True
+    status: str = "healthy"
+    labels: Mapping[str, str] = field(default_factory=dict)
+    priority: int = 0
+    weight: float = 1.0
+    cost_weight: float = 1.0
+    max_total_tasks: int | None = None
+    max_tasks_per_user: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    """A task queue: its class, ordering policy and capacity in GPU-equivalents."""
+
+    id: Id
+    priority_class: str = MEDIUM
+    policy: str = FIFO
+    guaranteed_gpu: float = 0.0
+    max_gpu: float | None = None
+    weight: float = 1.0
+    window_floor_s: float = 600.0
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectQuota:
+    """A project's quota in the VDC; ``limit`` None = unlimited; ``enforce`` False = advisory."""
+
+    project_id: Id
+    guaranteed: Resources = Resources()
+    limit: Resources | None = None
+    max_concurrent: int | None = None
+    max_per_kind: Mapping[str, int] = field(default_factory=dict)
+    enforce: bool = True
+    budget_exhausted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRequest:
+    """The accelerator part of a request, field for field like ``apps.clusters.gpuspec.GPURequest``.
+
+    ``count`` 0 = no GPU, < 1 = a fraction of one shareable card; ``models`` () = any model;
+    ``vram_gib`` / ``cores_percent`` = the ``1(16G,50%)`` sharing form; the ``min_*`` fields
+    are the vendor-neutral form where the engine picks model and count. Any object with
+    these attributes (such as a parsed GPURequest) is accepted as ``Task.gpu``.
+    """
+
+    count: Any = 0
+    models: tuple[str, ...] = ()
+    shared: bool = False
+    vram_gib: float | None = None
+    cores_percent: float | None = None
+    min_vram_gib: float | None = None
+    min_tflops_fp16: float | None = None
+    min_tflops_fp32: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """A compute task as the engine sees it; cpu / memory / gpu are per instance.
+
+    ``instances`` > 1 is a gang. ``min_replicas``/``max_replicas`` make it elastic (it starts
+    with ``min_replicas`` instances). ``window_s`` is the guaranteed window of the next run
+    of a medium task (None: its expected duration, i.e. the first run).
+    """
+
+    id: Id
+    project_id: Id
+    queue_id: Id
+    kind: str = "training"
+    owner: Id = ""
+    cpu: float = 0.0
+    memory_gib: float = 0.0
+    gpu: Any = None
+    instances: int = 1
+    min_replicas: int | None = None
+    max_replicas: int | None = None
+    expected_duration_s: float | None = None
+    window_s: float | None = None
+    submit_time: float = 0.0
+    preemptible: bool = True
+    required_labels: Mapping[str, str] = field(default_factory=dict)
+    preferred_clusters: tuple[Id, ...] = ()
+    cluster_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceShare:
+    """A card (``milli`` = 1000) or a share of one (``milli`` < 1000) given to one instance."""
+
+    device_id: Id
+    milli: int = 1000
+
+    @property
+    def fraction(self) -> float:
+        """The share as a fraction of the card."""
+        return self.milli / 1000
+
+
+@dataclass(frozen=True, slots=True)
+class InstancePlacement:
+    """Where one instance (replica) of a task runs."""
+
+    node_id: Id
+    devices: tuple[DeviceShare, ...] = ()
+    gpu_model: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunningTask:
+    """A task holding resources: its placements, when it started and its guaranteed window."""
+
+    task: Task
+    cluster_id: Id
+    placements: tuple[InstancePlacement, ...]
+    started_at: float
+    window_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadShape:
+    """One task shape of the target workload used by the FGD node scorer."""
+
+    weight: float
+    cpu: float
+    memory_gib: float
+    gpu: float
+    models: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class VdcSettings:
+    """Per-VDC knobs: cluster selection strategy, node scorer, optional caps and health thresholds."""
+
+    cluster_strategy: str = "load_balancing"
+    node_scorer: str = "best_fit"
+    cap: Resources | None = None
+    subhealthy_below: int = 80
+    unhealthy_below: int = 30
+    fgd_workload: tuple[WorkloadShape, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one scheduling cycle needs."""
+
+    now: float
+    clusters: tuple[Cluster, ...]
+    nodes: tuple[Node, ...]
+    gpu_models: tuple[GpuModel, ...]
+    queues: tuple[Queue, ...]
+    quotas: tuple[ProjectQuota, ...] = ()
+    running: tuple[RunningTask, ...] = ()
+    queued: tuple[Task, ...] = ()
+    settings: VdcSettings = VdcSettings()
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Start ``task_id`` on ``cluster_id``: one placement per instance, all at once."""
+
+    task_id: Id
+    cluster_id: Id
+    placements: tuple[InstancePlacement, ...]
+    window_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    """Stop ``task_id`` and requeue it; ``new_window_s`` is the window of its next run (medium)."""
+
+    task_id: Id
+    reason: str
+    by_task_id: Id | None
+    message: str
+    requeue: bool = True
+    new_window_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Resize:
+    """Change an elastic task to ``replicas`` instances by adding / removing placements."""
+
+    task_id: Id
+    replicas: int
+    added: tuple[InstancePlacement, ...] = ()
+    removed: tuple[InstancePlacement, ...] = ()
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A task that stays queued: 1-based position in its queue, estimated start, and why."""
+
+    task_id: Id
+    queue_id: Id
+    position: int
+    estimated_start: float | None
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Decisions:
+    """The result of one cycle, to be applied in one transaction."""
+
+    starts: tuple[Start, ...] = ()
+    preemptions: tuple[Preempt, ...] = ()
+    resizes: tuple[Resize, ...] = ()
+    waiting: tuple[Waiting, ...] = ()

@@ -1,0 +1,209 @@
+"""Choosing whom to preempt (SPEC §4).
+
+Who may be a victim of task P:
+* never a high task, never a non-preemptible one, never a medium task inside its window,
+  never a task started in this same cycle;
+* by class: high preempts low and expired medium; medium preempts low;
+* by reclaim: if P's project (or queue) stays within its guarantee with P, P may take back
+  capacity borrowed by *other* projects (queues) above their guarantee, from tasks of P's
+  class or lower;
+* before anyone is preempted, elastic tasks of P's class or lower give back replicas above
+  their minimum (no work is lost).
+
+How: candidate units (shrinks first, then low before medium, then least work lost) are
+released one by one until P fits; then each unit is put back if P still fits without it,
+so the set is minimal (no victim can be spared). A single-instance task is tried per node
+(a few of the cheapest nodes), a gang per cluster. If P does not fit even with every
+candidate gone, nothing is preempted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .model import CLASS_RANK, HIGH, LOW, MEDIUM, PreemptReason, Resources
+from .resources import Demand, borrowing, within_guarantee
+
+# Single-instance preemptors: how many candidate nodes are evaluated (cheapest first).
+NODE_CANDIDATES = 16
+ZERO = Resources()
+
+
+@dataclass
+class Plan:
+    """A feasible preemption: where the task goes, which replicas shrink and which tasks go."""
+
+    cluster: object
+    alts: tuple
+    shrinks: list
+    victims: list
+    cost: tuple
+
+
+def _units(sched, task, q, cls: str, d: Demand, alts, cyc) -> list:
+    """All shrink / evict units that may make room for ``task``, cheapest first."""
+    pr = CLASS_RANK[cls]
+    now = cyc.now
+    quota = sched.quotas.get(task.project_id)
+    need = d.vector(alts[0])
+    gpu = need.gpu > 0
+    reclaim_p = quota is not None and within_guarantee(
+        sched.proj_usage.get(task.project_id, ZERO), need, quota.guaranteed
+    )
+    reclaim_q = q.guaranteed_gpu > 0 and sched.queue_usage.get(q.id, 0.0) + need.gpu <= q.guaranteed_gpu + 1e-9
+    if pr == CLASS_RANK[LOW] and not reclaim_p and not reclaim_q:
+        return []
+    units = []
+    wanted = d.models
+    for run in sched.running.values():
+        if run.fresh or run.rank > pr:
+            continue
+        if wanted and run.models.isdisjoint(wanted):
+            continue
+        lo = run.elastic_min()
+        if lo is not None and len(run.claims) > lo:
+            for j in range(len(run.claims) - 1, lo - 1, -1):
+                units.append(((0, run.rank, 0.0, run.seq, -j), "shrink", run, run.claims[j]))
+        if run.rank == CLASS_RANK[HIGH] or not run.task.preemptible:
+            continue
+        if run.rank == CLASS_RANK[MEDIUM]:
+            if run.window_s is not None and now < run.started_at + run.window_s:
+                continue
+        reason = None
+        if (pr == CLASS_RANK[HIGH] and run.rank < pr) or (pr == CLASS_RANK[MEDIUM] and run.rank == 0):
+            reason = PreemptReason.HIGHER_CLASS
+        elif reclaim_p and run.task.project_id != task.project_id:
+            vq = sched.quotas.get(run.task.project_id)
+            guaranteed = vq.guaranteed if vq is not None else ZERO
+            if borrowing(sched.proj_usage.get(run.task.project_id, ZERO), guaranteed, gpu):
+                reason = PreemptReason.QUOTA_RECLAIM
+        if reason is None and reclaim_q and run.task.queue_id != q.id:
+            vqueue = sched.queues.get(run.task.queue_id)
+            if vqueue is not None and sched.queue_usage.get(vqueue.id, 0.0) > vqueue.guaranteed_gpu + 1e-9:
+                reason = PreemptReason.QUEUE_RECLAIM
+        if reason is None:
+            continue
+        work = (now - run.started_at) * max(run.alt[3], 0.001) * len(run.claims)
+        units.append(((1, run.rank, work, run.seq, 0), reason, run, None))
+    units.sort(key=lambda u: u[0])
+    return units
+
+
+class _Trial:
+    """Tentative releases on the index, so they can be undone exactly."""
+
+    def __init__(self, sched):
+        self.sched = sched
+        self.out: set[int] = set()
+        self.by_unit: dict[int, list] = {}
+
+    def release(self, unit) -> None:
+        _key, kind, run, claim = unit
+        index = self.sched.clusters[run.cluster_id].index
+        mine = []
+        for c in [claim] if kind == "shrink" else run.claims:
+            if id(c) not in self.out:
+                index.release(c)
+                self.out.add(id(c))
+                mine.append(c)
+        self.by_unit[id(unit)] = mine
+
+    def retake(self, unit) -> None:
+        run = unit[2]
+        index = self.sched.clusters[run.cluster_id].index
+        for c in self.by_unit.pop(id(unit), ()):
+            index.take(c)
+            self.out.discard(id(c))
+
+
+def _fits(sched, cv, d: Demand, alts) -> bool:
+    for alt in alts:
+        if cv.index.could_fit(alt[0], alt[1], alt[2]):
+            claims = sched.place_gang(cv.index, alt, d.cpu, d.memory_gib, d.instances, None)
+            if claims is not None:
+                for c in claims:
+                    cv.index.release(c)
+                return True
+    return False
+
+
+def _try(sched, cv, d: Demand, alts, units: list):
+    """Release units in order until the task fits, prune to a minimal set, restore; cost or None."""
+    trial = _Trial(sched)
+    released = []
+    ok = False
+    for u in units:
+        trial.release(u)
+        released.append(u)
+        if _fits(sched, cv, d, alts):
+            ok = True
+            break
+    if not ok:
+        for u in reversed(released):
+            trial.retake(u)
+        return None
+    # Prune: spare the most expensive units first whenever the task still fits without them.
+    kept = list(released)
+    for u in sorted(released, key=lambda u: u[0], reverse=True):
+        trial.retake(u)
+        if _fits(sched, cv, d, alts):
+            kept.remove(u)
+        else:
+            trial.release(u)
+    for u in reversed(kept):
+        trial.retake(u)
+    evicted = [u for u in kept if u[1] != "shrink"]
+    gone = {id(u[2]) for u in evicted}
+    shrinks = [u for u in kept if u[1] == "shrink" and id(u[2]) not in gone]
+    cost = (
+        max((u[2].rank for u in evicted), default=-1),
+        len(evicted),
+        len(shrinks),
+        sum(u[0][2] for u in evicted),
+    )
+    return cost, shrinks, evicted
+
+
+def plan(sched, task, q, cls: str, d: Demand, alts, cands, cyc) -> Plan | None:
+    """The cheapest feasible preemption plan for ``task`` over the candidate clusters, or None."""
+    fkey = (cls, task.project_id, q.id, d.key, alts)
+    if fkey in cyc.preempt_failed:
+        return None
+    units = _units(sched, task, q, cls, d, alts, cyc)
+    best = None
+    for cv in cands:
+        mine = [u for u in units if u[2].cluster_id == cv.cluster.id]
+        if not mine:
+            continue
+        trials = []
+        if d.instances == 1:
+            per_node: dict = {}
+            for u in mine:
+                claims = [u[3]] if u[1] == "shrink" else u[2].claims
+                for c in claims:
+                    per_node.setdefault(c[0].pos, []).append(u)
+            nodes = sorted(per_node, key=lambda pos: (per_node[pos][0][0], pos))[:NODE_CANDIDATES]
+            trials = [_dedupe(per_node[pos]) for pos in nodes]
+        else:
+            trials = [mine]
+        for trial in trials:
+            result = _try(sched, cv, d, alts, trial)
+            if result is None:
+                continue
+            cost, shrinks, evicted = result
+            if best is None or cost < best.cost:
+                best = Plan(cv, alts, [(u[2], u[3]) for u in shrinks], [(u[2], u[1]) for u in evicted], cost)
+    if best is None:
+        cyc.preempt_failed.add(fkey)
+    return best
+
+
+def _dedupe(units: list) -> list:
+    seen = set()
+    out = []
+    for u in units:
+        k = id(u)
+        if k not in seen:
+            seen.add(k)
+            out.append(u)
+    return out
