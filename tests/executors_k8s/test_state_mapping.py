@@ -25,9 +25,11 @@ def test_pod_evicted_is_failed_with_the_kubelets_reason():
     assert (state.phase, state.message) == (JobPhase.FAILED, "Evicted: The node was low on resource: memory.")
 
 
-def test_pod_being_deleted_is_cancelled():
-    state = pod_state(ID, {"metadata": {"deletionTimestamp": "2026-11-21T04:00:00Z"}, "status": {"phase": "Running"}})
-    assert state.phase == JobPhase.CANCELLED
+@pytest.mark.parametrize("state_of", [pod_state, job_state, deployment_state, volcano_state])
+def test_a_workload_being_deleted_is_cancelled(state_of):
+    obj = {"metadata": {"deletionTimestamp": "2026-11-21T04:00:00Z"}, "status": {"phase": "Running"}}
+    args = (ID, obj) if state_of is pod_state else (ID, obj, [])
+    assert state_of(*args).phase == JobPhase.CANCELLED
 
 
 def test_pod_succeeded_has_exit_code_zero_and_unknown_phase_is_unknown():

@@ -205,6 +205,8 @@ def deployment_state(ext_id: str, deployment: dict, pods: list[dict]) -> JobStat
 
 def volcano_state(ext_id: str, vcjob: dict, pods: list[dict]) -> JobState:
     """A Volcano Job's ``status.state.phase``, with the pods' problem while it waits."""
+    if vcjob.get("metadata", {}).get("deletionTimestamp"):
+        return JobState(ext_id, JobPhase.CANCELLED, "being deleted")
     state = (vcjob.get("status") or {}).get("state") or {}
     raw = state.get("phase") or "Pending"
     phase = _VOLCANO_PHASES.get(raw, JobPhase.UNKNOWN)
