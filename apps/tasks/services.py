@@ -142,7 +142,15 @@ def submit_task(
             task.preferred_clusters.set(preferred_clusters)
         record_event(task, EventKind.SUBMITTED, f"Submitted to queue {queue.name} ({queue.priority_class})",
                      actor=user, to_status=task.status)  # fmt: skip
+        transaction.on_commit(request_cycle)
     return task
+
+
+def request_cycle() -> None:
+    """Ask for a scheduling cycle soon (coalesced); queued on commit by the services that change demand."""
+    from celery_app import jobs  # noqa: PLC0415 - Celery is the outer layer
+
+    jobs.request_cycle()
 
 
 def _check_quota(task: Task, request: GPURequest, gpu_catalog) -> None:
@@ -204,6 +212,7 @@ def stop_task(task: Task, user, reason: str = "") -> Task:
 
             task_id, cluster_id, external_id = task.pk, task.cluster_id, task.external_id
             transaction.on_commit(lambda: stop_on_backend.delay(task_id, cluster_id, external_id))
+        transaction.on_commit(request_cycle)
     return task
 
 

@@ -1,0 +1,1 @@
+"""REST API of the tasks app: serializers, viewsets and routes."""

@@ -1,0 +1,87 @@
+"""Execution on the local cluster: a scheduled task runs as a real process and its status follows."""
+
+import time
+
+import pytest
+
+from apps.clusters.backends import executor_for
+from apps.tasks import execution
+from apps.tasks.models import Task
+from apps.tasks.scheduling import run_cycle
+from apps.tasks.services import stop_task, submit_task
+
+
+@pytest.fixture(autouse=True)
+def local_jobs_dir(settings, tmp_path):
+    settings.HCS_LOCAL_EXECUTOR_DIR = tmp_path / "local-jobs"
+    settings.CELERY_TASK_ALWAYS_EAGER = True
+
+
+def scheduled(world, command, **fields):
+    task = submit_task(world.member, project=world.project, queue="high", name="job", kind="training",
+                       command=command, gpu_spec=fields.pop("gpu_spec", "1(A100)"), **fields)  # fmt: skip
+    run_cycle(world.vdc.pk)
+    task.refresh_from_db()
+    assert task.status == "scheduled"
+    return task
+
+
+def wait_for(task, statuses, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        execution.sync_statuses()
+        task.refresh_from_db()
+        if task.status in statuses:
+            return task
+        time.sleep(0.2)
+    raise AssertionError(f"task stayed {task.status}, expected {statuses}")
+
+
+def test_scheduled_task_runs_as_a_process_and_completes(world):
+    task = scheduled(world, 'echo "devices=$NVIDIA_VISIBLE_DEVICES"; echo done')
+    external_id = execution.launch(task.pk, task.attempt)
+    task.refresh_from_db()
+    assert external_id and task.external_id == external_id and task.status == "starting"
+    wait_for(task, {"completed"})
+    logs = executor_for(task.cluster).logs(task.external_id)
+    assert "done" in logs and "devices=" in logs
+    kinds = list(task.events.values_list("kind", flat=True))
+    assert kinds[:3] == ["submitted", "scheduled", "started"] and kinds[-1] == "completed"
+
+
+def test_failing_command_marks_the_task_failed(world):
+    task = scheduled(world, "exit 3")
+    execution.launch(task.pk, task.attempt)
+    wait_for(task, {"failed"})
+
+
+def test_launch_is_idempotent_per_attempt(world):
+    task = scheduled(world, "sleep 30")
+    first = execution.launch(task.pk, task.attempt)
+    Task.objects.filter(pk=task.pk).update(status="scheduled", external_id="")  # the write was lost
+    second = execution.launch(task.pk, task.attempt)
+    assert first == second
+    assert len(executor_for(task.cluster).list_by_owner({"hcs.io/task-id": str(task.pk)})) == 1
+    executor_for(task.cluster).stop(first)
+
+
+def test_stale_launch_after_a_stop_does_nothing(world):
+    task = scheduled(world, "sleep 30")
+    stop_task(task, world.member)
+    assert execution.launch(task.pk, task.attempt) is None
+    assert executor_for(world.cluster).list_by_owner({"hcs.io/task-id": str(task.pk)}) == []
+
+
+def test_stop_of_a_running_task_stops_the_process(world, django_capture_on_commit_callbacks):
+    task = scheduled(world, "sleep 30")
+    execution.launch(task.pk, task.attempt)
+    wait_for(task, {"running", "starting"})
+    with django_capture_on_commit_callbacks(execute=True):
+        stop_task(task, world.member, "no longer needed")
+    state = executor_for(world.cluster).status(task.external_id)
+    assert state.phase.value == "cancelled"
+
+
+def test_health_check_keeps_a_local_cluster_healthy(world):
+    cluster = execution.check_cluster_health(world.cluster)
+    assert cluster.status == "healthy" and cluster.missed_heartbeats == 0 and cluster.last_heartbeat
