@@ -31,15 +31,11 @@ class PriceRule(models.Model):
     """
 
     resource_type = models.CharField(max_length=16, choices=ResourceType.choices)
-    gpu_model = models.ForeignKey(
-        GPUModel, null=True, blank=True, on_delete=models.CASCADE, related_name="prices"
-    )
+    gpu_model = models.ForeignKey(GPUModel, null=True, blank=True, on_delete=models.CASCADE, related_name="prices")
     vdc = models.ForeignKey(VDC, null=True, blank=True, on_delete=models.CASCADE, related_name="prices")
     price_per_hour = _money(validators=[MinValueValidator(ZERO)])
     currency = models.CharField(max_length=3, default="CNY")
-    min_billing_minutes = models.PositiveIntegerField(
-        default=1, help_text="Shorter usage is billed as this long"
-    )
+    min_billing_minutes = models.PositiveIntegerField(default=1, help_text="Shorter usage is billed as this long")
     discount_tiers = models.JSONField(default=list, blank=True)
     active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -99,9 +95,7 @@ class Account(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        constraints = [
-            models.CheckConstraint(condition=Q(credit_limit__gte=0), name="account_credit_non_negative")
-        ]
+        constraints = [models.CheckConstraint(condition=Q(credit_limit__gte=0), name="account_credit_non_negative")]
 
     def __str__(self) -> str:
         return f"{self.project} account"
@@ -130,12 +124,8 @@ class Invoice(models.Model):
     class Meta:
         ordering = ["-period_start"]
         constraints = [
-            models.CheckConstraint(
-                condition=Q(period_end__gt=models.F("period_start")), name="invoice_period_ordered"
-            ),
-            models.UniqueConstraint(
-                fields=["account", "period_start", "period_end"], name="unique_invoice_period"
-            ),
+            models.CheckConstraint(condition=Q(period_end__gt=models.F("period_start")), name="invoice_period_ordered"),
+            models.UniqueConstraint(fields=["account", "period_start", "period_end"], name="unique_invoice_period"),
         ]
 
     def __str__(self) -> str:
@@ -175,9 +165,7 @@ class UsageRecord(models.Model):
     period_end = models.DateTimeField()
     unit_price = _money(default=ZERO)
     cost = _money(default=ZERO)
-    invoice = models.ForeignKey(
-        Invoice, null=True, blank=True, on_delete=models.PROTECT, related_name="records"
-    )
+    invoice = models.ForeignKey(Invoice, null=True, blank=True, on_delete=models.PROTECT, related_name="records")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -191,9 +179,7 @@ class UsageRecord(models.Model):
                 F("period_start"),
                 name="usage_once_per_interval",
             ),
-            models.CheckConstraint(
-                condition=Q(period_end__gt=models.F("period_start")), name="usage_period_ordered"
-            ),
+            models.CheckConstraint(condition=Q(period_end__gt=models.F("period_start")), name="usage_period_ordered"),
             models.CheckConstraint(condition=Q(quantity__gte=0) & Q(cost__gte=0), name="usage_non_negative"),
         ]
 

@@ -26,6 +26,4 @@ def decrypt_json(token: str) -> dict:
     try:
         return json.loads(_fernet().decrypt(token.encode()))
     except InvalidToken:
-        raise ValueError(
-            "cluster credentials cannot be decrypted: HCS_CREDENTIALS_KEY changed since they were saved"
-        )
+        raise ValueError("cluster credentials cannot be decrypted: HCS_CREDENTIALS_KEY changed since they were saved")

@@ -18,12 +18,8 @@ _health = [MinValueValidator(0), MaxValueValidator(100)]
 
 
 def _validate_labels(value) -> None:
-    if not isinstance(value, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    ):
-        raise ValidationError(
-            'Expected labels as an object of strings, e.g. {"gpu": "a100", "region": "north"}.'
-        )
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise ValidationError('Expected labels as an object of strings, e.g. {"gpu": "a100", "region": "north"}.')
 
 
 class GPUModel(models.Model):
@@ -35,9 +31,7 @@ class GPUModel(models.Model):
 
     name = models.CharField(max_length=64, unique=True)
     vendor = models.CharField(max_length=16, choices=Vendor.choices)
-    aliases = models.JSONField(
-        default=list, blank=True, help_text="Other spellings users type, e.g. a100, 910b"
-    )
+    aliases = models.JSONField(default=list, blank=True, help_text="Other spellings users type, e.g. a100, 910b")
     vram_gib = models.DecimalField(max_digits=8, decimal_places=2, validators=[MinValueValidator(ZERO)])
     tflops_fp16 = models.DecimalField(
         max_digits=8,
@@ -56,9 +50,7 @@ class GPUModel(models.Model):
         validators=[MinValueValidator(Decimal("0.001"))],
         help_text="A100-80G = 1.0",
     )
-    resource_name = models.CharField(
-        max_length=64, help_text="Kubernetes extended resource, e.g. nvidia.com/gpu"
-    )
+    resource_name = models.CharField(max_length=64, help_text="Kubernetes extended resource, e.g. nvidia.com/gpu")
     visible_devices_env = models.CharField(max_length=64, help_text="e.g. NVIDIA_VISIBLE_DEVICES")
     slurm_gres_type = models.CharField(max_length=32, blank=True, help_text="gres type on Slurm, e.g. a100")
     shareable = models.BooleanField(default=False, help_text="Supports fractional sharing (vGPU / HAMi)")
@@ -119,13 +111,9 @@ class Cluster(models.Model):
     description = models.TextField(blank=True)
     cluster_type = models.CharField(max_length=16, choices=ClusterType.choices)
     endpoint = models.CharField(max_length=255, blank=True, help_text="API URL; empty for local clusters")
-    api_version = models.CharField(
-        max_length=16, blank=True, help_text="Slurm REST API version, e.g. v0.0.38"
-    )
+    api_version = models.CharField(max_length=16, blank=True, help_text="Slurm REST API version, e.g. v0.0.38")
     credentials_encrypted = models.TextField(blank=True, editable=False)
-    namespace = models.CharField(
-        max_length=64, blank=True, help_text="Kubernetes namespace or Slurm partition"
-    )
+    namespace = models.CharField(max_length=64, blank=True, help_text="Kubernetes namespace or Slurm partition")
     status = models.CharField(max_length=16, choices=ClusterStatus.choices, default=ClusterStatus.HEALTHY)
     status_message = models.TextField(blank=True)
     last_heartbeat = models.DateTimeField(null=True, blank=True)
@@ -200,9 +188,7 @@ class Node(models.Model):
         ordering = ["cluster__name", "name"]
         constraints = [
             models.UniqueConstraint(fields=["cluster", "name"], name="unique_node_name_per_cluster"),
-            models.CheckConstraint(
-                condition=Q(cpu__gte=0) & Q(memory_gib__gte=0), name="node_capacity_non_negative"
-            ),
+            models.CheckConstraint(condition=Q(cpu__gte=0) & Q(memory_gib__gte=0), name="node_capacity_non_negative"),
             models.CheckConstraint(condition=Q(health_score__lte=100), name="node_health_score_lte_100"),
         ]
 
@@ -251,7 +237,5 @@ class Device(models.Model):
                 raise ValidationError({"links": expected})
             if link.get("type") not in LinkType.values:
                 raise ValidationError(
-                    {
-                        "links": f"Expected a link type of {', '.join(LinkType.values)}, got {link.get('type')!r}."
-                    }
+                    {"links": f"Expected a link type of {', '.join(LinkType.values)}, got {link.get('type')!r}."}
                 )

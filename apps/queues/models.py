@@ -49,9 +49,7 @@ class TaskQueue(models.Model):
     min_window = models.DurationField(
         default=timedelta(minutes=15), help_text="Medium class: the halved window never drops below this"
     )
-    backend_flavour = models.CharField(
-        max_length=16, choices=BackendFlavour.choices, default=BackendFlavour.DEFAULT
-    )
+    backend_flavour = models.CharField(max_length=16, choices=BackendFlavour.choices, default=BackendFlavour.DEFAULT)
     is_open = models.BooleanField(default=True, help_text="Closed queues take no new submissions")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -77,11 +75,7 @@ class TaskQueue(models.Model):
         return CLASS_RULES[self.priority_class]
 
     def clean(self) -> None:
-        if (
-            self.max_gpu is not None
-            and self.guaranteed_gpu is not None
-            and self.max_gpu < self.guaranteed_gpu
-        ):
+        if self.max_gpu is not None and self.guaranteed_gpu is not None and self.max_gpu < self.guaranteed_gpu:
             raise ValidationError(
                 {"max_gpu": f"Expected at least the guaranteed {self.guaranteed_gpu}, got {self.max_gpu}."}
             )

@@ -16,9 +16,7 @@ ZERO = Decimal("0")
 
 
 def _quantity(**kwargs) -> models.DecimalField:
-    return models.DecimalField(
-        max_digits=12, decimal_places=2, validators=[MinValueValidator(ZERO)], **kwargs
-    )
+    return models.DecimalField(max_digits=12, decimal_places=2, validators=[MinValueValidator(ZERO)], **kwargs)
 
 
 class VDC(models.Model):
@@ -36,9 +34,7 @@ class VDC(models.Model):
     overcommit_ratio = models.DecimalField(
         max_digits=5, decimal_places=2, default=Decimal("1.00"), validators=[MinValueValidator(Decimal("1"))]
     )
-    default_queue_policy = models.CharField(
-        max_length=16, choices=QueuePolicy.choices, default=QueuePolicy.FIFO
-    )
+    default_queue_policy = models.CharField(max_length=16, choices=QueuePolicy.choices, default=QueuePolicy.FIFO)
     cluster_selection_strategy = models.CharField(
         max_length=24, choices=ClusterSelectionStrategy.choices, default=ClusterSelectionStrategy.RESOURCE_FIT
     )
@@ -53,9 +49,7 @@ class VDC(models.Model):
         verbose_name_plural = "VDCs"
         ordering = ["name"]
         constraints = [
-            models.UniqueConstraint(
-                fields=["is_default"], condition=Q(is_default=True), name="one_default_vdc"
-            ),
+            models.UniqueConstraint(fields=["is_default"], condition=Q(is_default=True), name="one_default_vdc"),
             models.CheckConstraint(condition=Q(overcommit_ratio__gte=1), name="vdc_overcommit_ratio_gte_1"),
             models.CheckConstraint(
                 condition=Q(total_cpu__gte=0) | Q(total_cpu__isnull=True), name="vdc_total_cpu_non_negative"
@@ -84,9 +78,7 @@ class VDC(models.Model):
         gpu = clusters.aggregate(eq=Sum("nodes__devices__gpu_model__exchange_rate"))["eq"]
         return {
             "cpu": self.total_cpu if self.total_cpu is not None else (sums["cpu"] or ZERO),
-            "memory_gib": self.total_memory_gib
-            if self.total_memory_gib is not None
-            else (sums["memory"] or ZERO),
+            "memory_gib": self.total_memory_gib if self.total_memory_gib is not None else (sums["memory"] or ZERO),
             "gpu": self.total_gpu if self.total_gpu is not None else (gpu or ZERO),
         }
 
@@ -173,8 +165,7 @@ class ProjectQuota(models.Model):
             models.UniqueConstraint(fields=["project", "vdc"], name="unique_project_quota_per_vdc"),
             *[
                 models.CheckConstraint(
-                    condition=Q(**{f"guaranteed_{r}__gte": 0})
-                    & Q(**{f"limit_{r}__gte": models.F(f"guaranteed_{r}")}),
+                    condition=Q(**{f"guaranteed_{r}__gte": 0}) & Q(**{f"limit_{r}__gte": models.F(f"guaranteed_{r}")}),
                     name=f"quota_{r}_limit_gte_guaranteed_gte_0",
                 )
                 for r in ("cpu", "memory_gib", "gpu")

@@ -9,154 +9,339 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('clusters', '0002_seed_gpu_catalog'),
-        ('tasks', '0001_initial'),
-        ('vdc', '0001_initial'),
+        ("clusters", "0002_seed_gpu_catalog"),
+        ("tasks", "0001_initial"),
+        ("vdc", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Account',
+            name="Account",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('balance', models.DecimalField(decimal_places=4, default=Decimal('0'), max_digits=14)),
-                ('credit_limit', models.DecimalField(decimal_places=4, default=Decimal('0'), max_digits=14, validators=[django.core.validators.MinValueValidator(Decimal('0'))])),
-                ('currency', models.CharField(default='CNY', max_length=3)),
-                ('enforce_budget', models.BooleanField(default=False)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('project', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='account', to='vdc.project')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("balance", models.DecimalField(decimal_places=4, default=Decimal("0"), max_digits=14)),
+                (
+                    "credit_limit",
+                    models.DecimalField(
+                        decimal_places=4,
+                        default=Decimal("0"),
+                        max_digits=14,
+                        validators=[django.core.validators.MinValueValidator(Decimal("0"))],
+                    ),
+                ),
+                ("currency", models.CharField(default="CNY", max_length=3)),
+                ("enforce_budget", models.BooleanField(default=False)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "project",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="account", to="vdc.project"
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='Invoice',
+            name="Invoice",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('period_start', models.DateTimeField()),
-                ('period_end', models.DateTimeField()),
-                ('status', models.CharField(choices=[('draft', 'Draft'), ('issued', 'Issued'), ('closed', 'Closed')], default='draft', max_length=8)),
-                ('total', models.DecimalField(decimal_places=4, default=Decimal('0'), max_digits=14)),
-                ('currency', models.CharField(default='CNY', max_length=3)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('issued_at', models.DateTimeField(blank=True, null=True)),
-                ('account', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='invoices', to='billing.account')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("period_start", models.DateTimeField()),
+                ("period_end", models.DateTimeField()),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("draft", "Draft"), ("issued", "Issued"), ("closed", "Closed")],
+                        default="draft",
+                        max_length=8,
+                    ),
+                ),
+                ("total", models.DecimalField(decimal_places=4, default=Decimal("0"), max_digits=14)),
+                ("currency", models.CharField(default="CNY", max_length=3)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("issued_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "account",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="invoices", to="billing.account"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-period_start'],
+                "ordering": ["-period_start"],
             },
         ),
         migrations.CreateModel(
-            name='InvoiceLine',
+            name="InvoiceLine",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('resource_type', models.CharField(choices=[('cpu', 'CPU core-hour'), ('memory', 'Memory GiB-hour'), ('gpu', 'GPU hour (per model)'), ('gpu_eq', 'GPU-equivalent hour')], max_length=16)),
-                ('quantity', models.DecimalField(decimal_places=6, max_digits=16)),
-                ('amount', models.DecimalField(decimal_places=4, max_digits=14)),
-                ('gpu_model', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, to='clusters.gpumodel')),
-                ('invoice', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='lines', to='billing.invoice')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "resource_type",
+                    models.CharField(
+                        choices=[
+                            ("cpu", "CPU core-hour"),
+                            ("memory", "Memory GiB-hour"),
+                            ("gpu", "GPU hour (per model)"),
+                            ("gpu_eq", "GPU-equivalent hour"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("quantity", models.DecimalField(decimal_places=6, max_digits=16)),
+                ("amount", models.DecimalField(decimal_places=4, max_digits=14)),
+                (
+                    "gpu_model",
+                    models.ForeignKey(
+                        blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, to="clusters.gpumodel"
+                    ),
+                ),
+                (
+                    "invoice",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="lines", to="billing.invoice"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['resource_type', 'gpu_model__name'],
+                "ordering": ["resource_type", "gpu_model__name"],
             },
         ),
         migrations.CreateModel(
-            name='PriceRule',
+            name="PriceRule",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('resource_type', models.CharField(choices=[('cpu', 'CPU core-hour'), ('memory', 'Memory GiB-hour'), ('gpu', 'GPU hour (per model)'), ('gpu_eq', 'GPU-equivalent hour')], max_length=16)),
-                ('price_per_hour', models.DecimalField(decimal_places=4, max_digits=14, validators=[django.core.validators.MinValueValidator(Decimal('0'))])),
-                ('currency', models.CharField(default='CNY', max_length=3)),
-                ('min_billing_minutes', models.PositiveIntegerField(default=1, help_text='Shorter usage is billed as this long')),
-                ('discount_tiers', models.JSONField(blank=True, default=list)),
-                ('active', models.BooleanField(default=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('gpu_model', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='prices', to='clusters.gpumodel')),
-                ('vdc', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='prices', to='vdc.vdc')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "resource_type",
+                    models.CharField(
+                        choices=[
+                            ("cpu", "CPU core-hour"),
+                            ("memory", "Memory GiB-hour"),
+                            ("gpu", "GPU hour (per model)"),
+                            ("gpu_eq", "GPU-equivalent hour"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "price_per_hour",
+                    models.DecimalField(
+                        decimal_places=4,
+                        max_digits=14,
+                        validators=[django.core.validators.MinValueValidator(Decimal("0"))],
+                    ),
+                ),
+                ("currency", models.CharField(default="CNY", max_length=3)),
+                (
+                    "min_billing_minutes",
+                    models.PositiveIntegerField(default=1, help_text="Shorter usage is billed as this long"),
+                ),
+                ("discount_tiers", models.JSONField(blank=True, default=list)),
+                ("active", models.BooleanField(default=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "gpu_model",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="prices",
+                        to="clusters.gpumodel",
+                    ),
+                ),
+                (
+                    "vdc",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="prices",
+                        to="vdc.vdc",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['resource_type', 'gpu_model__name'],
+                "ordering": ["resource_type", "gpu_model__name"],
             },
         ),
         migrations.CreateModel(
-            name='UsageRecord',
+            name="UsageRecord",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('resource_type', models.CharField(choices=[('cpu', 'CPU core-hour'), ('memory', 'Memory GiB-hour'), ('gpu', 'GPU hour (per model)'), ('gpu_eq', 'GPU-equivalent hour')], max_length=16)),
-                ('quantity', models.DecimalField(decimal_places=6, help_text='Units x hours', max_digits=16)),
-                ('period_start', models.DateTimeField()),
-                ('period_end', models.DateTimeField()),
-                ('unit_price', models.DecimalField(decimal_places=4, default=Decimal('0'), max_digits=14)),
-                ('cost', models.DecimalField(decimal_places=4, default=Decimal('0'), max_digits=14)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('gpu_model', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, to='clusters.gpumodel')),
-                ('invoice', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='records', to='billing.invoice')),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='usage_records', to='vdc.project')),
-                ('task', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='usage_records', to='tasks.task')),
-                ('vdc', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='usage_records', to='vdc.vdc')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "resource_type",
+                    models.CharField(
+                        choices=[
+                            ("cpu", "CPU core-hour"),
+                            ("memory", "Memory GiB-hour"),
+                            ("gpu", "GPU hour (per model)"),
+                            ("gpu_eq", "GPU-equivalent hour"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("quantity", models.DecimalField(decimal_places=6, help_text="Units x hours", max_digits=16)),
+                ("period_start", models.DateTimeField()),
+                ("period_end", models.DateTimeField()),
+                ("unit_price", models.DecimalField(decimal_places=4, default=Decimal("0"), max_digits=14)),
+                ("cost", models.DecimalField(decimal_places=4, default=Decimal("0"), max_digits=14)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "gpu_model",
+                    models.ForeignKey(
+                        blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, to="clusters.gpumodel"
+                    ),
+                ),
+                (
+                    "invoice",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="records",
+                        to="billing.invoice",
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="usage_records", to="vdc.project"
+                    ),
+                ),
+                (
+                    "task",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="usage_records", to="tasks.task"
+                    ),
+                ),
+                (
+                    "vdc",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="usage_records", to="vdc.vdc"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-period_start'],
+                "ordering": ["-period_start"],
             },
         ),
         migrations.CreateModel(
-            name='Transaction',
+            name="Transaction",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('credit', 'Credit'), ('charge', 'Charge'), ('adjustment', 'Adjustment')], max_length=16)),
-                ('amount', models.DecimalField(decimal_places=4, help_text='Positive for credits, negative for charges', max_digits=14)),
-                ('balance_after', models.DecimalField(decimal_places=4, max_digits=14)),
-                ('description', models.CharField(blank=True, max_length=255)),
-                ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('account', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='transactions', to='billing.account')),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
-                ('usage_record', models.OneToOneField(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='transaction', to='billing.usagerecord')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[("credit", "Credit"), ("charge", "Charge"), ("adjustment", "Adjustment")],
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "amount",
+                    models.DecimalField(
+                        decimal_places=4, help_text="Positive for credits, negative for charges", max_digits=14
+                    ),
+                ),
+                ("balance_after", models.DecimalField(decimal_places=4, max_digits=14)),
+                ("description", models.CharField(blank=True, max_length=255)),
+                ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                (
+                    "account",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="transactions", to="billing.account"
+                    ),
+                ),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL
+                    ),
+                ),
+                (
+                    "usage_record",
+                    models.OneToOneField(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="transaction",
+                        to="billing.usagerecord",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.AddConstraint(
-            model_name='account',
-            constraint=models.CheckConstraint(condition=models.Q(('credit_limit__gte', 0)), name='account_credit_non_negative'),
+            model_name="account",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("credit_limit__gte", 0)), name="account_credit_non_negative"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='invoice',
-            constraint=models.CheckConstraint(condition=models.Q(('period_end__gt', models.F('period_start'))), name='invoice_period_ordered'),
+            model_name="invoice",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("period_end__gt", models.F("period_start"))), name="invoice_period_ordered"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='invoice',
-            constraint=models.UniqueConstraint(fields=('account', 'period_start', 'period_end'), name='unique_invoice_period'),
+            model_name="invoice",
+            constraint=models.UniqueConstraint(
+                fields=("account", "period_start", "period_end"), name="unique_invoice_period"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='pricerule',
-            constraint=models.CheckConstraint(condition=models.Q(('price_per_hour__gte', 0)), name='price_non_negative'),
+            model_name="pricerule",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("price_per_hour__gte", 0)), name="price_non_negative"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='pricerule',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('gpu_model__isnull', False), ('resource_type', 'gpu')), models.Q(models.Q(('resource_type', 'gpu'), _negated=True), ('gpu_model__isnull', True)), _connector='OR'), name='price_gpu_model_iff_gpu'),
+            model_name="pricerule",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("gpu_model__isnull", False), ("resource_type", "gpu")),
+                    models.Q(models.Q(("resource_type", "gpu"), _negated=True), ("gpu_model__isnull", True)),
+                    _connector="OR",
+                ),
+                name="price_gpu_model_iff_gpu",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='pricerule',
-            constraint=models.UniqueConstraint(models.F('resource_type'), django.db.models.functions.comparison.Coalesce(models.F('gpu_model'), models.Value(0)), django.db.models.functions.comparison.Coalesce(models.F('vdc'), models.Value(0)), condition=models.Q(('active', True)), name='one_active_price_per_resource'),
+            model_name="pricerule",
+            constraint=models.UniqueConstraint(
+                models.F("resource_type"),
+                django.db.models.functions.comparison.Coalesce(models.F("gpu_model"), models.Value(0)),
+                django.db.models.functions.comparison.Coalesce(models.F("vdc"), models.Value(0)),
+                condition=models.Q(("active", True)),
+                name="one_active_price_per_resource",
+            ),
         ),
         migrations.AddIndex(
-            model_name='usagerecord',
-            index=models.Index(fields=['project', 'period_start'], name='billing_usa_project_c97b72_idx'),
+            model_name="usagerecord",
+            index=models.Index(fields=["project", "period_start"], name="billing_usa_project_c97b72_idx"),
         ),
         migrations.AddConstraint(
-            model_name='usagerecord',
-            constraint=models.UniqueConstraint(models.F('task'), models.F('resource_type'), django.db.models.functions.comparison.Coalesce(models.F('gpu_model'), models.Value(0)), models.F('period_start'), name='usage_once_per_interval'),
+            model_name="usagerecord",
+            constraint=models.UniqueConstraint(
+                models.F("task"),
+                models.F("resource_type"),
+                django.db.models.functions.comparison.Coalesce(models.F("gpu_model"), models.Value(0)),
+                models.F("period_start"),
+                name="usage_once_per_interval",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='usagerecord',
-            constraint=models.CheckConstraint(condition=models.Q(('period_end__gt', models.F('period_start'))), name='usage_period_ordered'),
+            model_name="usagerecord",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("period_end__gt", models.F("period_start"))), name="usage_period_ordered"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='usagerecord',
-            constraint=models.CheckConstraint(condition=models.Q(('quantity__gte', 0), ('cost__gte', 0)), name='usage_non_negative'),
+            model_name="usagerecord",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("quantity__gte", 0), ("cost__gte", 0)), name="usage_non_negative"
+            ),
         ),
     ]

@@ -20,9 +20,7 @@ class Migration(migrations.Migration):
             fields=[
                 (
                     "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
+                    models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID"),
                 ),
                 ("name", models.SlugField(max_length=64)),
                 ("description", models.TextField(blank=True)),
@@ -39,22 +37,16 @@ class Migration(migrations.Migration):
                 ),
                 (
                     "endpoint",
-                    models.CharField(
-                        blank=True, help_text="API URL; empty for local clusters", max_length=255
-                    ),
+                    models.CharField(blank=True, help_text="API URL; empty for local clusters", max_length=255),
                 ),
                 (
                     "api_version",
-                    models.CharField(
-                        blank=True, help_text="Slurm REST API version, e.g. v0.0.38", max_length=16
-                    ),
+                    models.CharField(blank=True, help_text="Slurm REST API version, e.g. v0.0.38", max_length=16),
                 ),
                 ("credentials_encrypted", models.TextField(blank=True, editable=False)),
                 (
                     "namespace",
-                    models.CharField(
-                        blank=True, help_text="Kubernetes namespace or Slurm partition", max_length=64
-                    ),
+                    models.CharField(blank=True, help_text="Kubernetes namespace or Slurm partition", max_length=64),
                 ),
                 (
                     "status",
@@ -94,9 +86,7 @@ class Migration(migrations.Migration):
                 ),
                 (
                     "labels",
-                    models.JSONField(
-                        blank=True, default=dict, validators=[apps.clusters.models._validate_labels]
-                    ),
+                    models.JSONField(blank=True, default=dict, validators=[apps.clusters.models._validate_labels]),
                 ),
                 ("max_tasks_per_user", models.PositiveIntegerField(blank=True, null=True)),
                 ("max_total_tasks", models.PositiveIntegerField(blank=True, null=True)),
@@ -118,9 +108,7 @@ class Migration(migrations.Migration):
             fields=[
                 (
                     "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
+                    models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID"),
                 ),
                 ("name", models.CharField(max_length=64, unique=True)),
                 (
@@ -139,9 +127,7 @@ class Migration(migrations.Migration):
                 ),
                 (
                     "aliases",
-                    models.JSONField(
-                        blank=True, default=list, help_text="Other spellings users type, e.g. a100, 910b"
-                    ),
+                    models.JSONField(blank=True, default=list, help_text="Other spellings users type, e.g. a100, 910b"),
                 ),
                 (
                     "vram_gib",
@@ -183,9 +169,7 @@ class Migration(migrations.Migration):
                 ),
                 (
                     "resource_name",
-                    models.CharField(
-                        help_text="Kubernetes extended resource, e.g. nvidia.com/gpu", max_length=64
-                    ),
+                    models.CharField(help_text="Kubernetes extended resource, e.g. nvidia.com/gpu", max_length=64),
                 ),
                 (
                     "visible_devices_env",
@@ -224,9 +208,7 @@ class Migration(migrations.Migration):
             fields=[
                 (
                     "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
+                    models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID"),
                 ),
                 ("name", models.CharField(max_length=128)),
                 (
@@ -247,9 +229,7 @@ class Migration(migrations.Migration):
                 ),
                 (
                     "labels",
-                    models.JSONField(
-                        blank=True, default=dict, validators=[apps.clusters.models._validate_labels]
-                    ),
+                    models.JSONField(blank=True, default=dict, validators=[apps.clusters.models._validate_labels]),
                 ),
                 (
                     "status",
@@ -289,9 +269,7 @@ class Migration(migrations.Migration):
             fields=[
                 (
                     "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
+                    models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID"),
                 ),
                 ("index", models.PositiveSmallIntegerField()),
                 ("uuid", models.CharField(blank=True, max_length=96)),
@@ -372,9 +350,7 @@ class Migration(migrations.Migration):
         ),
         migrations.AddConstraint(
             model_name="node",
-            constraint=models.UniqueConstraint(
-                fields=("cluster", "name"), name="unique_node_name_per_cluster"
-            ),
+            constraint=models.UniqueConstraint(fields=("cluster", "name"), name="unique_node_name_per_cluster"),
         ),
         migrations.AddConstraint(
             model_name="node",

@@ -20,17 +20,13 @@ class Migration(migrations.Migration):
             fields=[
                 (
                     "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
+                    models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID"),
                 ),
                 ("name", models.SlugField(max_length=64)),
                 ("description", models.TextField(blank=True)),
                 (
                     "priority_class",
-                    models.CharField(
-                        choices=[("high", "High"), ("medium", "Medium"), ("low", "Low")], max_length=8
-                    ),
+                    models.CharField(choices=[("high", "High"), ("medium", "Medium"), ("low", "Low")], max_length=8),
                 ),
                 (
                     "policy",
@@ -97,9 +93,7 @@ class Migration(migrations.Migration):
                 ("updated_at", models.DateTimeField(auto_now=True)),
                 (
                     "vdc",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE, related_name="queues", to="vdc.vdc"
-                    ),
+                    models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name="queues", to="vdc.vdc"),
                 ),
             ],
             options={
@@ -117,9 +111,7 @@ class Migration(migrations.Migration):
                         ),
                         name="queue_max_gte_guaranteed_gte_0",
                     ),
-                    models.CheckConstraint(
-                        condition=models.Q(("weight__gte", 0)), name="queue_weight_non_negative"
-                    ),
+                    models.CheckConstraint(condition=models.Q(("weight__gte", 0)), name="queue_weight_non_negative"),
                 ],
             },
         ),

@@ -20,9 +20,7 @@ class Migration(migrations.Migration):
             fields=[
                 (
                     "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
+                    models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID"),
                 ),
                 (
                     "role",
@@ -51,9 +49,7 @@ class Migration(migrations.Migration):
             fields=[
                 (
                     "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
+                    models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID"),
                 ),
                 ("name", models.SlugField(max_length=64, unique=True)),
                 ("description", models.TextField(blank=True)),
@@ -81,9 +77,7 @@ class Migration(migrations.Migration):
             fields=[
                 (
                     "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
+                    models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID"),
                 ),
                 ("name", models.SlugField(max_length=64, unique=True)),
                 ("description", models.TextField(blank=True)),
@@ -190,9 +184,7 @@ class Migration(migrations.Migration):
                         condition=models.Q(("overcommit_ratio__gte", 1)), name="vdc_overcommit_ratio_gte_1"
                     ),
                     models.CheckConstraint(
-                        condition=models.Q(
-                            ("total_cpu__gte", 0), ("total_cpu__isnull", True), _connector="OR"
-                        ),
+                        condition=models.Q(("total_cpu__gte", 0), ("total_cpu__isnull", True), _connector="OR"),
                         name="vdc_total_cpu_non_negative",
                     ),
                     models.CheckConstraint(
@@ -202,9 +194,7 @@ class Migration(migrations.Migration):
                         name="vdc_total_memory_non_negative",
                     ),
                     models.CheckConstraint(
-                        condition=models.Q(
-                            ("total_gpu__gte", 0), ("total_gpu__isnull", True), _connector="OR"
-                        ),
+                        condition=models.Q(("total_gpu__gte", 0), ("total_gpu__isnull", True), _connector="OR"),
                         name="vdc_total_gpu_non_negative",
                     ),
                 ],
@@ -215,9 +205,7 @@ class Migration(migrations.Migration):
             fields=[
                 (
                     "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
+                    models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID"),
                 ),
                 (
                     "guaranteed_cpu",
@@ -294,9 +282,7 @@ class Migration(migrations.Migration):
                 ),
                 (
                     "vdc",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE, related_name="quotas", to="vdc.vdc"
-                    ),
+                    models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name="quotas", to="vdc.vdc"),
                 ),
             ],
             options={
@@ -309,16 +295,12 @@ class Migration(migrations.Migration):
         ),
         migrations.AddConstraint(
             model_name="projectquota",
-            constraint=models.UniqueConstraint(
-                fields=("project", "vdc"), name="unique_project_quota_per_vdc"
-            ),
+            constraint=models.UniqueConstraint(fields=("project", "vdc"), name="unique_project_quota_per_vdc"),
         ),
         migrations.AddConstraint(
             model_name="projectquota",
             constraint=models.CheckConstraint(
-                condition=models.Q(
-                    ("guaranteed_cpu__gte", 0), ("limit_cpu__gte", models.F("guaranteed_cpu"))
-                ),
+                condition=models.Q(("guaranteed_cpu__gte", 0), ("limit_cpu__gte", models.F("guaranteed_cpu"))),
                 name="quota_cpu_limit_gte_guaranteed_gte_0",
             ),
         ),
@@ -335,9 +317,7 @@ class Migration(migrations.Migration):
         migrations.AddConstraint(
             model_name="projectquota",
             constraint=models.CheckConstraint(
-                condition=models.Q(
-                    ("guaranteed_gpu__gte", 0), ("limit_gpu__gte", models.F("guaranteed_gpu"))
-                ),
+                condition=models.Q(("guaranteed_gpu__gte", 0), ("limit_gpu__gte", models.F("guaranteed_gpu"))),
                 name="quota_gpu_limit_gte_guaranteed_gte_0",
             ),
         ),
