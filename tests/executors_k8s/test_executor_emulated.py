@@ -32,15 +32,19 @@ def labelled_with_task(emulator: ApiServerEmulator, task_id: int) -> list[tuple[
     ]
 
 
-def add_pod(emulator: ApiServerEmulator, owner_name: str, pod_name: str, status: dict, **labels) -> None:
+def add_pod(emulator: ApiServerEmulator, owner_name: str, pod_name: str, status: dict) -> None:
+    """A pod as the Job / Deployment / Volcano controller would make it: the template's labels."""
+    labels = {"hcs.io/name": owner_name}
+    for resource in ("batch/v1/jobs", "apps/v1/deployments", "batch.volcano.sh/v1alpha1/jobs"):
+        owner = stored(emulator, resource).get(owner_name)
+        if owner is not None:
+            spec = owner["spec"]
+            template = spec["tasks"][0]["template"] if "tasks" in spec else spec["template"]
+            labels = template["metadata"]["labels"]
     emulator.objects["v1/pods", NS, pod_name] = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {
-            "name": pod_name,
-            "namespace": NS,
-            "labels": {"hcs.io/name": owner_name, "hcs.io/task-id": labels.get("task_id", "0")},
-        },
+        "metadata": {"name": pod_name, "namespace": NS, "labels": labels},
         "spec": {"containers": [{"name": "main", "image": "busybox"}], "nodeName": "gpu-node-1"},
         "status": status,
     }
@@ -410,10 +414,11 @@ def test_delete_removes_everything_labelled_with_the_task(executor, emulator, ov
     other = spec(task_id=778, **overrides)
     ext_id = executor.submit(s)
     executor.submit(other)
-    add_pod(emulator, s.name, f"{s.name}-0-zzzzz", {"phase": "Running"}, task_id="777")
+    add_pod(emulator, s.name, f"{s.name}-0-zzzzz", {"phase": "Running"})
     assert len(labelled_with_task(emulator, 777)) >= 2
     executor.delete(ext_id)
     assert labelled_with_task(emulator, 777) == []
+    assert not [name for (_, _, name), obj in emulator.objects.items() if not obj.deleted and name.startswith(s.name)]
     assert labelled_with_task(emulator, 778) != []
     executor.delete(ext_id)  # nothing left: no error
 

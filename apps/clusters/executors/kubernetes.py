@@ -220,6 +220,9 @@ def volcano_state(ext_id: str, vcjob: dict, pods: list[dict]) -> JobState:
     return JobState(ext_id, phase, message, finished_at=finished)
 
 
+_STATE_OF = {m.WORKLOAD_JOB: job_state, m.WORKLOAD_VCJOB: volcano_state, m.WORKLOAD_DEPLOYMENT: deployment_state}
+
+
 class KubernetesExecutor(Executor):
     """Runs tasks as Pods, Indexed Jobs, Volcano Jobs or Deployments in one namespace of a cluster."""
 
@@ -291,7 +294,7 @@ class KubernetesExecutor(Executor):
         return self._to_dict(found)
 
     def _list(self, kind: str, namespace: str, selector: str) -> list[dict]:
-        if kind == "vcjob":
+        if kind == m.WORKLOAD_VCJOB:
             try:
                 found = _call(
                     self._custom.list_namespaced_custom_object,
@@ -312,7 +315,7 @@ class KubernetesExecutor(Executor):
     def _delete(self, kind: str, namespace: str, name: str, propagation: str) -> None:
         """Delete one object; one that is already gone is fine."""
         try:
-            if kind == "vcjob":
+            if kind == m.WORKLOAD_VCJOB:
                 _call(
                     self._custom.delete_namespaced_custom_object,
                     m.VOLCANO_GROUP,
@@ -390,8 +393,7 @@ class KubernetesExecutor(Executor):
             pods = [obj]
         else:
             pods = self._pods(namespace, name)
-            state_fn = {m.WORKLOAD_JOB: job_state, m.WORKLOAD_DEPLOYMENT: deployment_state}.get(workload, volcano_state)
-            state = state_fn(external_id, obj, pods)
+            state = _STATE_OF[workload](external_id, obj, pods)
         return _with_objects(state, self._objects(namespace, workload, name, obj, pods))
 
     def _objects(self, namespace: str, workload: str, name: str, obj: dict, pods: list[dict]) -> tuple[dict, ...]:
@@ -446,29 +448,29 @@ class KubernetesExecutor(Executor):
         """Delete every object labelled with the task: workload, pods, Services, Ingress, HPA."""
         namespace, _, name = m.parse_external_id(external_id)
         selector = f"{m.LABEL_NAME}={name}"
-        for kind in ("vcjob", *_DELETE_ORDER):
+        for kind in (m.WORKLOAD_VCJOB, *_DELETE_ORDER):
             for obj in self._list(kind, namespace, selector):
                 self._delete(kind, namespace, obj["metadata"]["name"], "Background")
 
     def list_by_owner(self, labels: dict[str, str]) -> list[JobState]:
-        """States of the workloads (Pods, Jobs, Volcano Jobs, Deployments) carrying all ``labels``."""
+        """States of the workloads (Pods, Jobs, Volcano Jobs, Deployments) carrying all ``labels``.
+
+        Pods carry the task labels too, so one pod listing serves every workload's state.
+        """
         selector = m.selector_for(labels)
+        pods_by_task: dict[str, list[dict]] = {}
+        for pod in sorted(self._list("Pod", self.namespace, selector), key=lambda p: p["metadata"]["name"]):
+            pods_by_task.setdefault(pod["metadata"].get("labels", {}).get(m.LABEL_NAME, ""), []).append(pod)
         states = []
         for workload in m.WORKLOADS:
-            kind = _WORKLOAD_KIND.get(workload, workload)
             workload_selector = ",".join(s for s in (selector, f"{m.LABEL_WORKLOAD}={workload}") if s)
-            for obj in self._list(kind, self.namespace, workload_selector):
+            for obj in self._list(_WORKLOAD_KIND.get(workload, workload), self.namespace, workload_selector):
                 meta = obj["metadata"]
-                namespace = meta.get("namespace") or self.namespace
-                ext_id = m.external_id(namespace, workload, meta["name"])
+                ext_id = m.external_id(meta.get("namespace") or self.namespace, workload, meta["name"])
                 if workload == m.WORKLOAD_POD:
                     states.append(pod_state(ext_id, obj))
-                    continue
-                pods = self._pods(namespace, meta["name"])
-                state_fn = {m.WORKLOAD_JOB: job_state, m.WORKLOAD_DEPLOYMENT: deployment_state}.get(
-                    workload, volcano_state
-                )
-                states.append(state_fn(ext_id, obj, pods))
+                else:
+                    states.append(_STATE_OF[workload](ext_id, obj, pods_by_task.get(meta["name"], [])))
         return states
 
     def health(self) -> str:
