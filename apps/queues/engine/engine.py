@@ -647,13 +647,7 @@ class Scheduler:
             one = Resources(t.cpu, t.memory_gib, run.alt[3])
             alt = self._grow_alt(run)
             while len(run.placements) < t.max_replicas:
-                if quota is not None and quota.enforce and quota.limit is not None:
-                    if not fits_under(self.proj_usage.get(t.project_id, ZERO), one, quota.limit):
-                        break
-                if q is not None and q.max_gpu is not None:
-                    if self.queue_usage.get(q.id, 0.0) + one.gpu > q.max_gpu + EPS:
-                        break
-                if self.cap is not None and not fits_under(self.total_usage, one, self.cap):
+                if not self._room_for_replica(t, q, quota, one):
                     break
                 claim = cv.index.find(alt, t.cpu, t.memory_gib, self.scorer, reserved or None, self.fgd)
                 if claim is None:
@@ -668,6 +662,19 @@ class Scheduler:
                     cyc.starts[t.id] = (cid, list(run.placements), window)
                 else:
                     cyc.resizes.setdefault(t.id, (run, [], []))[1].append(placement)
+
+    def _room_for_replica(self, t: Task, q, quota, one: Resources) -> bool:
+        """Quota limit, queue maximum and VDC cap all leave room for one more replica."""
+        if (
+            quota is not None
+            and quota.enforce
+            and quota.limit is not None
+            and not fits_under(self.proj_usage.get(t.project_id, ZERO), one, quota.limit)
+        ):
+            return False
+        if q is not None and q.max_gpu is not None and self.queue_usage.get(q.id, 0.0) + one.gpu > q.max_gpu + EPS:
+            return False
+        return self.cap is None or fits_under(self.total_usage, one, self.cap)
 
     def _grow_alt(self, run: Run):
         """The per-replica alternative of a running elastic task (same model and size)."""

@@ -66,9 +66,8 @@ def _units(sched, task, q, cls: str, d: Demand, alts, cyc) -> list:
                 units.append(((0, run.rank, 0.0, run.seq, -j), "shrink", run, run.claims[j]))
         if run.rank == CLASS_RANK[HIGH] or not run.task.preemptible:
             continue
-        if run.rank == CLASS_RANK[MEDIUM]:
-            if run.window_s is not None and now < run.started_at + run.window_s:
-                continue
+        if run.rank == CLASS_RANK[MEDIUM] and run.window_s is not None and now < run.started_at + run.window_s:
+            continue
         reason = None
         if (pr == CLASS_RANK[HIGH] and run.rank < pr) or (pr == CLASS_RANK[MEDIUM] and run.rank == 0):
             reason = PreemptReason.HIGHER_CLASS
