@@ -302,6 +302,8 @@ def test_cpu_memory_volumes_and_user_env_override_injected_env():
     volumes = (
         {"name": "data", "mount_path": "/data", "claim_name": "datasets", "read_only": True},
         {"name": "scratch", "mount_path": "/scratch", "host_path": "/mnt/scratch"},
+        {"name": "Ümlaut_Dir", "mount_path": "/u", "host_path": "/mnt/u"},
+        {"name": "", "mount_path": "/anon", "host_path": "/mnt/anon"},
     )
     s = spec(cpu=2.5, memory_gib=1.5, volumes=volumes, env={"MASTER_PORT": "1234"})
     job, _ = m.build_manifests(s, "ns")
@@ -311,6 +313,7 @@ def test_cpu_memory_volumes_and_user_env_override_injected_env():
     assert {"name": "data", "persistentVolumeClaim": {"claimName": "datasets"}} in pod_template(job)["volumes"]
     assert {"name": "data", "mountPath": "/data", "readOnly": True} in main["volumeMounts"]
     assert {"name": "scratch", "hostPath": {"path": "/mnt/scratch"}} in pod_template(job)["volumes"]
+    assert [v["name"] for v in pod_template(job)["volumes"]][2:] == ["mlaut-dir", "vol-3"]
 
 
 def test_cpu_only_task_has_no_accelerator_parts():

@@ -359,7 +359,7 @@ def _volumes(spec: JobSpec) -> tuple[list[dict], list[dict]]:
     volumes: list[dict] = []
     mounts: list[dict] = []
     for index, volume in enumerate(spec.volumes):
-        name = sanitize_label_value(volume.get("name") or f"vol-{index}").lower().replace("_", "-").replace(".", "-")
+        name = _DNS_BAD.sub("-", str(volume.get("name") or "").lower()).strip("-")[:40] or f"vol-{index}"
         if volume.get("claim_name"):
             source = {"persistentVolumeClaim": {"claimName": volume["claim_name"]}}
         else:
