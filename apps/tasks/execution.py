@@ -106,7 +106,7 @@ def job_spec(task: Task) -> JobSpec:
 
 
 def _locked(task_id: int) -> Task:
-    return Task.objects.select_for_update().select_related("queue", "cluster", "project").get(pk=task_id)
+    return Task.objects.select_for_update(of=("self",)).select_related("queue", "cluster", "project").get(pk=task_id)
 
 
 def launch(task_id: int, attempt: int) -> str | None:

