@@ -38,17 +38,22 @@ pid_alive() { # pid_alive PIDFILE -> 0 when the recorded process runs
     [[ -s "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null
 }
 
+installed() {
+    command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v sinfo >/dev/null \
+        && command -v slurmrestd >/dev/null && command -v munged >/dev/null \
+        && compgen -G "/usr/lib/*/slurm-wlm/auth_jwt.so" >/dev/null
+}
+
 install_packages() {
-    if command -v slurmctld >/dev/null && command -v slurmd >/dev/null \
-        && command -v slurmrestd >/dev/null && command -v munged >/dev/null; then
-        return
-    fi
+    installed && return
     command -v apt-get >/dev/null || die "Slurm is not installed and apt-get is not available"
     log "installing slurm-wlm, munge and slurmrestd from Debian"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q >"$LOG/apt.log" 2>&1 || die "apt-get update failed (see $LOG/apt.log)"
-    apt-get install -y -q --no-install-recommends slurm-wlm slurmd slurmctld slurm-client munge slurmrestd \
-        >>"$LOG/apt.log" 2>&1 || die "apt-get install failed (see $LOG/apt.log)"
+    apt-get install -y -q --no-install-recommends slurm-wlm slurmd slurmctld slurm-client munge \
+        slurmrestd slurm-wlm-jwt-plugin curl >>"$LOG/apt.log" 2>&1 \
+        || die "apt-get install failed (see $LOG/apt.log)"
+    installed || die "Slurm packages installed but a program or the JWT plugin is missing"
 }
 
 ensure_users() {
@@ -158,7 +163,8 @@ start_munge() {
         chown munge:munge /etc/munge/munge.key
         chmod 0400 /etc/munge/munge.key
     fi
-    runuser -u munge -- /usr/sbin/munged
+    runuser -u munge -- /usr/sbin/munged || die "munged did not start (is another munged holding /run/munge?)"
+    touch "$RUN/munged.ours"
     for _ in $(seq 50); do
         munge_ok && return
         sleep 0.1
@@ -260,14 +266,30 @@ cmd_start() {
     print_env
 }
 
+cancel_all_jobs() {
+    pid_alive "$RUN/slurmctld.pid" || return 0
+    scancel --partition="$PARTITION" 2>/dev/null || true
+    for _ in $(seq 30); do
+        [[ -z "$(squeue -h -p "$PARTITION" -o '%i' 2>/dev/null)" ]] && return 0
+        sleep 0.5
+    done
+    log "some jobs were still ending when the daemons stopped"
+}
+
 cmd_stop() {
     local node
+    cancel_all_jobs
     stop_pidfile slurmrestd "$RUN/slurmrestd.pid"
     for node in "${NODES[@]}"; do
         stop_pidfile "slurmd $node" "$RUN/slurmd-$node.pid"
     done
     stop_pidfile slurmctld "$RUN/slurmctld.pid"
-    log "stopped (munged left running; state kept in $STATE_DIR)"
+    # munged is shared with anything else on this host; stop it only when this script started it.
+    if [[ -e "$RUN/munged.ours" ]]; then
+        stop_pidfile munged /run/munge/munged.pid
+        rm -f "$RUN/munged.ours"
+    fi
+    log "stopped (state kept in $STATE_DIR)"
 }
 
 cmd_status() {

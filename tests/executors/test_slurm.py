@@ -338,13 +338,14 @@ def test_cancelled_job_does_not_block_a_new_submit_of_its_name(slurm, make_spec)
 
 @pytest.mark.slurm
 def test_list_by_owner_finds_jobs_by_label(slurm, make_spec):
-    mine = make_spec(command="sleep 30", labels={"hcs/project": "vision-list"})
-    other = make_spec(command="sleep 30", labels={"hcs/project": "nlp-list"})
+    project = f"vision-{time.time_ns()}"  # finished jobs of earlier runs stay listed for an hour
+    mine = make_spec(command="sleep 30", labels={"hcs/project": project})
+    other = make_spec(command="sleep 30", labels={"hcs/project": f"nlp-{time.time_ns()}"})
     mine_id = slurm.submit(mine)
     slurm.submit(other)
 
     by_task = slurm.list_by_owner({"hcs/task-id": str(mine.task_id)})
-    by_project = slurm.list_by_owner({"hcs/project": "vision-list"})
+    by_project = slurm.list_by_owner({"hcs/project": project})
 
     assert [s.external_id for s in by_task] == [mine_id]
     assert [s.external_id for s in by_project] == [mine_id]
