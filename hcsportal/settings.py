@@ -179,6 +179,17 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # One schema name per choice set: several models have a "status" or "kind" of their own.
+    "ENUM_NAME_OVERRIDES": {
+        "TaskStatusEnum": "apps.tasks.choices.TaskStatus",
+        "TaskKindEnum": "apps.tasks.choices.TaskKind",
+        "EventKindEnum": "apps.tasks.choices.EventKind",
+        "ClusterStatusEnum": "apps.clusters.choices.ClusterStatus",
+        "NodeStatusEnum": "apps.clusters.choices.NodeStatus",
+        "QueuePolicyEnum": "apps.vdc.choices.QueuePolicy",
+        "InvoiceStatusEnum": "apps.billing.choices.InvoiceStatus",
+        "TransactionKindEnum": "apps.billing.choices.TransactionKind",
+    },
 }
 
 # --- i18n, static ------------------------------------------------------------------------------
