@@ -1,0 +1,168 @@
+"""Admin for prices, accounts, their ledger, metered usage and invoices.
+
+The ledger and the meter are written by the billing jobs only: transactions and usage records are
+read-only here, as are issued and closed invoices.
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.db.models import OuterRef
+from django.forms.models import BaseInlineFormSet
+
+from apps.billing.admin_forms import PriceRuleAdminForm
+from apps.billing.choices import InvoiceStatus
+from apps.billing.models import Account, Invoice, InvoiceLine, PriceRule, Transaction, UsageRecord
+from apps.vdc.admin import count_of
+
+LEDGER_ROWS = 50
+
+
+class ReadOnlyAdminMixin:
+    """Lists, filters and detail pages, but no add, change or delete: for rows only jobs may write."""
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(PriceRule)
+class PriceRuleAdmin(admin.ModelAdmin):
+    form = PriceRuleAdminForm
+    list_display = (
+        "__str__", "resource_type", "gpu_model", "vdc", "price_per_hour", "currency", "min_billing_minutes",
+        "tiers", "active",
+    )  # fmt: skip
+    list_filter = ("resource_type", "active", "vdc", "gpu_model__vendor", "currency")
+    search_fields = ("gpu_model__name", "vdc__name")
+    list_select_related = ("gpu_model", "vdc")
+    autocomplete_fields = ("gpu_model", "vdc")
+    readonly_fields = ("created_at",)
+
+    @admin.display(description="Discount tiers")
+    def tiers(self, obj) -> str:
+        return ", ".join(f"{t['from_hours']}h: {t['percent']}%" for t in obj.discount_tiers) or "-"
+
+
+class LatestFormSet(BaseInlineFormSet):
+    """Only the newest rows of a long ledger; the full list is one filter away in its own changelist."""
+
+    def get_queryset(self):
+        return super().get_queryset()[:LEDGER_ROWS]
+
+
+class TransactionInline(ReadOnlyAdminMixin, admin.TabularInline):
+    model = Transaction
+    formset = LatestFormSet
+    fields = ("created_at", "kind", "amount", "balance_after", "description", "created_by")
+    readonly_fields = fields
+    verbose_name_plural = f"latest {LEDGER_ROWS} transactions"
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("created_by")
+
+
+class InvoiceInline(ReadOnlyAdminMixin, admin.TabularInline):
+    model = Invoice
+    fields = ("period_start", "period_end", "status", "total", "currency", "issued_at")
+    readonly_fields = fields
+    show_change_link = True
+
+
+@admin.register(Account)
+class AccountAdmin(admin.ModelAdmin):
+    list_display = (
+        "project", "balance", "credit_limit", "available", "currency", "enforce_budget", "is_exhausted",
+    )  # fmt: skip
+    list_filter = ("enforce_budget", "currency")
+    search_fields = ("project__name",)
+    list_select_related = ("project",)
+    autocomplete_fields = ("project",)
+    readonly_fields = ("balance", "available", "updated_at")
+    fields = ("project", "balance", "credit_limit", "available", "currency", "enforce_budget", "updated_at")
+    inlines = (InvoiceInline, TransactionInline)
+
+    @admin.display(description="Available")
+    def available(self, obj):
+        return obj.available if obj.pk else "-"
+
+    @admin.display(description="Exhausted", boolean=True)
+    def is_exhausted(self, obj) -> bool:
+        return obj.exhausted
+
+
+@admin.register(Transaction)
+class TransactionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ("created_at", "account", "kind", "amount", "balance_after", "description", "created_by")
+    list_filter = ("kind", "account__project")
+    search_fields = ("account__project__name", "description")
+    list_select_related = ("account__project", "created_by")
+
+
+@admin.register(UsageRecord)
+class UsageRecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = (
+        "period_start", "period_end", "task_id", "project", "vdc", "resource_type", "gpu_model", "quantity",
+        "unit_price", "cost", "invoice_id",
+    )  # fmt: skip
+    list_filter = ("resource_type", "vdc", "project", "gpu_model", ("invoice", admin.EmptyFieldListFilter))
+    search_fields = ("task__name", "project__name")
+    list_select_related = ("project", "vdc", "gpu_model")
+
+    def get_search_results(self, request, queryset, search_term):
+        results, may_have_duplicates = super().get_search_results(request, queryset, search_term)
+        term = search_term.strip().lstrip("#")
+        if term.isdigit():
+            results |= queryset.filter(task_id=int(term))
+        return results, may_have_duplicates
+
+
+class InvoiceLineInline(ReadOnlyAdminMixin, admin.TabularInline):
+    model = InvoiceLine
+    fields = ("resource_type", "gpu_model", "quantity", "amount")
+    readonly_fields = fields
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("gpu_model")
+
+
+@admin.register(Invoice)
+class InvoiceAdmin(admin.ModelAdmin):
+    list_display = (
+        "__str__", "account", "period_start", "period_end", "status", "total", "currency", "line_count",
+        "issued_at",
+    )  # fmt: skip
+    list_filter = ("status", "currency", "account__project")
+    search_fields = ("account__project__name",)
+    list_select_related = ("account__project",)
+    autocomplete_fields = ("account",)
+    readonly_fields = ("total", "created_at", "issued_at")
+    inlines = (InvoiceLineInline,)
+
+    def get_queryset(self, request):
+        lines = InvoiceLine.objects.filter(invoice=OuterRef("pk"))
+        return super().get_queryset(request).annotate(n_lines=count_of(lines))
+
+    @admin.display(description="Lines", ordering="n_lines")
+    def line_count(self, obj) -> int:
+        return obj.n_lines
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        # Issued and closed invoices are immutable.
+        return super().has_change_permission(request, obj) and (obj is None or obj.status == InvoiceStatus.DRAFT)
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return super().has_delete_permission(request, obj) and (obj is None or obj.status == InvoiceStatus.DRAFT)
+
+
+@admin.register(InvoiceLine)
+class InvoiceLineAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ("invoice", "resource_type", "gpu_model", "quantity", "amount")
+    list_filter = ("resource_type", "gpu_model", "invoice__status")
+    search_fields = ("invoice__account__project__name", "gpu_model__name")
+    list_select_related = ("invoice__account__project", "gpu_model")

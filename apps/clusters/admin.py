@@ -1,0 +1,241 @@
+"""Admin for clusters, nodes, devices and the GPU model catalog."""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.db.models import OuterRef
+
+from apps.clusters import services
+from apps.clusters.admin_forms import ClusterAdminForm, DeviceAdminForm, GPUModelAdminForm, NodeAdminForm
+from apps.clusters.choices import ClusterStatus, NodeStatus
+from apps.clusters.models import Cluster, Device, GPUModel, Node
+from apps.tasks.choices import ACTIVE
+from apps.tasks.models import Task
+from apps.vdc.admin import GREEN, GREY, ORANGE, RED, badge, count_of, health_badge, number, sum_of
+
+CLUSTER_COLOURS = {
+    ClusterStatus.HEALTHY: GREEN,
+    ClusterStatus.DEGRADED: ORANGE,
+    ClusterStatus.UNAVAILABLE: RED,
+    ClusterStatus.MAINTENANCE: GREY,
+}
+NODE_COLOURS = {NodeStatus.READY: GREEN, NodeStatus.DRAINING: ORANGE, NodeStatus.DOWN: RED}
+
+
+class NodeInline(admin.TabularInline):
+    model = Node
+    fields = ("name", "cpu", "memory_gib", "status", "health_score", "last_report")
+    readonly_fields = ("last_report",)
+    extra = 0
+    show_change_link = True
+
+
+@admin.register(Cluster)
+class ClusterAdmin(admin.ModelAdmin):
+    form = ClusterAdminForm
+    list_display = (
+        "name", "vdc", "cluster_type", "status_badge", "enabled", "node_count", "gpu_count", "capacity_gpu",
+        "allocated_gpu", "running_tasks", "last_heartbeat",
+    )  # fmt: skip
+    list_filter = ("vdc", "cluster_type", "status", "enabled")
+    search_fields = ("name", "description", "endpoint", "namespace", "vdc__name")
+    list_select_related = ("vdc",)
+    autocomplete_fields = ("vdc",)
+    inlines = (NodeInline,)
+    actions = ("enable", "disable", "maintenance_on", "maintenance_off")
+    readonly_fields = (
+        "credentials_state", "status", "status_message", "last_heartbeat", "missed_heartbeats",
+        "created_at", "updated_at",
+    )  # fmt: skip
+    fieldsets = (
+        (None, {"fields": ("vdc", "name", "description", "cluster_type", "enabled")}),
+        ("Connection", {"fields": ("endpoint", "api_version", "namespace")}),
+        (
+            "Credentials",
+            {
+                "fields": ("credentials_state", "token", "kubeconfig", "jwt", "user", "clear_credentials"),
+                "description": "Write-only and encrypted at rest. Filling any field replaces the stored credentials "
+                "with the fields filled; leaving them all empty keeps what is stored.",
+            },
+        ),
+        (
+            "Scheduling",
+            {"fields": ("priority", "weight", "cost_weight", "labels", "max_tasks_per_user", "max_total_tasks")},
+        ),
+        (
+            "Health",
+            {
+                "fields": ("status", "status_message", "last_heartbeat", "missed_heartbeats"),
+                "description": "Written by the health checks; use the maintenance actions of the list to change it.",
+            },
+        ),
+        ("History", {"fields": ("created_at", "updated_at")}),
+    )
+
+    def get_queryset(self, request):
+        tasks = Task.objects.filter(cluster=OuterRef("pk"), status__in=ACTIVE)
+        devices = Device.objects.filter(node__cluster=OuterRef("pk"))
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                n_nodes=count_of(Node.objects.filter(cluster=OuterRef("pk"))),
+                n_gpus=count_of(devices),
+                cap_gpu=sum_of(devices, "gpu_model__exchange_rate"),
+                used_gpu=sum_of(tasks, "allocated_gpu"),
+                n_running=count_of(tasks),
+            )
+        )
+
+    @admin.display(description="Status", ordering="status")
+    def status_badge(self, obj):
+        return badge(obj.get_status_display(), CLUSTER_COLOURS.get(obj.status, GREY))
+
+    @admin.display(description="Nodes", ordering="n_nodes")
+    def node_count(self, obj) -> int:
+        return obj.n_nodes
+
+    @admin.display(description="GPUs", ordering="n_gpus")
+    def gpu_count(self, obj) -> int:
+        return obj.n_gpus
+
+    @admin.display(description="GPU-eq", ordering="cap_gpu")
+    def capacity_gpu(self, obj) -> str:
+        return number(obj.cap_gpu)
+
+    @admin.display(description="Allocated GPU-eq", ordering="used_gpu")
+    def allocated_gpu(self, obj) -> str:
+        return number(obj.used_gpu)
+
+    @admin.display(description="Running tasks", ordering="n_running")
+    def running_tasks(self, obj) -> int:
+        return obj.n_running
+
+    @admin.display(description="Stored credentials")
+    def credentials_state(self, obj) -> str:
+        return "set" if obj.has_credentials else "not set"
+
+    def _apply(self, request, queryset, change, done: str) -> None:
+        """Run a cluster service on each selected cluster, log it on the cluster's history, report the count."""
+        clusters = list(queryset)
+        for cluster in clusters:
+            change(cluster)
+            self.log_change(request, cluster, done)
+        self.message_user(request, f"{len(clusters)} cluster(s) {done}.", messages.SUCCESS)
+
+    @admin.action(description="Enable selected clusters", permissions=["change"])
+    def enable(self, request, queryset) -> None:
+        self._apply(request, queryset, lambda c: services.set_cluster_enabled(c, True), "enabled")
+
+    @admin.action(description="Disable selected clusters (no new tasks)", permissions=["change"])
+    def disable(self, request, queryset) -> None:
+        self._apply(request, queryset, lambda c: services.set_cluster_enabled(c, False), "disabled")
+
+    @admin.action(description="Put selected clusters into maintenance", permissions=["change"])
+    def maintenance_on(self, request, queryset) -> None:
+        self._apply(request, queryset, lambda c: services.set_cluster_maintenance(c, True), "put into maintenance")
+
+    @admin.action(description="Take selected clusters out of maintenance", permissions=["change"])
+    def maintenance_off(self, request, queryset) -> None:
+        self._apply(request, queryset, lambda c: services.set_cluster_maintenance(c, False), "taken out of maintenance")
+
+
+class DeviceInline(admin.TabularInline):
+    model = Device
+    form = DeviceAdminForm
+    fields = ("index", "gpu_model", "vram_gib", "health_score", "numa_node", "pci_bus_id", "links", "utilization")
+    readonly_fields = ("utilization",)
+    extra = 0
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("gpu_model")
+
+
+@admin.register(Node)
+class NodeAdmin(admin.ModelAdmin):
+    form = NodeAdminForm
+    list_display = (
+        "name", "cluster", "status_badge", "health", "cpu", "memory_gib", "device_count", "capacity_gpu",
+        "last_report",
+    )  # fmt: skip
+    list_filter = ("cluster__vdc", "cluster", "status")
+    search_fields = ("name", "cluster__name", "agent_message")
+    list_select_related = ("cluster",)
+    autocomplete_fields = ("cluster",)
+    inlines = (DeviceInline,)
+    readonly_fields = ("last_report", "agent_message")
+
+    def get_queryset(self, request):
+        devices = Device.objects.filter(node=OuterRef("pk"))
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(n_devices=count_of(devices), cap_gpu=sum_of(devices, "gpu_model__exchange_rate"))
+        )
+
+    @admin.display(description="Status", ordering="status")
+    def status_badge(self, obj):
+        return badge(obj.get_status_display(), NODE_COLOURS.get(obj.status, GREY))
+
+    @admin.display(description="Health", ordering="health_score")
+    def health(self, obj):
+        return health_badge(obj.health_score)
+
+    @admin.display(description="Devices", ordering="n_devices")
+    def device_count(self, obj) -> int:
+        return obj.n_devices
+
+    @admin.display(description="GPU-eq", ordering="cap_gpu")
+    def capacity_gpu(self, obj) -> str:
+        return number(obj.cap_gpu)
+
+
+@admin.register(Device)
+class DeviceAdmin(admin.ModelAdmin):
+    form = DeviceAdminForm
+    list_display = (
+        "__str__", "gpu_model", "vram_gib", "vram_used_gib", "health", "utilisation", "temperature_c",
+        "ecc_errors", "xid_errors",
+    )  # fmt: skip
+    list_filter = ("gpu_model__vendor", "gpu_model", "node__cluster")
+    search_fields = ("node__name", "node__cluster__name", "uuid", "pci_bus_id", "gpu_model__name")
+    list_select_related = ("node__cluster", "gpu_model")
+    autocomplete_fields = ("node",)
+    readonly_fields = ("vram_used_gib", "utilization", "temperature_c", "ecc_errors", "xid_errors")
+    fieldsets = (
+        (None, {"fields": ("node", "index", "gpu_model", "uuid", "vram_gib")}),
+        ("Topology", {"fields": ("numa_node", "pci_bus_id", "links")}),
+        (
+            "Health (reported by the node agent)",
+            {"fields": ("health_score", "utilization", "vram_used_gib", "temperature_c", "ecc_errors", "xid_errors")},
+        ),
+    )
+
+    @admin.display(description="Health", ordering="health_score")
+    def health(self, obj):
+        return health_badge(obj.health_score)
+
+    @admin.display(description="Utilisation", ordering="utilization")
+    def utilisation(self, obj) -> str:
+        return f"{obj.utilization}%"
+
+
+@admin.register(GPUModel)
+class GPUModelAdmin(admin.ModelAdmin):
+    form = GPUModelAdminForm
+    list_display = (
+        "name", "vendor", "vram_gib", "tflops_fp16", "tflops_fp32", "exchange_rate", "shareable", "enabled",
+        "device_count",
+    )  # fmt: skip
+    list_editable = ("exchange_rate", "enabled")
+    list_filter = ("vendor", "shareable", "enabled")
+    search_fields = ("name", "resource_name", "slurm_gres_type")
+
+    def get_queryset(self, request):
+        return (
+            super().get_queryset(request).annotate(n_devices=count_of(Device.objects.filter(gpu_model=OuterRef("pk"))))
+        )
+
+    @admin.display(description="Devices", ordering="n_devices")
+    def device_count(self, obj) -> int:
+        return obj.n_devices

@@ -1,0 +1,233 @@
+"""Admin for tasks and their timelines: submission and cancellation go through the task services."""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.utils.html import format_html, format_html_join
+
+from apps.queues.models import TaskQueue
+from apps.tasks.admin_forms import TaskChangeForm, TaskSubmitForm
+from apps.tasks.choices import TaskStatus
+from apps.tasks.models import Task, TaskEvent
+from apps.tasks.services import delete_task, stop_task
+from apps.vdc.admin import GREEN, GREY, ORANGE, RED, badge
+
+STATUS_COLOURS = {
+    TaskStatus.PENDING: GREY,
+    TaskStatus.QUEUED: GREY,
+    TaskStatus.SCHEDULED: ORANGE,
+    TaskStatus.STARTING: ORANGE,
+    TaskStatus.RUNNING: GREEN,
+    TaskStatus.PREEMPTED: ORANGE,
+    TaskStatus.SUSPENDED: ORANGE,
+    TaskStatus.COMPLETED: GREEN,
+    TaskStatus.FAILED: RED,
+    TaskStatus.STOPPED: GREY,
+}
+CANCEL_REASON = "cancelled by an admin"
+
+# Written by services and the scheduler, never by hand.
+STATE_FIELDS = (
+    "status", "status_message", "pending_reason", "pending_message", "queue_position", "estimated_start",
+    "cluster", "placement_table", "allocated_gpu", "replicas", "external_id", "attempt", "window",
+    "submitted_at", "started_at", "finished_at", "updated_at",
+)  # fmt: skip
+# Checked against queue rules and quotas at submission; changing them afterwards would bypass the checks.
+SUBMITTED_FIELDS = (
+    "project", "owner", "vdc", "queue", "kind", "cpu", "memory_gib", "gpu_spec", "instances",
+    "elastic_min", "elastic_max",
+)  # fmt: skip
+
+REQUEST_FIELDSETS = (
+    (
+        "Resources (per instance)",
+        {"fields": ("cpu", "memory_gib", "gpu_spec", "instances", ("elastic_min", "elastic_max"))},
+    ),
+    (
+        "Scheduling",
+        {"fields": ("expected_duration", "preemptible", "required_labels", "preferred_clusters")},
+    ),
+    ("What to run", {"fields": ("image", "command", "env", "volumes")}),
+    (
+        "Kind-specific settings",
+        {
+            "classes": ("collapse",),
+            "fields": (
+                "ide_type",
+                ("framework", "model_path"),
+                ("epochs", "batch_size"),
+                "checkpoint_path",
+                "max_retries",
+                ("port", "max_tokens", "temperature"),
+                ("autoscale_min", "autoscale_max"),
+                ("autoscale_cpu_percent", "autoscale_gpu_percent"),
+            ),  # fmt: skip
+        },
+    ),
+)
+
+
+class TaskEventInline(admin.TabularInline):
+    """The task's timeline, oldest first; events are written by the services only."""
+
+    model = TaskEvent
+    fields = ("created_at", "kind", "from_status", "to_status", "message", "actor")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("actor")
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(Task)
+class TaskAdmin(admin.ModelAdmin):
+    list_display = (
+        "id", "name", "kind", "status_badge", "project", "queue_column", "gpu_spec", "cluster",
+        "queue_position", "estimated_start", "submitted_at",
+    )  # fmt: skip
+    list_display_links = ("id", "name")
+    list_filter = ("status", "kind", "queue__priority_class", "vdc", "cluster", "project")
+    search_fields = ("name", "owner__username", "external_id")
+    search_help_text = "Name, owner, backend id, or a task id (e.g. 42 or #42)."
+    list_select_related = ("project", "queue", "cluster")
+    actions = ("cancel",)
+    inlines = (TaskEventInline,)
+    autocomplete_fields = ("project", "preferred_clusters")
+    form = TaskChangeForm
+    add_form = TaskSubmitForm
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        if obj is None:
+            kwargs["form"] = self.add_form
+        form = super().get_form(request, obj, change=change, **kwargs)
+        if obj is None:
+            form.submitter = request.user
+        return form
+
+    def get_fieldsets(self, request, obj=None):
+        if obj is None:
+            return ((None, {"fields": ("name", "kind", "project", "queue", "vdc")}), *REQUEST_FIELDSETS)
+        return (
+            (None, {"fields": ("name", "kind", "project", "owner", "vdc", "queue")}),
+            ("State", {"fields": STATE_FIELDS}),
+            *REQUEST_FIELDSETS,
+        )
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is None:
+            return ()
+        return (*SUBMITTED_FIELDS, *STATE_FIELDS)
+
+    def get_inlines(self, request, obj):
+        return self.inlines if obj is not None else ()
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return super().has_change_permission(request, obj) and not (obj is not None and obj.is_final)
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        # Only ended tasks may go, and through delete_task (see delete_model).
+        return super().has_delete_permission(request, obj) and (obj is None or obj.is_final)
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name == "queue":
+            kwargs["queryset"] = TaskQueue.objects.select_related("vdc")
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def get_search_results(self, request, queryset, search_term):
+        results, may_have_duplicates = super().get_search_results(request, queryset, search_term)
+        term = search_term.strip().lstrip("#")
+        if term.isdigit():
+            results |= queryset.filter(pk=int(term))
+        return results, may_have_duplicates
+
+    def save_model(self, request, obj, form, change) -> None:
+        if change:
+            super().save_model(request, obj, form, change)
+        # On add, TaskSubmitForm already saved the task through submit_task.
+
+    def delete_model(self, request, obj) -> None:
+        try:
+            delete_task(obj, request.user)
+        except (ValidationError, PermissionDenied) as exc:
+            self.message_user(request, f"{obj}: {_reason(exc)}", messages.ERROR)
+
+    @admin.display(description="Status", ordering="status")
+    def status_badge(self, obj):
+        return badge(obj.get_status_display(), STATUS_COLOURS.get(obj.status, GREY))
+
+    @admin.display(description="Queue (class)", ordering="queue__name")
+    def queue_column(self, obj) -> str:
+        return f"{obj.queue.name} ({obj.queue.priority_class})"
+
+    @admin.display(description="Placement")
+    def placement_table(self, obj):
+        if not obj.placement:
+            return "-"
+        return format_html(
+            "<table><tr><th>Node</th><th>Devices</th></tr>{}</table>",
+            format_html_join(
+                "",
+                "<tr><td>{}</td><td>{}</td></tr>",
+                (
+                    (p.get("node_name", "?"), ", ".join(str(d) for d in p.get("devices", [])))
+                    for p in obj.placement
+                    if isinstance(p, dict)
+                ),
+            ),
+        )
+
+    @admin.action(description="Cancel (stop) selected tasks", permissions=["change"])
+    def cancel(self, request, queryset) -> None:
+        stopped = 0
+        for task in queryset.select_related("project"):
+            try:
+                stop_task(task, request.user, CANCEL_REASON)
+            except (ValidationError, PermissionDenied) as exc:
+                self.message_user(request, f"{task}: {_reason(exc)}", messages.ERROR)
+            else:
+                stopped += 1
+        if stopped:
+            self.message_user(request, f"{stopped} task(s) stopped.", messages.SUCCESS)
+
+
+def _reason(exc: Exception) -> str:
+    return "; ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
+
+
+@admin.register(TaskEvent)
+class TaskEventAdmin(admin.ModelAdmin):
+    """The audit timeline of every task: read-only."""
+
+    list_display = ("created_at", "task", "kind", "from_status", "to_status", "message", "actor")
+    list_filter = ("kind", "to_status", "task__vdc", "task__project")
+    search_fields = ("task__name", "message", "actor__username")
+    list_select_related = ("task", "actor")
+
+    def get_search_results(self, request, queryset, search_term):
+        results, may_have_duplicates = super().get_search_results(request, queryset, search_term)
+        term = search_term.strip().lstrip("#")
+        if term.isdigit():
+            results |= queryset.filter(task_id=int(term))
+        return results, may_have_duplicates
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False

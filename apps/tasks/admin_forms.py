@@ -1,0 +1,87 @@
+"""Admin forms of tasks: submission goes through the submission service, like every other door."""
+
+from __future__ import annotations
+
+from django import forms
+from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied, ValidationError
+
+from apps.tasks.models import Task
+from apps.tasks.services import SUBMIT_FIELDS, submit_task
+from apps.vdc.admin_forms import KeyValueField
+from apps.vdc.models import VDC
+
+ENV_EXAMPLE = "EPOCHS=3"
+LABELS_EXAMPLE = "gpu=a100"
+
+
+def _volumes(value):
+    """An empty volumes box means no volumes, not JSON null."""
+    return [] if value is None else value
+
+
+class TaskChangeForm(forms.ModelForm):
+    """The change form (model and fields come from the admin): environment and labels as key=value lines."""
+
+    env = KeyValueField(example=ENV_EXAMPLE)
+    required_labels = KeyValueField(example=LABELS_EXAMPLE, help_text="Clusters must carry these labels")
+
+    def clean_volumes(self):
+        return _volumes(self.cleaned_data.get("volumes"))
+
+
+class TaskSubmitForm(forms.ModelForm):
+    """The admin's add form: valid means submitted through :func:`submit_task`, with its messages per field.
+
+    The admin sets ``submitter`` (the logged-in admin, who becomes the owner) on the form class. The task is
+    written by the service during validation and only when every check passed, so an invalid form writes nothing.
+    """
+
+    submitter = None
+
+    vdc = forms.ModelChoiceField(
+        VDC.objects.all(), required=False, help_text="Empty: the VDC of the queue", label="VDC"
+    )
+    env = KeyValueField(example=ENV_EXAMPLE)
+    required_labels = KeyValueField(example=LABELS_EXAMPLE, help_text="Clusters must carry these labels")
+
+    class Meta:
+        model = Task
+        fields = ("project", "vdc", "queue", "preferred_clusters", *SUBMIT_FIELDS)
+
+    def clean_volumes(self):
+        return _volumes(self.cleaned_data.get("volumes"))
+
+    def clean(self):
+        cleaned = super().clean()
+        if self.errors:
+            return cleaned
+        fields = {name: cleaned[name] for name in SUBMIT_FIELDS if name in cleaned}
+        try:
+            self.instance = submit_task(
+                self.submitter,
+                project=cleaned["project"],
+                queue=cleaned["queue"],
+                vdc=cleaned.get("vdc"),
+                preferred_clusters=cleaned.get("preferred_clusters") or (),
+                **fields,
+            )
+        except PermissionDenied as exc:
+            self.add_error(None, str(exc))
+        except ValidationError as exc:
+            self._add_service_errors(exc)
+        return cleaned
+
+    def _add_service_errors(self, exc: ValidationError) -> None:
+        if not hasattr(exc, "error_dict"):
+            self.add_error(None, exc)
+            return
+        for field, messages in exc.message_dict.items():
+            if field in self.fields:
+                self.add_error(field, messages)
+            else:
+                label = "" if field == NON_FIELD_ERRORS else f"{field}: "
+                self.add_error(None, [f"{label}{message}" for message in messages])
+
+    def _post_clean(self) -> None:
+        # The service validated (and saved) the task in clean(); the model's own checks would only repeat it.
+        pass

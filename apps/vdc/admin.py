@@ -1,0 +1,325 @@
+"""Admin for VDCs, projects, memberships and quotas, and the helpers every admin module shares.
+
+Admin modules are the outer layer, like the API views: they read across apps (task counts on a VDC,
+devices on a cluster) for their columns, while models and services keep the one-way dependencies.
+Computed columns are scalar subqueries annotated on the changelist queryset, so a page costs the
+same number of queries whatever the number of rows.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.contrib import admin
+from django.db.models import DecimalField, F, Func, IntegerField, OuterRef, QuerySet, Subquery, Value
+from django.db.models.functions import Coalesce
+from django.urls import reverse
+from django.utils.html import format_html
+
+from apps.clusters.choices import SUB_HEALTHY_SCORE, UNHEALTHY_SCORE
+from apps.clusters.models import Cluster, Device, Node
+from apps.tasks.choices import ACTIVE, WAITING
+from apps.tasks.models import Task
+from apps.vdc.models import VDC, Membership, Project, ProjectQuota
+
+admin.site.site_header = "HCS Portal administration"
+admin.site.site_title = "HCS Portal administration"
+admin.site.index_title = "Platform administration"
+
+ZERO = Decimal("0")
+DECIMAL = DecimalField(max_digits=20, decimal_places=4)
+GREEN, ORANGE, RED, GREY = "#2e7d32", "#ef6c00", "#c62828", "#616161"
+
+
+def sum_of(queryset: QuerySet, expression) -> Coalesce:
+    """SUM of ``expression`` over ``queryset`` (correlated through OuterRef) as a scalar subquery, 0 when empty.
+
+    One subquery per column rather than Sum() over joins: two joined reverse relations would multiply
+    each other's rows, and the subquery keeps the changelist at one query however many rows it shows.
+    """
+    if isinstance(expression, str):
+        expression = F(expression)
+    inner = queryset.order_by().annotate(total=Func(expression, function="SUM", output_field=DECIMAL))
+    return Coalesce(Subquery(inner.values("total"), output_field=DECIMAL), Value(ZERO), output_field=DECIMAL)
+
+
+def count_of(queryset: QuerySet) -> Coalesce:
+    """COUNT of ``queryset`` (correlated through OuterRef) as a scalar subquery."""
+    inner = queryset.order_by().annotate(n=Func(F("pk"), function="COUNT", output_field=IntegerField()))
+    return Coalesce(Subquery(inner.values("n"), output_field=IntegerField()), Value(0))
+
+
+def number(value, places: int = 2) -> str:
+    """A quantity for a column: fixed decimals, no float noise from SQLite sums."""
+    return f"{Decimal(value or 0):.{places}f}"
+
+
+def badge(text: str, colour: str):
+    return format_html('<strong style="color: {}">{}</strong>', colour, text)
+
+
+def health_badge(score: int | None):
+    """A 0-100 health score coloured by the placement thresholds (sub-healthy, unhealthy)."""
+    if score is None:
+        return "-"
+    colour = GREEN if score >= SUB_HEALTHY_SCORE else ORANGE if score > UNHEALTHY_SCORE else RED
+    return badge(str(score), colour)
+
+
+def percent(part, whole) -> str:
+    return f"{Decimal(part or 0) * 100 / Decimal(whole):.0f}%" if whole else "-"
+
+
+def change_link(obj, text: str | None = None):
+    """A link to the object's admin change page."""
+    opts = obj._meta
+    url = reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj.pk])
+    return format_html('<a href="{}">{}</a>', url, text if text is not None else str(obj))
+
+
+class ClusterInline(admin.TabularInline):
+    """The VDC's clusters at a glance; each links to its own change page where it is edited."""
+
+    model = Cluster
+    fields = ("name", "cluster_type", "status", "enabled", "endpoint", "last_heartbeat")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    show_change_link = True
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+
+class ProjectQuotaInline(admin.TabularInline):
+    model = ProjectQuota
+    fields = (
+        "project", "vdc", "guaranteed_gpu", "limit_gpu", "guaranteed_cpu", "limit_cpu",
+        "guaranteed_memory_gib", "limit_memory_gib", "max_concurrent_tasks", "priority", "enforce",
+    )  # fmt: skip
+    autocomplete_fields = ("project", "vdc")
+    extra = 0
+    show_change_link = True
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("project", "vdc")
+
+
+class VDCQuotaInline(ProjectQuotaInline):
+    fields = tuple(f for f in ProjectQuotaInline.fields if f != "vdc")
+    autocomplete_fields = ("project",)
+    verbose_name_plural = "project quotas"
+
+
+@admin.register(VDC)
+class VDCAdmin(admin.ModelAdmin):
+    list_display = (
+        "name", "enabled", "is_default", "capacity_cpu", "capacity_memory", "capacity_gpu",
+        "allocated_gpu", "utilisation", "cluster_count", "queued_tasks", "default_queue_policy",
+    )  # fmt: skip
+    list_filter = ("enabled", "allow_overcommit", "default_queue_policy", "cluster_selection_strategy")
+    search_fields = ("name", "description")
+    inlines = (ClusterInline, VDCQuotaInline)
+    readonly_fields = ("created_at", "updated_at")
+    fieldsets = (
+        (None, {"fields": ("name", "description", "enabled", "is_default")}),
+        (
+            "Capacity caps",
+            {
+                "fields": ("total_cpu", "total_memory_gib", "total_gpu", "allow_overcommit", "overcommit_ratio"),
+                "description": "Empty caps mean the sum of the enabled clusters' nodes.",
+            },
+        ),
+        ("Scheduling", {"fields": ("default_queue_policy", "cluster_selection_strategy", "node_scorer")}),
+        ("History", {"fields": ("created_at", "updated_at")}),
+    )
+
+    def get_queryset(self, request):
+        nodes = Node.objects.filter(cluster__vdc=OuterRef("pk"), cluster__enabled=True)
+        devices = Device.objects.filter(node__cluster__vdc=OuterRef("pk"), node__cluster__enabled=True)
+        tasks = Task.objects.filter(vdc=OuterRef("pk"))
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                cap_cpu=Coalesce(F("total_cpu"), sum_of(nodes, "cpu"), output_field=DECIMAL),
+                cap_memory=Coalesce(F("total_memory_gib"), sum_of(nodes, "memory_gib"), output_field=DECIMAL),
+                cap_gpu=Coalesce(F("total_gpu"), sum_of(devices, "gpu_model__exchange_rate"), output_field=DECIMAL),
+                used_gpu=sum_of(tasks.filter(status__in=ACTIVE), "allocated_gpu"),
+                n_clusters=count_of(Cluster.objects.filter(vdc=OuterRef("pk"))),
+                n_queued=count_of(tasks.filter(status__in=WAITING)),
+            )
+        )
+
+    @admin.display(description="CPU cores", ordering="cap_cpu")
+    def capacity_cpu(self, obj) -> str:
+        return number(obj.cap_cpu, 0)
+
+    @admin.display(description="Memory GiB", ordering="cap_memory")
+    def capacity_memory(self, obj) -> str:
+        return number(obj.cap_memory, 0)
+
+    @admin.display(description="GPU-eq", ordering="cap_gpu")
+    def capacity_gpu(self, obj) -> str:
+        return number(obj.cap_gpu)
+
+    @admin.display(description="Allocated GPU-eq", ordering="used_gpu")
+    def allocated_gpu(self, obj) -> str:
+        return number(obj.used_gpu)
+
+    @admin.display(description="Utilisation")
+    def utilisation(self, obj) -> str:
+        return percent(obj.used_gpu, obj.cap_gpu)
+
+    @admin.display(description="Clusters", ordering="n_clusters")
+    def cluster_count(self, obj) -> int:
+        return obj.n_clusters
+
+    @admin.display(description="Queued tasks", ordering="n_queued")
+    def queued_tasks(self, obj) -> int:
+        return obj.n_queued
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    fields = ("user", "role", "created_at")
+    readonly_fields = ("created_at",)
+    autocomplete_fields = ("user",)
+    extra = 0
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("user")
+
+
+class ProjectQuotaOfProjectInline(ProjectQuotaInline):
+    fields = tuple(f for f in ProjectQuotaInline.fields if f != "project")
+    autocomplete_fields = ("vdc",)
+    verbose_name_plural = "quotas"
+
+
+@admin.register(Project)
+class ProjectAdmin(admin.ModelAdmin):
+    list_display = ("name", "member_count", "active_tasks", "waiting_tasks", "gpu_in_use", "created_at")
+    search_fields = ("name", "description", "memberships__user__username")
+    list_filter = ("quotas__vdc",)
+    inlines = (MembershipInline, ProjectQuotaOfProjectInline)
+    readonly_fields = ("created_at",)
+
+    def get_queryset(self, request):
+        tasks = Task.objects.filter(project=OuterRef("pk"))
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                n_members=count_of(Membership.objects.filter(project=OuterRef("pk"))),
+                n_active=count_of(tasks.filter(status__in=ACTIVE)),
+                n_waiting=count_of(tasks.filter(status__in=WAITING)),
+                used_gpu=sum_of(tasks.filter(status__in=ACTIVE), "allocated_gpu"),
+            )
+        )
+
+    @admin.display(description="Members", ordering="n_members")
+    def member_count(self, obj) -> int:
+        return obj.n_members
+
+    @admin.display(description="Running tasks", ordering="n_active")
+    def active_tasks(self, obj) -> int:
+        return obj.n_active
+
+    @admin.display(description="Waiting tasks", ordering="n_waiting")
+    def waiting_tasks(self, obj) -> int:
+        return obj.n_waiting
+
+    @admin.display(description="GPU-eq in use", ordering="used_gpu")
+    def gpu_in_use(self, obj) -> str:
+        return number(obj.used_gpu)
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ("user", "project", "role", "created_at")
+    list_filter = ("role", "project")
+    search_fields = ("user__username", "user__email", "project__name")
+    list_select_related = ("user", "project")
+    autocomplete_fields = ("user", "project")
+
+
+@admin.register(ProjectQuota)
+class ProjectQuotaAdmin(admin.ModelAdmin):
+    list_display = (
+        "project", "vdc", "gpu_usage", "cpu_usage", "memory_usage", "tasks_usage", "priority", "enforce",
+    )  # fmt: skip
+    list_filter = ("vdc", "enforce", "project")
+    search_fields = ("project__name", "vdc__name")
+    list_select_related = ("project", "vdc")
+    autocomplete_fields = ("project", "vdc")
+    readonly_fields = ("usage_now", "created_at", "updated_at")
+    fieldsets = (
+        (None, {"fields": ("project", "vdc", "priority", "enforce", "usage_now")}),
+        (
+            "Guaranteed and limit",
+            {
+                "fields": (
+                    ("guaranteed_gpu", "limit_gpu"),
+                    ("guaranteed_cpu", "limit_cpu"),
+                    ("guaranteed_memory_gib", "limit_memory_gib"),
+                ),
+                "description": "GPU in GPU-equivalents (A100-80G = 1). Usage between guaranteed and limit is "
+                "borrowed from idle capacity and can be reclaimed.",
+            },
+        ),
+        (
+            "Task limits",
+            {
+                "fields": (
+                    "max_concurrent_tasks",
+                    "max_training_tasks",
+                    "max_inference_tasks",
+                    "max_dev_env_tasks",
+                )  # fmt: skip
+            },
+        ),
+        ("History", {"fields": ("created_at", "updated_at")}),
+    )
+
+    def get_queryset(self, request):
+        active = Task.objects.filter(project=OuterRef("project"), vdc=OuterRef("vdc"), status__in=ACTIVE)
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                used_gpu=sum_of(active, "allocated_gpu"),
+                used_cpu=sum_of(active, F("cpu") * F("instances")),
+                used_memory=sum_of(active, F("memory_gib") * F("instances")),
+                n_active=count_of(active),
+            )
+        )
+
+    @staticmethod
+    def _usage(used, guaranteed, limit) -> str:
+        return f"{number(used)} / {number(guaranteed)} / {number(limit)}"
+
+    @admin.display(description="GPU-eq used / guaranteed / limit", ordering="used_gpu")
+    def gpu_usage(self, obj) -> str:
+        return self._usage(obj.used_gpu, obj.guaranteed_gpu, obj.limit_gpu)
+
+    @admin.display(description="CPU used / guaranteed / limit", ordering="used_cpu")
+    def cpu_usage(self, obj) -> str:
+        return self._usage(obj.used_cpu, obj.guaranteed_cpu, obj.limit_cpu)
+
+    @admin.display(description="Memory GiB used / guaranteed / limit", ordering="used_memory")
+    def memory_usage(self, obj) -> str:
+        return self._usage(obj.used_memory, obj.guaranteed_memory_gib, obj.limit_memory_gib)
+
+    @admin.display(description="Running tasks / max", ordering="n_active")
+    def tasks_usage(self, obj) -> str:
+        return f"{obj.n_active} / {obj.max_concurrent_tasks if obj.max_concurrent_tasks is not None else '∞'}"
+
+    @admin.display(description="In use now")
+    def usage_now(self, obj) -> str:
+        if obj.pk is None:
+            return "-"
+        return (
+            f"{self.gpu_usage(obj)} GPU-eq, {self.cpu_usage(obj)} CPU, {self.memory_usage(obj)} GiB "
+            "(used / guaranteed / limit)"
+        )

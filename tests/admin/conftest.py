@@ -1,0 +1,110 @@
+"""Admin fixtures: one row of every registered model, a logged-in platform admin, and form data helpers."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.contrib.auth.models import Group
+from django.forms import CheckboxInput, MultiWidget
+from django.urls import reverse
+from django.utils import timezone
+from rest_framework.authtoken.models import Token
+
+from apps.billing.models import Account, Invoice, InvoiceLine, PriceRule, Transaction, UsageRecord
+from apps.clusters.models import GPUModel
+from apps.tasks.models import TaskEvent
+from tests.factories import TaskFactory
+
+
+@pytest.fixture
+def admin_web(client, world):
+    """A test client logged in as the platform admin of the world."""
+    client.force_login(world.admin)
+    return client
+
+
+@pytest.fixture
+def every_model(world):
+    """At least one row of every model the admin registers, so every change page can be opened."""
+    a100 = GPUModel.objects.get(name="A100-80G")
+    task = TaskFactory(
+        project=world.project,
+        owner=world.member,
+        vdc=world.vdc,
+        queue=world.high,
+        cluster=world.cluster,
+        status="running",
+        allocated_gpu=Decimal("2"),
+        placement=[{"node_name": "gpu-node-1", "devices": [0, 1]}],
+        env={"EPOCHS": "3"},
+    )
+    TaskEvent.objects.create(task=task, kind="started", from_status="starting", to_status="running")
+    PriceRule.objects.create(
+        resource_type="gpu",
+        gpu_model=a100,
+        price_per_hour=Decimal("12.5"),
+        discount_tiers=[{"from_hours": 100, "percent": 10}],
+    )
+    account = Account.objects.create(project=world.project, balance=Decimal("100"), credit_limit=Decimal("50"))
+    start = timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(hours=2)
+    end = start + timedelta(hours=1)
+    invoice = Invoice.objects.create(account=account, period_start=start - timedelta(days=30), period_end=end)
+    record = UsageRecord.objects.create(
+        task=task,
+        project=world.project,
+        vdc=world.vdc,
+        resource_type="gpu",
+        gpu_model=a100,
+        quantity=Decimal("2"),
+        period_start=start,
+        period_end=end,
+        unit_price=Decimal("12.5"),
+        cost=Decimal("25"),
+        invoice=invoice,
+    )
+    Transaction.objects.create(
+        account=account, kind="charge", amount=Decimal("-25"), balance_after=Decimal("75"), usage_record=record
+    )
+    InvoiceLine.objects.create(
+        invoice=invoice, resource_type="gpu", gpu_model=a100, quantity=Decimal("2"), amount=Decimal("25")
+    )
+    Group.objects.create(name="operators")
+    Token.objects.create(user=world.admin)
+    return world
+
+
+def admin_url(obj_or_model, view: str = "change") -> str:
+    opts = obj_or_model._meta
+    args = [obj_or_model.pk] if view in ("change", "delete", "history") else []
+    return reverse(f"admin:{opts.app_label}_{opts.model_name}_{view}", args=args)
+
+
+def form_data(response) -> dict:
+    """The POST data of an admin add / change page as rendered: the main form and every inline formset.
+
+    Posting it back unchanged must save; tests change a few keys to exercise a form.
+    """
+    data: dict = {}
+    forms = [response.context["adminform"].form]
+    for inline in response.context["inline_admin_formsets"]:
+        formset = inline.formset
+        for bound in formset.management_form:
+            data[bound.html_name] = bound.value()
+        forms.extend(formset.forms)
+    for form in forms:
+        for bound in form:
+            value = bound.value()
+            widget = bound.field.widget
+            if isinstance(widget, CheckboxInput):
+                if value:
+                    data[bound.html_name] = "on"
+            elif isinstance(widget, MultiWidget):
+                parts = value if isinstance(value, list | tuple) else widget.decompress(value)
+                for index, part in enumerate(parts):
+                    if part is not None:
+                        data[f"{bound.html_name}_{index}"] = part
+            elif value is not None:
+                data[bound.html_name] = value
+    return data
