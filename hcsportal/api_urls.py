@@ -1,7 +1,24 @@
-"""The REST API router: every app registers its viewsets here."""
+"""The REST API v1: every app's viewsets on one router, plus the apps' nested endpoints and token login."""
 
+from django.urls import path
+from rest_framework.authtoken.views import obtain_auth_token
 from rest_framework.routers import DefaultRouter
 
-router = DefaultRouter()
+from apps.billing.api import urls as billing
+from apps.clusters.api import urls as clusters
+from apps.queues.api import urls as queues
+from apps.tasks.api import urls as tasks
+from apps.vdc.api import urls as vdc
 
-urlpatterns = router.urls
+APPS = (vdc, clusters, queues, tasks, billing)
+
+router = DefaultRouter()
+for app in APPS:
+    for prefix, viewset, basename in app.ROUTES:
+        router.register(prefix, viewset, basename=basename)
+
+urlpatterns = [
+    path("auth/token/", obtain_auth_token, name="api-token"),
+    *(pattern for app in APPS for pattern in app.urlpatterns),
+    *router.urls,
+]

@@ -4,8 +4,11 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from apps.clusters.agent_api import AgentReportView
+
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("api/v1/agent/report/", AgentReportView.as_view(), name="agent-report"),
     path("api/v1/", include("hcsportal.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),

@@ -239,3 +239,20 @@ class Device(models.Model):
                 raise ValidationError(
                     {"links": f"Expected a link type of {', '.join(LinkType.values)}, got {link.get('type')!r}."}
                 )
+
+
+class AgentToken(models.Model):
+    """A secret that node agents of one cluster present when they report; only its SHA-256 is stored."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="agent_tokens")
+    name = models.CharField(max_length=64, help_text="What the token is for, e.g. the host or rack")
+    key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used = models.DateTimeField(null=True, blank=True)
+    revoked = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["cluster__name", "name"]
+
+    def __str__(self) -> str:
+        return f"{self.cluster}: {self.name}"

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
+import secrets
+from decimal import Decimal
+
 from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
 
 from apps.clusters.choices import ClusterStatus
 from apps.clusters.gpuspec import Catalog, GPURequest, GPUSpecError, parse_gpu_spec
-from apps.clusters.models import Cluster, GPUModel
+from apps.clusters.models import AgentToken, Cluster, Device, GPUModel, Node
 
 
 def catalog() -> Catalog:
@@ -36,3 +43,82 @@ def set_cluster_maintenance(cluster: Cluster, on: bool) -> Cluster:
     cluster.status_message = "Maintenance set by an admin" if on else ""
     cluster.save(update_fields=["status", "missed_heartbeats", "status_message", "updated_at"])
     return cluster
+
+
+def issue_agent_token(cluster: Cluster, name: str) -> str:
+    """Create a node-agent token for the cluster and return the secret (shown once, stored hashed)."""
+    secret = secrets.token_urlsafe(32)
+    AgentToken.objects.create(cluster=cluster, name=name, key_hash=hashlib.sha256(secret.encode()).hexdigest())
+    return secret
+
+
+def cluster_for_agent_token(secret: str) -> Cluster | None:
+    """The cluster whose live agent token this is, or None."""
+    digest = hashlib.sha256(secret.encode()).hexdigest()
+    token = AgentToken.objects.select_related("cluster").filter(key_hash=digest, revoked=False).first()
+    if token is None:
+        return None
+    AgentToken.objects.filter(pk=token.pk).update(last_used=timezone.now())
+    return token.cluster
+
+
+def match_gpu_model(name: str, vram_gib: float, models: list[GPUModel]) -> GPUModel | None:
+    """The catalog model an NVML device name means, e.g. "NVIDIA A100-SXM4-80GB" -> A100-80G.
+
+    Tries the whole name, then its leading token; an ambiguous alias ("V100") is settled by VRAM.
+    """
+    gpu_catalog = Catalog(m.as_catalog_entry() for m in models)
+    by_name = {m.name: m for m in models}
+    words = [w for w in re.split(r"[\s_\-]+", name.strip()) if w and w.lower() not in ("nvidia", "tesla", "huawei")]
+    for candidate in ("-".join(words), words[0] if words else ""):
+        names = gpu_catalog.resolve_all(candidate) if candidate else ()
+        if names:
+            return min((by_name[n] for n in names), key=lambda m: abs(float(m.vram_gib) - vram_gib))
+    return None
+
+
+@transaction.atomic
+def apply_node_report(cluster: Cluster, report: dict) -> Node:
+    """Upsert the reporting node and its devices from a node agent report (see apps.clusters.agent).
+
+    Devices whose model is not in the catalog are left out and named in the node's agent message;
+    devices no longer reported are removed.
+    """
+    node, _ = Node.objects.select_for_update().get_or_create(
+        cluster=cluster,
+        name=report["node"],
+        defaults={"cpu": Decimal(report["cpu"]), "memory_gib": Decimal(str(report["memory_gib"]))},
+    )
+    models = list(GPUModel.objects.filter(enabled=True))
+    notes = [report["message"]] if report.get("message") else []
+    existing = {d.index: d for d in node.devices.all()}
+    seen = set()
+    for d in report.get("devices", []):
+        model = match_gpu_model(d["name"], d["vram_total_gib"], models)
+        if model is None:
+            notes.append(f"GPU {d['index']} ({d['name']}) is not in the GPU model catalog; add it in the admin")
+            continue
+        seen.add(d["index"])
+        device = existing.get(d["index"]) or Device(node=node, index=d["index"])
+        device.gpu_model = model
+        device.uuid = d["uuid"]
+        device.vram_gib = Decimal(str(d["vram_total_gib"]))
+        device.vram_used_gib = Decimal(str(d["vram_used_gib"]))
+        device.utilization = max(0, min(100, int(d["utilization"])))
+        device.temperature_c = d.get("temperature_c")
+        device.ecc_errors = d.get("ecc_uncorrected", 0) + d.get("ecc_corrected", 0)
+        device.xid_errors = device.xid_errors + d.get("xid_errors", 0) if device.pk else d.get("xid_errors", 0)
+        device.health_score = max(0, min(100, int(d.get("health_score", 100))))
+        device.pci_bus_id = d.get("pci_bus_id", "")
+        device.numa_node = d.get("numa_node")
+        device.links = d.get("links", [])
+        device.save()
+    node.devices.exclude(index__in=seen).delete()
+    node.cpu = Decimal(report["cpu"])
+    node.memory_gib = Decimal(str(report["memory_gib"]))
+    scores = [d.get("health_score", 100) for d in report.get("devices", [])]
+    node.health_score = min(scores, default=100)
+    node.last_report = timezone.now()
+    node.agent_message = "; ".join(notes)
+    node.save()
+    return node

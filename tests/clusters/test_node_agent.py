@@ -1,0 +1,172 @@
+"""The node agent: NVML collection (fake NVML backend), health folding, and the report endpoint."""
+
+from types import SimpleNamespace
+
+import pynvml
+import pytest
+from rest_framework.test import APIClient
+
+from apps.clusters.agent import Collector, DeviceReport, health_score
+from apps.clusters.models import Device
+from apps.clusters.services import issue_agent_token, match_gpu_model
+
+
+class FakeNVML:
+    """The NVML functions the collector calls, over a list of fake GPUs joined in NVLink pairs."""
+
+    NVMLError = pynvml.NVMLError
+    NVML_TEMPERATURE_GPU = 0
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+    NVML_VOLATILE_ECC = 0
+    NVML_NVLINK_MAX_LINKS = 4
+    NVML_FEATURE_ENABLED = 1
+    nvmlEventTypeXidCriticalError = 8
+
+    def __init__(self, gpus, xids=()):
+        self.gpus = gpus
+        self.xids = list(xids)  # (gpu index, xid) events waiting
+        self.shut = False
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlShutdown(self):
+        self.shut = True
+
+    def nvmlSystemGetDriverVersion(self):
+        return "550.54.15"
+
+    def nvmlDeviceGetCount(self):
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetPciInfo(self, h):
+        return SimpleNamespace(busId=f"00000000:{0x17 + h:02X}:00.0".encode())
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return SimpleNamespace(total=self.gpus[h]["vram"] * 2**30, used=self.gpus[h].get("used", 0) * 2**30)
+
+    def nvmlDeviceGetUUID(self, h):
+        return f"GPU-fake-{h}"
+
+    def nvmlDeviceGetName(self, h):
+        return self.gpus[h]["name"]
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        return SimpleNamespace(gpu=self.gpus[h].get("util", 0), memory=0)
+
+    def nvmlDeviceGetTemperature(self, h, sensor):
+        return self.gpus[h].get("temp", 40)
+
+    def nvmlDeviceGetTotalEccErrors(self, h, error_type, counter):
+        return self.gpus[h].get("ecc_uncorrected" if error_type == 1 else "ecc_corrected", 0)
+
+    def nvmlDeviceGetNumaNodeId(self, h):
+        return h // 4
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, h):
+        return 0
+
+    def nvmlDeviceGetNvLinkState(self, h, link):
+        if link >= 2:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return 1
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, h, link):
+        return self.nvmlDeviceGetPciInfo(h ^ 1)  # pairs 0-1, 2-3 with two links each
+
+    def nvmlEventSetCreate(self):
+        return object()
+
+    def nvmlDeviceRegisterEvents(self, h, kind, events):
+        pass
+
+    def nvmlEventSetWait(self, events, timeout_ms):
+        if not self.xids:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT)
+        index, xid = self.xids.pop(0)
+        return SimpleNamespace(device=index, eventData=xid)
+
+
+GPUS = [{"name": "NVIDIA A100-SXM4-80GB", "vram": 80, "used": 10, "util": 55, "temp": 50} for _ in range(4)]
+
+
+def test_collector_reports_devices_memory_utilisation_temperature_and_nvlink_pairs():
+    collector = Collector(FakeNVML(GPUS), node_name="gpu-a")
+    assert collector.start()
+    report = collector.collect()
+    assert report.node == "gpu-a" and report.driver == "550.54.15" and len(report.devices) == 4
+    d0 = report.devices[0]
+    assert (d0.vram_total_gib, d0.vram_used_gib, d0.utilization, d0.temperature_c) == (80, 10, 55, 50)
+    assert d0.links == [{"peer": 1, "type": "nvlink", "bandwidth_gbps": 100}]
+    assert report.devices[2].links[0]["peer"] == 3
+    assert d0.health_score == 100
+
+
+def test_ecc_and_xid_errors_fold_into_the_health_score():
+    gpus = [dict(GPUS[0]), dict(GPUS[0], ecc_uncorrected=2), dict(GPUS[0], temp=90), dict(GPUS[0])]
+    collector = Collector(FakeNVML(gpus, xids=[(3, 79)]), node_name="gpu-a")
+    collector.start()
+    scores = [d.health_score for d in collector.collect().devices]
+    assert scores == [100, 40, 80, 60]
+    assert [d.xid_errors for d in collector.collect().devices] == [0, 0, 0, 0]  # counted once
+
+
+def test_health_score_never_leaves_0_to_100():
+    d = DeviceReport(0, "u", "n", 1, 0, 0, 99, 5, 500, 9, "", None)
+    assert health_score(d, retired_pending=True) == 0
+
+
+def test_without_a_gpu_the_real_nvml_reports_none_and_says_why():
+    collector = Collector(node_name="cpu-only")  # the real pynvml: no driver on this machine
+    assert not collector.start()
+    report = collector.collect()
+    assert report.devices == [] and "no NVIDIA GPU" in report.message
+
+
+@pytest.mark.parametrize(
+    ("name", "vram", "expected"),
+    [("NVIDIA A100-SXM4-80GB", 80, "A100-80G"), ("NVIDIA H100 80GB HBM3", 80, "H100"),
+     ("Tesla V100-SXM2-32GB", 32, "V100-32G"), ("Tesla V100-PCIE-16GB", 16, "V100-16G"), ("Tesla T4", 15, "T4"),
+     ("NVIDIA Quadro RTX 9999", 48, None)],
+)  # fmt: skip
+def test_nvml_names_map_onto_the_catalog(db, name, vram, expected):
+    from apps.clusters.models import GPUModel  # noqa: PLC0415
+
+    model = match_gpu_model(name, vram, list(GPUModel.objects.all()))
+    assert (model.name if model else None) == expected
+
+
+def test_report_endpoint_upserts_the_node_and_devices_with_an_agent_token(world):
+    secret = issue_agent_token(world.cluster, "rack-1")
+    gpus = GPUS[:2] + [{"name": "NVIDIA Quadro RTX 9999", "vram": 48}]
+    collector = Collector(FakeNVML(gpus), node_name="gpu-b")
+    collector.start()
+    client = APIClient()
+    response = client.post("/api/v1/agent/report/", collector.collect().as_dict(), format="json",
+                           HTTP_AUTHORIZATION=f"Agent {secret}")  # fmt: skip
+    assert response.status_code == 202, response.content
+    assert response.json()["devices"] == 2
+    assert "not in the GPU model catalog" in response.json()["message"]
+    devices = Device.objects.filter(node__name="gpu-b", node__cluster=world.cluster).order_by("index")
+    assert [d.gpu_model.name for d in devices] == ["A100-80G", "A100-80G"]
+    assert devices[0].links[0]["peer"] == 1
+
+    # The next report, without device 1, removes it; a bad token changes nothing.
+    collector.nvml.gpus = GPUS[:1]
+    again = client.post("/api/v1/agent/report/", collector.collect().as_dict(), format="json",
+                        HTTP_AUTHORIZATION=f"Agent {secret}")  # fmt: skip
+    assert again.status_code == 202, again.content
+    assert devices.all().count() == 1
+    bad = client.post("/api/v1/agent/report/", {"node": "x"}, format="json", HTTP_AUTHORIZATION="Agent nope")
+    assert bad.status_code == 401
+
+
+def test_report_with_a_malformed_body_is_rejected_and_writes_nothing(world):
+    secret = issue_agent_token(world.cluster, "rack-1")
+    response = APIClient().post("/api/v1/agent/report/", {"node": "gpu-c", "cpu": -1}, format="json",
+                                HTTP_AUTHORIZATION=f"Agent {secret}")  # fmt: skip
+    assert response.status_code == 400 and "cpu" in response.json()
+    assert not world.cluster.nodes.filter(name="gpu-c").exists()
