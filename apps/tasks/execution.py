@@ -136,7 +136,7 @@ def launch(task_id: int, attempt: int) -> str | None:
         task.status = TaskStatus.STARTING
         task.save(update_fields=["external_id", "status", "updated_at"])
         message = f"Submitted to {task.cluster.name} as {external_id}"
-        record_event(task, EventKind.STARTED, message, from_status=TaskStatus.SCHEDULED, to_status=task.status,
+        record_event(task, EventKind.STATUS, message, from_status=TaskStatus.SCHEDULED, to_status=task.status,
                      data={"external_id": external_id})  # fmt: skip
     return external_id
 
@@ -229,7 +229,7 @@ def _reconcile(task: Task, executor) -> int:
         locked.status = TaskStatus.STARTING
         locked.save(update_fields=["external_id", "status", "updated_at"])
         message = f"Found on {locked.cluster.name} as {locked.external_id} by reconciliation"
-        record_event(locked, EventKind.STARTED, message, from_status=TaskStatus.SCHEDULED, to_status=locked.status)
+        record_event(locked, EventKind.STATUS, message, from_status=TaskStatus.SCHEDULED, to_status=locked.status)
     return 1
 
 

@@ -46,7 +46,7 @@ def test_scheduled_task_runs_as_a_process_and_completes(world):
     logs = executor_for(task.cluster).logs(task.external_id)
     assert "done" in logs and "devices=" in logs
     kinds = list(task.events.values_list("kind", flat=True))
-    assert kinds[:3] == ["submitted", "scheduled", "started"] and kinds[-1] == "completed"
+    assert kinds == ["submitted", "scheduled", "status", "started", "completed"]
 
 
 def test_failing_command_marks_the_task_failed(world):
