@@ -1,0 +1,1 @@
+"""REST API of the billing app: serializers, viewsets and routes."""

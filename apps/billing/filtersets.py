@@ -1,0 +1,115 @@
+"""FilterSets of prices, accounts, usage, transactions and invoices (API, pages and tests share them)."""
+
+from __future__ import annotations
+
+import django_filters
+
+from apps.billing.models import Account, Invoice, InvoiceLine, PriceRule, Transaction, UsageRecord
+from apps.vdc.filtersets import NUMBER, TIME, BaseFilterSet
+
+
+class PriceRuleFilterSet(BaseFilterSet):
+    search_fields = ("gpu_model__name",)
+
+    class Meta(BaseFilterSet.Meta):
+        model = PriceRule
+        fields = {
+            "id": ["exact", "in"],
+            "resource_type": ["exact", "in"],
+            "gpu_model": ["exact", "in"],
+            "vdc": ["exact", "in", "isnull"],
+            "price_per_hour": NUMBER,
+            "currency": ["exact"],
+            "min_billing_minutes": NUMBER,
+            "active": ["exact"],
+            "created_at": TIME,
+        }
+
+
+class AccountFilterSet(BaseFilterSet):
+    search_fields = ("project__name",)
+
+    class Meta(BaseFilterSet.Meta):
+        model = Account
+        fields = {
+            "id": ["exact", "in"],
+            "project": ["exact", "in"],
+            "balance": NUMBER,
+            "credit_limit": NUMBER,
+            "currency": ["exact"],
+            "enforce_budget": ["exact"],
+            "updated_at": TIME,
+        }
+
+
+class UsageRecordFilterSet(BaseFilterSet):
+    search_fields = ("task__name", "project__name", "gpu_model__name")
+
+    class Meta(BaseFilterSet.Meta):
+        model = UsageRecord
+        fields = {
+            "id": ["exact", "in"],
+            "task": ["exact", "in"],
+            "project": ["exact", "in"],
+            "vdc": ["exact", "in"],
+            "resource_type": ["exact", "in"],
+            "gpu_model": ["exact", "in"],
+            "quantity": NUMBER,
+            "period_start": TIME,
+            "period_end": TIME,
+            "unit_price": NUMBER,
+            "cost": NUMBER,
+            "invoice": ["exact", "isnull"],
+            "created_at": TIME,
+        }
+
+
+class TransactionFilterSet(BaseFilterSet):
+    search_fields = ("description",)
+
+    project = django_filters.NumberFilter(field_name="account__project")
+
+    class Meta(BaseFilterSet.Meta):
+        model = Transaction
+        fields = {
+            "id": ["exact", "in"],
+            "account": ["exact", "in"],
+            "kind": ["exact", "in"],
+            "amount": NUMBER,
+            "balance_after": NUMBER,
+            "description": ["icontains"],
+            "usage_record": ["exact"],
+            "created_by": ["exact"],
+            "created_at": TIME,
+        }
+
+
+class InvoiceFilterSet(BaseFilterSet):
+    project = django_filters.NumberFilter(field_name="account__project")
+
+    class Meta(BaseFilterSet.Meta):
+        model = Invoice
+        fields = {
+            "id": ["exact", "in"],
+            "account": ["exact", "in"],
+            "period_start": TIME,
+            "period_end": TIME,
+            "status": ["exact", "in"],
+            "total": NUMBER,
+            "currency": ["exact"],
+            "created_at": TIME,
+            "issued_at": TIME,
+        }
+
+
+class InvoiceLineFilterSet(BaseFilterSet):
+    class Meta(BaseFilterSet.Meta):
+        model = InvoiceLine
+        fields = {
+            "id": ["exact", "in"],
+            "invoice": ["exact", "in"],
+            "resource_type": ["exact", "in"],
+            "gpu_model": ["exact", "in"],
+            "quantity": NUMBER,
+            "amount": NUMBER,
+        }

@@ -1,0 +1,1 @@
+"""REST API of the clusters app: serializers, viewsets and routes."""

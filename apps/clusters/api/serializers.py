@@ -1,0 +1,101 @@
+"""Serializers of clusters, nodes, devices and GPU models. Cluster credentials are write-only."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from apps.clusters.models import Cluster, Device, GPUModel, Node
+from apps.vdc.api.common import ModelCleanMixin
+
+
+class GPUModelSerializer(ModelCleanMixin, serializers.ModelSerializer):
+    class Meta:
+        model = GPUModel
+        fields = [
+            "id", "name", "vendor", "aliases", "vram_gib", "tflops_fp16", "tflops_fp32", "exchange_rate",
+            "resource_name", "visible_devices_env", "slurm_gres_type", "shareable", "enabled",
+        ]  # fmt: skip
+
+
+class ClusterSerializer(ModelCleanMixin, serializers.ModelSerializer):
+    """A cluster. ``credentials`` (e.g. ``{"token": "..."}``) is encrypted on write and never returned."""
+
+    credentials = serializers.JSONField(
+        write_only=True, required=False, help_text='Secrets for the backend, e.g. {"token": "..."}; never returned'
+    )
+    has_credentials = serializers.BooleanField(read_only=True)
+    is_schedulable = serializers.BooleanField(read_only=True)
+    vdc_name = serializers.CharField(source="vdc.name", read_only=True)
+
+    class Meta:
+        model = Cluster
+        fields = [
+            "id", "vdc", "vdc_name", "name", "description", "cluster_type", "endpoint", "api_version",
+            "credentials", "has_credentials", "namespace", "status", "status_message", "last_heartbeat",
+            "missed_heartbeats", "enabled", "is_schedulable", "priority", "weight", "cost_weight", "labels",
+            "max_tasks_per_user", "max_total_tasks", "created_at", "updated_at",
+        ]  # fmt: skip
+        read_only_fields = [
+            "status", "status_message", "last_heartbeat", "missed_heartbeats", "enabled", "created_at", "updated_at"
+        ]  # fmt: skip
+
+    def validate_credentials(self, value):
+        if not isinstance(value, dict) or not value:
+            raise serializers.ValidationError('Expected an object of secrets, e.g. {"token": "..."}.')
+        return value
+
+    def create(self, validated_data: dict) -> Cluster:
+        credentials = validated_data.pop("credentials", None)
+        cluster = Cluster(**validated_data)
+        if credentials is not None:
+            cluster.set_credentials(credentials)
+        cluster.save()
+        return cluster
+
+    def update(self, instance: Cluster, validated_data: dict) -> Cluster:
+        credentials = validated_data.pop("credentials", None)
+        if credentials is not None:
+            instance.set_credentials(credentials)
+        return super().update(instance, validated_data)
+
+
+class ClusterHealthSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    status = serializers.CharField()
+    enabled = serializers.BooleanField()
+    is_schedulable = serializers.BooleanField()
+    missed_heartbeats = serializers.IntegerField()
+    last_heartbeat = serializers.DateTimeField(allow_null=True)
+    message = serializers.CharField(source="status_message")
+
+
+class MaintenanceSerializer(serializers.Serializer):
+    on = serializers.BooleanField(default=True, help_text="true: into maintenance; false: back to healthy")
+
+
+class NodeSerializer(ModelCleanMixin, serializers.ModelSerializer):
+    cluster_name = serializers.CharField(source="cluster.name", read_only=True)
+    device_count = serializers.IntegerField(read_only=True)
+
+    class Meta:
+        model = Node
+        fields = [
+            "id", "cluster", "cluster_name", "name", "cpu", "memory_gib", "labels", "status", "health_score",
+            "last_report", "agent_message", "device_count",
+        ]  # fmt: skip
+
+
+class DeviceSerializer(ModelCleanMixin, serializers.ModelSerializer):
+    node_name = serializers.CharField(source="node.name", read_only=True)
+    cluster = serializers.IntegerField(source="node.cluster_id", read_only=True)
+    gpu_model_name = serializers.CharField(source="gpu_model.name", read_only=True)
+    vendor = serializers.CharField(source="gpu_model.vendor", read_only=True)
+
+    class Meta:
+        model = Device
+        fields = [
+            "id", "node", "node_name", "cluster", "index", "gpu_model", "gpu_model_name", "vendor", "uuid",
+            "vram_gib", "health_score", "numa_node", "pci_bus_id", "links", "vram_used_gib", "utilization",
+            "temperature_c", "ecc_errors", "xid_errors",
+        ]  # fmt: skip

@@ -1,0 +1,111 @@
+"""FilterSets of clusters, nodes, devices and the GPU model catalog (API, pages and tests share them)."""
+
+from __future__ import annotations
+
+import django_filters
+
+from apps.clusters.models import Cluster, Device, GPUModel, Node
+from apps.vdc.filtersets import NAME, NUMBER, TIME, BaseFilterSet
+
+
+class GPUModelFilterSet(BaseFilterSet):
+    search_fields = ("name", "resource_name", "slurm_gres_type")
+
+    class Meta(BaseFilterSet.Meta):
+        model = GPUModel
+        fields = {
+            "id": ["exact", "in"],
+            "name": NAME,
+            "vendor": ["exact", "in"],
+            "vram_gib": NUMBER,
+            "tflops_fp16": NUMBER,
+            "tflops_fp32": NUMBER,
+            "exchange_rate": NUMBER,
+            "resource_name": ["exact"],
+            "visible_devices_env": ["exact"],
+            "slurm_gres_type": ["exact"],
+            "shareable": ["exact"],
+            "enabled": ["exact"],
+        }
+
+
+class ClusterFilterSet(BaseFilterSet):
+    search_fields = ("name", "description", "endpoint", "namespace")
+
+    vdc_name = django_filters.CharFilter(field_name="vdc__name")
+    schedulable = django_filters.BooleanFilter(method="filter_schedulable")
+
+    class Meta(BaseFilterSet.Meta):
+        model = Cluster
+        fields = {
+            "id": ["exact", "in"],
+            "vdc": ["exact", "in"],
+            "name": NAME,
+            "cluster_type": ["exact", "in"],
+            "endpoint": ["exact", "icontains"],
+            "api_version": ["exact"],
+            "namespace": ["exact"],
+            "status": ["exact", "in"],
+            "last_heartbeat": TIME,
+            "missed_heartbeats": NUMBER,
+            "enabled": ["exact"],
+            "priority": NUMBER,
+            "weight": NUMBER,
+            "cost_weight": NUMBER,
+            "max_tasks_per_user": NUMBER,
+            "max_total_tasks": NUMBER,
+            "created_at": TIME,
+            "updated_at": TIME,
+        }
+
+    def filter_schedulable(self, queryset, name, value):
+        schedulable = Cluster.objects.schedulable().values("pk")
+        return queryset.filter(pk__in=schedulable) if value else queryset.exclude(pk__in=schedulable)
+
+
+class NodeFilterSet(BaseFilterSet):
+    search_fields = ("name", "agent_message")
+
+    vdc = django_filters.NumberFilter(field_name="cluster__vdc")
+
+    class Meta(BaseFilterSet.Meta):
+        model = Node
+        fields = {
+            "id": ["exact", "in"],
+            "cluster": ["exact", "in"],
+            "name": NAME,
+            "cpu": NUMBER,
+            "memory_gib": NUMBER,
+            "status": ["exact", "in"],
+            "health_score": NUMBER,
+            "last_report": TIME,
+        }
+
+
+class DeviceFilterSet(BaseFilterSet):
+    search_fields = ("uuid", "pci_bus_id", "node__name", "gpu_model__name")
+
+    cluster = django_filters.NumberFilter(field_name="node__cluster")
+    model = django_filters.CharFilter(field_name="gpu_model__name", lookup_expr="iexact", label="GPU model name")
+    vendor = django_filters.ChoiceFilter(
+        field_name="gpu_model__vendor", choices=GPUModel._meta.get_field("vendor").choices
+    )
+
+    class Meta(BaseFilterSet.Meta):
+        model = Device
+        fields = {
+            "id": ["exact", "in"],
+            "node": ["exact", "in"],
+            "index": ["exact"],
+            "gpu_model": ["exact", "in"],
+            "uuid": ["exact"],
+            "vram_gib": NUMBER,
+            "health_score": NUMBER,
+            "numa_node": ["exact"],
+            "pci_bus_id": ["exact"],
+            "vram_used_gib": NUMBER,
+            "utilization": NUMBER,
+            "temperature_c": NUMBER,
+            "ecc_errors": NUMBER,
+            "xid_errors": NUMBER,
+        }

@@ -1,0 +1,1 @@
+"""REST API of the queues app: serializers, viewsets and routes."""

@@ -1,0 +1,32 @@
+"""FilterSet of task queues (API, pages and tests share it)."""
+
+from __future__ import annotations
+
+import django_filters
+
+from apps.queues.models import TaskQueue
+from apps.vdc.filtersets import NAME, NUMBER, TIME, BaseFilterSet
+
+
+class TaskQueueFilterSet(BaseFilterSet):
+    search_fields = ("name", "description")
+
+    vdc_name = django_filters.CharFilter(field_name="vdc__name")
+
+    class Meta(BaseFilterSet.Meta):
+        model = TaskQueue
+        fields = {
+            "id": ["exact", "in"],
+            "vdc": ["exact", "in"],
+            "name": NAME,
+            "priority_class": ["exact", "in"],
+            "policy": ["exact", "in"],
+            "guaranteed_gpu": NUMBER,
+            "max_gpu": NUMBER,
+            "weight": NUMBER,
+            "min_window": NUMBER,
+            "backend_flavour": ["exact"],
+            "is_open": ["exact"],
+            "created_at": TIME,
+            "updated_at": TIME,
+        }

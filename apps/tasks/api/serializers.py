@@ -1,0 +1,170 @@
+"""Serializers of tasks and their events.
+
+Submission validates only shapes here; ``apps.tasks.services.submit_task`` applies the rules (GPU spec,
+queue, quota, permissions), so the API and the forms give the same messages.
+"""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from apps.clusters.api.views import clusters_of
+from apps.clusters.models import Cluster
+from apps.queues.models import TaskQueue
+from apps.tasks.models import Task, TaskEvent
+from apps.tasks.services import SUBMIT_FIELDS, submit_task
+from apps.vdc.api.common import IdOrNameRelatedField, service_errors
+from apps.vdc.api.permissions import scope_to_vdcs, visible_projects, visible_vdcs
+from apps.vdc.models import VDC, Project
+
+STATE_FIELDS = (
+    "status", "status_message", "queue_position", "estimated_start", "pending_reason", "pending_message",
+    "cluster", "cluster_name", "placement", "allocated_gpu", "replicas", "attempt", "window", "external_id",
+    "submitted_at", "started_at", "finished_at", "updated_at",
+)  # fmt: skip
+
+
+@extend_schema_field({"oneOf": [{"type": "integer"}, {"type": "string"}], "description": "Queue id or name"})
+class QueueField(serializers.Field):
+    """A queue by id (integer) or by name (string); a name is resolved within the task's VDC by the service."""
+
+    default_error_messages = {
+        "does_not_exist": "No queue with id {value} that you can see.",
+        "incorrect_type": "Expected a queue id (integer) or name (string), got {data_type}.",
+    }
+
+    def to_internal_value(self, data) -> TaskQueue | str:
+        if isinstance(data, bool) or not isinstance(data, int | str):
+            self.fail("incorrect_type", data_type=type(data).__name__)
+        if isinstance(data, str):
+            return data.strip()
+        queues = scope_to_vdcs(TaskQueue.objects.select_related("vdc"), self.context["request"].user)
+        queue = queues.filter(pk=data).first()
+        if queue is None:
+            self.fail("does_not_exist", value=data)
+        return queue
+
+    def to_representation(self, value: TaskQueue) -> int:
+        return value.pk
+
+
+class TaskEventSerializer(serializers.ModelSerializer):
+    actor = serializers.CharField(source="actor.username", read_only=True, allow_null=True, default=None)
+
+    class Meta:
+        model = TaskEvent
+        fields = ["id", "task", "kind", "from_status", "to_status", "message", "data", "actor", "created_at"]
+        read_only_fields = fields
+
+
+class TaskSerializer(serializers.ModelSerializer):
+    """A task: what was asked for (writable on submit) and how far it got (read-only, set by the scheduler).
+
+    ``project`` and ``vdc`` take an id or a name; ``vdc`` defaults to the default VDC; ``queue`` takes an id
+    or a name within the VDC.
+    """
+
+    project = IdOrNameRelatedField(queryset=Project.objects.all(), scope=visible_projects)
+    vdc = IdOrNameRelatedField(queryset=VDC.objects.all(), scope=visible_vdcs, required=False, allow_null=True)
+    queue = QueueField(required=False, allow_null=True)
+    preferred_clusters = serializers.PrimaryKeyRelatedField(many=True, queryset=Cluster.objects.all(), required=False)
+    project_name = serializers.CharField(source="project.name", read_only=True)
+    vdc_name = serializers.CharField(source="vdc.name", read_only=True)
+    queue_name = serializers.CharField(source="queue.name", read_only=True)
+    priority_class = serializers.CharField(source="queue.priority_class", read_only=True)
+    owner = serializers.CharField(source="owner.username", read_only=True)
+    cluster_name = serializers.CharField(source="cluster.name", read_only=True, allow_null=True, default=None)
+
+    class Meta:
+        model = Task
+        fields = [
+            "id", "project", "project_name", "vdc", "vdc_name", "queue", "queue_name", "priority_class", "owner",
+            *SUBMIT_FIELDS, "preferred_clusters", *STATE_FIELDS,
+        ]  # fmt: skip
+        read_only_fields = [f for f in STATE_FIELDS if f not in ("cluster_name",)]
+
+    def get_fields(self):
+        fields = super().get_fields()
+        request = self.context.get("request")
+        if request is not None:
+            fields["preferred_clusters"].child_relation.queryset = clusters_of(request.user)
+        return fields
+
+    def create(self, validated_data: dict) -> Task:
+        user = self.context["request"].user
+        project = validated_data.pop("project")
+        queue = validated_data.pop("queue", None)
+        vdc = validated_data.pop("vdc", None)
+        preferred = validated_data.pop("preferred_clusters", [])
+        with service_errors():
+            return submit_task(
+                user, project=project, queue=queue, vdc=vdc, preferred_clusters=preferred, **validated_data
+            )
+
+
+class TaskDetailSerializer(TaskSerializer):
+    """A task with its timeline."""
+
+    events = TaskEventSerializer(many=True, read_only=True)
+
+    class Meta(TaskSerializer.Meta):
+        fields = [*TaskSerializer.Meta.fields, "events"]
+
+
+class StopSerializer(serializers.Serializer):
+    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
+
+
+class ResourceVectorSerializer(serializers.Serializer):
+    cpu = serializers.DecimalField(max_digits=16, decimal_places=3)
+    memory_gib = serializers.DecimalField(max_digits=16, decimal_places=3)
+    gpu = serializers.DecimalField(max_digits=16, decimal_places=3, help_text="GPU-equivalents")
+
+
+class VDCStatsSerializer(serializers.Serializer):
+    vdc = serializers.IntegerField()
+    tasks_by_status = serializers.DictField(child=serializers.IntegerField())
+    queued = serializers.IntegerField(help_text="Tasks waiting for the scheduler")
+    active = serializers.IntegerField(help_text="Tasks holding resources")
+    running_gpu_equivalents = serializers.DecimalField(max_digits=16, decimal_places=3)
+
+
+class ClusterResourcesSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    enabled = serializers.BooleanField()
+    status = serializers.CharField()
+    capacity = ResourceVectorSerializer()
+    allocated = ResourceVectorSerializer()
+    free = ResourceVectorSerializer()
+
+
+class VDCResourcesSerializer(serializers.Serializer):
+    vdc = serializers.IntegerField()
+    capacity = ResourceVectorSerializer()
+    allocated = ResourceVectorSerializer()
+    free = ResourceVectorSerializer()
+    clusters = ClusterResourcesSerializer(many=True)
+
+
+class DeviceModelCountSerializer(serializers.Serializer):
+    gpu_model = serializers.CharField()
+    vendor = serializers.CharField()
+    count = serializers.IntegerField()
+    vram_gib = serializers.DecimalField(max_digits=16, decimal_places=2)
+    gpu_equivalents = serializers.DecimalField(max_digits=16, decimal_places=3)
+
+
+class NodeCountsSerializer(serializers.Serializer):
+    total = serializers.IntegerField()
+    by_status = serializers.DictField(child=serializers.IntegerField())
+
+
+class ClusterStatsSerializer(serializers.Serializer):
+    cluster = serializers.IntegerField()
+    nodes = NodeCountsSerializer()
+    devices = DeviceModelCountSerializer(many=True)
+    capacity = ResourceVectorSerializer()
+    allocated = ResourceVectorSerializer()
+    active_tasks = serializers.IntegerField()

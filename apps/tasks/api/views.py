@@ -1,0 +1,157 @@
+"""Task endpoints (submit, list, detail, stop, delete, events) and the task-derived VDC and cluster stats.
+
+The VDC and cluster stats live here rather than in the vdc and clusters apps because they aggregate
+tasks, and dependencies point from tasks to the other apps, not back.
+"""
+
+from __future__ import annotations
+
+from django.db.models import Prefetch
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import extend_schema
+from rest_framework import generics, mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from apps.clusters.api.views import clusters_of
+from apps.tasks import services
+from apps.tasks.api import stats
+from apps.tasks.api.serializers import (
+    ClusterStatsSerializer,
+    StopSerializer,
+    TaskDetailSerializer,
+    TaskEventSerializer,
+    TaskSerializer,
+    VDCResourcesSerializer,
+    VDCStatsSerializer,
+)
+from apps.tasks.filtersets import TaskFilterSet
+from apps.tasks.models import Task, TaskEvent
+from apps.vdc.api.common import service_errors
+from apps.vdc.api.permissions import scope_to_projects, visible_vdcs
+
+TASK_ORDERING = ["submitted_at", "started_at", "finished_at", "name", "status", "queue_position",
+                 "estimated_start", "queue__priority_class", "allocated_gpu"]  # fmt: skip
+TASK_SEARCH = ["name", "image", "external_id"]
+
+
+def with_events(tasks):
+    """Tasks with their timeline (and each event's actor) loaded in two queries."""
+    return tasks.prefetch_related(Prefetch("events", TaskEvent.objects.select_related("actor")))
+
+
+def tasks_of(user):
+    """Tasks of the user's projects (all for platform admins), with what lists show loaded up front."""
+    tasks = Task.objects.select_related("project", "owner", "vdc", "queue", "cluster").prefetch_related(
+        "preferred_clusters"
+    )
+    return scope_to_projects(tasks, user)
+
+
+class TaskViewSet(
+    mixins.CreateModelMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.DestroyModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Compute tasks of your projects. Owners and members submit, stop and delete; viewers read.
+
+    A task is not edited after submission: stop it and submit a new one.
+    """
+
+    serializer_class = TaskSerializer
+    filterset_class = TaskFilterSet
+    search_fields = TASK_SEARCH
+    ordering_fields = TASK_ORDERING
+
+    def get_queryset(self):
+        tasks = tasks_of(self.request.user)
+        return with_events(tasks) if self.action == "retrieve" else tasks
+
+    def get_serializer_class(self):
+        return TaskDetailSerializer if self.action == "retrieve" else TaskSerializer
+
+    def _detail(self, pk: int) -> dict:
+        """The task as the detail endpoint shows it, freshly loaded with its timeline."""
+        task = with_events(tasks_of(self.request.user)).get(pk=pk)
+        return TaskDetailSerializer(task, context=self.get_serializer_context()).data
+
+    @extend_schema(request=TaskSerializer, responses={201: TaskDetailSerializer})
+    def create(self, request: Request, *args, **kwargs) -> Response:
+        """Submit a task through the submission service (GPU spec, queue, quota and role rules)."""
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        task = serializer.save()
+        return Response(self._detail(task.pk), status=status.HTTP_201_CREATED)
+
+    def perform_destroy(self, instance: Task) -> None:
+        with service_errors():
+            services.delete_task(instance, self.request.user)
+
+    @extend_schema(request=StopSerializer, responses=TaskDetailSerializer)
+    @action(detail=True, methods=["post"], serializer_class=StopSerializer, filterset_class=None)
+    def stop(self, request: Request, pk=None) -> Response:
+        """Stop the task: a waiting one at once, a running one on its backend right after."""
+        task = self.get_object()
+        body = StopSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        with service_errors():
+            services.stop_task(task, request.user, body.validated_data["reason"])
+        return Response(self._detail(task.pk))
+
+    @extend_schema(responses=TaskEventSerializer(many=True))
+    @action(detail=True, methods=["get"], serializer_class=TaskEventSerializer, filterset_class=None)
+    def events(self, request: Request, pk=None) -> Response:
+        """The task's timeline, oldest first."""
+        task = self.get_object()
+        page = self.paginate_queryset(task.events.select_related("actor").order_by("created_at", "id"))
+        return self.get_paginated_response(TaskEventSerializer(page, many=True).data)
+
+
+class VDCStatsView(generics.GenericAPIView):
+    """``vdcs/{id}/stats/``: task counts per status in the VDC (all projects, counts only), GPU-equivalents held."""
+
+    serializer_class = VDCStatsSerializer
+    filter_backends: list = []
+
+    def get(self, request: Request, pk: int) -> Response:
+        vdc = get_object_or_404(visible_vdcs(request.user), pk=pk)
+        return Response(VDCStatsSerializer(stats.vdc_stats(vdc)).data)
+
+
+class VDCResourcesView(generics.GenericAPIView):
+    """``vdcs/{id}/resources/``: capacity, allocated and free cpu / memory / GPU-equivalents, total and per cluster."""
+
+    serializer_class = VDCResourcesSerializer
+    filter_backends: list = []
+
+    def get(self, request: Request, pk: int) -> Response:
+        vdc = get_object_or_404(visible_vdcs(request.user), pk=pk)
+        return Response(VDCResourcesSerializer(stats.vdc_resources(vdc)).data)
+
+
+class ClusterStatsView(generics.GenericAPIView):
+    """``clusters/{id}/stats/``: nodes per status, devices per GPU model, capacity and allocation."""
+
+    serializer_class = ClusterStatsSerializer
+    filter_backends: list = []
+
+    def get(self, request: Request, pk: int) -> Response:
+        cluster = get_object_or_404(clusters_of(request.user), pk=pk)
+        return Response(ClusterStatsSerializer(stats.cluster_stats(cluster)).data)
+
+
+class ClusterJobsView(generics.ListAPIView):
+    """``clusters/{id}/jobs/``: the tasks placed on the cluster, limited to your projects' tasks."""
+
+    queryset = Task.objects.none()  # the schema's model; requests use get_queryset()
+    serializer_class = TaskSerializer
+    filterset_class = TaskFilterSet
+    search_fields = TASK_SEARCH
+    ordering_fields = TASK_ORDERING
+
+    def get_queryset(self):
+        cluster = get_object_or_404(clusters_of(self.request.user), pk=self.kwargs["pk"])
+        return tasks_of(self.request.user).filter(cluster=cluster)

@@ -1,0 +1,97 @@
+"""FilterSets of tasks and their events (API, pages and tests share them)."""
+
+from __future__ import annotations
+
+import django_filters
+
+from apps.queues.choices import PriorityClass
+from apps.tasks.choices import ACTIVE, WAITING
+from apps.tasks.models import Task, TaskEvent
+from apps.vdc.filtersets import NAME, NUMBER, TIME, BaseFilterSet
+
+
+class TaskFilterSet(BaseFilterSet):
+    search_fields = ("name", "image", "external_id")
+
+    priority_class = django_filters.ChoiceFilter(field_name="queue__priority_class", choices=PriorityClass.choices)
+    queue_name = django_filters.CharFilter(field_name="queue__name")
+    project_name = django_filters.CharFilter(field_name="project__name")
+    vdc_name = django_filters.CharFilter(field_name="vdc__name")
+    cluster_name = django_filters.CharFilter(field_name="cluster__name")
+    owner_username = django_filters.CharFilter(field_name="owner__username")
+    submitted_after = django_filters.IsoDateTimeFilter(field_name="submitted_at", lookup_expr="gte")
+    submitted_before = django_filters.IsoDateTimeFilter(field_name="submitted_at", lookup_expr="lt")
+    waiting = django_filters.BooleanFilter(method="filter_waiting", label="Waiting for the scheduler")
+    active = django_filters.BooleanFilter(method="filter_active", label="Holding resources on a cluster")
+
+    class Meta(BaseFilterSet.Meta):
+        model = Task
+        fields = {
+            "id": ["exact", "in"],
+            "name": NAME,
+            "project": ["exact", "in"],
+            "owner": ["exact"],
+            "vdc": ["exact", "in"],
+            "queue": ["exact", "in"],
+            "kind": ["exact", "in"],
+            "cpu": NUMBER,
+            "memory_gib": NUMBER,
+            "gpu_spec": ["exact", "icontains"],
+            "instances": NUMBER,
+            "elastic_min": NUMBER,
+            "elastic_max": NUMBER,
+            "expected_duration": NUMBER,
+            "preemptible": ["exact"],
+            "preferred_clusters": ["exact"],
+            "image": ["exact", "icontains"],
+            "ide_type": ["exact"],
+            "framework": ["exact"],
+            "model_path": ["exact"],
+            "epochs": NUMBER,
+            "batch_size": NUMBER,
+            "checkpoint_path": ["exact"],
+            "max_retries": NUMBER,
+            "port": ["exact"],
+            "max_tokens": NUMBER,
+            "temperature": NUMBER,
+            "autoscale_min": NUMBER,
+            "autoscale_max": NUMBER,
+            "autoscale_cpu_percent": NUMBER,
+            "autoscale_gpu_percent": NUMBER,
+            "status": ["exact", "in"],
+            "pending_reason": ["exact"],
+            "queue_position": NUMBER,
+            "estimated_start": TIME,
+            "cluster": ["exact", "in", "isnull"],
+            "allocated_gpu": NUMBER,
+            "replicas": NUMBER,
+            "external_id": ["exact"],
+            "attempt": NUMBER,
+            "window": NUMBER,
+            "submitted_at": TIME,
+            "started_at": TIME,
+            "finished_at": TIME,
+            "updated_at": TIME,
+        }
+
+    def filter_waiting(self, queryset, name, value):
+        return queryset.filter(status__in=WAITING) if value else queryset.exclude(status__in=WAITING)
+
+    def filter_active(self, queryset, name, value):
+        return queryset.filter(status__in=ACTIVE) if value else queryset.exclude(status__in=ACTIVE)
+
+
+class TaskEventFilterSet(BaseFilterSet):
+    search_fields = ("message",)
+
+    class Meta(BaseFilterSet.Meta):
+        model = TaskEvent
+        fields = {
+            "id": ["exact", "in"],
+            "task": ["exact", "in"],
+            "kind": ["exact", "in"],
+            "from_status": ["exact"],
+            "to_status": ["exact"],
+            "actor": ["exact"],
+            "created_at": TIME,
+        }

@@ -1,0 +1,1 @@
+"""REST API of the vdc app: serializers, viewsets and routes."""

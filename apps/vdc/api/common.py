@@ -1,0 +1,101 @@
+"""Helpers the API of every app shares: service errors as DRF errors, model rules in serializers, id-or-name fields."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import ProtectedError, QuerySet
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers, status
+from rest_framework.exceptions import APIException
+
+
+@contextmanager
+def service_errors() -> Iterator[None]:
+    """Turn a service's Django ValidationError into a DRF 400 with the same field messages.
+
+    Django's PermissionDenied needs no help: DRF already answers it with 403 and its message.
+    """
+    try:
+        yield
+    except DjangoValidationError as exc:
+        raise serializers.ValidationError(serializers.as_serializer_error(exc))
+
+
+class ModelCleanMixin:
+    """Run the model's ``clean()`` on the would-be instance, so the API gives the same messages as forms and admin.
+
+    Field shapes are checked by the serializer fields first; only the model's cross-field rules run here.
+    """
+
+    def validate(self, attrs: dict) -> dict:
+        attrs = super().validate(attrs)
+        model = self.Meta.model
+        concrete = {f.name for f in model._meta.concrete_fields}
+        candidate = copy.copy(self.instance) if self.instance is not None else model()
+        for name, value in attrs.items():
+            if name in concrete:
+                setattr(candidate, name, value)
+        with service_errors():
+            candidate.clean()
+        return attrs
+
+
+@extend_schema_field({"oneOf": [{"type": "integer"}, {"type": "string"}], "description": "Id or name"})
+class IdOrNameRelatedField(serializers.RelatedField):
+    """A related object given by id (a JSON integer) or by name (a string); shown as its id.
+
+    ``scope(user)`` limits the choices to what the requesting user may see, so an invisible object reads
+    as "does not exist".
+    """
+
+    default_error_messages = {
+        "does_not_exist": "No {model} with {kind} {value!r} that you can see.",
+        "incorrect_type": "Expected an id (integer) or a name (string), got {data_type}.",
+    }
+
+    def __init__(self, scope: Callable[[object], QuerySet] | None = None, slug_field: str = "name", **kwargs):
+        self.scope = scope
+        self.slug_field = slug_field
+        super().__init__(**kwargs)
+
+    def get_queryset(self) -> QuerySet:
+        queryset = super().get_queryset()
+        request = self.context.get("request")
+        if self.scope is not None and request is not None:
+            queryset = queryset & self.scope(request.user)
+        return queryset
+
+    def to_internal_value(self, data):
+        queryset = self.get_queryset()
+        name = queryset.model._meta.verbose_name
+        if isinstance(data, bool) or not isinstance(data, int | str):
+            self.fail("incorrect_type", data_type=type(data).__name__)
+        kind, lookup = ("id", {"pk": data}) if isinstance(data, int) else ("name", {self.slug_field: data})
+        found = queryset.filter(**lookup).first()
+        if found is None:
+            self.fail("does_not_exist", model=name, kind=kind, value=data)
+        return found
+
+    def to_representation(self, value) -> int:
+        return value.pk
+
+
+class Conflict(APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "The object is still in use."
+    default_code = "conflict"
+
+
+class ProtectedDestroyMixin:
+    """Answer 409 with what still uses the object, instead of a server error, when a PROTECT relation blocks delete."""
+
+    def perform_destroy(self, instance) -> None:
+        try:
+            instance.delete()
+        except ProtectedError as exc:
+            used_by = sorted({obj._meta.verbose_name_plural for obj in exc.protected_objects})
+            raise Conflict(f"Cannot delete {instance}: still used by {', '.join(used_by)}.")

@@ -1,0 +1,95 @@
+"""Serializers of VDCs, projects, memberships and project quotas."""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from rest_framework import serializers
+from rest_framework.exceptions import PermissionDenied
+
+from apps.vdc.api.common import ModelCleanMixin
+from apps.vdc.api.permissions import visible_projects
+from apps.vdc.choices import Role
+from apps.vdc.models import VDC, Membership, Project, ProjectQuota
+from apps.vdc.services import can_manage
+
+
+class VDCSerializer(serializers.ModelSerializer):
+    effective_overcommit_ratio = serializers.DecimalField(max_digits=5, decimal_places=2, read_only=True)
+
+    class Meta:
+        model = VDC
+        fields = [
+            "id", "name", "description", "total_cpu", "total_memory_gib", "total_gpu", "allow_overcommit",
+            "overcommit_ratio", "effective_overcommit_ratio", "default_queue_policy", "cluster_selection_strategy",
+            "node_scorer", "is_default", "enabled", "created_at", "updated_at",
+        ]  # fmt: skip
+        read_only_fields = ["created_at", "updated_at"]
+
+
+class ProjectSerializer(serializers.ModelSerializer):
+    my_role = serializers.CharField(read_only=True, allow_null=True, help_text="Your role; null for admins")
+    member_count = serializers.IntegerField(read_only=True)
+
+    class Meta:
+        model = Project
+        fields = ["id", "name", "description", "my_role", "member_count", "created_at"]
+        read_only_fields = ["created_at"]
+
+
+class MembershipSerializer(serializers.ModelSerializer):
+    """A membership; ``user`` is the username. Only the role changes once it exists."""
+
+    project = serializers.PrimaryKeyRelatedField(queryset=Project.objects.all())
+    user = serializers.SlugRelatedField(slug_field="username", queryset=get_user_model().objects.all())
+    project_name = serializers.CharField(source="project.name", read_only=True)
+
+    class Meta:
+        model = Membership
+        fields = ["id", "project", "project_name", "user", "role", "created_at"]
+        read_only_fields = ["created_at"]
+        validators = []  # the unique (project, user) pair is checked in validate() with a clearer message
+
+    def get_fields(self):
+        fields = super().get_fields()
+        request = self.context.get("request")
+        if request is not None:
+            fields["project"].queryset = visible_projects(request.user)
+        return fields
+
+    def validate(self, attrs: dict) -> dict:
+        user = self.context["request"].user
+        instance = self.instance
+        project = attrs.get("project", instance.project if instance else None)
+        member = attrs.get("user", instance.user if instance else None)
+        if instance is not None and (project != instance.project or member != instance.user):
+            raise serializers.ValidationError("Only the role of a membership can change; add a new one instead.")
+        if not can_manage(user, project):
+            raise PermissionDenied(f"Only owners of project {project} manage its members.")
+        if instance is None and Membership.objects.filter(project=project, user=member).exists():
+            raise serializers.ValidationError({"user": f"{member} is already in project {project}."})
+        demoted = instance is not None and instance.role == Role.OWNER and attrs.get("role", Role.OWNER) != Role.OWNER
+        if demoted and not other_owners(instance).exists():
+            raise serializers.ValidationError({"role": f"{member} is the last owner of project {project}."})
+        return attrs
+
+
+def other_owners(membership: Membership):
+    """The owners of the membership's project other than its user."""
+    return Membership.objects.filter(project_id=membership.project_id, role=Role.OWNER).exclude(pk=membership.pk)
+
+
+class ProjectQuotaSerializer(ModelCleanMixin, serializers.ModelSerializer):
+    """A project's quota in a VDC; the model's rules (limit >= guaranteed, guarantees fit the VDC) apply."""
+
+    project_name = serializers.CharField(source="project.name", read_only=True)
+    vdc_name = serializers.CharField(source="vdc.name", read_only=True)
+
+    class Meta:
+        model = ProjectQuota
+        fields = [
+            "id", "project", "project_name", "vdc", "vdc_name", "guaranteed_cpu", "limit_cpu",
+            "guaranteed_memory_gib", "limit_memory_gib", "guaranteed_gpu", "limit_gpu", "max_concurrent_tasks",
+            "max_training_tasks", "max_inference_tasks", "max_dev_env_tasks", "priority", "enforce",
+            "created_at", "updated_at",
+        ]  # fmt: skip
+        read_only_fields = ["created_at", "updated_at"]

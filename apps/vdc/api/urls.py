@@ -1,0 +1,12 @@
+"""Routes of the vdc app's API; hcsportal/api_urls.py registers them on the v1 router."""
+
+from apps.vdc.api import views
+
+ROUTES = [
+    ("vdcs", views.VDCViewSet, "vdc"),
+    ("projects", views.ProjectViewSet, "project"),
+    ("memberships", views.MembershipViewSet, "membership"),
+    ("vdc-quotas", views.ProjectQuotaViewSet, "projectquota"),
+]
+
+urlpatterns: list = []

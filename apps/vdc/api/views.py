@@ -1,0 +1,122 @@
+"""Viewsets of VDCs, projects, memberships and project quotas."""
+
+from __future__ import annotations
+
+from django.db.models import Count, OuterRef, Subquery
+from drf_spectacular.utils import extend_schema
+from rest_framework import status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from apps.vdc.api.common import ProtectedDestroyMixin
+from apps.vdc.api.permissions import (
+    AdminWriteOrReadOnly,
+    MembershipPermission,
+    ProjectPermission,
+    scope_to_projects,
+    visible_projects,
+    visible_vdcs,
+)
+from apps.vdc.api.serializers import (
+    MembershipSerializer,
+    ProjectQuotaSerializer,
+    ProjectSerializer,
+    VDCSerializer,
+    other_owners,
+)
+from apps.vdc.choices import Role
+from apps.vdc.filtersets import MembershipFilterSet, ProjectFilterSet, ProjectQuotaFilterSet, VDCFilterSet
+from apps.vdc.models import Membership, ProjectQuota
+
+
+def quotas_of(user):
+    """Quotas the user may read: those of their projects (all for platform admins), with names loaded."""
+    return scope_to_projects(ProjectQuota.objects.select_related("project", "vdc"), user)
+
+
+class VDCViewSet(ProtectedDestroyMixin, viewsets.ModelViewSet):
+    """Virtual data centers. Users see the VDCs their projects have quotas in; only platform admins write."""
+
+    serializer_class = VDCSerializer
+    permission_classes = [AdminWriteOrReadOnly]
+    filterset_class = VDCFilterSet
+    search_fields = ["name", "description"]
+    ordering_fields = ["name", "created_at", "updated_at", "enabled", "is_default"]
+
+    def get_queryset(self):
+        return visible_vdcs(self.request.user)
+
+    @extend_schema(responses=ProjectQuotaSerializer(many=True), methods=["GET"])
+    @extend_schema(request=ProjectQuotaSerializer, responses={201: ProjectQuotaSerializer}, methods=["POST"])
+    @action(detail=True, methods=["get", "post"], serializer_class=ProjectQuotaSerializer, filterset_class=None)
+    def quotas(self, request: Request, pk=None) -> Response:
+        """GET the project quotas in this VDC you may read; POST (admins) a quota here for a project."""
+        vdc = self.get_object()
+        if request.method == "POST":
+            serializer = ProjectQuotaSerializer(data={**request.data, "vdc": vdc.pk}, context={"request": request})
+            serializer.is_valid(raise_exception=True)
+            serializer.save()
+            return Response(serializer.data, status=status.HTTP_201_CREATED)
+        page = self.paginate_queryset(quotas_of(request.user).filter(vdc=vdc))
+        return self.get_paginated_response(ProjectQuotaSerializer(page, many=True).data)
+
+
+class ProjectViewSet(ProtectedDestroyMixin, viewsets.ModelViewSet):
+    """Projects (tenants). Members read theirs; owners update them; only platform admins create and delete."""
+
+    serializer_class = ProjectSerializer
+    permission_classes = [ProjectPermission]
+    filterset_class = ProjectFilterSet
+    search_fields = ["name", "description"]
+    ordering_fields = ["name", "created_at", "member_count"]
+
+    def get_queryset(self):
+        my_role = Membership.objects.filter(project=OuterRef("pk"), user_id=self.request.user.pk).values("role")[:1]
+        return (
+            visible_projects(self.request.user)
+            .annotate(my_role=Subquery(my_role), member_count=Count("memberships", distinct=True))
+            .order_by("name")
+        )
+
+    @extend_schema(responses=ProjectQuotaSerializer(many=True))
+    @action(detail=True, methods=["get"], url_path="vdc-quotas", serializer_class=ProjectQuotaSerializer,
+            filterset_class=None)  # fmt: skip
+    def vdc_quotas(self, request: Request, pk=None) -> Response:
+        """The project's quota in each VDC."""
+        project = self.get_object()
+        page = self.paginate_queryset(quotas_of(request.user).filter(project=project))
+        return self.get_paginated_response(ProjectQuotaSerializer(page, many=True).data)
+
+
+class MembershipViewSet(viewsets.ModelViewSet):
+    """Who is in which project with which role. Members read their projects'; owners manage them."""
+
+    serializer_class = MembershipSerializer
+    permission_classes = [IsAuthenticated, MembershipPermission]
+    filterset_class = MembershipFilterSet
+    search_fields = ["project__name", "user__username"]
+    ordering_fields = ["project__name", "user__username", "role", "created_at"]
+
+    def get_queryset(self):
+        return scope_to_projects(Membership.objects.select_related("project", "user"), self.request.user)
+
+    def perform_destroy(self, instance: Membership) -> None:
+        if instance.role == Role.OWNER and not other_owners(instance).exists():
+            raise ValidationError({"role": f"{instance.user} is the last owner of project {instance.project}."})
+        instance.delete()
+
+
+class ProjectQuotaViewSet(viewsets.ModelViewSet):
+    """Project quotas per VDC (``vdc-quotas``). Members read their projects'; only platform admins write."""
+
+    serializer_class = ProjectQuotaSerializer
+    permission_classes = [AdminWriteOrReadOnly]
+    filterset_class = ProjectQuotaFilterSet
+    search_fields = ["project__name", "vdc__name"]
+    ordering_fields = ["project__name", "vdc__name", "priority", "guaranteed_gpu", "limit_gpu", "created_at"]
+
+    def get_queryset(self):
+        return quotas_of(self.request.user)

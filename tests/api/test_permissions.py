@@ -1,0 +1,274 @@
+"""Create / read / update / delete and the role matrix for every API resource, from one declaration each."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from apps.billing.models import Account, Invoice, InvoiceLine, PriceRule, Transaction, UsageRecord
+from apps.clusters.models import GPUModel
+from tests.api.base import ADMIN, EVERYONE, PROJECT_ROLES, ROLES, Resource, client_for, same
+from tests.factories import (
+    ClusterFactory,
+    DeviceFactory,
+    MembershipFactory,
+    NodeFactory,
+    ProjectQuotaFactory,
+    TaskFactory,
+    TaskQueueFactory,
+    UserFactory,
+    VDCFactory,
+)
+
+WRITERS = frozenset({"admin", "owner", "member"})
+OWNERS = frozenset({"admin", "owner"})
+
+
+def alpha_vdc(w):
+    """A second VDC where only project alpha has a quota: alpha's roles see it, the outsider does not."""
+    vdc = VDCFactory(name="north", total_cpu=Decimal(1000), total_memory_gib=Decimal(8000), total_gpu=Decimal(64))
+    ProjectQuotaFactory(project=w.project, vdc=vdc)
+    return vdc
+
+
+def alpha_account(w):
+    return Account.objects.create(project=w.project, balance=Decimal("100"), credit_limit=Decimal("10"))
+
+
+def alpha_usage(w):
+    now = timezone.now()
+    task = TaskFactory(project=w.project, vdc=w.vdc, queue=w.high, owner=w.member, status="completed")
+    return UsageRecord.objects.create(task=task, project=w.project, vdc=w.vdc, resource_type="cpu",
+                                      quantity=Decimal("2"), period_start=now - timedelta(hours=1), period_end=now,
+                                      unit_price=Decimal("0.5"), cost=Decimal("1"))  # fmt: skip
+
+
+def alpha_invoice(w):
+    now = timezone.now()
+    invoice = Invoice.objects.create(account=alpha_account(w), period_start=now - timedelta(days=30), period_end=now,
+                                     total=Decimal("12.5"))  # fmt: skip
+    InvoiceLine.objects.create(invoice=invoice, resource_type="cpu", quantity=Decimal("25"), amount=Decimal("12.5"))
+    return invoice
+
+
+def a100():
+    return GPUModel.objects.get(name="A100-80G")
+
+
+RESOURCES = [
+    Resource(
+        "vdcs",
+        make=alpha_vdc,
+        readers=PROJECT_ROLES,
+        create=lambda w: {"name": "east", "description": "second site", "total_gpu": "16"},
+        update=lambda w: {"description": "northern site", "allow_overcommit": True, "overcommit_ratio": "1.50"},
+    ),
+    Resource(
+        "clusters",
+        make=lambda w: ClusterFactory(vdc=alpha_vdc(w), name="north-1"),
+        readers=PROJECT_ROLES,
+        create=lambda w: {
+            "vdc": w.vdc.pk,
+            "name": "k8s-east",
+            "cluster_type": "kubernetes",
+            "endpoint": "https://k8s.example:6443",
+            "namespace": "hcs",
+            "credentials": {"token": "s3cret"},
+        },  # fmt: skip
+        update=lambda w: {"description": "rack 4", "priority": 5, "labels": {"zone": "a"}},
+    ),
+    Resource(
+        "nodes",
+        make=lambda w: NodeFactory(cluster=ClusterFactory(vdc=alpha_vdc(w)), name="north-node"),
+        readers=PROJECT_ROLES,
+        create=lambda w: {"cluster": w.cluster.pk, "name": "gpu-node-2", "cpu": "32", "memory_gib": "256"},
+        update=lambda w: {"health_score": 70, "status": "draining"},
+    ),
+    Resource(
+        "devices",
+        make=lambda w: DeviceFactory(node=NodeFactory(cluster=ClusterFactory(vdc=alpha_vdc(w))), index=0),
+        readers=PROJECT_ROLES,
+        create=lambda w: {"node": w.node.pk, "index": 8, "gpu_model": a100().pk, "vram_gib": "80"},
+        update=lambda w: {"utilization": 50, "links": [{"peer": 1, "type": "nvlink", "bandwidth_gbps": 600}]},
+    ),
+    Resource(
+        "gpu-models",
+        make=lambda w: GPUModel.objects.create(
+            name="X1",
+            vendor="intel",
+            vram_gib=Decimal(48),
+            exchange_rate=Decimal("0.3"),
+            resource_name="gpu.intel.com/i915",
+            visible_devices_env="ZE_AFFINITY_MASK",
+        ),  # fmt: skip
+        readers=EVERYONE,
+        create=lambda w: {
+            "name": "Gaudi2",
+            "vendor": "intel",
+            "aliases": ["gaudi2"],
+            "vram_gib": "96",
+            "exchange_rate": "0.7",
+            "resource_name": "habana.ai/gaudi",
+            "visible_devices_env": "HABANA_VISIBLE_DEVICES",
+        },  # fmt: skip
+        update=lambda w: {"exchange_rate": "0.400", "aliases": ["x1", "max1550"]},
+    ),
+    Resource(
+        "queues",
+        make=lambda w: TaskQueueFactory(vdc=alpha_vdc(w), name="north-high"),
+        readers=PROJECT_ROLES,
+        create=lambda w: {"vdc": w.vdc.pk, "name": "batch", "priority_class": "low"},
+        update=lambda w: {"policy": "drf", "is_open": False, "description": "nightly"},
+    ),
+    Resource(
+        "projects",
+        make=lambda w: w.project,
+        readers=PROJECT_ROLES,
+        create=lambda w: {"name": "gamma", "description": "a new team"},
+        update=lambda w: {"description": "the alpha team"},
+        updaters=OWNERS,
+    ),
+    Resource(
+        "memberships",
+        make=lambda w: MembershipFactory(project=w.project, user=UserFactory(username="nina"), role="member"),
+        readers=PROJECT_ROLES,
+        create=lambda w: {"project": w.project.pk, "user": UserFactory(username="carol").username, "role": "viewer"},
+        creators=OWNERS,
+        create_denied={"outsider": 400},
+        update=lambda w: {"role": "viewer"},
+        updaters=OWNERS,
+        deleters=OWNERS,
+    ),
+    Resource(
+        "vdc-quotas",
+        make=lambda w: w.project.quotas.get(vdc=alpha_vdc(w)),
+        readers=PROJECT_ROLES,
+        create=lambda w: {
+            "project": w.project.pk,
+            "vdc": VDCFactory(name="spare", total_gpu=Decimal(16)).pk,
+            "guaranteed_gpu": "2",
+            "limit_gpu": "4",
+        },  # fmt: skip
+        update=lambda w: {"limit_gpu": "12.00", "max_concurrent_tasks": 5},
+    ),
+    Resource(
+        "tasks",
+        make=lambda w: TaskFactory(project=w.project, vdc=w.vdc, queue=w.high, owner=w.member, status="stopped"),
+        readers=PROJECT_ROLES,
+        create=lambda w: {
+            "project": w.project.pk,
+            "queue": w.high.pk,
+            "name": "train",
+            "kind": "training",
+            "gpu_spec": "1(A100)",
+            "command": "python train.py",
+        },  # fmt: skip
+        creators=WRITERS,
+        create_denied={"outsider": 400},
+        deleters=WRITERS,
+    ),
+    Resource(
+        "billing/prices",
+        make=lambda w: PriceRule.objects.create(resource_type="cpu", price_per_hour=Decimal("0.2")),
+        readers=EVERYONE,
+        deleters=None,
+    ),
+    Resource("billing/accounts", make=alpha_account, readers=PROJECT_ROLES, deleters=None),
+    Resource("billing/usage", make=alpha_usage, readers=PROJECT_ROLES, deleters=None),
+    Resource(
+        "billing/transactions",
+        make=lambda w: Transaction.objects.create(
+            account=alpha_account(w),
+            kind="credit",
+            amount=Decimal(100),
+            balance_after=Decimal(100),
+            description="top-up",
+        ),  # fmt: skip
+        readers=PROJECT_ROLES,
+        deleters=None,
+    ),
+    Resource("billing/invoices", make=alpha_invoice, readers=PROJECT_ROLES, deleters=None),
+]
+
+matrix = pytest.mark.parametrize("resource", RESOURCES, ids=str)
+roles = pytest.mark.parametrize("role", ROLES)
+
+
+@matrix
+def test_anonymous_requests_are_refused(world, resource):
+    obj = resource.make(world)
+    assert client_for(None).get(resource.list_url).status_code == 401
+    assert client_for(None).get(resource.detail_url(obj)).status_code == 401
+
+
+@matrix
+@roles
+def test_list_shows_the_object_only_to_readers(world, resource, role):
+    obj = resource.make(world)
+    response = client_for(world.user(role)).get(resource.list_url, {"id": obj.pk})
+    assert response.status_code == 200, response.data
+    ids = [row["id"] for row in response.data["results"]]
+    assert ids == ([obj.pk] if role in resource.readers else [])
+
+
+@matrix
+@roles
+def test_read(world, resource, role):
+    obj = resource.make(world)
+    response = client_for(world.user(role)).get(resource.detail_url(obj))
+    assert response.status_code == resource.expected_read(role), response.data
+    if response.status_code == 200:
+        assert response.data["id"] == obj.pk
+
+
+@matrix
+@roles
+def test_create(world, resource, role):
+    data = resource.create(world) if resource.create else {}
+    model = type(resource.make(world))
+    before = model.objects.count()
+    response = client_for(world.user(role)).post(resource.list_url, data, format="json")
+    assert response.status_code == resource.expected_create(role), response.data
+    if response.status_code == 201:
+        assert model.objects.filter(pk=response.data["id"]).exists()
+        for key, value in data.items():
+            if key in response.data and not isinstance(value, dict):
+                assert same(value, response.data[key]), key
+    else:
+        assert model.objects.count() == before
+
+
+@matrix
+@roles
+def test_update(world, resource, role):
+    obj = resource.make(world)
+    data = resource.update(world) if resource.update else {"id": obj.pk}
+    response = client_for(world.user(role)).patch(resource.detail_url(obj), data, format="json")
+    assert response.status_code == resource.expected_update(role), getattr(response, "data", None)
+    if response.status_code == 200:
+        for key, value in data.items():
+            assert same(value, response.data[key]), key
+        reread = client_for(world.admin).get(resource.detail_url(obj)).data
+        assert all(same(value, reread[key]) for key, value in data.items())
+
+
+@matrix
+@roles
+def test_delete(world, resource, role):
+    obj = resource.make(world)
+    response = client_for(world.user(role)).delete(resource.detail_url(obj))
+    assert response.status_code == resource.expected_delete(role), getattr(response, "data", None)
+    assert type(obj).objects.filter(pk=obj.pk).exists() == (response.status_code != 204)
+
+
+def test_every_router_resource_is_declared():
+    from hcsportal.api_urls import router  # noqa: PLC0415
+
+    assert {prefix for prefix, _viewset, _basename in router.registry} == {r.path for r in RESOURCES}
+
+
+def test_admin_is_only_write_role_for_catalog_resources():
+    assert all(r.creators == ADMIN for r in RESOURCES if r.path in ("vdcs", "clusters", "queues", "gpu-models"))
