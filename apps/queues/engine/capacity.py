@@ -24,6 +24,8 @@ FIRST_FIT = "first_fit"
 BEST_FIT = "best_fit"
 FGD = "fgd"
 NODE_SCORERS = (FIRST_FIT, BEST_FIT, FGD)
+# Index key of nodes without usable cards, so CPU-only work finds them in bucket 0.
+NO_GPU = ""
 
 # How many equally good candidate nodes best-fit inspects to prefer one whose free cards
 # share an NVLink/HCCS island; a bound keeps placement O(1) per task.
@@ -68,22 +70,18 @@ class NodeState:
         self.fkey = None
 
     def whole_counts(self) -> dict[str, int]:
-        """Fully free usable cards per model."""
+        """Fully free usable cards per model (0 included; a node without usable cards is model "")."""
         counts: dict[str, int] = {}
         free = self.dev_free
         ok = self.dev_ok
         for i, m in enumerate(self.dev_model):
-            if ok[i] and free[i] == WHOLE:
-                counts[m] = counts.get(m, 0) + 1
-        return counts
+            if ok[i]:
+                counts[m] = counts.get(m, 0) + (free[i] == WHOLE)
+        return counts or {NO_GPU: 0}
 
     def fits(self, cpu: float, mem: float) -> bool:
         """True when cpu and memory of one instance fit."""
         return self.free_cpu + EPS >= cpu and self.free_mem + EPS >= mem
-
-    def free_gpu_milli(self) -> int:
-        """Unallocated GPU capacity on usable cards, in thousandths of a card."""
-        return sum(f for f, ok in zip(self.dev_free, self.dev_ok, strict=True) if ok)
 
 
 def _islands(node: Node) -> list[int]:
@@ -166,11 +164,12 @@ class ClusterIndex:
         # Node sizes never change, so "could it fit on an empty node" is cached for good.
         self._ever: dict = {}
         for ns in self.schedulable:
-            for m in set(ns.dev_model):
+            for m in set(ns.dev_model) | {NO_GPU}:
                 size = ns.dev_model.count(m) + 1
                 buckets = self.whole.setdefault(m, [])
                 while len(buckets) < size:
                     buckets.append([])
+        self.depth = max((len(b) for b in self.whole.values()), default=0)
         for ns in self.schedulable:
             self._index(ns)
 
@@ -241,6 +240,16 @@ class ClusterIndex:
             lst = self.partial.get(model)
             return bool(lst) and lst[-1][0] >= milli
         return False
+
+    def free_milli_by_model(self) -> dict[str, int]:
+        """Unallocated capacity per model in thousandths of a card (from the buckets, no node scan)."""
+        out: dict[str, int] = {}
+        for m, buckets in self.whole.items():
+            if m != NO_GPU:
+                out[m] = sum(k * WHOLE * len(lst) for k, lst in enumerate(buckets))
+        for m, lst in self.partial.items():
+            out[m] = out.get(m, 0) + sum(e[0] for e in lst)
+        return out
 
     def could_ever_fit(self, alt, cpu: float, mem: float) -> bool:
         """True when one instance fits on some schedulable node of this cluster if it were empty."""
@@ -334,21 +343,39 @@ class ClusterIndex:
         return None
 
     def _find_cpu(self, cpu, mem, scorer, excluded, fgd) -> Claim | None:
-        best = None
-        best_key = None
-        for ns in self.schedulable:
-            if not ns.fits(cpu, mem) or (excluded is not None and ns.pos in excluded):
-                continue
-            if scorer == FIRST_FIT:
-                return (ns, cpu, mem, ())
-            if scorer == FGD and fgd is not None:
-                key = (fgd.delta(ns, cpu, mem, None, 0, 0), ns.tier, ns.pos)
-            else:
-                # Tightest node, GPU-free nodes first so CPU work does not strand cards.
-                key = (ns.tier, ns.free_gpu_milli() > 0, ns.free_cpu - cpu, ns.pos)
-            if best_key is None or key < best_key:
-                best, best_key = ns, key
-        return None if best is None else (best, cpu, mem, ())
+        if scorer == FGD and fgd is not None:
+            best, best_key = None, None
+            for ns in self.schedulable:
+                if ns.fits(cpu, mem) and (excluded is None or ns.pos not in excluded):
+                    key = (fgd.delta(ns, cpu, mem, None, 0, 0), ns.tier, ns.pos)
+                    if best_key is None or key < best_key:
+                        best, best_key = ns, key
+            return None if best is None else (best, cpu, mem, ())
+        if scorer == FIRST_FIT:
+            for ns in self.schedulable:
+                if ns.fits(cpu, mem) and (excluded is None or ns.pos not in excluded):
+                    return (ns, cpu, mem, ())
+            return None
+        # Best fit: nodes with the fewest free cards first, so CPU work does not strand GPUs.
+        by_pos = self.by_pos
+        for kk in range(self.depth):
+            for tier in (0, 1):
+                best = None
+                for buckets in self.whole.values():
+                    if kk >= len(buckets):
+                        continue
+                    lst = buckets[kk]
+                    i = bisect_left(lst, (tier, -1))
+                    while i < len(lst) and lst[i][0] == tier:
+                        ns = by_pos[lst[i][1]]
+                        i += 1
+                        if ns.fits(cpu, mem) and (excluded is None or ns.pos not in excluded):
+                            if best is None or ns.pos < best.pos:
+                                best = ns
+                            break
+                if best is not None:
+                    return (best, cpu, mem, ())
+        return None
 
     def _find_fgd(self, model, cards, milli, cpu, mem, excluded, fgd) -> Claim | None:
         """Fragmentation Gradient Descent: the choice that least increases fragmentation."""

@@ -87,6 +87,7 @@ class Run:
         "seq",
         "models",
         "fresh",
+        "_held",
     )
 
     def __init__(self, task, cluster_id, claims, placements, alt, started_at, window_s, rank, seq):
@@ -101,6 +102,20 @@ class Run:
         self.seq = seq
         self.models = frozenset(p.gpu_model for p in placements if p.gpu_model is not None)
         self.fresh = False
+        self._held = None
+
+    def held(self) -> list[tuple[str, float]]:
+        """What the task would give back: GPU thousandths per model, or cpu cores when CPU-only."""
+        if self._held is None:
+            per: dict = {}
+            for ns, cpu, _mem, devs in self.claims:
+                if not devs:
+                    per["cpu"] = per.get("cpu", 0.0) + cpu
+                for i, milli in devs:
+                    m = ns.dev_model[i]
+                    per[m] = per.get(m, 0.0) + milli
+            self._held = list(per.items())
+        return self._held
 
     def per_instance_gpu(self) -> float:
         """GPU-equivalents of one instance."""
@@ -141,6 +156,8 @@ class Cycle:
         self.queue_blocked: dict = {}
         self.reservation: dict = {}
         self.preempt_failed: set = set()
+        self.eligible: dict = {}
+        self.victim_pool: dict = {}
 
 
 class Scheduler:
@@ -175,6 +192,10 @@ class Scheduler:
             by_cluster[node.cluster_id].append(ns)
             for i, dev in enumerate(node.devices):
                 self.device_at[dev.id] = (ns, i)
+        # Running work is subtracted from the nodes before the index is built: one indexing
+        # per node instead of one re-indexing per running task.
+        self.seq = 0
+        pending = [self._run_of(rt) for rt in snapshot.running]
         self.clusters: dict = {}
         total = [0.0, 0.0, 0.0]
         for order, c in enumerate(snapshot.clusters):
@@ -192,6 +213,7 @@ class Scheduler:
                 total[2] += gpu
         self.capacity = Resources(*total)
         self.cap = s.cap
+        self.per_user_limits = any(c.max_tasks_per_user is not None for c in snapshot.clusters)
 
         self.proj_usage: dict = {}
         self.queue_usage: dict = {}
@@ -199,10 +221,16 @@ class Scheduler:
         self.kind_count: dict = {}
         self.total_usage = ZERO
         self.running: dict = {}
-        self.seq = 0
+        self._cycle: Cycle | None = None
         self._demands: dict = {}
-        for rt in snapshot.running:
-            self._add_running(rt)
+        self._shapes: dict = {}
+        # Failed (cluster, request shape) placements stay failed until capacity is given back;
+        # ``epoch`` counts give-backs, so the cache survives cycles that only add work.
+        self.epoch = 0
+        self._fail: set = set()
+        self._fail_epoch = 0
+        for run in pending:
+            self._charge(run, +1)
         self.queued: dict = {}
         for t in snapshot.queued:
             if t.id not in self.running:
@@ -238,15 +266,25 @@ class Scheduler:
         cached = self._demands.get(task.id)
         if cached is not None and cached[0] is task and instances is None:
             return cached[1]
+        n = instances if instances is not None else _start_size(task)
         try:
-            d = demand_of(task, self.catalog, instances if instances is not None else _start_size(task))
-        except RequestError as e:
-            d = e
+            shape = (task.gpu, float(task.cpu), float(task.memory_gib), n)
+            d = self._shapes.get(shape)
+        except TypeError:  # an unhashable request object: no sharing between tasks
+            shape, d = None, None
+        if d is None:
+            try:
+                d = demand_of(task, self.catalog, n)
+            except RequestError as e:
+                d = e
+            if shape is not None:
+                self._shapes[shape] = d
         if instances is None:
             self._demands[task.id] = (task, d)
         return d
 
-    def _add_running(self, rt: RunningTask) -> None:
+    def _run_of(self, rt: RunningTask) -> Run:
+        """A running task as a :class:`Run`, its claims subtracted from the (not yet indexed) nodes."""
         task = rt.task
         claims: list[Claim] = []
         eq = 0.0
@@ -263,7 +301,10 @@ class Scheduler:
                 eq += share.milli / WHOLE * (m.exchange_rate if m else 1.0)
             if ns is not None:
                 claim = (ns, float(task.cpu), float(task.memory_gib), tuple(devs))
-                self.clusters[ns.cluster_id].index.take(claim)
+                ns.free_cpu -= claim[1]
+                ns.free_mem -= claim[2]
+                for i, milli in claim[3]:
+                    ns.dev_free[i] -= milli
                 claims.append(claim)
         n = max(1, len(rt.placements))
         model = next((p.gpu_model for p in rt.placements if p.gpu_model), None)
@@ -275,10 +316,12 @@ class Scheduler:
             window = task.window_s or task.expected_duration_s
         run = Run(task, rt.cluster_id, claims, list(rt.placements), alt, rt.started_at, window, rank, self.seq)
         self.seq += 1
-        self._charge(run, +1)
+        return run
 
     def _charge(self, run: Run, sign: int) -> None:
         """Add (sign=+1) or remove (sign=-1) a run from every usage counter."""
+        if self._cycle is not None:
+            self._cycle.eligible.clear()
         t = run.task
         u = run.usage()
         if sign > 0:
@@ -298,6 +341,8 @@ class Scheduler:
             cv.per_user[t.owner] = cv.per_user.get(t.owner, 0) + sign
 
     def _resize_charge(self, run: Run, delta_instances: int) -> None:
+        if self._cycle is not None:
+            self._cycle.eligible.clear()
         t = run.task
         u = Resources(t.cpu * delta_instances, t.memory_gib * delta_instances, run.alt[3] * delta_instances)
         self.proj_usage[t.project_id] = plus(self.proj_usage.get(t.project_id, ZERO), u)
@@ -324,6 +369,7 @@ class Scheduler:
         self._release_run(run)
 
     def _release_run(self, run: Run) -> None:
+        self.epoch += 1
         for claim in run.claims:
             self.clusters[claim[0].cluster_id].index.release(claim)
         self._charge(run, -1)
@@ -333,6 +379,11 @@ class Scheduler:
     def cycle(self, now: float) -> Decisions:
         """Run one scheduling cycle at time ``now``; the decisions are applied to this state."""
         cyc = Cycle(now)
+        if self._fail_epoch != self.epoch:
+            self._fail = set()
+            self._fail_epoch = self.epoch
+        cyc.fail = self._fail
+        self._cycle = cyc
         for run in self.running.values():
             run.fresh = False
         by_queue: dict = {}
@@ -367,6 +418,7 @@ class Scheduler:
         resizes = []
         for task_id, (run, added, removed) in cyc.resizes.items():
             resizes.append(Resize(task_id, len(run.placements), tuple(added), tuple(removed), "elastic"))
+        self._cycle = None
         return Decisions(tuple(starts), tuple(cyc.preempts), tuple(resizes), tuple(waiting))
 
     def _wait(self, cyc: Cycle, task: Task, d, reason: str, message: str) -> None:
@@ -430,7 +482,7 @@ class Scheduler:
                     "high or medium work waits for these resources",
                 )
                 return
-        cands = self._eligible(task)
+        cands = self._eligible(task, cyc)
         if not cands:
             self._wait(cyc, task, d, Reason.NO_ELIGIBLE_CLUSTER, "no enabled, healthy cluster matches the task")
             return
@@ -440,7 +492,7 @@ class Scheduler:
             t_res, nodes = res
             dur = task.expected_duration_s
             if dur is None or cyc.now + dur > t_res + EPS:
-                excluded, token = nodes, q.id
+                excluded, token = nodes, res
         placed = self._place(d, alts, cands, excluded, token, cyc)
         if placed is not None:
             self._start(task, q, cls, d, placed, cyc)
@@ -474,8 +526,26 @@ class Scheduler:
         elif q.policy == BACKFILL and q.id not in cyc.reservation:
             cyc.reservation[q.id] = self._reserve(d, alts, cands, cyc)
 
-    def _eligible(self, task: Task) -> list[ClusterView]:
-        """Cluster filters, then the VDC's strategy order (degraded clusters last)."""
+    def _eligible(self, task: Task, cyc: Cycle) -> list[ClusterView]:
+        """Cluster filters, then the VDC's strategy order (degraded clusters last).
+
+        The answer depends on the task only through a few fields, and on the clusters only
+        through counters that change when something starts or stops, so it is cached per
+        cycle until then.
+        """
+        key = (
+            task.cluster_type,
+            tuple(sorted(task.required_labels.items())) if task.required_labels else (),
+            task.owner if self.per_user_limits else None,
+            task.preferred_clusters,
+        )
+        out = cyc.eligible.get(key)
+        if out is None:
+            out = self._eligible_uncached(task)
+            cyc.eligible[key] = out
+        return out
+
+    def _eligible_uncached(self, task: Task) -> list[ClusterView]:
         out = []
         for cv in self.clusters.values():
             c = cv.cluster
@@ -556,6 +626,8 @@ class Scheduler:
             self._shrink(run, claim, cyc)
         for run, reason in plan.victims:
             self._evict(run, reason, task, cyc)
+        self.epoch += 1
+        self._fail_epoch = self.epoch
         cyc.fail.clear()
         placed = self._place(d, plan.alts, [plan.cluster], None, None, cyc)
         if placed is None:
@@ -565,6 +637,7 @@ class Scheduler:
     def _shrink(self, run: Run, claim: Claim, cyc: Cycle) -> None:
         i = run.claims.index(claim)
         run.claims.pop(i)
+        run._held = None
         removed = run.placements.pop(i)
         self.clusters[run.cluster_id].index.release(claim)
         self._resize_charge(run, -1)
@@ -656,6 +729,7 @@ class Scheduler:
                 placement = self._placements(alt, [claim])[0]
                 run.claims.append(claim)
                 run.placements.append(placement)
+                run._held = None
                 self._resize_charge(run, +1)
                 if t.id in cyc.starts:
                     cid, _p, window = cyc.starts[t.id]

@@ -29,33 +29,40 @@ UNPREDICTABLE = frozenset(
 
 
 class _Pool:
-    __slots__ = ("free", "releases", "ptr", "cursor")
+    """Free capacity of one pool as a step function of time."""
+
+    __slots__ = ("free", "releases", "ptr", "cursor", "ahead")
 
     def __init__(self, free: float, now: float):
         self.free = free
         self.releases: list[tuple[float, float]] = []
         self.ptr = 0
         self.cursor = now
+        self.ahead = 0.0  # sum of releases not yet consumed: a quick "never" answer
 
     def earliest(self, need: float) -> tuple[float | None, int, float]:
         acc = self.free
+        if acc + self.ahead + 1e-9 < need:
+            return None, self.ptr, acc
         t = self.cursor
         j = self.ptr
         rel = self.releases
-        while acc + 1e-9 < need and j < len(rel):
-            t = max(t, rel[j][0])
-            acc += rel[j][1]
+        while acc + 1e-9 < need:
+            when, amount = rel[j]
+            if when > t:
+                t = when
+            acc += amount
             j += 1
-        if acc + 1e-9 < need:
-            return None, j, acc
         return t, j, acc
 
     def commit(self, t: float, j: int, acc: float, need: float, duration: float | None) -> None:
+        self.ahead -= acc - self.free
         self.ptr = j
         self.cursor = t
         self.free = acc - need
         if duration is not None:
             insort(self.releases, (t + duration, need))
+            self.ahead += need
 
 
 def estimate_starts(sched, now: float, waiting: list) -> dict:
@@ -64,27 +71,20 @@ def estimate_starts(sched, now: float, waiting: list) -> dict:
     for cv in sched.clusters.values():
         if not cv.usable:
             continue
-        for ns in cv.index.schedulable:
-            free["cpu"] = free.get("cpu", 0.0) + max(ns.free_cpu, 0.0)
-            for i, m in enumerate(ns.dev_model):
-                if ns.dev_ok[i]:
-                    free[m] = free.get(m, 0.0) + ns.dev_free[i]
+        for m, milli in cv.index.free_milli_by_model().items():
+            free[m] = free.get(m, 0.0) + milli
+        free["cpu"] = free.get("cpu", 0.0) + sum(max(ns.free_cpu, 0.0) for ns in cv.index.schedulable)
     pools = {k: _Pool(v, now) for k, v in free.items()}
     for run in sched.running.values():
         end = run.expected_end()
         if end is None:
             continue
         end = max(end, now)
-        n = len(run.claims)
-        if run.alt[0] is None:
-            pools.setdefault("cpu", _Pool(0.0, now)).releases.append((end, run.task.cpu * n))
-            continue
-        for _ns, _cpu, _mem, devs in run.claims:
-            for i, milli in devs:
-                m = _ns.dev_model[i]
-                pools.setdefault(m, _Pool(0.0, now)).releases.append((end, float(milli)))
+        for key, amount in run.held():
+            pools.setdefault(key, _Pool(0.0, now)).releases.append((end, amount))
     for p in pools.values():
         p.releases.sort()
+        p.ahead = sum(a for _t, a in p.releases)
     out: dict = {}
     for task, d, reason in waiting:
         if d is None or reason in UNPREDICTABLE:

@@ -55,10 +55,20 @@ def _units(sched, task, q, cls: str, d: Demand, alts, cyc) -> list:
         return []
     units = []
     wanted = d.models
-    for run in sched.running.values():
-        if run.fresh or run.rank > pr:
-            continue
-        if wanted and run.models.isdisjoint(wanted):
+    pool, by_model = _pool(sched, cyc, pr)
+    if wanted:
+        seen: set[int] = set()
+        runs = []
+        for m in sorted(wanted):
+            for run in by_model.get(m, ()):
+                if run.seq not in seen:
+                    seen.add(run.seq)
+                    runs.append(run)
+    else:
+        runs = pool
+    running = sched.running
+    for run in runs:
+        if run.fresh or running.get(run.task.id) is not run:
             continue
         lo = run.elastic_min()
         if lo is not None and len(run.claims) > lo:
@@ -86,6 +96,26 @@ def _units(sched, task, q, cls: str, d: Demand, alts, cyc) -> list:
         units.append(((1, run.rank, work, run.seq, 0), reason, run, None))
     units.sort(key=lambda u: u[0])
     return units
+
+
+def _pool(sched, cyc, pr: int):
+    """Runs that could ever yield capacity to a class-``pr`` task, built once per cycle."""
+    cached = cyc.victim_pool.get(pr)
+    if cached is None:
+        pool = []
+        by_model: dict = {}
+        for run in sched.running.values():
+            if run.rank > pr:
+                continue
+            lo = run.elastic_min()
+            shrinkable = lo is not None and len(run.claims) > lo
+            if not shrinkable and (run.rank == CLASS_RANK[HIGH] or not run.task.preemptible):
+                continue
+            pool.append(run)
+            for m in run.models:
+                by_model.setdefault(m, []).append(run)
+        cached = cyc.victim_pool[pr] = (pool, by_model)
+    return cached
 
 
 class _Trial:
