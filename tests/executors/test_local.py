@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -251,3 +252,32 @@ def test_health_checks_that_the_job_directory_is_writable(executor, tmp_path):
     blocker.write_text("")
     with pytest.raises(ExecutorError, match="not writable"):
         LocalExecutor(blocker / "jobs").health()
+
+
+def test_job_over_its_time_limit_is_ended_and_fails_with_the_reason(executor, make_spec):
+    job_id = executor.submit(make_spec(command="echo started; sleep 30", time_limit_s=1))
+
+    state = wait_for(executor, job_id, FINAL, timeout=5)
+
+    assert (state.phase, state.message, state.exit_code) == (JobPhase.FAILED, "time limit reached", 124)
+    assert executor.logs(job_id) == "started\n"
+
+
+def test_command_exiting_124_on_its_own_is_not_a_time_limit(executor, make_spec):
+    job_id = executor.submit(make_spec(command="exit 124", time_limit_s=60))
+
+    state = wait_for(executor, job_id, FINAL)
+
+    assert (state.phase, state.message) == (JobPhase.FAILED, "exit code 124")
+
+
+def test_processes_left_behind_by_the_command_end_with_the_job(executor, make_spec, tmp_path):
+    pid_file = tmp_path / "background.pid"
+    job_id = executor.submit(make_spec(command=f"sleep 300 & echo $! > {pid_file}; echo main done"))
+
+    assert wait_for(executor, job_id, FINAL).phase == JobPhase.SUCCEEDED
+    background = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{background}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{background}").exists()

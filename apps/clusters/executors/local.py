@@ -10,6 +10,7 @@ reports the exit code of those that ended while nobody was watching.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -23,14 +24,21 @@ from .base import Executor, ExecutorError, JobPhase, JobSpec, JobState
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
-# The wrapper keeps a TERM handler (handlers, unlike ignored signals, are reset in the child on
-# exec, so the command still gets the default TERM behaviour) so that on a graceful stop it
-# outlives the command long enough to record the command's exit status.
+# The wrapper runs the command ($1), under ``timeout`` when the job has a time limit ($3, with
+# $4 seconds of grace before SIGKILL), and records its exit status in $2/exit_code. It keeps a
+# TERM handler (handlers, unlike ignored signals, are reset in the child on exec, so the command
+# still gets the default TERM behaviour) so that on a graceful stop it outlives the command long
+# enough to record the status. Like a Slurm job, the job ends with its command: whatever the
+# command left running in the process group is killed (the wrapper last, by the same signal).
 _WRAPPER = (
     'trap ":" TERM INT HUP; '
-    '/bin/sh -c "$1"; code=$?; '
-    'printf "%s\\n" "$code" > "$2/exit_code.tmp" && mv "$2/exit_code.tmp" "$2/exit_code"'
+    'if [ -n "$3" ]; then timeout --foreground -k "$4" "$3" /bin/sh -c "$1"; else /bin/sh -c "$1"; fi; '
+    "code=$?; "
+    'printf "%s\\n" "$code" > "$2/exit_code.tmp" && mv "$2/exit_code.tmp" "$2/exit_code"; '
+    "kill -TERM 0 2>/dev/null; kill -9 0"
 )
+# timeout's exit status when the limit hit: 124 after SIGTERM, 137 when SIGKILL was needed.
+_TIMEOUT_EXIT_CODES = (124, 137)
 
 # Only these variables of the portal's own environment reach a job: the portal's secrets
 # (database URLs, cluster credentials) must not.
@@ -161,7 +169,16 @@ class LocalExecutor(Executor):
         try:
             with (job_dir / "output.log").open("ab") as log:
                 child = subprocess.Popen(
-                    ["/bin/sh", "-c", _WRAPPER, "hcs-local-job", spec.command, str(job_dir)],
+                    [
+                        "/bin/sh",
+                        "-c",
+                        _WRAPPER,
+                        "hcs-local-job",
+                        spec.command,
+                        str(job_dir),
+                        str(spec.time_limit_s or ""),
+                        str(max(1, math.ceil(self.grace_period_s))),
+                    ],
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -184,6 +201,7 @@ class LocalExecutor(Executor):
                 "pid_start": pid_start if pid_start is not None else -1,
                 "labels": dict(spec.labels),
                 "started_at": started_at.isoformat(),
+                "time_limit_s": spec.time_limit_s,
             },
         )
         return spec.name
@@ -211,6 +229,8 @@ class LocalExecutor(Executor):
                 phase, message = JobPhase.CANCELLED, "stopped"
             elif exit_code == 0:
                 phase, message = JobPhase.SUCCEEDED, ""
+            elif self._hit_time_limit(meta, exit_code, started_at, finished_at):
+                phase, message = JobPhase.FAILED, "time limit reached"
             else:
                 phase, message = JobPhase.FAILED, f"exit code {exit_code}"
             return JobState(external_id, phase, message, started_at, finished_at, exit_code)
@@ -227,6 +247,14 @@ class LocalExecutor(Executor):
             message="the process vanished without an exit code",
             started_at=started_at,
         )
+
+    @staticmethod
+    def _hit_time_limit(meta: dict, exit_code: int, started_at: datetime, finished_at: datetime) -> bool:
+        limit = meta.get("time_limit_s")
+        if not limit or exit_code not in _TIMEOUT_EXIT_CODES:
+            return False
+        # A command may exit 124 by itself; only a run as long as the limit was cut off by it.
+        return (finished_at - started_at).total_seconds() >= limit - 1
 
     def logs(self, external_id: str, tail: int = 200) -> str:
         return tail_lines(self._job_dir(external_id) / "output.log", tail)
