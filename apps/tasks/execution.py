@@ -31,7 +31,7 @@ from apps.clusters.executors.base import (
 )
 from apps.clusters.models import Cluster, GPUModel
 from apps.queues.choices import PriorityClass
-from apps.tasks.choices import ACTIVE, EventKind, TaskStatus
+from apps.tasks.choices import ACTIVE, FINAL, EventKind, TaskStatus
 from apps.tasks.models import Task
 from apps.tasks.services import record_event, request_cycle
 
@@ -249,7 +249,7 @@ def apply_state(task_id: int, attempt: int, state: JobState) -> int:
             return 0
         task.status = new
         task.status_message = state.message
-        if new in (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.STOPPED):
+        if new in FINAL:
             task.finished_at = state.finished_at or timezone.now()
             task.allocated_gpu = 0
         kind = {
@@ -260,8 +260,13 @@ def apply_state(task_id: int, attempt: int, state: JobState) -> int:
         if new == TaskStatus.STOPPED:
             message = f"Cancelled on {task.cluster.name}" + (f": {state.message}" if state.message else "")
         task.save()
+        if new in FINAL and previous != TaskStatus.RUNNING and state.started_at:
+            # It ran and ended between two syncs: keep the run visible in the timeline.
+            record_event(task, EventKind.STARTED, f"Ran on {task.cluster.name} from {state.started_at:%H:%M:%S}",
+                         from_status=previous, to_status=TaskStatus.RUNNING)  # fmt: skip
+            previous = TaskStatus.RUNNING
         record_event(task, kind, message, from_status=previous, to_status=new, data={"exit_code": state.exit_code})
-    if new in (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.STOPPED):
+    if new in FINAL:
         request_cycle()
     return 1
 
