@@ -13,4 +13,6 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("accounts/", include("django.contrib.auth.urls")),
+    path("billing/", include("apps.billing.urls")),
+    path("", include("apps.tasks.urls")),
 ]

@@ -21,7 +21,7 @@ from django.utils import timezone
 from apps.billing.models import Account
 from apps.clusters.gpuspec import Catalog, GPUSpecError, parse_gpu_spec
 from apps.clusters.models import Cluster, Device, GPUModel, Node
-from apps.queues import engine
+from apps.queues import engine, stats
 from apps.queues.choices import PriorityClass
 from apps.queues.engine import model as em
 from apps.queues.models import TaskQueue
@@ -313,6 +313,8 @@ def run_cycle(vdc_id: int) -> CycleResult:
         t2 = time.perf_counter()
         result = _apply(loader, decisions, now)
         result.load_s, result.engine_s, result.apply_s = t1 - t0, t2 - t1, time.perf_counter() - t2
+    stats.record_cycle(vdc.name, time.perf_counter() - t0, result.started, result.preempted, result.resized,
+                       result.waiting)  # fmt: skip
     log.debug("cycle %s: %s", vdc.name, result)
     return result
 

@@ -1,0 +1,4 @@
+"""Billing pages: project costs and invoices."""
+
+app_name = "billing"
+urlpatterns: list = []
