@@ -1,0 +1,77 @@
+"""Bulk actions call the services, report what they did, and land in the admin history."""
+
+from __future__ import annotations
+
+from django.contrib.admin.models import LogEntry
+from django.contrib.messages import get_messages
+
+from apps.clusters.models import Cluster
+from apps.queues.models import TaskQueue
+from apps.tasks.models import Task, TaskEvent
+from tests.admin.conftest import admin_url
+from tests.factories import ClusterFactory, TaskFactory
+
+
+def _act(client, model, action: str, objects):
+    response = client.post(
+        admin_url(model, "changelist"), {"action": action, "_selected_action": [obj.pk for obj in objects]}
+    )
+    assert response.status_code == 302
+    return [str(message) for message in get_messages(response.wsgi_request)]
+
+
+def test_disable_and_enable_clusters(admin_web, world):
+    other = ClusterFactory(vdc=world.vdc)
+    assert _act(admin_web, Cluster, "disable", [world.cluster, other]) == ["2 cluster(s) disabled."]
+    assert not Cluster.objects.filter(enabled=True).exists()
+    assert LogEntry.objects.filter(change_message="disabled").count() == 2
+    _act(admin_web, Cluster, "enable", [other])
+    assert list(Cluster.objects.filter(enabled=True)) == [other]
+
+
+def test_maintenance_on_and_off(admin_web, world):
+    assert _act(admin_web, Cluster, "maintenance_on", [world.cluster]) == ["1 cluster(s) put into maintenance."]
+    world.cluster.refresh_from_db()
+    assert (world.cluster.status, world.cluster.status_message) == ("maintenance", "Maintenance set by an admin")
+    _act(admin_web, Cluster, "maintenance_off", [world.cluster])
+    world.cluster.refresh_from_db()
+    assert world.cluster.status == "healthy"
+
+
+def test_close_and_open_queues(admin_web, world):
+    assert _act(admin_web, TaskQueue, "close_queues", [world.low, world.medium]) == ["2 queue(s) closed."]
+    assert set(TaskQueue.objects.filter(is_open=False)) == {world.low, world.medium}
+    _act(admin_web, TaskQueue, "open_queues", [world.low])
+    assert list(TaskQueue.objects.filter(is_open=False)) == [world.medium]
+
+
+def test_cancel_stops_tasks_with_an_event_and_reports_each_failure(admin_web, world):
+    fields = {"project": world.project, "owner": world.member, "vdc": world.vdc, "queue": world.high}
+    queued, running = TaskFactory(status="queued", **fields), TaskFactory(status="running", **fields)
+    done = TaskFactory(status="completed", **fields)
+
+    messages = _act(admin_web, Task, "cancel", [queued, running, done])
+
+    assert messages == [f"{done}: Task is already completed; nothing to stop.", "2 task(s) stopped."]
+    for task in (queued, running):
+        task.refresh_from_db()
+        assert task.status == "stopped" and task.finished_at is not None
+        event = TaskEvent.objects.get(task=task)
+        assert (event.kind, event.to_status, event.actor) == ("stopped", "stopped", world.admin)
+        assert "cancelled by an admin" in event.message
+    done.refresh_from_db()
+    assert done.status == "completed" and not done.events.exists()
+
+
+def test_task_list_has_no_bulk_delete(admin_web, world):
+    response = admin_web.get(admin_url(Task, "changelist"))
+    actions = [name for name, _label in response.context["action_form"].fields["action"].choices]
+    assert "cancel" in actions and "delete_selected" not in actions
+
+
+def test_only_ended_tasks_can_be_deleted_and_through_the_service(admin_web, world):
+    fields = {"project": world.project, "owner": world.member, "vdc": world.vdc, "queue": world.high}
+    running, stopped = TaskFactory(status="running", **fields), TaskFactory(status="stopped", **fields)
+    assert admin_web.get(admin_url(running, "delete")).status_code == 403
+    assert admin_web.post(admin_url(stopped, "delete"), {"post": "yes"}).status_code == 302
+    assert list(Task.objects.all()) == [running]
