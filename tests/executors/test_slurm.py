@@ -210,7 +210,7 @@ def test_health_pings_the_controller(slurm):
 @pytest.mark.slurm
 def test_bad_token_is_reported_by_health(slurm_cluster):
     executor = SlurmExecutor(**{**slurm_cluster.executor_kwargs(), "token": "not-a-jwt"})
-    with pytest.raises(ExecutorError):
+    with pytest.raises(ExecutorError, match="rejected the token of user hcs"):
         executor.health()
 
 

@@ -169,6 +169,9 @@ class SlurmExecutor(Executor):
                 text = f"{text}: {description}" if text else description
             messages.append(text or "unknown error")
         errno = self._errno(specific[0])
+        if errno == -1:
+            # slurmrestd answers both a stopped slurmctld and a rejected JWT with this errno.
+            messages.append(f"slurmctld is unreachable or rejected the token of user {self.user}")
         return ExecutorError(f"{context}: {'; '.join(messages)}", retryable=_retryable(errno, body["_http_status"]))
 
     # -- job description ------------------------------------------------------------------------
