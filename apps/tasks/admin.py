@@ -141,6 +141,11 @@ class TaskAdmin(admin.ModelAdmin):
         actions.pop("delete_selected", None)
         return actions
 
+    def formfield_for_dbfield(self, db_field, request, **kwargs):
+        if db_field.name == "volumes":
+            kwargs["help_text"] = 'A JSON list of volumes, e.g. [{"name": "data", "mount_path": "/data"}]'
+        return super().formfield_for_dbfield(db_field, request, **kwargs)
+
     def formfield_for_foreignkey(self, db_field, request, **kwargs):
         if db_field.name == "queue":
             kwargs["queryset"] = TaskQueue.objects.select_related("vdc")
@@ -198,6 +203,7 @@ class TaskAdmin(admin.ModelAdmin):
             except (ValidationError, PermissionDenied) as exc:
                 self.message_user(request, f"{task}: {_reason(exc)}", messages.ERROR)
             else:
+                self.log_change(request, task, CANCEL_REASON)
                 stopped += 1
         if stopped:
             self.message_user(request, f"{stopped} task(s) stopped.", messages.SUCCESS)

@@ -61,6 +61,7 @@ def test_cancel_stops_tasks_with_an_event_and_reports_each_failure(admin_web, wo
         assert "cancelled by an admin" in event.message
     done.refresh_from_db()
     assert done.status == "completed" and not done.events.exists()
+    assert LogEntry.objects.filter(change_message="cancelled by an admin").count() == 2
 
 
 def test_task_list_has_no_bulk_delete(admin_web, world):
