@@ -77,7 +77,7 @@ class TransactionFilterSet(BaseFilterSet):
             "kind": ["exact", "in"],
             "amount": NUMBER,
             "balance_after": NUMBER,
-            "description": ["icontains"],
+            "description": ["exact", "icontains"],
             "usage_record": ["exact"],
             "created_by": ["exact"],
             "created_at": TIME,

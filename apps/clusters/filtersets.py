@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import django_filters
 
-from apps.clusters.models import Cluster, Device, GPUModel, Node
+from apps.clusters.models import AgentToken, Cluster, Device, GPUModel, Node
 from apps.vdc.filtersets import NAME, NUMBER, TIME, BaseFilterSet
 
 
@@ -108,4 +108,21 @@ class DeviceFilterSet(BaseFilterSet):
             "temperature_c": NUMBER,
             "ecc_errors": NUMBER,
             "xid_errors": NUMBER,
+        }
+
+
+class AgentTokenFilterSet(BaseFilterSet):
+    """For the admin's and pages' lists; node agent tokens are not exposed through the API."""
+
+    search_fields = ("name",)
+
+    class Meta(BaseFilterSet.Meta):
+        model = AgentToken
+        fields = {
+            "id": ["exact", "in"],
+            "cluster": ["exact", "in"],
+            "name": NAME,
+            "created_at": TIME,
+            "last_used": TIME,
+            "revoked": ["exact"],
         }

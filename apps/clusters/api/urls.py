@@ -2,7 +2,10 @@
 
 from django.urls import path
 
-from apps.clusters.api import views
+from apps.clusters.api import (
+    schema,  # noqa: F401 - defining the OpenAPI extensions registers them
+    views,
+)
 
 ROUTES = [
     ("gpu-models", views.GPUModelViewSet, "gpumodel"),

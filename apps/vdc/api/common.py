@@ -97,5 +97,5 @@ class ProtectedDestroyMixin:
         try:
             instance.delete()
         except ProtectedError as exc:
-            used_by = sorted({obj._meta.verbose_name_plural for obj in exc.protected_objects})
+            used_by = sorted({str(obj._meta.verbose_name_plural) for obj in exc.protected_objects})
             raise Conflict(f"Cannot delete {instance}: still used by {', '.join(used_by)}.")
