@@ -53,9 +53,18 @@ class ClusterAdmin(admin.ModelAdmin):
         (
             "Credentials",
             {
-                "fields": ("credentials_state", "token", "kubeconfig", "jwt", "user", "clear_credentials"),
-                "description": "Write-only and encrypted at rest. Filling any field replaces the stored credentials "
-                "with the fields filled; leaving them all empty keeps what is stored.",
+                "fields": (
+                    "credentials_state",
+                    "token",
+                    "user",
+                    "kubeconfig",
+                    "ca_cert",
+                    "verify_ssl",
+                    "other_credentials",
+                    "clear_credentials",
+                ),  # fmt: skip
+                "description": "Write-only and encrypted at rest: values are never shown. A filled field replaces "
+                "that key; empty fields keep what is stored.",
             },
         ),
         (
@@ -113,7 +122,14 @@ class ClusterAdmin(admin.ModelAdmin):
 
     @admin.display(description="Stored credentials")
     def credentials_state(self, obj) -> str:
-        return "set" if obj.has_credentials else "not set"
+        """Which keys are stored, never their values."""
+        if not obj.has_credentials:
+            return "not set"
+        try:
+            keys = sorted(obj.get_credentials())
+        except ValueError:
+            return "set, but unreadable: HCS_CREDENTIALS_KEY changed since they were saved"
+        return f"set ({', '.join(keys)})"
 
     def _apply(self, request, queryset, change, done: str) -> None:
         """Run a cluster service on each selected cluster, log it on the cluster's history, report the count."""

@@ -12,11 +12,17 @@ from apps.clusters.choices import LinkType
 from apps.clusters.models import Cluster
 from apps.vdc.admin_forms import CommaListField, KeyValueField, SecretTextarea
 
-CREDENTIAL_FIELDS = ("token", "kubeconfig", "jwt", "user")
+# The keys apps.clusters.backends reads; the Slurm JWT is stored under "token" like the Kubernetes token.
+SECRET_FIELDS = ("token", "user", "kubeconfig", "ca_cert")
+VERIFY_CHOICES = (
+    ("", "Keep as stored"),
+    ("true", "Verify"),
+    ("false", "Do not verify (throw-away test clusters only)"),
+)
 
 
 class ClusterAdminForm(forms.ModelForm):
-    """Cluster settings plus write-only credentials: filled fields replace the stored set, empty ones change nothing.
+    """Cluster settings plus write-only credentials, merged key by key into what is stored.
 
     Secrets are never rendered, not even after a failed save, and the encrypted value is not a form field.
     """
@@ -24,23 +30,42 @@ class ClusterAdminForm(forms.ModelForm):
     labels = KeyValueField(example="region=north")
     token = forms.CharField(
         required=False,
+        label="Token / JWT",
         widget=forms.PasswordInput(render_value=False),
-        help_text="Kubernetes service-account bearer token.",
-    )
-    kubeconfig = forms.CharField(
-        required=False,
-        widget=SecretTextarea(attrs={"rows": 4, "cols": 60}),
-        help_text="A whole kubeconfig (YAML), instead of endpoint + token.",
-    )
-    jwt = forms.CharField(
-        required=False, widget=forms.PasswordInput(render_value=False), help_text="Slurm REST API JWT."
+        help_text="Kubernetes service-account bearer token, or the slurmrestd JWT.",
     )
     user = forms.CharField(
         required=False,
         widget=forms.PasswordInput(render_value=False),
-        help_text="Slurm user the REST API acts as.",
+        help_text="Slurm: the user slurmrestd acts as.",
     )
-    clear_credentials = forms.BooleanField(required=False, help_text="Remove the stored credentials.")
+    kubeconfig = forms.CharField(
+        required=False,
+        widget=SecretTextarea(attrs={"rows": 4, "cols": 60}),
+        help_text="Kubernetes: a whole kubeconfig (YAML); it wins over endpoint + token.",
+    )
+    ca_cert = forms.CharField(
+        required=False,
+        label="CA certificate",
+        widget=SecretTextarea(attrs={"rows": 4, "cols": 60}),
+        help_text="Kubernetes: the cluster CA as PEM text.",
+    )
+    verify_ssl = forms.ChoiceField(required=False, label="Verify TLS", choices=VERIFY_CHOICES)
+    other_credentials = KeyValueField(
+        example="output_dir=/scratch/hcs",
+        label="Other keys",
+        widget=SecretTextarea(attrs={"rows": 2, "cols": 60}),
+    )
+    clear_credentials = forms.BooleanField(
+        required=False, help_text="Remove every stored key (cannot be combined with new values)."
+    )
+
+    def clean_other_credentials(self) -> dict[str, str]:
+        other = self.cleaned_data["other_credentials"]
+        taken = sorted(set(other) & {*SECRET_FIELDS, "verify_ssl"})
+        if taken:
+            raise ValidationError(f"Use the field of its own for {', '.join(taken)}.")
+        return other
 
     def clean(self):
         cleaned = super().clean()
@@ -48,15 +73,26 @@ class ClusterAdminForm(forms.ModelForm):
             raise ValidationError("Expected either new credentials or 'clear credentials', not both.")
         return cleaned
 
-    def new_credentials(self) -> dict[str, str]:
-        """The credential fields filled in this submission."""
-        return {key: value for key in CREDENTIAL_FIELDS if (value := self.cleaned_data.get(key))}
+    def new_credentials(self) -> dict:
+        """The credential keys this submission sets."""
+        data = self.cleaned_data
+        new = {key: value for key in SECRET_FIELDS if (value := data.get(key))}
+        new.update(data.get("other_credentials") or {})
+        if data.get("verify_ssl"):
+            new["verify_ssl"] = data["verify_ssl"] == "true"
+        return new
 
     def save(self, commit: bool = True) -> Cluster:
         cluster = super().save(commit=False)
         new = self.new_credentials()
-        if new or self.cleaned_data.get("clear_credentials"):
-            cluster.set_credentials(new)
+        if self.cleaned_data.get("clear_credentials"):
+            cluster.set_credentials({})
+        elif new:
+            try:
+                stored = cluster.get_credentials()
+            except ValueError:
+                stored = {}  # unreadable under the current key, so useless: the new keys replace it
+            cluster.set_credentials({**stored, **new})
         if commit:
             cluster.save()
             self._save_m2m()

@@ -34,38 +34,54 @@ def _errors(response) -> dict:
 def test_credentials_are_set_encrypted_and_never_rendered(admin_web, world):
     assert b"not set" in admin_web.get(admin_url(world.cluster)).content
 
-    response = _edit(admin_web, world.cluster, token=SECRET, user="slurm")
+    response = _edit(admin_web, world.cluster, token=SECRET, user="slurm", verify_ssl="false")
     assert response.status_code == 302
 
     world.cluster.refresh_from_db()
-    assert world.cluster.get_credentials() == {"token": SECRET, "user": "slurm"}
+    assert world.cluster.get_credentials() == {"token": SECRET, "user": "slurm", "verify_ssl": False}
     page = admin_web.get(admin_url(world.cluster)).content.decode()
     assert SECRET not in page and world.cluster.credentials_encrypted not in page
     assert "credentials_encrypted" not in page
-    assert ">set<" in page.replace("\n", "").replace(" ", "")
+    assert "set (token, user, verify_ssl)" in page
     change = LogEntry.objects.get(object_id=str(world.cluster.pk)).get_change_message()
-    assert change == "Changed token and user."
+    assert change == "Changed Token / JWT, user and Verify TLS." and SECRET not in change
 
 
-def test_empty_credential_fields_keep_what_is_stored(admin_web, world):
-    world.cluster.set_credentials({"token": SECRET})
+def test_filled_credential_fields_replace_their_keys_and_keep_the_others(admin_web, world):
+    world.cluster.set_credentials({"token": "old", "ca_cert": "PEM", "verify_ssl": False})
     world.cluster.save()
     assert _edit(admin_web, world.cluster, description="rack 4").status_code == 302
     world.cluster.refresh_from_db()
-    assert world.cluster.get_credentials() == {"token": SECRET}
+    assert world.cluster.get_credentials() == {"token": "old", "ca_cert": "PEM", "verify_ssl": False}
     assert world.cluster.description == "rack 4"
 
+    assert _edit(admin_web, world.cluster, token=SECRET, other_credentials="output_dir=/scratch").status_code == 302
+    world.cluster.refresh_from_db()
+    assert world.cluster.get_credentials() == {
+        "token": SECRET, "ca_cert": "PEM", "verify_ssl": False, "output_dir": "/scratch",
+    }  # fmt: skip
 
-def test_clear_removes_credentials(admin_web, world):
+
+def test_clear_removes_credentials_and_cannot_be_combined_with_new_ones(admin_web, world):
     world.cluster.set_credentials({"token": SECRET})
     world.cluster.save()
+    response = _edit(admin_web, world.cluster, clear_credentials="on", token="new")
+    assert "not both" in str(_errors(response))
     assert _edit(admin_web, world.cluster, clear_credentials="on").status_code == 302
     world.cluster.refresh_from_db()
     assert not world.cluster.has_credentials
 
 
+def test_other_keys_may_not_shadow_their_own_fields(admin_web, world):
+    response = _edit(admin_web, world.cluster, other_credentials="token=abc")
+    assert "own for token" in _errors(response)["other_credentials"][0]
+    assert "abc" not in response.content.decode()
+
+
 def test_a_failed_save_does_not_echo_the_secret(admin_web, world):
-    response = _edit(admin_web, world.cluster, cluster_type="kubernetes", endpoint="", kubeconfig=SECRET, jwt=SECRET)
+    response = _edit(
+        admin_web, world.cluster, cluster_type="kubernetes", endpoint="", kubeconfig=SECRET, ca_cert=SECRET
+    )
     assert response.status_code == 200
     assert "endpoint" in _errors(response)
     assert SECRET not in response.content.decode()
