@@ -11,7 +11,7 @@ from apps.clusters.choices import ClusterStatus, NodeStatus
 from apps.clusters.models import Cluster, Device, GPUModel, Node
 from apps.tasks.choices import ACTIVE
 from apps.tasks.models import Task
-from apps.vdc.admin import GREEN, GREY, ORANGE, RED, badge, count_of, health_badge, number, sum_of
+from apps.vdc.admin import GREEN, GREY, ORANGE, RED, avg_of, badge, count_of, health_badge, number, sum_of
 
 CLUSTER_COLOURS = {
     ClusterStatus.HEALTHY: GREEN,
@@ -35,7 +35,7 @@ class ClusterAdmin(admin.ModelAdmin):
     form = ClusterAdminForm
     list_display = (
         "name", "vdc", "cluster_type", "status_badge", "enabled", "node_count", "gpu_count", "capacity_gpu",
-        "allocated_gpu", "running_tasks", "last_heartbeat",
+        "allocated_gpu", "card_utilisation", "running_tasks", "last_heartbeat",
     )  # fmt: skip
     list_filter = ("vdc", "cluster_type", "status", "enabled")
     search_fields = ("name", "description", "endpoint", "namespace", "vdc__name")
@@ -91,6 +91,7 @@ class ClusterAdmin(admin.ModelAdmin):
                 n_nodes=count_of(Node.objects.filter(cluster=OuterRef("pk"))),
                 n_gpus=count_of(devices),
                 cap_gpu=sum_of(devices, "gpu_model__exchange_rate"),
+                card_util=avg_of(devices, "utilization"),
                 used_gpu=sum_of(tasks, "allocated_gpu"),
                 n_running=count_of(tasks),
             )
@@ -115,6 +116,10 @@ class ClusterAdmin(admin.ModelAdmin):
     @admin.display(description="Allocated GPU-eq", ordering="used_gpu")
     def allocated_gpu(self, obj) -> str:
         return number(obj.used_gpu)
+
+    @admin.display(description="Card utilisation", ordering="card_util")
+    def card_utilisation(self, obj) -> str:
+        return f"{number(obj.card_util, 0)}%" if obj.n_gpus else "-"
 
     @admin.display(description="Running tasks", ordering="n_running")
     def running_tasks(self, obj) -> int:
@@ -172,7 +177,7 @@ class NodeAdmin(admin.ModelAdmin):
     form = NodeAdminForm
     list_display = (
         "name", "cluster", "status_badge", "health", "cpu", "memory_gib", "device_count", "capacity_gpu",
-        "last_report",
+        "card_utilisation", "last_report",
     )  # fmt: skip
     list_filter = ("cluster__vdc", "cluster", "status")
     search_fields = ("name", "cluster__name", "agent_message")
@@ -186,7 +191,11 @@ class NodeAdmin(admin.ModelAdmin):
         return (
             super()
             .get_queryset(request)
-            .annotate(n_devices=count_of(devices), cap_gpu=sum_of(devices, "gpu_model__exchange_rate"))
+            .annotate(
+                n_devices=count_of(devices),
+                cap_gpu=sum_of(devices, "gpu_model__exchange_rate"),
+                card_util=avg_of(devices, "utilization"),
+            )
         )
 
     @admin.display(description="Status", ordering="status")
@@ -200,6 +209,10 @@ class NodeAdmin(admin.ModelAdmin):
     @admin.display(description="Devices", ordering="n_devices")
     def device_count(self, obj) -> int:
         return obj.n_devices
+
+    @admin.display(description="Card utilisation", ordering="card_util")
+    def card_utilisation(self, obj) -> str:
+        return f"{number(obj.card_util, 0)}%" if obj.n_devices else "-"
 
     @admin.display(description="GPU-eq", ordering="cap_gpu")
     def capacity_gpu(self, obj) -> str:

@@ -31,16 +31,26 @@ DECIMAL = DecimalField(max_digits=20, decimal_places=4)
 GREEN, ORANGE, RED, GREY = "#2e7d32", "#ef6c00", "#c62828", "#616161"
 
 
-def sum_of(queryset: QuerySet, expression) -> Coalesce:
-    """SUM of ``expression`` over ``queryset`` (correlated through OuterRef) as a scalar subquery, 0 when empty.
+def _scalar(queryset: QuerySet, function: str, expression) -> Coalesce:
+    """``function`` (SUM, AVG) of ``expression`` over ``queryset`` (correlated through OuterRef), 0 when empty.
 
-    One subquery per column rather than Sum() over joins: two joined reverse relations would multiply
+    One scalar subquery per column rather than Sum() over joins: two joined reverse relations would multiply
     each other's rows, and the subquery keeps the changelist at one query however many rows it shows.
     """
     if isinstance(expression, str):
         expression = F(expression)
-    inner = queryset.order_by().annotate(total=Func(expression, function="SUM", output_field=DECIMAL))
-    return Coalesce(Subquery(inner.values("total"), output_field=DECIMAL), Value(ZERO), output_field=DECIMAL)
+    inner = queryset.order_by().annotate(value=Func(expression, function=function, output_field=DECIMAL))
+    return Coalesce(Subquery(inner.values("value"), output_field=DECIMAL), Value(ZERO), output_field=DECIMAL)
+
+
+def sum_of(queryset: QuerySet, expression) -> Coalesce:
+    """SUM of ``expression`` over ``queryset`` (correlated through OuterRef) as a scalar subquery."""
+    return _scalar(queryset, "SUM", expression)
+
+
+def avg_of(queryset: QuerySet, expression) -> Coalesce:
+    """AVG of ``expression`` over ``queryset`` (correlated through OuterRef) as a scalar subquery."""
+    return _scalar(queryset, "AVG", expression)
 
 
 def count_of(queryset: QuerySet) -> Coalesce:

@@ -6,7 +6,7 @@ from decimal import Decimal
 
 from django.contrib import admin
 
-from apps.clusters.models import Cluster
+from apps.clusters.models import Cluster, Device, Node
 from apps.queues.models import TaskQueue
 from apps.vdc.models import VDC, Project, ProjectQuota
 from tests.admin.conftest import admin_url
@@ -57,10 +57,15 @@ def test_vdc_caps_override_the_cluster_sum(admin_web, world):
 
 def test_cluster_columns_count_nodes_cards_and_running_tasks(admin_web, world):
     _running(world, "2")
+    Device.objects.filter(node=world.node, index__lt=2).update(utilization=90)
     row, cluster_admin = _row(admin_web, Cluster, world.cluster)
     assert (cluster_admin.node_count(row), cluster_admin.gpu_count(row)) == (1, 8)
     assert (cluster_admin.allocated_gpu(row), cluster_admin.running_tasks(row)) == ("2.00", 1)
+    assert cluster_admin.card_utilisation(row) == "22%"
     assert "Healthy" in cluster_admin.status_badge(row)
+
+    row, node_admin = _row(admin_web, Node, world.node)
+    assert (node_admin.device_count(row), node_admin.card_utilisation(row)) == (8, "22%")
 
 
 def test_queue_columns_count_waiting_demand_from_gpu_specs(admin_web, world):
