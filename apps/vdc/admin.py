@@ -13,7 +13,6 @@ from decimal import Decimal
 from django.contrib import admin
 from django.db.models import DecimalField, F, Func, IntegerField, OuterRef, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
-from django.urls import reverse
 from django.utils.html import format_html
 
 from apps.clusters.choices import SUB_HEALTHY_SCORE, UNHEALTHY_SCORE
@@ -78,13 +77,6 @@ def health_badge(score: int | None):
 
 def percent(part, whole) -> str:
     return f"{Decimal(part or 0) * 100 / Decimal(whole):.0f}%" if whole else "-"
-
-
-def change_link(obj, text: str | None = None):
-    """A link to the object's admin change page."""
-    opts = obj._meta
-    url = reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj.pk])
-    return format_html('<a href="{}">{}</a>', url, text if text is not None else str(obj))
 
 
 class ClusterInline(admin.TabularInline):
