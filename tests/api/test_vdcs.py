@@ -132,3 +132,11 @@ def test_queue_counts_waiting_and_active_tasks(world):
     TaskFactory(project=world.other_project, vdc=world.vdc, queue=world.low, status="queued")
     data = client_for(world.viewer).get(f"/api/v1/queues/{world.low.pk}/").data
     assert (data["waiting_count"], data["active_count"], data["rules"]) == (1, 1, world.low.rules)
+
+
+def test_only_one_vdc_is_the_default(world):
+    admin = client_for(world.admin)
+    response = admin.post(VDCS, {"name": "second", "is_default": True}, format="json")
+    assert response.status_code == 400 and "main" in str(response.data["is_default"][0])
+    assert admin.post(VDCS, {"name": "third", "is_default": False}, format="json").status_code == 201
+    assert admin.patch(f"{VDCS}{world.vdc.pk}/", {"is_default": True}, format="json").status_code == 200

@@ -24,6 +24,13 @@ class VDCSerializer(serializers.ModelSerializer):
             "node_scorer", "is_default", "enabled", "created_at", "updated_at",
         ]  # fmt: skip
         read_only_fields = ["created_at", "updated_at"]
+        extra_kwargs = {"is_default": {"validators": []}}  # the model's message names no VDC; validate_is_default does
+
+    def validate_is_default(self, value: bool) -> bool:
+        current = VDC.objects.filter(is_default=True).exclude(pk=getattr(self.instance, "pk", None)).first()
+        if value and current is not None:
+            raise serializers.ValidationError(f"VDC {current} is already the default; unset it there first.")
+        return value
 
 
 class ProjectSerializer(serializers.ModelSerializer):
