@@ -50,6 +50,7 @@ class NodeState:
         "tier",
         "schedulable",
         "fkey",
+        "wc",
     )
 
     def __init__(self, pos: int, node: Node, subhealthy_below: int, unhealthy_below: int):
@@ -68,6 +69,7 @@ class NodeState:
         self.schedulable = node.status == "ready" and node.health >= unhealthy_below
         self.tier = 0 if node.health >= subhealthy_below else 1
         self.fkey = None
+        self.wc: dict[str, int] = {}
 
     def whole_counts(self) -> dict[str, int]:
         """Fully free usable cards per model (0 included; a node without usable cards is model "")."""
@@ -177,62 +179,77 @@ class ClusterIndex:
 
     def _index(self, ns: NodeState) -> None:
         key = (ns.tier, ns.pos)
-        for m, k in ns.whole_counts().items():
+        ns.wc = ns.whole_counts()
+        for m, k in ns.wc.items():
             insort(self.whole[m][k], key)
         free = ns.dev_free
         for i, m in enumerate(ns.dev_model):
             if ns.dev_ok[i] and 0 < free[i] < WHOLE and m in self.shareable:
                 insort(self.partial.setdefault(m, []), (free[i], ns.dev_tier[i], ns.pos, i))
 
-    def _unindex(self, ns: NodeState) -> None:
-        key = (ns.tier, ns.pos)
-        for m, k in ns.whole_counts().items():
-            lst = self.whole[m][k]
-            del lst[bisect_left(lst, key)]
+    def _apply(self, claim: Claim, sign: int) -> None:
+        """Take (sign=+1) or give back (sign=-1) a claim, moving only the index entries that change."""
+        ns, cpu, mem, devs = claim
+        ns.free_cpu -= sign * cpu
+        ns.free_mem -= sign * mem
+        ns.fkey = None
         free = ns.dev_free
-        for i, m in enumerate(ns.dev_model):
-            if ns.dev_ok[i] and 0 < free[i] < WHOLE and m in self.shareable:
-                lst = self.partial[m]
-                del lst[bisect_left(lst, (free[i], ns.dev_tier[i], ns.pos, i))]
+        if not ns.schedulable:
+            for i, milli in devs:
+                free[i] -= sign * milli
+            return
+        delta: dict[str, int] = {}
+        for i, milli in devs:
+            old = free[i]
+            new = old - sign * milli
+            free[i] = new
+            if not ns.dev_ok[i]:
+                continue
+            m = ns.dev_model[i]
+            if m in self.shareable:
+                tier = ns.dev_tier[i]
+                if 0 < old < WHOLE:
+                    lst = self.partial[m]
+                    del lst[bisect_left(lst, (old, tier, ns.pos, i))]
+                if 0 < new < WHOLE:
+                    insort(self.partial.setdefault(m, []), (new, tier, ns.pos, i))
+            if (old == WHOLE) != (new == WHOLE):
+                delta[m] = delta.get(m, 0) + (1 if new == WHOLE else -1)
+        if delta:
+            key = (ns.tier, ns.pos)
+            wc = ns.wc
+            for m, dk in delta.items():
+                lst = self.whole[m][wc[m]]
+                del lst[bisect_left(lst, key)]
+                wc[m] += dk
+                insort(self.whole[m][wc[m]], key)
 
     def take(self, claim: Claim) -> None:
         """Allocate a claim (the caller has checked that it fits)."""
-        ns, cpu, mem, devs = claim
-        indexed = ns.schedulable
-        if indexed:
-            self._unindex(ns)
-        ns.free_cpu -= cpu
-        ns.free_mem -= mem
-        for i, milli in devs:
-            ns.dev_free[i] -= milli
-        ns.fkey = None
-        if indexed:
-            self._index(ns)
+        self._apply(claim, 1)
 
     def release(self, claim: Claim) -> None:
         """Give a claim back."""
-        ns, cpu, mem, devs = claim
-        indexed = ns.schedulable
-        if indexed:
-            self._unindex(ns)
-        ns.free_cpu += cpu
-        ns.free_mem += mem
-        for i, milli in devs:
-            ns.dev_free[i] += milli
-        ns.fkey = None
-        if indexed:
-            self._index(ns)
+        self._apply(claim, -1)
 
     # -- search ------------------------------------------------------------------------
 
-    def could_fit(self, model: str | None, cards: int, milli: int) -> bool:
-        """Cheap necessary condition: some node has the cards (or share) at all."""
+    def could_fit(self, model: str | None, cards: int, milli: int, n: int = 1) -> bool:
+        """Cheap necessary condition: there are nodes with the cards (or share) for ``n`` instances."""
         if model is None:
             return bool(self.schedulable)
         buckets = self.whole.get(model)
         if not buckets:
             return False
         need = cards if cards else 1
+        if cards and n > 1:
+            # Whole-card gangs: count how many instances the free cards could host at most.
+            slots = 0
+            for k in range(need, len(buckets)):
+                slots += len(buckets[k]) * (k // need)
+                if slots >= n:
+                    return True
+            return False
         for k in range(need, len(buckets)):
             if buckets[k]:
                 return True

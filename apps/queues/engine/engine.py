@@ -16,6 +16,8 @@ and every task still queued gets its position, estimated start and reason.
 
 from __future__ import annotations
 
+import gc
+from bisect import bisect_left, insort
 from dataclasses import replace
 
 from . import preemption
@@ -53,7 +55,13 @@ ZERO = Resources()
 
 def schedule(snapshot: Snapshot) -> Decisions:
     """Run one scheduling cycle on a snapshot and return the decisions (pure, deterministic)."""
-    return Scheduler(snapshot).cycle(snapshot.now)
+    was_enabled = gc.isenabled()
+    gc.disable()  # see Scheduler.cycle
+    try:
+        return Scheduler(snapshot).cycle(snapshot.now)
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 class ClusterView:
@@ -88,6 +96,7 @@ class Run:
         "models",
         "fresh",
         "_held",
+        "_rel",
     )
 
     def __init__(self, task, cluster_id, claims, placements, alt, started_at, window_s, rank, seq):
@@ -103,6 +112,7 @@ class Run:
         self.models = frozenset(p.gpu_model for p in placements if p.gpu_model is not None)
         self.fresh = False
         self._held = None
+        self._rel: list = []
 
     def held(self) -> list[tuple[str, float]]:
         """What the task would give back: GPU thousandths per model, or cpu cores when CPU-only."""
@@ -221,6 +231,8 @@ class Scheduler:
         self.kind_count: dict = {}
         self.total_usage = ZERO
         self.running: dict = {}
+        self.releases: dict = {}
+        self.release_total: dict = {}
         self._cycle: Cycle | None = None
         self._demands: dict = {}
         self._shapes: dict = {}
@@ -318,10 +330,29 @@ class Scheduler:
         self.seq += 1
         return run
 
+    def _track_releases(self, run: Run, sign: int) -> None:
+        """Keep the expected-end release lists of the estimator sorted as runs come and go."""
+        if sign < 0:
+            for key, entry in run._rel:
+                lst = self.releases[key]
+                del lst[bisect_left(lst, entry)]
+                self.release_total[key] -= entry[2]
+            run._rel = []
+            return
+        end = run.expected_end()
+        if end is None:
+            return
+        for key, amount in run.held():
+            entry = (end, run.seq, amount)
+            insort(self.releases.setdefault(key, []), entry)
+            self.release_total[key] = self.release_total.get(key, 0.0) + amount
+            run._rel.append((key, entry))
+
     def _charge(self, run: Run, sign: int) -> None:
         """Add (sign=+1) or remove (sign=-1) a run from every usage counter."""
         if self._cycle is not None:
             self._cycle.eligible.clear()
+        self._track_releases(run, sign)
         t = run.task
         u = run.usage()
         if sign > 0:
@@ -343,6 +374,8 @@ class Scheduler:
     def _resize_charge(self, run: Run, delta_instances: int) -> None:
         if self._cycle is not None:
             self._cycle.eligible.clear()
+        self._track_releases(run, -1)
+        self._track_releases(run, +1)
         t = run.task
         u = Resources(t.cpu * delta_instances, t.memory_gib * delta_instances, run.alt[3] * delta_instances)
         self.proj_usage[t.project_id] = plus(self.proj_usage.get(t.project_id, ZERO), u)
@@ -378,6 +411,17 @@ class Scheduler:
 
     def cycle(self, now: float) -> Decisions:
         """Run one scheduling cycle at time ``now``; the decisions are applied to this state."""
+        # A cycle allocates many small tuples but no reference cycles; with tens of thousands of
+        # live objects the cyclic collector's full passes would cost more than the cycle itself.
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._cycle_run(now)
+        finally:
+            if was_enabled:
+                gc.enable()
+
+    def _cycle_run(self, now: float) -> Decisions:
         cyc = Cycle(now)
         if self._fail_epoch != self.epoch:
             self._fail = set()
@@ -470,6 +514,7 @@ class Scheduler:
             blocked = cyc.queue_blocked.get(q.id)
             if blocked and not blocked.isdisjoint(keys):
                 self._wait(cyc, task, d, Reason.QUEUE_ORDER, "waiting behind an earlier task of its queue")
+                self._starving(cyc, cls, keys)
                 return
         if cls == LOW and cyc.hm_blocked:
             alts = tuple(a for a in alts if (a[0] or "cpu") not in cyc.hm_blocked)
@@ -508,6 +553,7 @@ class Scheduler:
                     Reason.WAITING_FOR_RESERVATION,
                     "would delay the reservation of the queue's head task",
                 )
+                self._starving(cyc, cls, keys)
                 return
         plan = preemption.plan(self, task, q, cls, d, alts, cands, cyc)
         if plan is not None:
@@ -518,13 +564,17 @@ class Scheduler:
             self._wait(cyc, task, d, Reason.INSUFFICIENT_CAPACITY, "larger than any node of the eligible clusters")
             return
         self._wait(cyc, task, d, Reason.INSUFFICIENT_CAPACITY, "not enough free capacity on eligible clusters")
-        cyc.starved |= keys
-        if cls != LOW:
-            cyc.hm_blocked |= keys
+        self._starving(cyc, cls, keys)
         if q.policy in (FIFO, DRF):
             cyc.queue_blocked.setdefault(q.id, set()).update(keys)
         elif q.policy == BACKFILL and q.id not in cyc.reservation:
             cyc.reservation[q.id] = self._reserve(d, alts, cands, cyc)
+
+    def _starving(self, cyc: Cycle, cls: str, keys: frozenset) -> None:
+        """A task waits for capacity of these kinds: elastic growth (and, for high/medium, low work) keeps off."""
+        cyc.starved |= keys
+        if cls != LOW:
+            cyc.hm_blocked |= keys
 
     def _eligible(self, task: Task, cyc: Cycle) -> list[ClusterView]:
         """Cluster filters, then the VDC's strategy order (degraded clusters last).
@@ -574,7 +624,7 @@ class Scheduler:
                 fkey = (cv.order, alt, cpu, mem, n, token)
                 if fkey in fail:
                     continue
-                if not index.could_fit(alt[0], alt[1], alt[2]):
+                if not index.could_fit(alt[0], alt[1], alt[2], d.instances):
                     fail.add(fkey)
                     continue
                 claims = self.place_gang(index, alt, cpu, mem, n, excluded)
@@ -695,7 +745,7 @@ class Scheduler:
     def _place_uncached(self, d: Demand, alts, cands):
         for cv in cands:
             for alt in alts:
-                if cv.index.could_fit(alt[0], alt[1], alt[2]):
+                if cv.index.could_fit(alt[0], alt[1], alt[2], d.instances):
                     claims = self.place_gang(cv.index, alt, d.cpu, d.memory_gib, d.instances, None)
                     if claims is not None:
                         return (cv, alt, claims)

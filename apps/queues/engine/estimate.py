@@ -28,6 +28,9 @@ UNPREDICTABLE = frozenset(
 )
 
 
+_QUEUED_SEQ = 1 << 62
+
+
 class _Pool:
     """Free capacity of one pool as a step function of time."""
 
@@ -35,7 +38,7 @@ class _Pool:
 
     def __init__(self, free: float, now: float):
         self.free = free
-        self.releases: list[tuple[float, float]] = []
+        self.releases: list[tuple[float, int, float]] = []
         self.ptr = 0
         self.cursor = now
         self.ahead = 0.0  # sum of releases not yet consumed: a quick "never" answer
@@ -48,7 +51,7 @@ class _Pool:
         j = self.ptr
         rel = self.releases
         while acc + 1e-9 < need:
-            when, amount = rel[j]
+            when, _seq, amount = rel[j]
             if when > t:
                 t = when
             acc += amount
@@ -61,7 +64,8 @@ class _Pool:
         self.cursor = t
         self.free = acc - need
         if duration is not None:
-            insort(self.releases, (t + duration, need))
+            # Queued work sorts after running work that ends at the same time.
+            insort(self.releases, (t + duration, _QUEUED_SEQ, need))
             self.ahead += need
 
 
@@ -75,30 +79,35 @@ def estimate_starts(sched, now: float, waiting: list) -> dict:
             free[m] = free.get(m, 0.0) + milli
         free["cpu"] = free.get("cpu", 0.0) + sum(max(ns.free_cpu, 0.0) for ns in cv.index.schedulable)
     pools = {k: _Pool(v, now) for k, v in free.items()}
-    for run in sched.running.values():
-        end = run.expected_end()
-        if end is None:
-            continue
-        end = max(end, now)
-        for key, amount in run.held():
-            pools.setdefault(key, _Pool(0.0, now)).releases.append((end, amount))
-    for p in pools.values():
-        p.releases.sort()
-        p.ahead = sum(a for _t, a in p.releases)
+    for key, releases in sched.releases.items():
+        pool = pools.get(key)
+        if pool is None:
+            pool = pools[key] = _Pool(0.0, now)
+        # (end, seq, amount), kept sorted by the scheduler; ends in the past count as now.
+        pool.releases = list(releases)
+        pool.ahead = sched.release_total.get(key, 0.0)
     out: dict = {}
+    needs_of: dict = {}
     for task, d, reason in waiting:
         if d is None or reason in UNPREDICTABLE:
             out[task.id] = None
             continue
+        needs = needs_of.get(d.key)
+        if needs is None:
+            needs = []
+            for model, cards, milli, _eq in d.alternatives:
+                pool = pools.get(model or "cpu")
+                if pool is not None:
+                    needs.append(
+                        (pool, d.instances * (d.cpu if model is None else (cards * WHOLE if cards else milli)))
+                    )
+            needs_of[d.key] = needs
         best = None
-        for model, cards, milli, _eq in d.alternatives:
-            key = model or "cpu"
-            pool = pools.get(key)
-            if pool is None:
+        for pool, need in needs:
+            if pool.free + pool.ahead + 1e-9 < need:
                 continue
-            need = d.instances * (d.cpu if model is None else (cards * WHOLE if cards else milli))
             t, j, acc = pool.earliest(need)
-            if t is not None and (best is None or t < best[0]):
+            if best is None or t < best[0]:
                 best = (t, j, acc, need, pool)
         if best is None:
             out[task.id] = None

@@ -22,10 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .model import CLASS_RANK, HIGH, LOW, MEDIUM, PreemptReason, Resources
-from .resources import Demand, borrowing, within_guarantee
+from .resources import WHOLE, Demand, borrowing, within_guarantee
 
 # Single-instance preemptors: how many candidate nodes are evaluated (cheapest first).
-NODE_CANDIDATES = 16
+NODE_CANDIDATES = 4
 ZERO = Resources()
 
 
@@ -40,19 +40,22 @@ class Plan:
     cost: tuple
 
 
-def _units(sched, task, q, cls: str, d: Demand, alts, cyc) -> list:
-    """All shrink / evict units that may make room for ``task``, cheapest first."""
-    pr = CLASS_RANK[cls]
-    now = cyc.now
+def _reclaim_rights(sched, task, q, d: Demand, alts) -> tuple[bool, bool]:
+    """Whether the task's project / queue stays within its guarantee with the task (may reclaim)."""
     quota = sched.quotas.get(task.project_id)
     need = d.vector(alts[0])
-    gpu = need.gpu > 0
     reclaim_p = quota is not None and within_guarantee(
         sched.proj_usage.get(task.project_id, ZERO), need, quota.guaranteed
     )
     reclaim_q = q.guaranteed_gpu > 0 and sched.queue_usage.get(q.id, 0.0) + need.gpu <= q.guaranteed_gpu + 1e-9
-    if pr == CLASS_RANK[LOW] and not reclaim_p and not reclaim_q:
-        return []
+    return reclaim_p, reclaim_q
+
+
+def _units(sched, task, q, cls: str, d: Demand, alts, cyc, reclaim_p: bool, reclaim_q: bool) -> list:
+    """All shrink / evict units that may make room for ``task``, cheapest first."""
+    pr = CLASS_RANK[cls]
+    now = cyc.now
+    gpu = alts[0][3] > 0
     units = []
     wanted = d.models
     pool, by_model = _pool(sched, cyc, pr)
@@ -147,7 +150,7 @@ class _Trial:
 
 def _fits(sched, cv, d: Demand, alts) -> bool:
     for alt in alts:
-        if cv.index.could_fit(alt[0], alt[1], alt[2]):
+        if cv.index.could_fit(alt[0], alt[1], alt[2], d.instances):
             claims = sched.place_gang(cv.index, alt, d.cpu, d.memory_gib, d.instances, None)
             if claims is not None:
                 for c in claims:
@@ -195,10 +198,21 @@ def _try(sched, cv, d: Demand, alts, units: list):
 
 def plan(sched, task, q, cls: str, d: Demand, alts, cands, cyc) -> Plan | None:
     """The cheapest feasible preemption plan for ``task`` over the candidate clusters, or None."""
-    fkey = (cls, task.project_id, q.id, d.key, alts)
+    reclaim_p, reclaim_q = _reclaim_rights(sched, task, q, d, alts)
+    if cls == LOW and not reclaim_p and not reclaim_q:
+        return None
+    # Without reclaim rights the outcome depends only on class and shape, not on who asks.
+    fkey = (
+        cls,
+        d.key,
+        alts,
+        task.project_id if reclaim_p else None,
+        q.id if reclaim_q else None,
+        task.queue_id if reclaim_q else None,
+    )
     if fkey in cyc.preempt_failed:
         return None
-    units = _units(sched, task, q, cls, d, alts, cyc)
+    units = _units(sched, task, q, cls, d, alts, cyc, reclaim_p, reclaim_q)
     best = None
     for cv in cands:
         mine = [u for u in units if u[2].cluster_id == cv.cluster.id]
@@ -211,20 +225,93 @@ def plan(sched, task, q, cls: str, d: Demand, alts, cands, cyc) -> Plan | None:
                 claims = [u[3]] if u[1] == "shrink" else u[2].claims
                 for c in claims:
                     per_node.setdefault(c[0].pos, []).append(u)
-            nodes = sorted(per_node, key=lambda pos: (per_node[pos][0][0], pos))[:NODE_CANDIDATES]
-            trials = [_dedupe(per_node[pos]) for pos in nodes]
+            nodes = [pos for pos in per_node if _node_could_fit(cv.index.by_pos[pos], per_node[pos], d, alts)]
+            nodes = sorted(nodes, key=lambda pos: (per_node[pos][0][0], pos))[:NODE_CANDIDATES]
+            trials = [(_dedupe(per_node[pos]), alts) for pos in nodes]
         else:
-            trials = [mine]
-        for trial in trials:
-            result = _try(sched, cv, d, alts, trial)
+            trials = [(_gang_subset(cv, mine, d, alt), (alt,)) for alt in alts]
+        for trial, trial_alts in trials:
+            result = _try(sched, cv, d, trial_alts, trial)
             if result is None:
                 continue
             cost, shrinks, evicted = result
             if best is None or cost < best.cost:
-                best = Plan(cv, alts, [(u[2], u[3]) for u in shrinks], [(u[2], u[1]) for u in evicted], cost)
+                best = Plan(cv, trial_alts, [(u[2], u[3]) for u in shrinks], [(u[2], u[1]) for u in evicted], cost)
+        if best is not None and best.cost[0] <= 0 and best.cost[1] <= 1:
+            # One low victim (or shrinking alone): other clusters could at most lose a little
+            # less work, which is not worth trial placements on every cluster.
+            break
     if best is None:
         cyc.preempt_failed.add(fkey)
     return best
+
+
+def _gang_subset(cv, units: list, d: Demand, alt) -> list:
+    """For a whole-card gang: the cheapest nodes to clear, one instance's room each, as one unit list.
+
+    Releasing victims one by one across the whole cluster and re-placing the gang after each
+    is quadratic; instead each node with victims is cleared locally (on a copy of its free
+    cards) just until it can host one more instance, and the cheapest such nodes are combined.
+    """
+    model, cards, _milli, _eq = alt
+    if model is None or not cards:
+        return units
+    index = cv.index
+    hosts_now = sum(len(lst) * (k // cards) for k, lst in enumerate(index.whole.get(model, ())) if k)
+    need = d.instances - hosts_now
+    per_node: dict = {}
+    for u in units:
+        for c in [u[3]] if u[1] == "shrink" else u[2].claims:
+            per_node.setdefault(c[0].pos, []).append(u)
+    options = []
+    for pos, node_units in per_node.items():
+        ns = index.by_pos[pos]
+        free = list(ns.dev_free)
+        usable = [i for i, m in enumerate(ns.dev_model) if m == model and ns.dev_ok[i]]
+        base = sum(1 for i in usable if free[i] == WHOLE) // cards
+        prefix = []
+        seen: set[int] = set()
+        for u in _dedupe(node_units):
+            prefix.append(u)
+            for c in [u[3]] if u[1] == "shrink" else u[2].claims:
+                if c[0] is ns and id(c) not in seen:
+                    seen.add(id(c))
+                    for i, milli in c[3]:
+                        free[i] += milli
+            if sum(1 for i in usable if free[i] == WHOLE) // cards > base:
+                options.append(((max(x[0] for x in prefix), len(prefix), pos), prefix))
+                break
+    options.sort(key=lambda o: o[0])
+    chosen: list = []
+    for _key, prefix in options[: max(need, 0) + 2]:
+        chosen.extend(prefix)
+    return sorted(_dedupe(chosen), key=lambda u: u[0])
+
+
+def _node_could_fit(ns, units: list, d: Demand, alts) -> bool:
+    """Upper bound without touching the index: would the task fit on ``ns`` with all units gone?"""
+    free = list(ns.dev_free)
+    cpu, mem = ns.free_cpu, ns.free_mem
+    seen: set[int] = set()
+    for _key, kind, run, claim in units:
+        for c in [claim] if kind == "shrink" else run.claims:
+            if c[0] is ns and id(c) not in seen:
+                seen.add(id(c))
+                cpu += c[1]
+                mem += c[2]
+                for i, milli in c[3]:
+                    free[i] += milli
+    if cpu + 1e-9 < d.cpu or mem + 1e-9 < d.memory_gib:
+        return False
+    for model, cards, milli, _eq in alts:
+        if model is None:
+            return True
+        ok = [f for i, f in enumerate(free) if ns.dev_model[i] == model and ns.dev_ok[i]]
+        if cards and sum(1 for f in ok if f >= 1000) >= cards:
+            return True
+        if milli and any(f >= milli for f in ok):
+            return True
+    return False
 
 
 def _dedupe(units: list) -> list:
