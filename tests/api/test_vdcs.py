@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from apps.queues.api import views as queue_views
+from apps.tasks.choices import ACTIVE, WAITING
 from apps.vdc.models import Membership, ProjectQuota
 from tests.api.base import client_for
 from tests.factories import NodeFactory, ProjectFactory, TaskFactory, UserFactory, VDCFactory
@@ -140,3 +142,7 @@ def test_only_one_vdc_is_the_default(world):
     assert response.status_code == 400 and "main" in str(response.data["is_default"][0])
     assert admin.post(VDCS, {"name": "third", "is_default": False}, format="json").status_code == 201
     assert admin.patch(f"{VDCS}{world.vdc.pk}/", {"is_default": True}, format="json").status_code == 200
+
+
+def test_queue_counts_use_the_task_status_groups():
+    assert (set(queue_views.WAITING_STATUSES), set(queue_views.ACTIVE_STATUSES)) == (set(WAITING), set(ACTIVE))

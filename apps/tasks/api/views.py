@@ -71,7 +71,7 @@ class TaskViewSet(
         return with_events(tasks) if self.action == "retrieve" else tasks
 
     def get_serializer_class(self):
-        return TaskDetailSerializer if self.action == "retrieve" else TaskSerializer
+        return TaskDetailSerializer if self.action == "retrieve" else super().get_serializer_class()
 
     def _detail(self, pk: int) -> dict:
         """The task as the detail endpoint shows it, freshly loaded with its timeline."""
