@@ -45,7 +45,7 @@ RECONCILE_AFTER = timedelta(seconds=60)
 
 def job_name(task: Task) -> str:
     """Unique per attempt, carries the task id, valid as a Kubernetes name and a Slurm job name."""
-    return f"hcs-{task.pk}-a{task.attempt}"
+    return f"hcs-{task.pk}-{task.uid.hex[:8]}-a{task.attempt}"
 
 
 def owner_labels(task: Task) -> dict[str, str]:
@@ -59,9 +59,11 @@ def job_spec(task: Task) -> JobSpec:
     gpu_model = None
     if model_name:
         m = GPUModel.objects.get(name=model_name)
+        # A Slurm site names its gres types itself; the cluster label slurm-gres.<MODEL> overrides the catalog's.
+        gres = (task.cluster.labels or {}).get(f"slurm-gres.{m.name}") or m.slurm_gres_type
         gpu_model = GPUModelSpec(
             name=m.name, vendor=m.vendor, resource_name=m.resource_name, visible_devices_env=m.visible_devices_env,
-            slurm_gres_type=m.slurm_gres_type, shareable=m.shareable,
+            slurm_gres_type=gres, shareable=m.shareable,
         )  # fmt: skip
     first = placements[0]["devices"] if placements else []
     gpus = sum(d.get("milli", 1000) for d in first) / 1000

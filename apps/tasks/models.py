@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from decimal import Decimal
 
 from django.conf import settings
@@ -41,6 +42,9 @@ class Task(models.Model):
     """
 
     name = models.CharField(max_length=128)
+    # Backend job names carry it, so ids that repeat (a reset database, two portals on one cluster) never
+    # make an idempotent submit adopt another task's job.
+    uid = models.UUIDField(default=uuid.uuid4, editable=False)
     project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="tasks")
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="tasks")
     vdc = models.ForeignKey(VDC, on_delete=models.PROTECT, related_name="tasks")
