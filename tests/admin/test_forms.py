@@ -228,3 +228,11 @@ def test_cluster_inline_on_the_vdc_is_read_only_with_links(admin_web, world):
     assert admin_url(world.cluster) in page
     assert 'name="clusters-0-name"' not in page
     assert Cluster.objects.count() == 1
+
+
+def test_credentials_unreadable_under_a_new_key_are_reported_and_replaced(admin_web, world):
+    Cluster.objects.filter(pk=world.cluster.pk).update(credentials_encrypted="gAAAAAB-not-a-valid-token")
+    assert "unreadable" in admin_web.get(admin_url(world.cluster)).content.decode()
+    assert _edit(admin_web, world.cluster, token=SECRET).status_code == 302
+    world.cluster.refresh_from_db()
+    assert world.cluster.get_credentials() == {"token": SECRET}
