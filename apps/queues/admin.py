@@ -40,6 +40,7 @@ def waiting_gpu_equivalents(queue_ids: list[int]) -> dict[int, Decimal]:
             try:
                 per_spec[spec] = equivalents(cluster_services.validate_gpu_spec(spec, gpu_catalog), gpu_catalog)
             except (ValidationError, GPUSpecError):
+                # Its model was disabled or removed since submission: nothing it asks for can be counted.
                 per_spec[spec] = ZERO
         size = row["elastic_min"] or row["instances"]
         demand[row["queue_id"]] += per_spec[spec] * size * row["n"]
