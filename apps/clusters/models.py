@@ -106,7 +106,7 @@ class Cluster(models.Model):
     :meth:`set_credentials`, read them only inside executors via :meth:`get_credentials`.
     """
 
-    vdc = models.ForeignKey(VDC, on_delete=models.PROTECT, related_name="clusters")
+    vdc = models.ForeignKey(VDC, on_delete=models.PROTECT, related_name="clusters", verbose_name="VDC")
     name = models.SlugField(max_length=64)
     description = models.TextField(blank=True)
     cluster_type = models.CharField(max_length=16, choices=ClusterType.choices)

@@ -23,7 +23,7 @@ class TaskQueue(models.Model):
     Capacities are GPU-equivalents; an empty maximum means unbounded.
     """
 
-    vdc = models.ForeignKey(VDC, on_delete=models.CASCADE, related_name="queues")
+    vdc = models.ForeignKey(VDC, on_delete=models.CASCADE, related_name="queues", verbose_name="VDC")
     name = models.SlugField(max_length=64)
     description = models.TextField(blank=True)
     priority_class = models.CharField(max_length=8, choices=PriorityClass.choices)

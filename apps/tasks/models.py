@@ -47,7 +47,7 @@ class Task(models.Model):
     uid = models.UUIDField(default=uuid.uuid4, editable=False)
     project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="tasks")
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="tasks")
-    vdc = models.ForeignKey(VDC, on_delete=models.PROTECT, related_name="tasks")
+    vdc = models.ForeignKey(VDC, on_delete=models.PROTECT, related_name="tasks", verbose_name="VDC")
     queue = models.ForeignKey(TaskQueue, on_delete=models.PROTECT, related_name="tasks")
     kind = models.CharField(max_length=16, choices=TaskKind.choices)
 

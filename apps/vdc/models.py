@@ -141,7 +141,7 @@ class ProjectQuota(models.Model):
     """
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="quotas")
-    vdc = models.ForeignKey(VDC, on_delete=models.CASCADE, related_name="quotas")
+    vdc = models.ForeignKey(VDC, on_delete=models.CASCADE, related_name="quotas", verbose_name="VDC")
     guaranteed_cpu = _quantity(default=ZERO)
     limit_cpu = _quantity(default=ZERO)
     guaranteed_memory_gib = _quantity(default=ZERO)
