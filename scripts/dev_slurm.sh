@@ -34,8 +34,8 @@ die() {
     exit 1
 }
 
-pid_alive() { # pid_alive PIDFILE -> 0 when the recorded process runs
-    [[ -s "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null
+pid_alive() { # pid_alive PIDFILE -> 0 when the recorded process runs (readable by any user)
+    [[ -s "$1" ]] && [[ -d "/proc/$(cat "$1")" ]]
 }
 
 installed() {
@@ -65,12 +65,24 @@ ensure_users() {
     fi
 }
 
+GPU_PREFIX=/dev/hcs-fake-nvidia
+
 ensure_fake_gpus() {
-    # Slurm only checks that each gres File exists; AutoDetect=off keeps it from asking NVML.
-    # Major 195 is the NVIDIA driver's; there is no driver here, so opening one fails harmlessly.
-    local i
+    # Slurm wants each gres File to exist; AutoDetect=off keeps it from asking NVML. Character
+    # devices with the NVIDIA driver's major (195) look like the real thing; there is no driver
+    # here, so opening one fails harmlessly.
+    local i j
     for i in $(seq 0 11); do
-        [[ -c /dev/hcs-fake-nvidia$i ]] || mknod -m 666 "/dev/hcs-fake-nvidia$i" c 195 "$i"
+        [[ -c $GPU_PREFIX$i ]] && continue
+        if ! mknod -m 666 "$GPU_PREFIX$i" c 195 "$i" 2>/dev/null; then
+            # Containers without CAP_MKNOD: links to /dev/null are character devices as far as
+            # Slurm can tell, so it still sets CUDA_VISIBLE_DEVICES (plain files would not do).
+            log "mknod not permitted; fake GPU devices are links to /dev/null"
+            GPU_PREFIX="$STATE_DIR/fake-gpu/nvidia"
+            mkdir -p "$STATE_DIR/fake-gpu"
+            for j in $(seq 0 11); do ln -sfn /dev/null "$GPU_PREFIX$j"; done
+            return
+        fi
     done
 }
 
@@ -138,8 +150,8 @@ EOF
 
     cat >"$ETC/gres.conf" <<EOF
 AutoDetect=off
-NodeName=${NODES[0]},${NODES[1]} Name=gpu Type=a100 File=/dev/hcs-fake-nvidia[0-7]
-NodeName=${NODES[2]},${NODES[3]} Name=gpu Type=v100 File=/dev/hcs-fake-nvidia[8-11]
+NodeName=${NODES[0]},${NODES[1]} Name=gpu Type=a100 File=${GPU_PREFIX}[0-7]
+NodeName=${NODES[2]},${NODES[3]} Name=gpu Type=v100 File=${GPU_PREFIX}[8-11]
 EOF
 
     cat >"$ETC/cgroup.conf" <<EOF
@@ -251,7 +263,7 @@ stop_pidfile() { # stop_pidfile NAME PIDFILE
 }
 
 cmd_start() {
-    [[ $EUID -eq 0 ]] || die "run as root (packages, users, device nodes, slurmd)"
+    [[ $EUID -eq 0 ]] || die "run as root or with passwordless sudo (packages, users, device nodes, slurmd)"
     mkdir -p "$LOG"
     install_packages
     ensure_users
@@ -278,6 +290,7 @@ cancel_all_jobs() {
 
 cmd_stop() {
     local node
+    [[ $EUID -eq 0 ]] || die "run as root or with passwordless sudo"
     cancel_all_jobs
     stop_pidfile slurmrestd "$RUN/slurmrestd.pid"
     for node in "${NODES[@]}"; do
@@ -311,11 +324,18 @@ cmd_status() {
     return $rc
 }
 
+# Everything but status needs root; use passwordless sudo when it is there.
+if [[ $EUID -ne 0 && "${1:-}" =~ ^(start|stop|env)$ ]] && command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+    exec sudo -n --preserve-env=HCS_SLURM_DIR,HCS_SLURM_REST_PORT,HCS_SLURM_CTLD_PORT,HCS_SLURM_SLURMD_PORT,HCS_SLURM_USER,HCS_SLURM_TOKEN_LIFESPAN,HCS_SLURM_WAIT_S \
+        "$0" "$@"
+fi
+
 case "${1:-}" in
     start) cmd_start ;;
     stop) cmd_stop ;;
     status) cmd_status ;;
     env)
+        [[ $EUID -eq 0 ]] || die "run as root or with passwordless sudo (scontrol token)"
         pid_alive "$RUN/slurmctld.pid" || die "the dev cluster is not running; use: $0 start"
         print_env
         ;;
