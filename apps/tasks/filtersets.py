@@ -28,6 +28,7 @@ class TaskFilterSet(BaseFilterSet):
         model = Task
         fields = {
             "id": ["exact", "in"],
+            "uid": ["exact"],
             "name": NAME,
             "project": ["exact", "in"],
             "owner": ["exact"],

@@ -6,7 +6,7 @@ queue, quota, permissions), so the API and the forms give the same messages.
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from rest_framework import serializers
 
 from apps.clusters.api.views import clusters_of
@@ -25,7 +25,6 @@ STATE_FIELDS = (
 )  # fmt: skip
 
 
-@extend_schema_field({"oneOf": [{"type": "integer"}, {"type": "string"}], "description": "Queue id or name"})
 class QueueField(serializers.Field):
     """A queue by id (integer) or by name (string); a name is resolved within the task's VDC by the service."""
 
@@ -47,6 +46,17 @@ class QueueField(serializers.Field):
 
     def to_representation(self, value: TaskQueue) -> int:
         return value.pk
+
+
+class QueueFieldSchema(OpenApiSerializerFieldExtension):
+    """In the schema, ``queue`` takes an id or a name in requests and answers the queue's id."""
+
+    target_class = QueueField
+
+    def map_serializer_field(self, auto_schema, direction):
+        if direction == "response":
+            return {"type": "integer"}
+        return {"oneOf": [{"type": "integer"}, {"type": "string"}], "description": "Queue id, or name within the VDC"}
 
 
 class TaskEventSerializer(serializers.ModelSerializer):

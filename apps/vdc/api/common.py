@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import ProtectedError, QuerySet
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from rest_framework import serializers, status
 from rest_framework.exceptions import APIException
 
@@ -44,7 +44,6 @@ class ModelCleanMixin:
         return attrs
 
 
-@extend_schema_field({"oneOf": [{"type": "integer"}, {"type": "string"}], "description": "Id or name"})
 class IdOrNameRelatedField(serializers.RelatedField):
     """A related object given by id (a JSON integer) or by name (a string); shown as its id.
 
@@ -99,3 +98,15 @@ class ProtectedDestroyMixin:
         except ProtectedError as exc:
             used_by = sorted({str(obj._meta.verbose_name_plural) for obj in exc.protected_objects})
             raise Conflict(f"Cannot delete {instance}: still used by {', '.join(used_by)}.")
+
+
+class IdOrNameSchema(OpenApiSerializerFieldExtension):
+    """In the schema, an id-or-name field takes an integer or a string in requests and answers an integer id."""
+
+    target_class = IdOrNameRelatedField
+    match_subclasses = True
+
+    def map_serializer_field(self, auto_schema, direction):
+        if direction == "response":
+            return {"type": "integer"}
+        return {"oneOf": [{"type": "integer"}, {"type": "string"}], "description": "An id (integer) or a name (string)"}
