@@ -19,7 +19,7 @@ from apps.vdc.api.permissions import scope_to_vdcs, visible_projects, visible_vd
 from apps.vdc.models import VDC, Project
 
 STATE_FIELDS = (
-    "status", "status_message", "queue_position", "estimated_start", "pending_reason", "pending_message",
+    "uid", "status", "status_message", "queue_position", "estimated_start", "pending_reason", "pending_message",
     "cluster", "cluster_name", "placement", "allocated_gpu", "replicas", "attempt", "window", "external_id",
     "submitted_at", "started_at", "finished_at", "updated_at",
 )  # fmt: skip
