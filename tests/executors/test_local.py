@@ -281,3 +281,37 @@ def test_processes_left_behind_by_the_command_end_with_the_job(executor, make_sp
     while Path(f"/proc/{background}").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not Path(f"/proc/{background}").exists()
+
+
+def test_dev_env_without_the_ide_installed_keeps_running_and_says_why(executor, make_spec):
+    spec = make_spec(
+        kind="dev_env",
+        command="",
+        settings={"ide": "jupyter", "port": 8899, "ide_secret": "s3cret"},
+        env={"PATH": "/nonexistent:/usr/bin:/bin"},
+    )
+    job_id = executor.submit(spec)
+
+    logs = wait_for_log(executor, job_id, "keeping the allocation")
+
+    assert "jupyter on" in logs and "port 8899" in logs
+    assert "jupyter is not installed" in logs
+    assert executor.status(job_id).phase == JobPhase.RUNNING
+    executor.stop(job_id)
+    assert executor.status(job_id).phase == JobPhase.CANCELLED
+
+
+def test_dev_env_command_replaces_the_ide_and_gets_the_ide_secret(executor, make_spec):
+    spec = make_spec(
+        kind="dev_env", command='echo "password=$PASSWORD"', settings={"ide": "vscode", "ide_secret": "pw"}
+    )
+    job_id = executor.submit(spec)
+
+    assert wait_for(executor, job_id, FINAL).phase == JobPhase.SUCCEEDED
+    assert executor.logs(job_id) == "password=pw\n"
+
+
+def test_unknown_ide_is_refused(executor, make_spec):
+    with pytest.raises(ExecutorError, match="Unknown IDE 'emacs'") as err:
+        executor.submit(make_spec(kind="dev_env", command="", settings={"ide": "emacs"}))
+    assert err.value.retryable is False

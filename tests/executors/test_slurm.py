@@ -141,6 +141,21 @@ def test_job_description_uses_the_default_partition_and_rounds_gpu_shares_up(mak
     assert body["script"].endswith("python train.py\n")
 
 
+def test_dev_env_script_starts_the_ide_with_its_secret(make_spec):
+    spec = make_spec(kind="dev_env", command="", settings={"ide": "vscode", "port": 9000, "ide_secret": "pw"})
+
+    body = offline_executor().job_description(spec)
+
+    assert "exec code-server --bind-addr 0.0.0.0:9000 --auth password" in body["script"]
+    assert body["job"]["environment"]["PASSWORD"] == "pw"
+
+
+def test_unknown_ide_is_refused_before_any_network_call(make_spec):
+    with pytest.raises(ExecutorError, match="Unknown IDE") as err:
+        offline_executor().submit(make_spec(kind="dev_env", command="", settings={"ide": "emacs"}))
+    assert err.value.retryable is False
+
+
 def test_unreachable_endpoint_is_a_retryable_error(make_spec):
     executor = offline_executor(timeout=2)
     with pytest.raises(ExecutorError, match="cannot reach slurmrestd") as err:

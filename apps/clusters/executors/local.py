@@ -83,6 +83,55 @@ def tail_lines(path: Path, tail: int) -> str:
     return "".join(lines[-tail:])
 
 
+# The same IDEs, ports and secret variables as Kubernetes dev environments:
+# name -> (default port, program, launch command, variable that carries settings["ide_secret"]).
+_IDES = {
+    "jupyter": (
+        8888,
+        "jupyter",
+        'jupyter lab --no-browser --ip=0.0.0.0 --port={port} ${{HCS_IDE_TOKEN:+--ServerApp.token="$HCS_IDE_TOKEN"}}',
+        "HCS_IDE_TOKEN",
+    ),
+    "vscode": (8080, "code-server", "code-server --bind-addr 0.0.0.0:{port} --auth password", "PASSWORD"),
+}
+_IDE_ALIASES = {"jupyterlab": "jupyter", "code-server": "vscode"}
+
+
+def _ide(spec: JobSpec) -> tuple[int, str, str, str]:
+    name = str(spec.settings.get("ide", "jupyter")).lower()
+    name = _IDE_ALIASES.get(name, name)
+    if name not in _IDES:
+        raise ExecutorError(f"Unknown IDE {name!r}: expected one of {', '.join(_IDES)}", retryable=False)
+    return _IDES[name]
+
+
+def job_command(spec: JobSpec) -> str:
+    """What a job runs: the task's command, or for a dev environment without one, its IDE.
+
+    When the IDE is not installed the log says so and the job sleeps, so the resources it holds
+    stay reserved for the session instead of the task failing.
+    """
+    if spec.kind != "dev_env" or spec.command.strip():
+        return spec.command
+    default_port, program, launch, _ = _ide(spec)
+    port = int(spec.settings.get("port", default_port))
+    return (
+        f'echo "hcs: {program} on $(hostname) port {port}"\n'
+        f"if command -v {program} >/dev/null 2>&1; then\n"
+        f"  exec {launch.format(port=port)}\n"
+        "fi\n"
+        f'echo "hcs: {program} is not installed on $(hostname); keeping the allocation for the session"\n'
+        "exec sleep infinity\n"
+    )
+
+
+def job_secrets(spec: JobSpec) -> dict[str, str]:
+    """Environment that carries a dev environment's IDE password or token, if one was set."""
+    if spec.kind != "dev_env" or not spec.settings.get("ide_secret"):
+        return {}
+    return {_ide(spec)[3]: str(spec.settings["ide_secret"])}
+
+
 class LocalExecutor(Executor):
     """Runs each job as ``/bin/sh -c command`` in its own session on this host."""
 
@@ -142,6 +191,7 @@ class LocalExecutor(Executor):
             # NVIDIA_VISIBLE_DEVICES is read by the container runtime; a bare process needs CUDA's own.
             if spec.gpu_model.vendor == "nvidia":
                 env["CUDA_VISIBLE_DEVICES"] = visible
+        env.update(job_secrets(spec))
         env.update(spec.env)
         return env
 
@@ -154,7 +204,8 @@ class LocalExecutor(Executor):
                 f"the local executor runs single-instance jobs; {spec.instances} instances requested",
                 retryable=False,
             )
-        if not spec.command.strip():
+        command = job_command(spec)
+        if not command.strip():
             raise ExecutorError("the task has no command to run", retryable=False)
         job_dir = self._job_dir(spec.name)
         try:
@@ -174,7 +225,7 @@ class LocalExecutor(Executor):
                         "-c",
                         _WRAPPER,
                         "hcs-local-job",
-                        spec.command,
+                        command,
                         str(job_dir),
                         str(spec.time_limit_s or ""),
                         str(max(1, math.ceil(self.grace_period_s))),

@@ -21,7 +21,7 @@ from pathlib import Path
 import requests
 
 from .base import Executor, ExecutorError, JobPhase, JobSpec, JobState
-from .local import tail_lines
+from .local import job_command, job_secrets, tail_lines
 
 _PHASES = {
     "PENDING": JobPhase.PENDING,
@@ -194,26 +194,9 @@ class SlurmExecutor(Executor):
             "HCS_PROJECT": spec.project,
             "HCS_OWNER": spec.owner,
         }
+        env.update(job_secrets(spec))
         env.update(spec.env)
         return env
-
-    def _ide_command(self, spec: JobSpec) -> str:
-        ide = str(spec.settings.get("ide", "jupyter")).lower()
-        port = int(spec.settings.get("port", 8888))
-        keep = 'echo "hcs: keeping the allocation so the session stays reserved"; exec sleep infinity'
-        if ide in ("code-server", "vscode"):
-            program = "code-server"
-            launch = f"exec code-server --bind-addr 0.0.0.0:{port} --auth password"
-        elif ide in ("jupyter", "jupyterlab"):
-            program = "jupyter"
-            launch = f"exec jupyter lab --no-browser --ip=0.0.0.0 --port={port}"
-        else:
-            return f'echo "hcs: unknown IDE {shlex.quote(ide)}; expected jupyter or code-server"; {keep}'
-        return (
-            f'echo "hcs: {program} on $(hostname) port {port}"\n'
-            f"if command -v {program} >/dev/null 2>&1; then\n  {launch}\nfi\n"
-            f'echo "hcs: {program} is not installed on $(hostname)"; {keep}'
-        )
 
     def _script(self, spec: JobSpec) -> str:
         """Batch script: the command once, or once per rank through srun for gang jobs."""
@@ -221,9 +204,7 @@ class SlurmExecutor(Executor):
         if spec.gpu_model is not None and spec.gpus_per_instance > 0:
             # Slurm sets CUDA_VISIBLE_DEVICES for gres gpus; vendors' runtimes read their own name.
             prelude.append(f'export {spec.gpu_model.visible_devices_env}="${{CUDA_VISIBLE_DEVICES:-}}"')
-        body = spec.command
-        if spec.kind == "dev_env":
-            body = f"{spec.command}\n{self._ide_command(spec)}" if spec.command.strip() else self._ide_command(spec)
+        body = job_command(spec)
         if spec.instances <= 1:
             lines = [*prelude, "export HCS_RANK=0 HCS_WORLD_SIZE=1", body]
             return "#!/bin/bash\n" + "\n".join(lines) + "\n"
@@ -334,12 +315,11 @@ class SlurmExecutor(Executor):
 
     def submit(self, spec: JobSpec) -> str:
         """Submit the batch job unless a live or finished job of this name exists; returns the job id."""
+        description = self.job_description(spec)  # refuses a bad spec before any network call
         for record in self._jobs():
-            if record.get("name") == spec.name and slurm_phase(str(record.get("job_state"))) not in (
-                JobPhase.CANCELLED,
-            ):
+            if record.get("name") == spec.name and slurm_phase(str(record.get("job_state"))) != JobPhase.CANCELLED:
                 return str(record["job_id"])
-        body, errors = self._call("POST", "job/submit", self.job_description(spec))
+        body, errors = self._call("POST", "job/submit", description)
         job_id = body.get("job_id")
         # Submits can carry informational entries next to a job id (e.g. "job is held").
         if not job_id:
