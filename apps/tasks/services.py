@@ -124,7 +124,7 @@ def submit_task(
     errors: dict[str, str] = {}
     if queue.priority_class == PriorityClass.MEDIUM and not task.expected_duration:
         errors["expected_duration"] = (
-            f"Queue {queue.name} is medium priority: expected an expected duration (e.g. 02:00:00), "
+            f"Queue {queue.name} is medium priority: it needs an expected duration (e.g. 02:00:00), "
             "the window the task is guaranteed for."
         )
     gpu_catalog = cluster_services.catalog()
@@ -172,7 +172,7 @@ def _check_quota(task: Task, request: GPURequest, gpu_catalog) -> None:
         if need[resource] > limit:
             errors[field] = (
                 f"Expected at most the project's {resource.replace('_gib', '')} limit of {limit} in VDC {task.vdc}; "
-                f"this task needs {need[resource].normalize()}."
+                f"this task needs {need[resource].normalize():f}."
             )
     if errors:
         raise ValidationError(errors)
