@@ -23,7 +23,10 @@ from .resources import EPS, WHOLE
 FIRST_FIT = "first_fit"
 BEST_FIT = "best_fit"
 FGD = "fgd"
-NODE_SCORERS = (FIRST_FIT, BEST_FIT, FGD)
+# Classic multi-resource best fit (least cpu + memory + GPU left on the node, each as a share
+# of the node), the "BestFit" baseline of the FGD paper; O(nodes) per task, for comparisons.
+BEST_FIT_WEIGHTED = "best_fit_weighted"
+NODE_SCORERS = (FIRST_FIT, BEST_FIT, FGD, BEST_FIT_WEIGHTED)
 # Index key of nodes without usable cards, so CPU-only work finds them in bucket 0.
 NO_GPU = ""
 
@@ -70,6 +73,10 @@ class NodeState:
         self.tier = 0 if node.health >= subhealthy_below else 1
         self.fkey = None
         self.wc: dict[str, int] = {}
+
+    def free_gpu_milli(self) -> int:
+        """Unallocated capacity of the usable cards, in thousandths of a card."""
+        return sum(f for f, ok in zip(self.dev_free, self.dev_ok, strict=True) if ok)
 
     def whole_counts(self) -> dict[str, int]:
         """Fully free usable cards per model (0 included; a node without usable cards is model "")."""
@@ -146,6 +153,16 @@ def island_fit(ns: NodeState, model: str, k: int) -> bool:
             if sizes[isl] >= k:
                 return True
     return False
+
+
+def remaining_share(ns: NodeState, cpu: float, mem: float, gpu_milli: int) -> float:
+    """What a node would have left after a placement: cpu + memory + GPU, each as a share of the node."""
+    node = ns.node
+    left = (ns.free_cpu - cpu) / node.cpu if node.cpu else 0.0
+    left += (ns.free_mem - mem) / node.memory_gib if node.memory_gib else 0.0
+    if ns.dev_free:
+        left += (ns.free_gpu_milli() - gpu_milli) / (len(ns.dev_free) * WHOLE)
+    return left
 
 
 # One instance's claim on a node: (node state, cpu, memory, ((device position, milli), ...)).
@@ -292,10 +309,13 @@ class ClusterIndex:
         ``excluded`` is a set of node positions not to use (backfill reservations) or None.
         """
         model, cards, milli, _eq = alt
+        if scorer == BEST_FIT_WEIGHTED:
+            return self._find_weighted(model, cards, milli, cpu, mem, excluded)
         if model is None:
             return self._find_cpu(cpu, mem, scorer, excluded, fgd)
         if scorer == FGD and fgd is not None:
-            return self._find_fgd(model, cards, milli, cpu, mem, excluded, fgd)
+            found = self._find_fgd(model, cards, milli, cpu, mem, excluded, fgd)
+            return None if found is None else found[0]
         if cards:
             ns = self._find_whole(model, cards, cpu, mem, scorer, excluded)
             if ns is None:
@@ -303,6 +323,41 @@ class ClusterIndex:
             devs = choose_whole_devices(ns, model, cards)
             return (ns, cpu, mem, tuple((i, WHOLE) for i in devs))
         return self._find_share(model, milli, cpu, mem, scorer, excluded)
+
+    def find_best(self, alts, cpu: float, mem: float, scorer: str, excluded, fgd=None):
+        """One instance of whichever alternative (GPU model) the node scorer likes best.
+
+        Returns ``(claim, alt)`` or None. Scores: first-fit the lowest node; best-fit the
+        tightest fit (fewest whole cards, or least share, left over); FGD the least growth of
+        fragmentation. Ties keep the order of ``alts`` (cheapest card first).
+        """
+        best = None
+        best_key = None
+        for rank, alt in enumerate(alts):
+            model, cards, milli, _eq = alt
+            if scorer == FGD and fgd is not None and model is not None:
+                found = self._find_fgd(model, cards, milli, cpu, mem, excluded, fgd)
+                if found is None:
+                    continue
+                claim, key = found
+                key = (key[0], rank, *key[1:])
+            else:
+                claim = self.find(alt, cpu, mem, scorer, excluded, fgd)
+                if claim is None:
+                    continue
+                ns = claim[0]
+                if scorer == BEST_FIT_WEIGHTED:
+                    key = (ns.tier, remaining_share(ns, cpu, mem, cards * WHOLE if cards else milli), rank, ns.pos)
+                elif scorer == FIRST_FIT or model is None:
+                    key = (ns.tier, ns.pos, rank)
+                elif cards:
+                    key = (ns.tier, ns.wc.get(model, 0) - cards, rank, ns.pos)
+                else:
+                    dev = claim[3][0][0]
+                    key = (ns.tier, ns.dev_free[dev] - milli, rank, ns.pos)
+            if best_key is None or key < best_key:
+                best, best_key = (claim, alt), key
+        return best
 
     def _find_whole(self, model, k, cpu, mem, scorer, excluded) -> NodeState | None:
         buckets = self.whole.get(model)
@@ -394,8 +449,43 @@ class ClusterIndex:
                     return (best, cpu, mem, ())
         return None
 
-    def _find_fgd(self, model, cards, milli, cpu, mem, excluded, fgd) -> Claim | None:
-        """Fragmentation Gradient Descent: the choice that least increases fragmentation."""
+    def _find_weighted(self, model, cards, milli, cpu, mem, excluded) -> Claim | None:
+        best = None
+        best_key = None
+        for ns in self.schedulable:
+            if not ns.fits(cpu, mem) or (excluded is not None and ns.pos in excluded):
+                continue
+            dev = None
+            if model is not None:
+                if cards:
+                    if ns.wc.get(model, 0) < cards:
+                        continue
+                else:
+                    fitting = [
+                        (f, i)
+                        for i, f in enumerate(ns.dev_free)
+                        if ns.dev_model[i] == model and ns.dev_ok[i] and f >= milli
+                    ]
+                    if not fitting:
+                        continue
+                    dev = min(fitting)[1]
+            key = (ns.tier, remaining_share(ns, cpu, mem, cards * WHOLE if cards else milli), ns.pos)
+            if best_key is None or key < best_key:
+                best, best_key = (ns, dev), key
+        if best is None:
+            return None
+        ns, dev = best
+        if model is None:
+            return (ns, cpu, mem, ())
+        if cards:
+            return (ns, cpu, mem, tuple((i, WHOLE) for i in choose_whole_devices(ns, model, cards)))
+        return (ns, cpu, mem, ((dev, milli),))
+
+    def _find_fgd(self, model, cards, milli, cpu, mem, excluded, fgd):
+        """Fragmentation Gradient Descent: the choice that least increases fragmentation.
+
+        Returns ``(claim, key)`` with the fragmentation growth first in ``key``, or None.
+        """
         buckets = self.whole.get(model)
         if not buckets:
             return None
@@ -442,5 +532,5 @@ class ClusterIndex:
         ns, dev = best
         if cards:
             devs = choose_whole_devices(ns, model, cards)
-            return (ns, cpu, mem, tuple((i, WHOLE) for i in devs))
-        return (ns, cpu, mem, ((dev, milli),))
+            return (ns, cpu, mem, tuple((i, WHOLE) for i in devs)), best_key
+        return (ns, cpu, mem, ((dev, milli),)), best_key

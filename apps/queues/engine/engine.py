@@ -231,9 +231,11 @@ class Scheduler:
         self.kind_count: dict = {}
         self.total_usage = ZERO
         self.running: dict = {}
+        self._has_elastic = False
         self.releases: dict = {}
         self.release_total: dict = {}
         self._cycle: Cycle | None = None
+        self._fresh: list[Run] = []  # runs started in the last cycle, not preemptible in it
         self._demands: dict = {}
         self._shapes: dict = {}
         # Failed (cluster, request shape) placements stay failed until capacity is given back;
@@ -354,6 +356,8 @@ class Scheduler:
             self._cycle.eligible.clear()
         self._track_releases(run, sign)
         t = run.task
+        if t.max_replicas is not None:
+            self._has_elastic = True
         u = run.usage()
         if sign > 0:
             self.running[t.id] = run
@@ -428,8 +432,9 @@ class Scheduler:
             self._fail_epoch = self.epoch
         cyc.fail = self._fail
         self._cycle = cyc
-        for run in self.running.values():
+        for run in self._fresh:
             run.fresh = False
+        self._fresh = []
         by_queue: dict = {}
         for t in self.queued.values():
             by_queue.setdefault(t.queue_id, []).append(t)
@@ -620,6 +625,26 @@ class Scheduler:
         fail = cyc.fail
         for cv in cands:
             index = cv.index
+            if n == 1 and len(alts) > 1:
+                # One instance: the node scorer chooses among the acceptable models too.
+                viable = []
+                for alt in alts:
+                    fkey = (cv.order, alt, cpu, mem, n, token)
+                    if fkey not in fail:
+                        if index.could_fit(alt[0], alt[1], alt[2]):
+                            viable.append(alt)
+                        else:
+                            fail.add(fkey)
+                if not viable:
+                    continue
+                found = index.find_best(viable, cpu, mem, self.scorer, excluded, self.fgd)
+                if found is not None:
+                    claim, alt = found
+                    index.take(claim)
+                    return (cv, alt, [claim])
+                for alt in viable:
+                    fail.add((cv.order, alt, cpu, mem, n, token))
+                continue
             for alt in alts:
                 fkey = (cv.order, alt, cpu, mem, n, token)
                 if fkey in fail:
@@ -667,6 +692,7 @@ class Scheduler:
         run = Run(task, cv.cluster.id, list(claims), placements, alt, cyc.now, window, CLASS_RANK[cls], self.seq)
         self.seq += 1
         run.fresh = True
+        self._fresh.append(run)
         self._charge(run, +1)
         cyc.starts[task.id] = (cv.cluster.id, placements, window)
 
@@ -753,7 +779,7 @@ class Scheduler:
 
     def _grow_elastic(self, cyc: Cycle) -> None:
         """Elastic tasks grow one replica at a time into capacity no waiting task can use."""
-        runs = [r for r in self.running.values() if r.elastic_min() is not None]
+        runs = [r for r in self.running.values() if r.task.max_replicas is not None] if self._has_elastic else []
         runs.sort(key=lambda r: (-r.rank, r.started_at, r.seq))
         reserved = set()
         for _t, nodes in (v for v in cyc.reservation.values() if v is not None):

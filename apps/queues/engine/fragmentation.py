@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from .resources import EPS, WHOLE
 
 # Keep the measure cheap: the most frequent shapes carry nearly all the probability mass.
-MAX_SHAPES = 64
+MAX_SHAPES = 256
 MEMO_LIMIT = 500_000
 
 # (weight, cpu, memory GiB, GPU demand in thousandths of a card, accepted models or None)

@@ -1,0 +1,231 @@
+"""Discrete-event simulator that drives the real engine with a simulated clock.
+
+:func:`replay` feeds tasks at their arrival times into a :class:`~.engine.Scheduler`, runs a
+cycle at every event time (arrivals and finishes), applies the decisions (starts schedule a
+finish event, preemptions cancel it and the task resumes later with the work it had left,
+as with checkpointing) and reports waits, JCT, slowdown, GPU allocation, preemptions and
+fairness. :func:`inflation` is the workload-inflation experiment of Weng et al. (ATC'23):
+tasks sampled from a trace arrive one by one and never leave, until the arrived GPU demand
+reaches a multiple of the capacity; it reports the GPUs left unallocated.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from .engine import Scheduler
+from .model import (
+    HIGH,
+    LOW,
+    MEDIUM,
+    Cluster,
+    GpuModel,
+    Node,
+    ProjectQuota,
+    Queue,
+    Snapshot,
+    Task,
+    VdcSettings,
+    WorkloadShape,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SimTask:
+    """A task of a simulation: arrives at ``arrival`` and needs ``duration`` seconds of run time."""
+
+    task: Task
+    arrival: float
+    duration: float
+    gpu: float
+
+
+@dataclass
+class SimResult:
+    """What one simulation run measured."""
+
+    label: str
+    tasks: int
+    finished: int
+    wait_p50: dict = field(default_factory=dict)
+    wait_p99: dict = field(default_factory=dict)
+    avg_jct: float = 0.0
+    avg_slowdown: float = 0.0
+    gpu_allocation: float = 0.0
+    preemptions: int = 0
+    jain: float = 0.0
+    cycles: int = 0
+    wall_s: float = 0.0
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (0 for an empty list)."""
+    if not values:
+        return 0.0
+    s = sorted(values)
+    k = max(0, min(len(s) - 1, round(q / 100 * len(s) + 0.5) - 1))
+    return s[k]
+
+
+def jain(values: Iterable[float]) -> float:
+    """Jain's fairness index: 1 when all equal, 1/n when one gets everything."""
+    xs = [v for v in values]
+    if not xs or not any(xs):
+        return 0.0
+    return sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs))
+
+
+def _gpu_of(placements) -> float:
+    return sum(share.milli for p in placements for share in p.devices) / 1000
+
+
+def replay(
+    label: str,
+    nodes: Sequence[Node],
+    models: Sequence[GpuModel],
+    queues: Sequence[Queue],
+    tasks: Sequence[SimTask],
+    settings: VdcSettings = VdcSettings(),
+    quotas: Sequence[ProjectQuota] = (),
+) -> SimResult:
+    """Replay ``tasks`` on ``nodes`` through the engine; one cycle per distinct event time."""
+    wall = time.perf_counter()
+    clusters = tuple(Cluster(cid) for cid in dict.fromkeys(n.cluster_id for n in nodes))
+    t0 = min((s.arrival for s in tasks), default=0.0)
+    sched = Scheduler(
+        Snapshot(t0, clusters, tuple(nodes), tuple(models), tuple(queues), tuple(quotas), settings=settings)
+    )
+    capacity = sum(len(n.devices) for n in nodes)
+    cls = {q.id: q.priority_class for q in queues}
+    by_id = {s.task.id: s for s in tasks}
+    events: list = []
+    for i, s in enumerate(tasks):
+        heapq.heappush(events, (s.arrival, 1, i, "arrive", s.task.id, 0))
+    seq = len(tasks)
+    remaining = {s.task.id: s.duration for s in tasks}
+    version: dict = {}
+    started_at: dict = {}
+    held: dict = {}
+    first_start: dict = {}
+    finish: dict = {}
+    alloc = 0.0
+    gpu_time = 0.0
+    last = t0
+    preemptions = 0
+    cycles = 0
+    while events:
+        now = events[0][0]
+        gpu_time += alloc * (now - last)
+        last = now
+        while events and events[0][0] == now:
+            _t, _o, _s, kind, tid, ver = heapq.heappop(events)
+            if kind == "arrive":
+                sched.submit(by_id[tid].task)
+            elif version.get(tid, 0) == ver and tid in started_at:
+                sched.finish(tid)
+                alloc -= held.pop(tid)
+                del started_at[tid]
+                finish[tid] = now
+        d = sched.cycle(now)
+        cycles += 1
+        for p in d.preemptions:
+            tid = p.task_id
+            preemptions += 1
+            version[tid] = version.get(tid, 0) + 1
+            remaining[tid] -= now - started_at.pop(tid)
+            alloc -= held.pop(tid)
+        for r in d.resizes:
+            delta = _gpu_of(r.added) - _gpu_of(r.removed)
+            held[r.task_id] += delta
+            alloc += delta
+        for st in d.starts:
+            tid = st.task_id
+            started_at[tid] = now
+            first_start.setdefault(tid, now)
+            g = _gpu_of(st.placements)
+            held[tid] = g
+            alloc += g
+            seq += 1
+            heapq.heappush(events, (now + max(remaining[tid], 0.0), 0, seq, "finish", tid, version.get(tid, 0)))
+
+    res = SimResult(label, len(tasks), len(finish), preemptions=preemptions, cycles=cycles)
+    for c in (HIGH, MEDIUM, LOW):
+        waits = [first_start[t] - by_id[t].arrival for t in first_start if cls[by_id[t].task.queue_id] == c]
+        res.wait_p50[c] = percentile(waits, 50)
+        res.wait_p99[c] = percentile(waits, 99)
+    jcts = [finish[t] - by_id[t].arrival for t in finish]
+    res.avg_jct = sum(jcts) / len(jcts) if jcts else 0.0
+    slow = [(finish[t] - by_id[t].arrival) / max(by_id[t].duration, 10.0) for t in finish]
+    res.avg_slowdown = sum(slow) / len(slow) if slow else 0.0
+    horizon = last - t0
+    res.gpu_allocation = gpu_time / (capacity * horizon) if capacity and horizon > 0 else 0.0
+    # Fairness: per project, GPU-seconds of work done over GPU-seconds spent in the system.
+    done: dict = {}
+    spent: dict = {}
+    for t in finish:
+        s = by_id[t]
+        w = max(s.gpu, 0.01)
+        done[s.task.project_id] = done.get(s.task.project_id, 0.0) + s.duration * w
+        spent[s.task.project_id] = spent.get(s.task.project_id, 0.0) + (finish[t] - s.arrival) * w
+    res.jain = jain(done[p] / spent[p] for p in done if spent[p] > 0)
+    res.wall_s = time.perf_counter() - wall
+    return res
+
+
+@dataclass
+class InflationPoint:
+    """State of an inflation run when the arrived GPU demand reached ``arrived_pct`` of capacity."""
+
+    arrived_pct: float
+    arrived_gpus: float
+    allocated_gpus: float
+    unallocated_gpus: float
+    failed_tasks: int
+
+
+def inflation(
+    nodes: Sequence[Node],
+    models: Sequence[GpuModel],
+    shapes: Sequence[Task],
+    scorer: str,
+    seed: int = 0,
+    checkpoints: Sequence[float] = (0.5, 0.7, 0.8, 0.9, 1.0),
+    workload: tuple[WorkloadShape, ...] | None = None,
+) -> list[InflationPoint]:
+    """Workload inflation: sample ``shapes`` (with replacement) until demand passes capacity.
+
+    Every sampled task is offered to the engine once; a task that does not fit is dropped
+    (no queueing, no departures), as in the paper. Returns one point per checkpoint.
+    """
+    clusters = tuple(Cluster(cid) for cid in dict.fromkeys(n.cluster_id for n in nodes))
+    queue = Queue("q", HIGH)
+    settings = VdcSettings(node_scorer=scorer, fgd_workload=workload)
+    sched = Scheduler(Snapshot(0.0, clusters, tuple(nodes), tuple(models), (queue,), settings=settings))
+    capacity = sum(len(n.devices) for n in nodes)
+    rnd = random.Random(seed)
+    arrived = allocated = 0.0
+    failed = 0
+    points = []
+    marks = sorted(checkpoints)
+    i = 0
+    while marks:
+        base = rnd.choice(shapes)
+        t = Task(**{**{f: getattr(base, f) for f in Task.__slots__}, "id": i, "queue_id": "q"})
+        i += 1
+        sched.submit(t)
+        d = sched.cycle(0.0)
+        gpu = float(t.gpu.count) if t.gpu is not None else 0.0
+        arrived += gpu
+        if d.starts:
+            allocated += _gpu_of(d.starts[0].placements)
+        else:
+            sched.finish(t.id)
+            failed += 1
+        while marks and arrived >= marks[0] * capacity:
+            points.append(InflationPoint(marks[0] * 100, arrived, allocated, capacity - allocated, failed))
+            marks.pop(0)
+    return points
