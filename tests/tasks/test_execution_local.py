@@ -5,6 +5,7 @@ import time
 import pytest
 
 from apps.clusters.backends import executor_for
+from apps.clusters.executors.base import ExecutorError
 from apps.tasks import execution
 from apps.tasks.models import Task
 from apps.tasks.scheduling import run_cycle
@@ -85,3 +86,33 @@ def test_stop_of_a_running_task_stops_the_process(world, django_capture_on_commi
 def test_health_check_keeps_a_local_cluster_healthy(world):
     cluster = execution.check_cluster_health(world.cluster)
     assert cluster.status == "healthy" and cluster.missed_heartbeats == 0 and cluster.last_heartbeat
+
+
+def test_api_health_check_is_for_admins_and_updates_the_status(world):
+    from rest_framework.test import APIClient  # noqa: PLC0415
+
+    client = APIClient()
+    client.force_authenticate(world.member)
+    url = f"/api/v1/clusters/{world.cluster.pk}/health-check/"
+    assert client.post(url).status_code == 403
+    client.force_authenticate(world.admin)
+    response = client.post(url)
+    assert response.status_code == 200 and response.json()["status"] == "healthy"
+
+
+def test_three_missed_health_checks_make_a_cluster_unavailable_and_requeue_its_tasks(world, monkeypatch):
+    task = scheduled(world, "sleep 30")
+    execution.launch(task.pk, task.attempt)
+    executor = executor_for(world.cluster)
+
+    def down():
+        raise ExecutorError("base directory not writable")
+
+    monkeypatch.setattr(executor, "health", down)
+    statuses = [execution.check_cluster_health(world.cluster).status for _ in range(3)]
+    assert statuses == ["degraded", "degraded", "unavailable"]
+    task.refresh_from_db()
+    assert task.status == "preempted" and task.cluster is None
+    assert "unavailable" in task.events.get(kind="requeued").message
+    monkeypatch.undo()
+    executor.stop(task.events.get(kind="requeued").data["external_id"])

@@ -11,12 +11,15 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, mixins, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from apps.clusters.api.serializers import ClusterHealthSerializer
 from apps.clusters.api.views import clusters_of
 from apps.tasks import services
 from apps.tasks.api import stats
+from apps.tasks.execution import check_cluster_health
 from apps.tasks.api.serializers import (
     ClusterStatsSerializer,
     StopSerializer,
@@ -155,3 +158,19 @@ class ClusterJobsView(generics.ListAPIView):
     def get_queryset(self):
         cluster = get_object_or_404(clusters_of(self.request.user), pk=self.kwargs["pk"])
         return tasks_of(self.request.user).filter(cluster=cluster)
+
+
+class ClusterHealthCheckView(generics.GenericAPIView):
+    """``clusters/{id}/health-check/`` POST (platform admins): probe the backend now and update the status.
+
+    Three missed checks make a cluster unavailable, and its tasks are requeued under their class rules.
+    """
+
+    serializer_class = ClusterHealthSerializer
+    permission_classes = [IsAdminUser]
+    filter_backends: list = []
+
+    @extend_schema(request=None, responses=ClusterHealthSerializer)
+    def post(self, request: Request, pk: int) -> Response:
+        cluster = get_object_or_404(clusters_of(request.user), pk=pk)
+        return Response(ClusterHealthSerializer(check_cluster_health(cluster)).data)
