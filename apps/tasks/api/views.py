@@ -19,7 +19,6 @@ from apps.clusters.api.serializers import ClusterHealthSerializer
 from apps.clusters.api.views import clusters_of
 from apps.tasks import services
 from apps.tasks.api import stats
-from apps.tasks.execution import check_cluster_health
 from apps.tasks.api.serializers import (
     ClusterStatsSerializer,
     StopSerializer,
@@ -29,6 +28,7 @@ from apps.tasks.api.serializers import (
     VDCResourcesSerializer,
     VDCStatsSerializer,
 )
+from apps.tasks.execution import check_cluster_health
 from apps.tasks.filtersets import TaskFilterSet
 from apps.tasks.models import Task, TaskEvent
 from apps.vdc.api.common import service_errors
