@@ -404,3 +404,20 @@ def test_unknown_job_is_lost_and_delete_removes_the_output(slurm, make_spec):
 
     assert not output.exists()
     assert slurm.logs(job_id) == ""
+
+
+@pytest.mark.slurm
+def test_job_waiting_for_gpus_is_pending_with_slurms_reason(slurm, make_spec):
+    every_a100 = slurm.submit(make_spec(command="sleep 60", instances=2, gpu_model=A100, gpus_per_instance=8))
+    assert wait_for(slurm, every_a100, {JobPhase.RUNNING} | FINAL).phase == JobPhase.RUNNING
+
+    waiting = slurm.submit(make_spec(command="true", gpu_model=A100, gpus_per_instance=1))
+    deadline = time.monotonic() + 30  # the reason is set once the scheduler has looked at the job
+    while not (state := slurm.status(waiting)).message and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+    assert state.phase == JobPhase.PENDING
+    assert state.message in ("waiting: Resources", "waiting: Priority")
+    assert state.started_at is None
+    slurm.stop(every_a100)
+    assert wait_for(slurm, waiting, FINAL).phase == JobPhase.SUCCEEDED
