@@ -1,4 +1,27 @@
 """User pages: dashboard, task lists and forms, monitoring, queues."""
 
+from django.urls import path
+
+from apps.tasks import views
+
 app_name = "portal"
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.dashboard, name="dashboard"),
+    path("compute-tasks/", views.compute_tasks, name="compute-tasks"),
+    path("compute-tasks/<int:pk>/stop/", views.task_stop, name="task-stop"),
+    path("compute-tasks/<int:pk>/delete/", views.task_delete, name="task-delete"),
+    path("task-monitoring/<int:pk>/", views.task_monitoring, name="task-monitoring"),
+    path("task-monitoring/<int:pk>/logs/", views.task_logs, name="task-logs"),
+    path("task-monitoring/<int:pk>/state/", views.task_state, name="task-state"),
+    path("task-queues/", views.task_queues, name="task-queues"),
+    path("task-queues/<int:pk>/policy/", views.queue_policy, name="queue-policy"),
+    path("task-queues/<int:pk>/open/", views.queue_open, name="queue-open"),
+    *[
+        route
+        for slug in views.KIND_PAGES
+        for route in (
+            path(f"{slug}/", views.kind_list, {"slug": slug}, name=slug),
+            path(f"{slug}/new/", views.kind_create, {"slug": slug}, name=f"{slug}-new"),
+        )
+    ],
+]

@@ -1,0 +1,300 @@
+"""Forms of the user pages: one create form per task kind, and the queue admin's policy form.
+
+The forms only shape input; ``submit_task`` decides what is valid, and its per-field messages
+(the GPU spec parser's included) are put back next to the fields they are about.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from decimal import Decimal
+
+from django import forms
+from django.core.exceptions import PermissionDenied, ValidationError
+
+from apps.clusters.models import Cluster
+from apps.queues.models import TaskQueue
+from apps.tasks.choices import Framework, IDEType, TaskKind
+from apps.tasks.models import Task
+from apps.tasks.services import submit_task
+from apps.vdc.choices import QueuePolicy
+from apps.vdc.models import VDC, Project
+from apps.vdc.services import can_act
+
+ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([dhms])", re.IGNORECASE)
+CLOCK = re.compile(r"^(?:(\d+)\s+)?(\d+):(\d{1,2})(?::(\d{1,2}))?$")
+UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+class DurationInput(forms.CharField):
+    """A duration written as ``2h``, ``1h30m``, ``90m`` or ``HH:MM[:SS]`` (``D HH:MM:SS`` for days)."""
+
+    def to_python(self, value) -> timedelta | None:
+        text = (super().to_python(value) or "").strip()
+        if not text:
+            return None
+        clock = CLOCK.match(text)
+        if clock:
+            days, hours, minutes, seconds = (int(g or 0) for g in clock.groups())
+            if minutes > 59 or seconds > 59:
+                raise ValidationError(f"Expected minutes and seconds below 60, got {text!r}.")
+            return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+        parts = DURATION_PART.findall(text)
+        if not parts or DURATION_PART.sub("", text).strip():
+            raise ValidationError(f"Expected a duration like 2h, 1h30m, 90m or 02:00:00, got {text!r}.")
+        seconds = sum(Decimal(n) * UNIT_SECONDS[unit.lower()] for n, unit in parts)
+        return timedelta(seconds=float(seconds))
+
+    def prepare_value(self, value):
+        if isinstance(value, timedelta):
+            total = int(value.total_seconds())
+            return f"{total // 3600:02d}:{total % 3600 // 60:02d}:{total % 60:02d}"
+        return value
+
+
+def parse_env(text: str) -> dict[str, str]:
+    """``KEY=VALUE`` lines into a dict; blank lines and ``#`` comments are skipped."""
+    env: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        key = key.strip()
+        if not sep or not ENV_KEY.match(key):
+            raise ValidationError(f"Line {number}: expected KEY=VALUE with a name like EPOCHS, got {line!r}.")
+        env[key] = value.strip()
+    return env
+
+
+def parse_volumes(text: str) -> list[dict]:
+    """``SOURCE:/mount/path[:ro]`` lines: a SOURCE starting with / is a host path, else a volume claim name."""
+    volumes = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split(":")
+        read_only = len(parts) == 3 and parts[2] == "ro"
+        if len(parts) not in (2, 3) or (len(parts) == 3 and not read_only) or not parts[1].startswith("/"):
+            raise ValidationError(
+                f"Line {number}: expected SOURCE:/mount/path or SOURCE:/mount/path:ro "
+                f"(SOURCE a /host/path or a volume claim name), got {line!r}."
+            )
+        source, mount = parts[0].strip(), parts[1].strip()
+        if not source:
+            raise ValidationError(f"Line {number}: expected a source before the colon, got {line!r}.")
+        volume = {"name": f"vol-{len(volumes) + 1}", "mount_path": mount, "read_only": read_only}
+        volume["host_path" if source.startswith("/") else "claim_name"] = source
+        volumes.append(volume)
+    return volumes
+
+
+class QueueChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, obj: TaskQueue) -> str:
+        closed = " - closed" if not obj.is_open else ""
+        return f"{obj.vdc.name} / {obj.name} ({obj.get_priority_class_display().lower()}, {obj.policy}){closed}"
+
+
+class ClusterChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, obj: Cluster) -> str:
+        return f"{obj.vdc.name} / {obj.name} ({obj.get_cluster_type_display()})"
+
+
+class TaskForm(forms.Form):
+    """Fields every kind shares; subclasses add their kind's settings and name the page's sections."""
+
+    task_kind: str = ""
+    kind_fields: tuple[str, ...] = ()
+    kind_title = "Settings"
+    basic_fields: tuple[str, ...] = ("name", "project")
+    scheduling_fields = (
+        "vdc", "preferred_cluster", "queue", "preemptible", "expected_duration", "gpu_spec", "cpu", "memory_gib",
+        "instances",
+    )  # fmt: skip
+    advanced_fields = ("command", "env", "volumes")
+
+    name = forms.CharField(max_length=128)
+    project = forms.ModelChoiceField(queryset=Project.objects.none())
+    vdc = forms.ModelChoiceField(queryset=VDC.objects.none(), label="VDC (availability zone)")
+    preferred_cluster = ClusterChoiceField(
+        queryset=Cluster.objects.none(), required=False, label="Preferred cluster / pool",
+        empty_label="Any cluster of the VDC", help_text="The scheduler tries it first; any fitting cluster will do.",
+    )  # fmt: skip
+    queue = QueueChoiceField(queryset=TaskQueue.objects.none())
+    preemptible = forms.BooleanField(required=False, initial=True)
+    expected_duration = DurationInput(
+        required=False, help_text="Required for medium queues, e.g. 2h, 1h30m or 02:00:00: the guaranteed window."
+    )
+    gpu_spec = forms.CharField(
+        max_length=128, required=False, label="GPUs",
+        help_text="e.g. 1(A100), 2(A100|H100), 0.5(vgpu), 1(16G,50%), vram=16Gi,tflops-fp16=100; empty for none.",
+    )  # fmt: skip
+    cpu = forms.DecimalField(min_value=0, max_digits=8, decimal_places=2, initial=Decimal("4"), label="CPU cores")
+    memory_gib = forms.DecimalField(min_value=0, max_digits=10, decimal_places=2, initial=16, label="Memory (GiB)")
+    instances = forms.IntegerField(min_value=1, initial=1, help_text="Started all at once on one cluster (gang).")
+    image = forms.CharField(max_length=255, required=False)
+    command = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}))
+    env = forms.CharField(
+        required=False, label="Environment variables", widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="One KEY=VALUE per line.",
+    )  # fmt: skip
+    volumes = forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="One SOURCE:/mount/path[:ro] per line; SOURCE is a /host/path or a volume claim name.",
+    )  # fmt: skip
+
+    def __init__(self, *args, user, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.user = user
+        memberships = Project.objects.for_user(user).prefetch_related("memberships")
+        self.fields["project"].queryset = Project.objects.filter(pk__in=[p.pk for p in memberships if can_act(user, p)])
+        vdcs = VDC.objects.filter(enabled=True)
+        if not (user.is_staff or user.is_superuser):
+            vdcs = vdcs.filter(quotas__project__memberships__user=user).distinct()
+        self.fields["vdc"].queryset = vdcs
+        self.fields["queue"].queryset = TaskQueue.objects.filter(vdc__in=vdcs).select_related("vdc")
+        self.fields["preferred_cluster"].queryset = Cluster.objects.filter(vdc__in=vdcs, enabled=True).select_related(
+            "vdc"
+        )
+        default = VDC.default()
+        if default is not None:
+            self.fields["vdc"].initial = default.pk
+
+    def clean_env(self) -> dict[str, str]:
+        return parse_env(self.cleaned_data.get("env") or "")
+
+    def clean_volumes(self) -> list[dict]:
+        return parse_volumes(self.cleaned_data.get("volumes") or "")
+
+    def sections(self) -> list[tuple[str, list]]:
+        """(title, bound fields) in page order."""
+        return [
+            ("Basic settings", [self[f] for f in self.basic_fields]),
+            ("Resources and scheduling", [self[f] for f in self.scheduling_fields]),
+            (self.kind_title, [self[f] for f in self.kind_fields]),
+            ("Advanced", [self[f] for f in self.advanced_fields]),
+        ]
+
+    def submission_fields(self) -> dict:
+        data = self.cleaned_data
+        fields = {
+            name: data[name]
+            for name in ("name", "cpu", "memory_gib", "instances", "expected_duration", "preemptible", "image",
+                         "command", "env", "volumes", *self.kind_fields)
+            if name in data
+        }  # fmt: skip
+        fields["gpu_spec"] = (data.get("gpu_spec") or "").strip()
+        fields["kind"] = self.task_kind
+        return fields
+
+    def submit(self) -> Task | None:
+        """Submit through the service; its errors land on the form's fields (None when there were any)."""
+        data = self.cleaned_data
+        cluster = data.get("preferred_cluster")
+        if cluster is not None and cluster.vdc_id != data["vdc"].pk:
+            self.add_error("preferred_cluster", f"Expected a cluster of VDC {data['vdc']}; {cluster.name} is not.")
+            return None
+        try:
+            return submit_task(
+                self.user,
+                project=data["project"],
+                queue=data["queue"],
+                vdc=data["vdc"],
+                preferred_clusters=[cluster] if cluster else (),
+                **self.submission_fields(),
+            )
+        except PermissionDenied as exc:
+            self.add_error("project", str(exc))
+        except ValidationError as exc:
+            for field, messages in exc.message_dict.items():
+                target = field if field in self.fields else None
+                self.add_error(target, messages if target else [f"{field}: {m}" for m in messages])
+        return None
+
+
+class DevEnvForm(TaskForm):
+    task_kind = TaskKind.DEV_ENV
+    kind_title = "Development environment"
+    basic_fields = ("name", "project", "ide_type", "image")
+    kind_fields = ()
+
+    ide_type = forms.ChoiceField(choices=IDEType.choices, label="IDE type")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["image"].required = True
+        self.fields["image"].initial = "jupyter/pytorch-notebook:latest"
+        self.fields["instances"].widget = forms.HiddenInput()
+
+    def sections(self) -> list[tuple[str, list]]:
+        return [s for s in super().sections() if s[1]]
+
+    def submission_fields(self) -> dict:
+        return {**super().submission_fields(), "ide_type": self.cleaned_data["ide_type"]}
+
+
+class TrainingForm(TaskForm):
+    task_kind = TaskKind.TRAINING
+    kind_title = "Training settings"
+    basic_fields = ("name", "project", "kind", "framework", "model_path", "image")
+    kind_fields = ("epochs", "batch_size", "checkpoint_path", "max_retries")
+
+    kind = forms.ChoiceField(
+        choices=[(TaskKind.TRAINING, TaskKind.TRAINING.label), (TaskKind.FINE_TUNING, TaskKind.FINE_TUNING.label)],
+        label="Job type",
+    )
+    framework = forms.ChoiceField(choices=Framework.choices)
+    model_path = forms.CharField(max_length=255, required=False, help_text="e.g. /models/llama-7b or s3://bucket/m")
+    epochs = forms.IntegerField(min_value=1, required=False)
+    batch_size = forms.IntegerField(min_value=1, required=False)
+    checkpoint_path = forms.CharField(max_length=255, required=False, help_text="Checkpoints are saved here.")
+    max_retries = forms.IntegerField(min_value=0, max_value=20, initial=0, label="Retries on failure")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["instances"].help_text = "Distributed ranks (DDP), started all at once on one cluster."
+
+    def submission_fields(self) -> dict:
+        data = self.cleaned_data
+        extra = {"kind": data["kind"], "framework": data["framework"], "model_path": data.get("model_path", "")}
+        return {**super().submission_fields(), **extra}
+
+
+class InferenceForm(TaskForm):
+    task_kind = TaskKind.INFERENCE
+    kind_title = "Inference settings"
+    basic_fields = ("name", "project", "model_path", "port", "image")
+    kind_fields = (
+        "max_tokens", "temperature", "autoscale_min", "autoscale_max", "autoscale_cpu_percent",
+        "autoscale_gpu_percent",
+    )  # fmt: skip
+
+    model_path = forms.CharField(max_length=255, help_text="e.g. /models/qwen-7b-chat")
+    port = forms.IntegerField(min_value=1, max_value=65535, initial=8000, label="API port")
+    max_tokens = forms.IntegerField(min_value=1, required=False, initial=2048)
+    temperature = forms.DecimalField(min_value=0, max_value=2, decimal_places=2, required=False, initial="0.7")
+    autoscale_min = forms.IntegerField(min_value=1, required=False, label="Autoscaling: min replicas")
+    autoscale_max = forms.IntegerField(min_value=1, required=False, label="Autoscaling: max replicas")
+    autoscale_cpu_percent = forms.IntegerField(
+        min_value=1, max_value=100, required=False, label="Autoscaling: target CPU %"
+    )
+    autoscale_gpu_percent = forms.IntegerField(
+        min_value=1, max_value=100, required=False, label="Autoscaling: target GPU %"
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["instances"].label = "Replicas"
+        self.fields["instances"].help_text = "Instances behind the service (load balanced)."
+        self.fields["image"].initial = "vllm/vllm-openai:latest"
+
+    def submission_fields(self) -> dict:
+        data = self.cleaned_data
+        return {**super().submission_fields(), "model_path": data["model_path"], "port": data["port"]}
+
+
+class QueuePolicyForm(forms.Form):
+    policy = forms.ChoiceField(choices=QueuePolicy.choices)

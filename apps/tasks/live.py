@@ -1,0 +1,131 @@
+"""Live updates: the group names of the ``ws/live/`` socket and what is pushed to them.
+
+Pages subscribe to a task, a project, a queue or their own user group (``apps.tasks.consumers``).
+``push_task_changed`` is connected to ``task_changed`` (sent on commit with a task id): it loads the
+task once and sends its state to the task's, project's and owner's groups, and the queue's counts
+(never task details, since queue pages are open to every signed-in user) to the queue group.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db.models import Count, Q, Sum
+from django.utils import timezone
+from redis.exceptions import RedisError
+
+from apps.tasks.choices import ACTIVE, WAITING
+from apps.tasks.models import Task
+
+log = logging.getLogger(__name__)
+
+# The consumer's handler for every message below is ``live_message``.
+MESSAGE_TYPE = "live.message"
+
+
+def user_group(user_id: int) -> str:
+    return f"live.user.{user_id}"
+
+
+def project_group(project_id: int) -> str:
+    return f"live.project.{project_id}"
+
+
+def task_group(task_id: int) -> str:
+    return f"live.task.{task_id}"
+
+
+def queue_group(queue_id: int) -> str:
+    return f"live.queue.{queue_id}"
+
+
+def format_time(value) -> str:
+    """A time as pages show it: local date and minute."""
+    return timezone.localtime(value).strftime("%Y-%m-%d %H:%M") if value else ""
+
+
+def status_summary(task: Task) -> str:
+    """One line on where the task stands, e.g. "queued, position 3, estimated start 2025-01-01 10:00"."""
+    if task.status in WAITING:
+        parts = [task.get_status_display().lower()]
+        if task.queue_position:
+            parts.append(f"position {task.queue_position}")
+            start = format_time(task.estimated_start)
+            parts.append(f"estimated start {start}" if start else "estimated start unknown")
+        else:
+            parts.append("waiting for the next scheduling cycle")
+        return ", ".join(parts)
+    if task.status in ACTIVE:
+        where = task.cluster.name if task.cluster_id and task.cluster else ""
+        nodes = ", ".join(n for n in task.node_names if n)
+        place = f" on {where}" + (f" ({nodes})" if nodes else "") if where else ""
+        return f"{task.get_status_display().lower()}{place}"
+    return task.get_status_display().lower()
+
+
+def task_payload(task: Task) -> dict:
+    """What pages need to redraw a task's status cells (JSON-safe)."""
+    return {
+        "type": "task",
+        "id": task.pk,
+        "project": task.project_id,
+        "status": task.status,
+        "status_display": task.get_status_display(),
+        "summary": status_summary(task),
+        "queue_position": task.queue_position,
+        "estimated_start": task.estimated_start.isoformat() if task.estimated_start else None,
+        "estimated_start_display": format_time(task.estimated_start),
+        "pending_reason": task.pending_reason,
+        "pending_message": task.pending_message,
+        "status_message": task.status_message,
+        "cluster": task.cluster.name if task.cluster_id and task.cluster else "",
+        "nodes": [n for n in task.node_names if n],
+        "is_final": task.is_final,
+    }
+
+
+def queue_counts(queue_ids) -> dict[int, dict]:
+    """Waiting / running task counts and GPU-equivalents in use per queue (one query)."""
+    rows = (
+        Task.objects.filter(queue_id__in=queue_ids)
+        .values("queue_id")
+        .annotate(
+            waiting=Count("id", filter=Q(status__in=WAITING)),
+            running=Count("id", filter=Q(status__in=ACTIVE)),
+            gpu_in_use=Sum("allocated_gpu", filter=Q(status__in=ACTIVE)),
+        )
+        .order_by()
+    )
+    out = {qid: {"waiting": 0, "running": 0, "gpu_in_use": "0.00"} for qid in queue_ids}
+    for row in rows:
+        out[row["queue_id"]] = {
+            "waiting": row["waiting"],
+            "running": row["running"],
+            "gpu_in_use": f"{row['gpu_in_use'] or 0:.2f}",
+        }
+    return out
+
+
+def _send(group: str, payload: dict) -> None:
+    async_to_sync(get_channel_layer().group_send)(group, {"type": MESSAGE_TYPE, "payload": payload})
+
+
+def push_task_changed(sender=None, task_id: int | None = None, **kwargs) -> None:
+    """Receiver of ``task_changed``: push the task's state to its groups and its queue's counts.
+
+    A Redis outage costs live pages an update (they reload state on reconnect), never the write that
+    sent the signal.
+    """
+    task = Task.objects.select_related("cluster").filter(pk=task_id).first()
+    if task is None:
+        return
+    payload = task_payload(task)
+    counts = queue_counts([task.queue_id])[task.queue_id]
+    try:
+        for group in {task_group(task.pk), project_group(task.project_id), user_group(task.owner_id)}:
+            _send(group, payload)
+        _send(queue_group(task.queue_id), {"type": "queue", "id": task.queue_id, **counts})
+    except (RedisError, OSError) as exc:
+        log.warning("live update of task %s not sent: %s", task_id, exc)

@@ -1,0 +1,580 @@
+"""User pages: dashboard, the per-kind lists and create forms, all tasks, monitoring, queues.
+
+Every page reads through ``Task.objects.visible_to`` (outsiders get 404) and every write goes
+through a service (``submit_task``, ``stop_task``, ``delete_task``, ``set_queue_policy``,
+``set_queue_open``). Lists take a constant number of queries whatever the number of tasks.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
+from django.db.models import Count, F, QuerySet, Sum
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from apps.clusters.backends import executor_for
+from apps.clusters.executors.base import ExecutorError
+from apps.clusters.models import Cluster, Device
+from apps.queues import services as queue_services
+from apps.queues.admin import waiting_gpu_equivalents
+from apps.queues.choices import CLASS_RULES, PriorityClass
+from apps.queues.models import TaskQueue
+from apps.tasks import forms, live
+from apps.tasks.choices import ACTIVE, WAITING, EventKind, TaskKind, TaskStatus
+from apps.tasks.filtersets import TaskFilterSet
+from apps.tasks.models import Task, TaskEvent
+from apps.tasks.services import delete_task, stop_task
+from apps.vdc.models import VDC, Membership, Project, ProjectQuota
+from apps.vdc.services import WRITE_ROLES, can_act, is_platform_admin
+
+PAGE_SIZE = 50
+
+
+@dataclass(frozen=True)
+class KindPage:
+    """One of the per-kind pages of seed 001: its URL name, kinds, title and create form."""
+
+    slug: str
+    kinds: tuple[str, ...]
+    title: str
+    noun: str
+    form_class: type[forms.TaskForm]
+
+
+KIND_PAGES = {
+    "instances": KindPage("instances", (TaskKind.DEV_ENV,), "Dev environments", "dev environment", forms.DevEnvForm),
+    "training-jobs": KindPage(
+        "training-jobs", (TaskKind.TRAINING, TaskKind.FINE_TUNING), "Training jobs", "training job", forms.TrainingForm
+    ),
+    "inference-services": KindPage(
+        "inference-services", (TaskKind.INFERENCE,), "Inference services", "inference service", forms.InferenceForm
+    ),
+}
+
+
+# --- helpers shared by the pages ---------------------------------------------------------------
+
+
+def visible_tasks(user) -> QuerySet[Task]:
+    return Task.objects.visible_to(user).select_related("project", "vdc", "queue", "cluster", "owner")
+
+
+def acting_project_ids(user) -> set[int] | None:
+    """Projects where the user may stop and delete tasks; None means all (platform admins)."""
+    if is_platform_admin(user):
+        return None
+    return set(Membership.objects.filter(user=user, role__in=WRITE_ROLES).values_list("project_id", flat=True))
+
+
+def decorate(tasks, user) -> list[Task]:
+    """Attach what the rows show: the status line and whether the user may act on the task."""
+    acting = acting_project_ids(user)
+    rows = list(tasks)
+    for task in rows:
+        task.summary = live.status_summary(task)
+        task.user_can_act = acting is None or task.project_id in acting
+    return rows
+
+
+def user_vdc_ids(user) -> list[int]:
+    """VDCs whose queues and clusters the user's pages show: those of their projects' quotas (all for admins)."""
+    vdcs = VDC.objects.filter(enabled=True)
+    if not is_platform_admin(user):
+        vdcs = vdcs.filter(quotas__project__memberships__user=user)
+    return sorted(set(vdcs.values_list("pk", flat=True)))
+
+
+def device_usage(vdc_ids) -> tuple[list[dict], set[int]]:
+    """The devices of the VDCs' enabled clusters and the ids held by active tasks' placements (two queries)."""
+    devices = list(
+        Device.objects.filter(node__cluster__vdc__in=vdc_ids, node__cluster__enabled=True).values(
+            "pk", "utilization", "gpu_model__name", "gpu_model__vendor", "gpu_model__vram_gib",
+            "node__cluster_id", "node__cluster__vdc_id",
+        )
+    )  # fmt: skip
+    used: set[int] = set()
+    for placement in Task.objects.filter(vdc__in=vdc_ids, status__in=ACTIVE).values_list("placement", flat=True):
+        for instance in placement or ():
+            used.update(d.get("id") for d in instance.get("devices", ()))
+    return devices, used
+
+
+def free_by_model(devices: list[dict], used: set[int]) -> list[dict]:
+    """Per VDC and GPU model: devices in total and free now (no active task holds them)."""
+    rows: dict[tuple[int, str], dict] = {}
+    for d in devices:
+        key = (d["node__cluster__vdc_id"], d["gpu_model__name"])
+        row = rows.setdefault(
+            key,
+            {"vdc": key[0], "model": key[1], "vendor": d["gpu_model__vendor"], "vram": d["gpu_model__vram_gib"],
+             "total": 0, "free": 0},
+        )  # fmt: skip
+        row["total"] += 1
+        row["free"] += d["pk"] not in used
+    return sorted(rows.values(), key=lambda r: (r["vdc"], r["model"]))
+
+
+# --- charts: activity over the last 24 h from the event timeline ---------------------------------
+
+
+@dataclass
+class Series:
+    running: list[float]
+    waiting: list[float]
+    gpus: list[float]
+
+
+@dataclass
+class Activity:
+    times: list[datetime]
+    series: dict = field(default_factory=dict)
+
+
+def _cards(placement) -> float:
+    return sum(d.get("milli", 1000) for p in placement or () for d in p.get("devices", ())) / 1000
+
+
+def activity(tasks: QuerySet[Task], group: str | None = None, hours: int = 24, buckets: int = 48) -> Activity:
+    """Running tasks, waiting tasks and GPUs held at the end of each bucket, per ``group`` value.
+
+    Exact from the timeline: every status change is a TaskEvent with its from / to status, so a task
+    without events in the window kept its current status throughout. Three queries.
+    """
+    now = timezone.now()
+    start = now - timedelta(hours=hours)
+    step = (now - start) / buckets
+    times = [start + step * (i + 1) for i in range(buckets)]
+    key_field = group or "project_id"
+    events = TaskEvent.objects.filter(task__in=tasks, created_at__gt=start).exclude(to_status="")
+    out: dict = defaultdict(lambda: Series([0.0] * buckets, [0.0] * buckets, [0.0] * buckets))
+
+    def add(key, status: str, cards: float, first: int, last: int) -> None:
+        series = out[key if group else None]
+        for i in range(first, last):
+            if status in ACTIVE:
+                series.running[i] += 1
+                series.gpus[i] += cards
+            elif status in WAITING:
+                series.waiting[i] += 1
+
+    steady = tasks.exclude(pk__in=events.values("task_id"))
+    for row in steady.filter(status__in=WAITING).values(key_field).annotate(n=Count("id")).order_by():
+        series = out[row[key_field] if group else None]
+        for i in range(buckets):
+            series.waiting[i] += row["n"]
+    for key, status, placement in steady.filter(status__in=ACTIVE).values_list(key_field, "status", "placement"):
+        add(key, status, _cards(placement), 0, buckets)
+
+    rows = events.order_by("task_id", "created_at", "id").values_list(
+        "task_id", f"task__{key_field}", "created_at", "kind", "from_status", "to_status", "data"
+    )
+    current: dict = {}
+    for task_id, key, created_at, kind, from_status, to_status, data in rows:
+        state = current.get(task_id)
+        if state is None:
+            state = current[task_id] = {"key": key, "status": from_status, "since": 0, "cards": 0.0}
+        index = bisect.bisect_left(times, created_at)
+        add(key, state["status"], state["cards"], state["since"], index)
+        if kind == EventKind.SCHEDULED and isinstance(data, dict):
+            state["cards"] = _cards(data.get("placement"))
+        state["status"], state["since"] = to_status, index
+    for state in current.values():
+        add(state["key"], state["status"], state["cards"], state["since"], buckets)
+    return Activity(times=times, series=out)
+
+
+def svg_chart(times: list[datetime], lines: list[tuple[str, str, list[float]]], unit: str = "") -> dict:
+    """Polyline points of a small line chart (600 x 160 view box) for templates/portal/_chart.html."""
+    width, height, left, bottom, top = 600, 160, 36, 22, 8
+    peak = max((max(values, default=0) for _, _, values in lines), default=0)
+    ymax = max(1, peak)
+    ymax = int(ymax) + (1 if ymax != int(ymax) else 0)
+    n = max(len(times) - 1, 1)
+
+    def x(i: int) -> float:
+        return round(left + (width - left - 4) * i / n, 1)
+
+    def y(v: float) -> float:
+        return round(top + (height - top - bottom) * (1 - v / ymax), 1)
+
+    return {
+        "width": width,
+        "height": height,
+        "lines": [
+            {
+                "label": label,
+                "css": css,
+                "points": " ".join(f"{x(i)},{y(v)}" for i, v in enumerate(values)),
+                "last": values[-1] if values else 0,
+            }
+            for label, css, values in lines
+        ],  # fmt: skip
+        "ymax": ymax,
+        "unit": unit,
+        "y_top": y(ymax),
+        "y_mid": y(ymax / 2),
+        "y_zero": y(0),
+        "mid_label": f"{ymax / 2:g}",
+        "x_left": left,
+        "x_right": width - 4,
+        "x_mid": x(n // 2),
+        "start_label": timezone.localtime(times[0] - (times[1] - times[0])).strftime("%H:%M") if len(times) > 1 else "",
+        "mid_label_x": timezone.localtime(times[n // 2]).strftime("%H:%M") if times else "",
+        "end_label": "now",
+    }
+
+
+def activity_chart(activity_data: Activity, key=None) -> dict:
+    series = activity_data.series.get(key) or Series([0.0] * len(activity_data.times), [0.0] * len(activity_data.times),
+                                                     [0.0] * len(activity_data.times))  # fmt: skip
+    return svg_chart(
+        activity_data.times,
+        [("Running", "running", series.running), ("Waiting", "waiting", series.waiting),
+         ("GPUs held", "gpus", series.gpus)],
+    )  # fmt: skip
+
+
+# --- dashboard ------------------------------------------------------------------------------------
+
+
+@login_required
+def dashboard(request: HttpRequest) -> HttpResponse:
+    user = request.user
+    mine = decorate(
+        visible_tasks(user).filter(owner=user, status__in=(*ACTIVE, *WAITING)).order_by("-submitted_at")[:20], user
+    )
+    projects = list(Project.objects.for_user(user))
+    quotas = list(ProjectQuota.objects.filter(project__in=projects).select_related("project", "vdc"))
+    usage = {
+        (row["project_id"], row["vdc_id"]): row
+        for row in Task.objects.filter(project__in=projects, status__in=ACTIVE)
+        .values("project_id", "vdc_id")
+        .annotate(
+            cpu=Sum(F("cpu") * F("replicas")), memory=Sum(F("memory_gib") * F("replicas")), gpu=Sum("allocated_gpu"),
+            n=Count("id"),
+        )
+        .order_by()
+    }  # fmt: skip
+    quota_rows = []
+    for q in quotas:
+        used = usage.get((q.project_id, q.vdc_id), {})
+        quota_rows.append(
+            {
+                "quota": q,
+                "resources": [
+                    _meter("CPU cores", used.get("cpu"), q.guaranteed_cpu, q.limit_cpu),
+                    _meter("Memory GiB", used.get("memory"), q.guaranteed_memory_gib, q.limit_memory_gib),
+                    _meter("GPU-eq", used.get("gpu"), q.guaranteed_gpu, q.limit_gpu),
+                ],
+                "tasks": used.get("n", 0),
+            }
+        )
+    vdc_ids = user_vdc_ids(user)
+    clusters = list(
+        Cluster.objects.filter(vdc__in=vdc_ids)
+        .select_related("vdc")
+        .annotate(n_nodes=Count("nodes", distinct=True), cpu=Sum("nodes__cpu"))
+    )
+    devices, used = device_usage(vdc_ids)
+    per_cluster: dict[int, dict] = defaultdict(lambda: {"total": 0, "busy": 0, "util": []})
+    for d in devices:
+        c = per_cluster[d["node__cluster_id"]]
+        c["total"] += 1
+        c["busy"] += d["pk"] in used
+        c["util"].append(d["utilization"])
+    for c in clusters:
+        stats = per_cluster.get(c.pk, {"total": 0, "busy": 0, "util": []})
+        c.gpu_total, c.gpu_busy = stats["total"], stats["busy"]
+        c.gpu_util = round(sum(stats["util"]) / len(stats["util"])) if stats["util"] else 0
+        c.busy_percent = round(100 * c.gpu_busy / c.gpu_total) if c.gpu_total else 0
+    chart = activity_chart(activity(Task.objects.visible_to(user)))
+    return render(
+        request,
+        "portal/dashboard.html",
+        {
+            "tasks": mine,
+            "quota_rows": quota_rows,
+            "clusters": clusters,
+            "chart": chart,
+            "free_models": free_by_model(devices, used),
+            "projects": projects,
+            "nav": "dashboard",
+        },
+    )
+
+
+def _meter(label: str, used, guaranteed: Decimal, limit: Decimal) -> dict:
+    used = Decimal(used or 0)
+    percent = min(100, round(100 * used / limit)) if limit else 0
+    return {"label": label, "used": used, "guaranteed": guaranteed, "limit": limit, "percent": percent}
+
+
+# --- task lists -----------------------------------------------------------------------------------
+
+
+def _filtered_list(request: HttpRequest, base: QuerySet[Task]) -> dict:
+    """The filter choices, the filtered page of rows and the filterset (constant queries)."""
+    filterset = TaskFilterSet(request.GET or None, queryset=base)
+    queryset = filterset.qs if filterset.is_bound and filterset.is_valid() else base
+    page = Paginator(queryset.order_by("-submitted_at", "-id"), PAGE_SIZE).get_page(request.GET.get("page"))
+    page.object_list = decorate(page.object_list, request.user)
+    query = request.GET.copy()
+    query.pop("page", None)
+    vdc_ids = user_vdc_ids(request.user)
+    return {
+        "page": page,
+        "tasks": page.object_list,
+        "filterset": filterset,
+        "query": query.urlencode(),
+        "selected": {k: request.GET.get(k, "") for k in ("kind", "status", "queue", "project", "cluster", "q")},
+        "choices": {
+            "kind": TaskKind.choices,
+            "status": TaskStatus.choices,
+            "queue": [
+                (q.pk, f"{q.vdc.name} / {q.name}")
+                for q in TaskQueue.objects.filter(vdc__in=vdc_ids).select_related("vdc")
+            ],
+            "project": [(p.pk, p.name) for p in Project.objects.for_user(request.user)],
+            "cluster": [
+                (c.pk, f"{c.vdc.name} / {c.name}")
+                for c in Cluster.objects.filter(vdc__in=vdc_ids).select_related("vdc")
+            ],
+        },  # fmt: skip
+    }
+
+
+@login_required
+def compute_tasks(request: HttpRequest) -> HttpResponse:
+    context = _filtered_list(request, visible_tasks(request.user))
+    context.update(nav="compute-tasks", title="Compute tasks", show_kind_filter=True)
+    return render(request, "portal/compute_tasks.html", context)
+
+
+@login_required
+def kind_list(request: HttpRequest, slug: str) -> HttpResponse:
+    page = KIND_PAGES[slug]
+    context = _filtered_list(request, visible_tasks(request.user).filter(kind__in=page.kinds))
+    context.update(nav=slug, title=page.title, kind_page=page, show_kind_filter=len(page.kinds) > 1)
+    return render(request, "portal/kind_list.html", context)
+
+
+@login_required
+def kind_create(request: HttpRequest, slug: str) -> HttpResponse:
+    page = KIND_PAGES[slug]
+    form = page.form_class(request.POST or None, user=request.user)
+    if request.method == "POST" and form.is_valid():
+        task = form.submit()
+        if task is not None:
+            messages.success(request, f"{page.noun.capitalize()} {task.name} submitted to queue {task.queue.name}.")
+            return redirect("portal:task-monitoring", pk=task.pk)
+    vdc_ids = user_vdc_ids(request.user)
+    devices, used = device_usage(vdc_ids)
+    queues = list(TaskQueue.objects.filter(vdc__in=vdc_ids).select_related("vdc"))
+    return render(
+        request,
+        "portal/task_form.html",
+        {
+            "form": form,
+            "kind_page": page,
+            "nav": slug,
+            "queues": queues,
+            "free_models": free_by_model(devices, used),
+        },
+    )
+
+
+# --- one task -------------------------------------------------------------------------------------
+
+
+def _visible_task(request: HttpRequest, pk: int) -> Task:
+    return get_object_or_404(visible_tasks(request.user), pk=pk)
+
+
+@login_required
+def task_monitoring(request: HttpRequest, pk: int) -> HttpResponse:
+    task = _visible_task(request, pk)
+    task.summary = live.status_summary(task)
+    task.user_can_act = can_act(request.user, task.project)
+    events = list(task.events.select_related("actor"))
+    for event in events:
+        event.details = _event_details(event)
+    backend_objects, backend_error = [], ""
+    if task.external_id and task.cluster is not None:
+        try:
+            backend_objects = list(executor_for(task.cluster).status(task.external_id).objects)
+        except ExecutorError as exc:
+            backend_error = str(exc)
+    device_ids = [d.get("id") for p in task.placement or () for d in p.get("devices", ())]
+    shares = {d.get("id"): d.get("milli", 1000) / 10 for p in task.placement or () for d in p.get("devices", ())}
+    devices = Device.objects.filter(pk__in=device_ids).select_related("node", "gpu_model").order_by("node", "index")
+    devices = list(devices)
+    for device in devices:
+        device.share_percent = shares.get(device.pk, 100)
+    return render(
+        request,
+        "portal/task_monitoring.html",
+        {
+            "task": task,
+            "events": events,
+            "backend_objects": backend_objects,
+            "backend_error": backend_error,
+            "devices": devices,
+            "preferred": list(task.preferred_clusters.all()),
+            "nav": "compute-tasks",
+        },
+    )
+
+
+def _event_details(event: TaskEvent) -> list[str]:
+    """What the event's data says in words: who preempted and why, the new window, where it landed."""
+    data = event.data if isinstance(event.data, dict) else {}
+    out = []
+    if data.get("by_task"):
+        out.append(f"for task #{data['by_task']}")
+    if data.get("reason"):
+        out.append(f"reason: {str(data['reason']).replace('_', ' ')}")
+    if data.get("new_window_s") is not None:
+        out.append(f"requeued with a window of {timedelta(seconds=int(data['new_window_s']))}")
+    if data.get("placement"):
+        out.append(
+            "; ".join(
+                f"{p.get('node_name', '?')}: {p.get('gpu_model') or 'no GPU'} "
+                f"[{', '.join(str(d.get('index')) for d in p.get('devices', ()))}]"
+                for p in data["placement"]
+            )
+        )
+    if data.get("external_id"):
+        out.append(f"backend id {data['external_id']}")
+    if data.get("exit_code") is not None:
+        out.append(f"exit code {data['exit_code']}")
+    return out
+
+
+@login_required
+@require_GET
+def task_logs(request: HttpRequest, pk: int) -> JsonResponse:
+    """The tail of the task's backend log, polled by the monitoring page."""
+    task = _visible_task(request, pk)
+    body = {"status": task.status, "text": "", "note": ""}
+    if not task.external_id or task.cluster is None:
+        body["note"] = "No log yet: the task has not started on a backend."
+        return JsonResponse(body)
+    try:
+        body["text"] = executor_for(task.cluster).logs(task.external_id, tail=200)
+    except ExecutorError as exc:
+        body["note"] = f"Log unavailable: {exc}"
+    return JsonResponse(body)
+
+
+@login_required
+def task_state(request: HttpRequest, pk: int) -> JsonResponse:
+    """The task's live state as the socket pushes it (pages use it to catch up after a reconnect)."""
+    return JsonResponse(live.task_payload(_visible_task(request, pk)))
+
+
+@login_required
+@require_POST
+def task_stop(request: HttpRequest, pk: int) -> HttpResponse:
+    task = _visible_task(request, pk)
+    try:
+        stop_task(task, request.user, reason=request.POST.get("reason", "").strip()[:200])
+        messages.success(request, f"Task #{task.pk} {task.name} stopped.")
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    return redirect(_next_url(request, reverse("portal:task-monitoring", args=[task.pk])))
+
+
+@login_required
+@require_POST
+def task_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    task = _visible_task(request, pk)
+    try:
+        delete_task(task, request.user)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+        return redirect(_next_url(request, reverse("portal:task-monitoring", args=[task.pk])))
+    messages.success(request, f"Task #{pk} {task.name} deleted.")
+    return redirect(_next_url(request, reverse("portal:compute-tasks"), exclude=f"/task-monitoring/{pk}/"))
+
+
+def _next_url(request: HttpRequest, default: str, exclude: str = "") -> str:
+    """Back to the page the action came from when it is one of ours."""
+    target = request.POST.get("next", "")
+    if target.startswith("/") and not target.startswith("//") and (not exclude or not target.startswith(exclude)):
+        return target
+    return default
+
+
+# --- queues ---------------------------------------------------------------------------------------
+
+
+@login_required
+def task_queues(request: HttpRequest) -> HttpResponse:
+    user = request.user
+    vdc_ids = user_vdc_ids(user)
+    queues = list(TaskQueue.objects.filter(vdc__in=vdc_ids).select_related("vdc"))
+    ids = [q.pk for q in queues]
+    counts = live.queue_counts(ids)
+    demand = waiting_gpu_equivalents(ids)
+    history = activity(Task.objects.filter(queue__in=ids), group="queue_id")
+    for q in queues:
+        q.counts = counts[q.pk]
+        q.gpu_waiting = demand.get(q.pk, Decimal("0"))
+        q.chart = activity_chart(history, q.pk)
+    by_vdc: dict[int, list[TaskQueue]] = defaultdict(list)
+    for q in queues:
+        by_vdc[q.vdc_id].append(q)
+    return render(
+        request,
+        "portal/task_queues.html",
+        {
+            "vdcs": [(qs[0].vdc, qs) for qs in by_vdc.values()],
+            "queues": queues,
+            "is_queue_admin": is_platform_admin(user),
+            "policies": forms.QueuePolicy.choices,
+            "class_rules": [(c.value, c.label, CLASS_RULES[c]) for c in PriorityClass],
+            "nav": "task-queues",
+        },
+    )
+
+
+def _admin_queue(request: HttpRequest, pk: int) -> TaskQueue:
+    if not is_platform_admin(request.user):
+        raise PermissionDenied("Only platform admins manage queues.")
+    return get_object_or_404(TaskQueue, pk=pk)
+
+
+@login_required
+@require_POST
+def queue_policy(request: HttpRequest, pk: int) -> HttpResponse:
+    queue = _admin_queue(request, pk)
+    form = forms.QueuePolicyForm(request.POST)
+    if form.is_valid():
+        queue_services.set_queue_policy(queue, form.cleaned_data["policy"])
+        policy = queue.get_policy_display()
+        messages.success(request, f"Queue {queue} now orders by {policy}; the next scheduling cycle applies it.")
+    else:
+        messages.error(request, f"Queue {queue}: {' '.join(form.errors.get('policy', ['invalid policy']))}")
+    return redirect("portal:task-queues")
+
+
+@login_required
+@require_POST
+def queue_open(request: HttpRequest, pk: int) -> HttpResponse:
+    queue = _admin_queue(request, pk)
+    is_open = request.POST.get("open") == "1"
+    queue_services.set_queue_open(queue, is_open)
+    messages.success(request, f"Queue {queue} is {'open' if is_open else 'closed'}.")
+    return redirect("portal:task-queues")
