@@ -9,7 +9,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hcsportal.settings")
 
 app = Celery("hcsportal")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.conf.include = ["celery_app.jobs"]
+app.conf.include = ["celery_app.jobs", "celery_app.billing_jobs"]
 
 # Every entry expires before its next run, so a busy worker never works through a backlog of stale ticks.
 app.conf.beat_schedule = {
@@ -20,4 +20,10 @@ app.conf.beat_schedule = {
     },
     "status-sync": {"task": "celery_app.jobs.sync_task_statuses", "schedule": 5.0, "options": {"expires": 5}},
     "cluster-health": {"task": "celery_app.jobs.check_clusters", "schedule": 30.0, "options": {"expires": 30}},
+    "usage-metering": {"task": "celery_app.billing_jobs.meter_usage", "schedule": 60.0, "options": {"expires": 60}},
+    "monthly-invoices": {
+        "task": "celery_app.billing_jobs.generate_monthly_invoices",
+        "schedule": 3600.0,
+        "options": {"expires": 3600},
+    },
 }

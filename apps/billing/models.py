@@ -19,6 +19,10 @@ from apps.vdc.models import VDC, Project
 ZERO = Decimal("0")
 
 
+class ImmutablePeriodError(ValidationError):
+    """A change to usage, lines or totals of an issued or closed invoice."""
+
+
 def _money(**kwargs) -> models.DecimalField:
     return models.DecimalField(max_digits=14, decimal_places=4, **kwargs)
 
@@ -131,6 +135,28 @@ class Invoice(models.Model):
     def __str__(self) -> str:
         return f"{self.account.project} {self.period_start:%Y-%m-%d}..{self.period_end:%Y-%m-%d}"
 
+    def save(self, *args, **kwargs) -> None:
+        # A closed period never changes; an issued invoice may only move on to closed.
+        if self.pk:
+            stored = Invoice.objects.filter(pk=self.pk).values_list("status", "total", "period_start", "period_end")
+            stored = stored.first()
+            if stored is not None and stored[0] != InvoiceStatus.DRAFT:
+                status, total, start, end = stored
+                unchanged = (total, start, end) == (self.total, self.period_start, self.period_end)
+                closing = status == InvoiceStatus.ISSUED and self.status == InvoiceStatus.CLOSED
+                if not (unchanged and (self.status == status or closing)):
+                    raise ImmutablePeriodError(f"Invoice {self.pk} is {status}: its period is closed to changes.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        if self.is_final:
+            raise ImmutablePeriodError(f"Invoice {self.pk} is {self.status} and cannot be deleted.")
+        return super().delete(*args, **kwargs)
+
+    @property
+    def is_final(self) -> bool:
+        return self.status != InvoiceStatus.DRAFT
+
 
 class InvoiceLine(models.Model):
     """One resource's quantity and amount on an invoice."""
@@ -146,6 +172,33 @@ class InvoiceLine(models.Model):
 
     def __str__(self) -> str:
         return f"{self.invoice}: {self.resource_type} {self.quantity}"
+
+    def save(self, *args, **kwargs) -> None:
+        if Invoice.objects.filter(pk=self.invoice_id).exclude(status=InvoiceStatus.DRAFT).exists():
+            raise ImmutablePeriodError("Lines of an issued or closed invoice cannot change.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        if Invoice.objects.filter(pk=self.invoice_id).exclude(status=InvoiceStatus.DRAFT).exists():
+            raise ImmutablePeriodError("Lines of an issued or closed invoice cannot be deleted.")
+        return super().delete(*args, **kwargs)
+
+
+class UsageRecordQuerySet(models.QuerySet):
+    """Bulk updates and deletes refuse rows of an issued or closed invoice, like single saves do."""
+
+    def _locked_rows(self) -> models.QuerySet:
+        return self.filter(invoice__isnull=False).exclude(invoice__status=InvoiceStatus.DRAFT)
+
+    def update(self, **kwargs) -> int:
+        if self._locked_rows().exists():
+            raise ImmutablePeriodError("Usage on an issued or closed invoice cannot change.")
+        return super().update(**kwargs)
+
+    def delete(self):
+        if self._locked_rows().exists():
+            raise ImmutablePeriodError("Usage on an issued or closed invoice cannot be deleted.")
+        return super().delete()
 
 
 class UsageRecord(models.Model):
@@ -168,6 +221,8 @@ class UsageRecord(models.Model):
     invoice = models.ForeignKey(Invoice, null=True, blank=True, on_delete=models.PROTECT, related_name="records")
     created_at = models.DateTimeField(auto_now_add=True)
 
+    objects = UsageRecordQuerySet.as_manager()
+
     class Meta:
         ordering = ["-period_start"]
         indexes = [models.Index(fields=["project", "period_start"])]
@@ -185,6 +240,41 @@ class UsageRecord(models.Model):
 
     def __str__(self) -> str:
         return f"task {self.task_id} {self.resource_type} {self.quantity}"
+
+    def save(self, *args, **kwargs) -> None:
+        if self._on_final_invoice():
+            raise ImmutablePeriodError(f"Usage record {self.pk} is on an issued or closed invoice and cannot change.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        if self._on_final_invoice():
+            raise ImmutablePeriodError(f"Usage record {self.pk} is on an issued or closed invoice.")
+        return super().delete(*args, **kwargs)
+
+    def _on_final_invoice(self) -> bool:
+        if not self.pk:
+            return False
+        stored = UsageRecord.objects.filter(pk=self.pk).values_list("invoice__status", flat=True).first()
+        return stored not in (None, InvoiceStatus.DRAFT)
+
+
+class UsageMeter(models.Model):
+    """How far a task's usage is metered: the run (attempt) being metered and the end of its last interval.
+
+    Accrual continues from ``metered_until``, so a crash never loses an interval and a retry never repeats
+    one. ``placement`` keeps what the run held, for the final accrual after a preemption cleared the task's.
+    """
+
+    task = models.OneToOneField(Task, on_delete=models.CASCADE, related_name="meter")
+    attempt = models.PositiveIntegerField(default=0)
+    run_started_at = models.DateTimeField(null=True, blank=True)
+    metered_until = models.DateTimeField(null=True, blank=True)
+    placement = models.JSONField(default=list, blank=True)
+    closed = models.BooleanField(default=True, help_text="The run's final accrual is done")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"task {self.task_id} run {self.attempt} metered until {self.metered_until}"
 
 
 class Transaction(models.Model):
@@ -206,3 +296,16 @@ class Transaction(models.Model):
 
     def __str__(self) -> str:
         return f"{self.account}: {self.kind} {self.amount}"
+
+
+class Alert(models.Model):
+    """No table: the admin's "Alerts" entry, listing the conditions the portal evaluates (apps.billing.alerts)."""
+
+    class Meta:
+        managed = False
+        verbose_name = "alert"
+        verbose_name_plural = "alerts"
+        default_permissions = ("view",)
+
+    def __str__(self) -> str:
+        return "alerts"

@@ -1,0 +1,26 @@
+"""Final accrual on stop, finish, failure and preemption: queued for the billing worker when a task changes."""
+
+from __future__ import annotations
+
+import logging
+
+from django.dispatch import receiver
+
+from apps.tasks.signals import task_changed
+
+log = logging.getLogger(__name__)
+
+
+@receiver(task_changed, dispatch_uid="billing-accrue-on-task-change")
+def accrue_on_task_change(sender, task_id: int, **kwargs) -> None:
+    """Queue an accrual when the task runs or a run of it ended unmetered; the minute job is the safety net."""
+    from apps.billing.services import needs_accrual  # noqa: PLC0415 - models load after the app registry
+
+    if not needs_accrual(task_id):
+        return
+    from celery_app import billing_jobs  # noqa: PLC0415 - Celery is the outer layer
+
+    try:
+        billing_jobs.accrue_task.delay(task_id)
+    except Exception as exc:  # noqa: BLE001 - a broker outage only delays the accrual to the next metering pass
+        log.warning("accrual of task %s not queued (the metering job will catch up): %s", task_id, exc)

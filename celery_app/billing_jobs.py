@@ -1,0 +1,38 @@
+"""Celery jobs of billing: thin, they call apps.billing.services."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from celery_app.app import app
+
+
+@app.task(ignore_result=True)
+def meter_usage() -> None:
+    """Accrue usage of every running task and every run that ended since the last pass (beat, every minute)."""
+    from apps.billing.services import meter_usage as run  # noqa: PLC0415 - Django must be set up first
+
+    run()
+
+
+@app.task(bind=True, ignore_result=True, max_retries=3)
+def accrue_task(self, task_id: int) -> None:
+    """Accrue one task now (queued when it starts, stops, finishes or is preempted); exactly once per interval."""
+    from apps.billing.services import accrue_task as accrue  # noqa: PLC0415
+
+    try:
+        accrue(task_id)
+    except Exception as exc:  # noqa: BLE001 - retried; the metering pass accrues from the watermark anyway
+        raise self.retry(exc=exc, countdown=min(2**self.request.retries, 30))
+
+
+@app.task(ignore_result=True)
+def generate_monthly_invoices() -> None:
+    """Issue last month's invoices of every account with usage in it (idempotent per period)."""
+    from django.utils import timezone  # noqa: PLC0415
+
+    from apps.billing.services import generate_invoices, month_bounds  # noqa: PLC0415
+
+    this_month, _ = month_bounds(timezone.now())
+    last_month, _ = month_bounds(this_month - timedelta(days=1))
+    generate_invoices(last_month, this_month)
