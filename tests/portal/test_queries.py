@@ -1,0 +1,41 @@
+"""List pages take a bounded number of queries whether a project has 10 tasks or 1,000."""
+
+import factory
+import pytest
+from django.urls import reverse
+
+from apps.tasks.models import TaskEvent
+from tests.factories import TaskFactory
+
+pytestmark = pytest.mark.django_db
+
+MAX_QUERIES = {
+    "portal:compute-tasks": 9,
+    "portal:training-jobs": 9,
+    "portal:instances": 9,
+    "portal:dashboard": 14,
+    "portal:task-queues": 10,
+}
+
+
+def make_tasks(world, n):
+    statuses = ["queued", "running", "stopped", "preempted"]
+    tasks = TaskFactory.create_batch(
+        n, project=world.project, owner=world.member, vdc=world.vdc, queue=world.high,
+        status=factory.Iterator(statuses), cluster=world.cluster,
+        placement=[{"node": world.node.pk, "node_name": "gpu-node-1", "gpu_model": "A100-80G",
+                    "devices": [{"id": world.node.devices.first().pk, "index": 0, "milli": 1000}]}],
+    )  # fmt: skip
+    TaskEvent.objects.bulk_create(
+        TaskEvent(task=t, kind="submitted", to_status="queued") for t in tasks
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("n", [10, 1000])
+@pytest.mark.parametrize("name", list(MAX_QUERIES))
+def test_list_pages_have_a_bounded_query_count(client, world, django_assert_max_num_queries, name, n):
+    make_tasks(world, n)
+    client.force_login(world.member)
+    with django_assert_max_num_queries(MAX_QUERIES[name]):
+        response = client.get(reverse(name), {"status": "queued"} if name != "portal:dashboard" else {})
+    assert response.status_code == 200
