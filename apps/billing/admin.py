@@ -10,6 +10,7 @@ from django.contrib import admin
 from django.db.models import OuterRef
 from django.forms.models import BaseInlineFormSet
 
+from apps.billing.admin_actions import add_credit, generate_invoices
 from apps.billing.admin_forms import PriceRuleAdminForm
 from apps.billing.choices import InvoiceStatus
 from apps.billing.models import Account, Invoice, InvoiceLine, PriceRule, Transaction, UsageRecord
@@ -86,6 +87,7 @@ class AccountAdmin(admin.ModelAdmin):
     readonly_fields = ("balance", "available", "updated_at")
     fields = ("project", "balance", "credit_limit", "available", "currency", "enforce_budget", "updated_at")
     inlines = (InvoiceInline, TransactionInline)
+    actions = (add_credit, generate_invoices)
 
     @admin.display(description="Available")
     def available(self, obj):

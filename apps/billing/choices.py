@@ -20,3 +20,12 @@ class InvoiceStatus(models.TextChoices):
     DRAFT = "draft", "Draft"
     ISSUED = "issued", "Issued"
     CLOSED = "closed", "Closed"
+
+
+# What one unit of a usage record's quantity is, per resource.
+UNITS = {
+    ResourceType.CPU: "core-hours",
+    ResourceType.MEMORY: "GiB-hours",
+    ResourceType.GPU: "card-hours",
+    ResourceType.GPU_EQUIVALENT: "GPU-equivalent hours",
+}

@@ -21,7 +21,7 @@ from django.db.models import F, Q, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
-from apps.billing.choices import InvoiceStatus, ResourceType, TransactionKind
+from apps.billing.choices import UNITS, InvoiceStatus, ResourceType, TransactionKind
 from apps.billing.models import Account, Invoice, InvoiceLine, PriceRule, Transaction, UsageMeter, UsageRecord
 from apps.billing.pricing import ZERO, money, quantity, tiered_cost
 from apps.clusters import services as cluster_services
@@ -483,6 +483,7 @@ def usage_by_resource(project: Project, since: datetime | None = None) -> list[d
             "resource": labels.get(r["resource_type"], r["resource_type"]),
             "gpu_model": r["gpu_model__name"] or "",
             "quantity": r["quantity"],
+            "unit": UNITS[r["resource_type"]],
             "cost": r["cost"],
         }
         for r in rows
