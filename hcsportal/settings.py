@@ -192,6 +192,11 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
+# --- Monitoring ------------------------------------------------------------------------------
+# /metrics answers a request carrying "Authorization: Bearer <METRICS_TOKEN>" or coming from an allowed address.
+METRICS_TOKEN = env_str("METRICS_TOKEN")
+METRICS_ALLOWED_IPS = env_list("METRICS_ALLOWED_IPS", ["127.0.0.1", "::1"])
+
 # --- i18n, static ------------------------------------------------------------------------------
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

@@ -5,6 +5,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from apps.clusters.agent_api import AgentReportView
+from hcsportal.metrics import metrics_view
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -14,5 +15,6 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("billing/", include("apps.billing.urls")),
+    path("metrics", metrics_view, name="metrics"),
     path("", include("apps.tasks.urls")),
 ]

@@ -1,0 +1,145 @@
+"""/metrics: Prometheus text that parses and reflects a known state; token and allow-list; alerts page."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+import redis
+from django.conf import settings
+from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
+
+from apps.billing import alerts, services
+from apps.billing.models import Account, PriceRule
+from apps.clusters.models import Cluster, GPUModel
+from apps.queues import stats
+from apps.tasks.models import Task
+from apps.tasks.scheduling import run_cycle
+from apps.tasks.services import record_event, submit_task
+from tests.factories import ClusterFactory
+
+
+def clear_stats() -> None:
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    for key in client.scan_iter(stats.KEY.format(vdc="*")):
+        client.delete(key)
+
+
+@pytest.fixture
+def known_state(world):
+    """One 2 x A100 task running for an hour (4 cores, 16 GiB), one waiting for two hours, one backend error."""
+    PriceRule.objects.create(resource_type="gpu", gpu_model=GPUModel.objects.get(name="A100-80G"),
+                             price_per_hour=Decimal("10"))  # fmt: skip
+    Account.objects.create(project=world.project, balance=Decimal("100"))
+    running = submit_task(world.member, project=world.project, queue="high", kind="training", name="run",
+                          gpu_spec="2(A100)", cpu=Decimal("4"), memory_gib=Decimal("16"), command="x")  # fmt: skip
+    run_cycle(world.vdc.pk)
+    running.refresh_from_db()
+    started = timezone.now() - timedelta(hours=1)
+    Task.objects.filter(pk=running.pk).update(started_at=started, status="running")
+    services.accrue_task(running.pk, now=started + timedelta(hours=1))
+    waiting = submit_task(world.member, project=world.project, queue="medium", kind="training", name="wait",
+                          gpu_spec="8(A100)", expected_duration=timedelta(hours=1), command="x")  # fmt: skip
+    Task.objects.filter(pk=waiting.pk).update(submitted_at=timezone.now() - timedelta(hours=2))
+    failed = submit_task(world.member, project=world.project, queue="high", kind="training", name="bad",
+                         gpu_spec="", command="x")  # fmt: skip
+    Task.objects.filter(pk=failed.pk).update(status="failed", cluster=world.cluster)
+    record_event(failed, "backend_error", "slurmctld down")
+    clear_stats()  # the scheduler's own cycle above counted too
+    stats.record_cycle("main", 0.25, starts=1, preemptions=0, resizes=0, waiting=1)
+    stats.record_cycle("main", 0.75, starts=0, preemptions=2, resizes=0, waiting=1)
+    return world
+
+
+def scrape(client, **extra) -> dict[tuple[str, tuple], float]:
+    response = client.get("/metrics", **extra)
+    assert response.status_code == 200, response.content
+    assert response["Content-Type"].startswith("text/plain")
+    samples = {}
+    for family in text_string_to_metric_families(response.content.decode()):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def value(samples, name, **labels) -> float:
+    return samples[(name, tuple(sorted(labels.items())))]
+
+
+def test_metrics_reflect_a_known_state(client, known_state):
+    s = scrape(client)
+    cl = {"vdc": "main", "cluster": "local-1"}
+    assert value(s, "hcs_cluster_capacity", **cl, resource="gpu") == 8.0
+    assert value(s, "hcs_cluster_capacity", **cl, resource="cpu") == 64.0
+    assert value(s, "hcs_cluster_allocated", **cl, resource="gpu") == 2.0
+    assert value(s, "hcs_cluster_allocated", **cl, resource="cpu") == 4.0
+    assert value(s, "hcs_cluster_utilisation_ratio", **cl, resource="gpu") == 0.25
+    assert value(s, "hcs_cluster_gpu_cards", **cl) == 8
+    assert value(s, "hcs_cluster_status", **cl, status="healthy") == 1
+    assert value(s, "hcs_cluster_status", **cl, status="unavailable") == 0
+    assert value(s, "hcs_vdc_utilisation_ratio", vdc="main", resource="gpu") == 0.25
+    assert value(s, "hcs_vdc_utilisation_ratio", vdc="main", resource="memory_gib") == 16 / 512
+    assert value(s, "hcs_project_allocated", vdc="main", project="alpha", resource="gpu") == 2.0
+    assert value(s, "hcs_queue_allocated", vdc="main", queue="high", resource="gpu") == 2.0
+    assert value(s, "hcs_queue_waiting_tasks", vdc="main", queue="medium") == 1
+    assert value(s, "hcs_queue_waiting_tasks", vdc="main", queue="high") == 0
+    assert 7100 < value(s, "hcs_queue_oldest_wait_seconds", vdc="main", queue="medium") < 7300
+    assert 7100 < value(s, "hcs_queue_average_wait_seconds", vdc="main", queue="medium") < 7300
+    assert value(s, "hcs_scheduler_cycle_seconds_count", vdc="main") == 2
+    assert value(s, "hcs_scheduler_cycle_seconds_sum", vdc="main") == 1.0
+    assert value(s, "hcs_scheduler_last_cycle_seconds", vdc="main") == 0.75
+    assert value(s, "hcs_scheduler_preemptions_total", vdc="main") == 2
+    assert value(s, "hcs_backend_errors_total", vdc="main", cluster="local-1") == 1
+    assert value(s, "hcs_cost_accrued_total", vdc="main", project="alpha", resource="gpu") == 20.0
+    assert value(s, "hcs_usage_unit_hours_total", vdc="main", project="alpha", resource="cpu") == 4.0
+    assert value(s, "hcs_account_balance", project="alpha", currency="CNY") == 80.0
+    assert value(s, "hcs_scheduler_stats_up") == 1
+
+
+def test_disabled_and_unavailable_clusters(client, known_state):
+    ClusterFactory(vdc=known_state.vdc, name="down", status="unavailable")
+    Cluster.objects.filter(name="local-1").update(enabled=False)
+    s = scrape(client)
+    assert value(s, "hcs_cluster_status", vdc="main", cluster="down", status="unavailable") == 1
+    assert value(s, "hcs_cluster_capacity", vdc="main", cluster="local-1", resource="gpu") == 0
+
+
+def test_metrics_are_closed_to_other_addresses(client, world):
+    assert client.get("/metrics", REMOTE_ADDR="203.0.113.9").status_code == 403
+
+
+def test_a_bearer_token_opens_metrics_from_anywhere(client, world, settings):
+    settings.METRICS_TOKEN = "s3cret"
+    settings.METRICS_ALLOWED_IPS = []
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
+    ok = client.get("/metrics", REMOTE_ADDR="203.0.113.9", HTTP_AUTHORIZATION="Bearer s3cret")
+    assert ok.status_code == 200
+
+
+def test_allow_list_takes_networks(client, world, settings):
+    settings.METRICS_ALLOWED_IPS = ["10.0.0.0/8"]
+    assert client.get("/metrics", REMOTE_ADDR="10.1.2.3").status_code == 200
+    assert client.get("/metrics").status_code == 403
+
+
+def test_portal_alerts_match_the_rules(known_state):
+    fired = {(a.rule, a.subject) for a in alerts.evaluate()}
+    assert ("LongQueueWait", "queue medium (main)") in fired
+    assert ("LowUtilisation", "VDC main") in fired  # 2 of 8 GPU-equivalents
+    assert not any(rule == "ClusterUnavailable" for rule, _ in fired)
+    ClusterFactory(vdc=known_state.vdc, name="down", status="unavailable")
+    assert ("ClusterUnavailable", "cluster down (main)") in {(a.rule, a.subject) for a in alerts.evaluate()}
+
+
+def test_admin_alerts_page_lists_them(client, known_state):
+    client.force_login(known_state.admin)
+    index = client.get("/admin/")
+    assert b"/admin/billing/alert/" in index.content
+    page = client.get("/admin/billing/alert/")
+    assert page.status_code == 200
+    assert b"LongQueueWait" in page.content and b"LowUtilisation" in page.content
+    client.force_login(known_state.member)
+    assert client.get("/admin/billing/alert/").status_code == 302
