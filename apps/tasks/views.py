@@ -7,7 +7,6 @@ through a service (``submit_task``, ``stop_task``, ``delete_task``, ``set_queue_
 
 from __future__ import annotations
 
-import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -131,9 +130,12 @@ def free_by_model(devices: list[dict], used: set[int]) -> list[dict]:
 
 @dataclass
 class Series:
+    """Per bucket, the peak number of tasks running and waiting, and of GPUs held; ``now``: current levels."""
+
     running: list[float]
     waiting: list[float]
     gpus: list[float]
+    now: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -141,13 +143,32 @@ class Activity:
     times: list[datetime]
     series: dict = field(default_factory=dict)
 
+    def of(self, key=None) -> Series:
+        empty = [0.0] * len(self.times)
+        return self.series.get(key) or Series(empty, empty, empty, {"running": 0, "waiting": 0, "gpus": 0})
+
 
 def _cards(placement) -> float:
     return sum(d.get("milli", 1000) for p in placement or () for d in p.get("devices", ())) / 1000
 
 
+def _peaks(deltas: list[tuple[datetime, float]], start: datetime, step: timedelta, buckets: int):
+    """The highest level each bucket reaches, stepping through +n / -n changes in time order; and the last level."""
+    deltas.sort(key=lambda d: (d[0], d[1]))  # at one instant, leaving counts before arriving
+    peaks, level, i = [], 0.0, 0
+    for b in range(buckets):
+        end = start + step * (b + 1)
+        peak = level
+        while i < len(deltas) and deltas[i][0] <= end:
+            level += deltas[i][1]
+            peak = max(peak, level)
+            i += 1
+        peaks.append(round(peak, 3))
+    return peaks, round(level, 3)
+
+
 def activity(tasks: QuerySet[Task], group: str | None = None, hours: int = 24, buckets: int = 48) -> Activity:
-    """Running tasks, waiting tasks and GPUs held at the end of each bucket, per ``group`` value.
+    """Peak running tasks, waiting tasks and GPUs held in each bucket of the last ``hours``, per ``group`` value.
 
     Exact from the timeline: every status change is a TaskEvent with its from / to status, so a task
     without events in the window kept its current status throughout. Three queries.
@@ -155,50 +176,57 @@ def activity(tasks: QuerySet[Task], group: str | None = None, hours: int = 24, b
     now = timezone.now()
     start = now - timedelta(hours=hours)
     step = (now - start) / buckets
-    times = [start + step * (i + 1) for i in range(buckets)]
     key_field = group or "project_id"
     events = TaskEvent.objects.filter(task__in=tasks, created_at__gt=start).exclude(to_status="")
-    out: dict = defaultdict(lambda: Series([0.0] * buckets, [0.0] * buckets, [0.0] * buckets))
+    deltas: dict = defaultdict(lambda: {"running": [], "waiting": [], "gpus": []})
 
-    def add(key, status: str, cards: float, first: int, last: int) -> None:
-        series = out[key if group else None]
-        for i in range(first, last):
-            if status in ACTIVE:
-                series.running[i] += 1
-                series.gpus[i] += cards
-            elif status in WAITING:
-                series.waiting[i] += 1
+    def span(key, status: str, cards: float, since: datetime, until: datetime | None, n: int = 1) -> None:
+        category = "running" if status in ACTIVE else "waiting" if status in WAITING else None
+        if category is None:
+            return
+        lists = deltas[key if group else None]
+        weights = [(category, n)] + ([("gpus", cards)] if category == "running" else [])
+        for name, weight in weights:
+            lists[name].append((since, weight))
+            if until is not None:
+                lists[name].append((until, -weight))
 
     steady = tasks.exclude(pk__in=events.values("task_id"))
     for row in steady.filter(status__in=WAITING).values(key_field).annotate(n=Count("id")).order_by():
-        series = out[row[key_field] if group else None]
-        for i in range(buckets):
-            series.waiting[i] += row["n"]
+        span(row[key_field], TaskStatus.QUEUED, 0, start, None, row["n"])
     for key, status, placement in steady.filter(status__in=ACTIVE).values_list(key_field, "status", "placement"):
-        add(key, status, _cards(placement), 0, buckets)
+        span(key, status, _cards(placement), start, None)
 
     rows = events.order_by("task_id", "created_at", "id").values_list(
         "task_id", f"task__{key_field}", "created_at", "kind", "from_status", "to_status", "data"
     )
     current: dict = {}
     for task_id, key, created_at, kind, from_status, to_status, data in rows:
-        state = current.get(task_id)
-        if state is None:
-            state = current[task_id] = {"key": key, "status": from_status, "since": 0, "cards": 0.0}
-        index = bisect.bisect_left(times, created_at)
-        add(key, state["status"], state["cards"], state["since"], index)
+        state = current.setdefault(task_id, {"key": key, "status": from_status, "since": start, "cards": 0.0})
+        span(key, state["status"], state["cards"], state["since"], created_at)
         if kind == EventKind.SCHEDULED and isinstance(data, dict):
             state["cards"] = _cards(data.get("placement"))
-        state["status"], state["since"] = to_status, index
+        state["status"], state["since"] = to_status, created_at
     for state in current.values():
-        add(state["key"], state["status"], state["cards"], state["since"], buckets)
-    return Activity(times=times, series=out)
+        span(state["key"], state["status"], state["cards"], state["since"], None)
+
+    out = {}
+    for key, lists in deltas.items():
+        levels = {name: _peaks(values, start, step, buckets) for name, values in lists.items()}
+        out[key] = Series(
+            levels["running"][0], levels["waiting"][0], levels["gpus"][0],
+            {name: level for name, (_, level) in levels.items()},
+        )  # fmt: skip
+    return Activity(times=[start + step * (i + 1) for i in range(buckets)], series=out)
 
 
-def svg_chart(times: list[datetime], lines: list[tuple[str, str, list[float]]], unit: str = "") -> dict:
-    """Polyline points of a small line chart (600 x 160 view box) for templates/portal/_chart.html."""
+def svg_chart(times: list[datetime], lines: list[tuple[str, str, list[float], float]]) -> dict:
+    """Polyline points of a small line chart (600 x 160 view box) for templates/portal/_chart.html.
+
+    Each line is (label, css class, values, current value).
+    """
     width, height, left, bottom, top = 600, 160, 36, 22, 8
-    peak = max((max(values, default=0) for _, _, values in lines), default=0)
+    peak = max((max(values, default=0) for _, _, values, _ in lines), default=0)
     ymax = max(1, peak)
     ymax = int(ymax) + (1 if ymax != int(ymax) else 0)
     n = max(len(times) - 1, 1)
@@ -217,12 +245,11 @@ def svg_chart(times: list[datetime], lines: list[tuple[str, str, list[float]]], 
                 "label": label,
                 "css": css,
                 "points": " ".join(f"{x(i)},{y(v)}" for i, v in enumerate(values)),
-                "last": values[-1] if values else 0,
+                "now": now,
             }
-            for label, css, values in lines
-        ],  # fmt: skip
+            for label, css, values, now in lines
+        ],
         "ymax": ymax,
-        "unit": unit,
         "y_top": y(ymax),
         "y_mid": y(ymax / 2),
         "y_zero": y(0),
@@ -236,13 +263,13 @@ def svg_chart(times: list[datetime], lines: list[tuple[str, str, list[float]]], 
     }
 
 
-def activity_chart(activity_data: Activity, key=None) -> dict:
-    series = activity_data.series.get(key) or Series([0.0] * len(activity_data.times), [0.0] * len(activity_data.times),
-                                                     [0.0] * len(activity_data.times))  # fmt: skip
+def activity_chart(data: Activity, key=None) -> dict:
+    series = data.of(key)
     return svg_chart(
-        activity_data.times,
-        [("Running", "running", series.running), ("Waiting", "waiting", series.waiting),
-         ("GPUs held", "gpus", series.gpus)],
+        data.times,
+        [("Running", "running", series.running, series.now["running"]),
+         ("Waiting", "waiting", series.waiting, series.now["waiting"]),
+         ("GPUs held", "gpus", series.gpus, series.now["gpus"])],
     )  # fmt: skip
 
 

@@ -169,6 +169,6 @@ def test_queue_page_counts_and_charts(client, world):
     response = client.get(reverse("portal:task-queues"))
     high = next(q for q in response.context["queues"] if q.pk == world.high.pk)
     assert high.counts == {"waiting": 1, "running": 1, "gpu_in_use": "8.00"}
-    assert high.chart["lines"][0]["last"] == 1 and high.chart["lines"][1]["last"] == 1
-    assert high.chart["lines"][2]["last"] == 8
+    running, waiting, gpus = high.chart["lines"]
+    assert (running["now"], waiting["now"], gpus["now"]) == (1, 1, 8)
     assert "<svg" in response.content.decode() and 'name="policy"' not in response.content.decode()
