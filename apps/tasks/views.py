@@ -23,6 +23,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
+from apps.billing.services import hourly_price_of_request, task_costs
 from apps.clusters.backends import executor_for
 from apps.clusters.executors.base import ExecutorError
 from apps.clusters.models import Cluster, Device
@@ -36,7 +37,7 @@ from apps.tasks.filtersets import TaskFilterSet
 from apps.tasks.models import Task, TaskEvent
 from apps.tasks.services import delete_task, stop_task
 from apps.vdc.models import VDC, Membership, Project, ProjectQuota
-from apps.vdc.services import WRITE_ROLES, can_act, is_platform_admin
+from apps.vdc.services import WRITE_ROLES, is_platform_admin
 
 PAGE_SIZE = 50
 
@@ -78,13 +79,29 @@ def acting_project_ids(user) -> set[int] | None:
 
 
 def decorate(tasks, user) -> list[Task]:
-    """Attach what the rows show: the status line and whether the user may act on the task."""
+    """Attach what the rows show: the status line, whether the user may act, the hourly price and cost so far."""
     acting = acting_project_ids(user)
     rows = list(tasks)
+    costs = task_costs([task.pk for task in rows])
+    prices: dict[tuple, Decimal | None] = {}
     for task in rows:
         task.summary = live.status_summary(task)
         task.user_can_act = acting is None or task.project_id in acting
+        task.cost = costs.get(task.pk)
+        # Pages show many tasks of the same shape: each distinct request is priced once.
+        key = (task.vdc_id, task.cpu, task.memory_gib, task.gpu_spec, task.instances)
+        if key not in prices:
+            prices[key] = hourly_price(task)
+        task.hourly_price = prices[key]
     return rows
+
+
+def hourly_price(task: Task) -> Decimal | None:
+    """The list price per hour of the task's request; None when no price applies or its spec no longer parses."""
+    try:
+        return hourly_price_of_request(task.vdc, task.cpu, task.memory_gib, task.gpu_spec, task.instances)
+    except ValidationError:
+        return None
 
 
 def user_vdc_ids(user) -> list[int]:
@@ -431,9 +448,7 @@ def _visible_task(request: HttpRequest, pk: int) -> Task:
 
 @login_required
 def task_monitoring(request: HttpRequest, pk: int) -> HttpResponse:
-    task = _visible_task(request, pk)
-    task.summary = live.status_summary(task)
-    task.user_can_act = can_act(request.user, task.project)
+    task = decorate([_visible_task(request, pk)], request.user)[0]
     events = list(task.events.select_related("actor"))
     for event in events:
         event.details = _event_details(event)
@@ -509,6 +524,22 @@ def task_logs(request: HttpRequest, pk: int) -> JsonResponse:
 def task_state(request: HttpRequest, pk: int) -> JsonResponse:
     """The task's live state as the socket pushes it (pages use it to catch up after a reconnect)."""
     return JsonResponse(live.task_payload(_visible_task(request, pk)))
+
+
+@login_required
+@require_GET
+def price_estimate(request: HttpRequest) -> JsonResponse:
+    """The list price per hour of a request being written in a create form (null when no price applies)."""
+    vdc = VDC.objects.filter(pk__in=user_vdc_ids(request.user), pk=request.GET.get("vdc") or 0).first()
+    try:
+        cpu = Decimal(request.GET.get("cpu") or "0")
+        memory = Decimal(request.GET.get("memory_gib") or "0")
+        instances = max(1, int(request.GET.get("instances") or "1"))
+        price = hourly_price_of_request(vdc, cpu, memory, request.GET.get("gpu_spec", ""), instances) if vdc else None
+    except (ArithmeticError, ValueError, ValidationError) as exc:
+        message = " ".join(exc.messages) if isinstance(exc, ValidationError) else "Expected numbers."
+        return JsonResponse({"hourly_price": None, "error": message})
+    return JsonResponse({"hourly_price": f"{price:.2f}" if price is not None else None, "error": ""})
 
 
 @login_required
