@@ -46,7 +46,7 @@ def chromium() -> Path:
     """The Debian Chromium; installed with apt-get when missing. In CI a missing browser fails the run."""
     if not CHROMIUM.exists() and shutil.which("apt-get") and os.geteuid() == 0:
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        for command in (["apt-get", "update"], ["apt-get", "install", "-y", "--no-install-recommends", "chromium"]):
+        for command in (["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
             subprocess.run(command, env=env, capture_output=True, timeout=900, check=False)
     if not CHROMIUM.exists():
         message = f"{CHROMIUM} is missing and could not be installed with apt-get"
@@ -139,6 +139,9 @@ def live_server_url(daphne_server, live_world, settings, tmp_path, monkeypatch):
     if shared:
         SyncToAsync.single_thread_executor.submit(_release_connection).result()
         connection.dec_thread_sharing()
+    else:
+        # Open connections of the server's thread would keep the test database from being dropped.
+        SyncToAsync.single_thread_executor.submit(connections.close_all).result()
 
 
 @pytest.fixture
