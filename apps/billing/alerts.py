@@ -24,6 +24,7 @@ class Alert:
 
     rule: str
     severity: str
+    vdc: str
     subject: str
     message: str
     action: str
@@ -40,10 +41,11 @@ def evaluate(state: State | None = None, now: datetime | None = None) -> list[Al
                 Alert(
                     "ClusterUnavailable",
                     "critical",
+                    c.vdc,
                     f"cluster {c.name} ({c.vdc})",
                     f"{c.name} misses its health checks; its tasks were requeued.",
                     "Check the backend endpoint and credentials, or put the cluster in maintenance.",
-                )  # fmt: skip
+                )
             )
     for q in state.queues:
         if q.waiting and q.oldest_wait_s > LONG_WAIT.total_seconds():
@@ -52,10 +54,11 @@ def evaluate(state: State | None = None, now: datetime | None = None) -> list[Al
                 Alert(
                     "LongQueueWait",
                     "warning",
+                    q.vdc,
                     f"queue {q.name} ({q.vdc})",
                     f"{q.waiting} task(s) waiting, the oldest for {hours:.1f} h (threshold 1 h).",
                     "Add capacity or adjust quotas and queue limits.",
-                )  # fmt: skip
+                )
             )
     for vdc, (capacity, allocated) in sorted(state.vdcs().items()):
         if capacity["gpu"] > 0:
@@ -65,11 +68,12 @@ def evaluate(state: State | None = None, now: datetime | None = None) -> list[Al
                     Alert(
                         "LowUtilisation",
                         "info",
+                        vdc,
                         f"VDC {vdc}",
                         f"GPU utilisation is {used:.0%} of {capacity['gpu'].normalize()} GPU-equivalents "
                         f"(threshold {LOW_UTILISATION:.0%}).",
                         "Check the scheduling policy, quotas and queue limits.",
-                    )  # fmt: skip
+                    )
                 )
     order = {"critical": 0, "warning": 1, "info": 2}
     return sorted(alerts, key=lambda a: (order[a.severity], a.rule, a.subject))

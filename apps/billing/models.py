@@ -298,14 +298,11 @@ class Transaction(models.Model):
         return f"{self.account}: {self.kind} {self.amount}"
 
 
-class Alert(models.Model):
-    """No table: the admin's "Alerts" entry, listing the conditions the portal evaluates (apps.billing.alerts)."""
+class VDCAlerts(VDC):
+    """No rows of its own: the admin's "Alerts" entry, listing per VDC the conditions apps.billing.alerts evaluates."""
 
     class Meta:
-        managed = False
-        verbose_name = "alert"
+        proxy = True
+        verbose_name = "alerts of a VDC"
         verbose_name_plural = "alerts"
         default_permissions = ("view",)
-
-    def __str__(self) -> str:
-        return "alerts"

@@ -137,9 +137,11 @@ def test_portal_alerts_match_the_rules(known_state):
 def test_admin_alerts_page_lists_them(client, known_state):
     client.force_login(known_state.admin)
     index = client.get("/admin/")
-    assert b"/admin/billing/alert/" in index.content
-    page = client.get("/admin/billing/alert/")
+    assert b"/admin/billing/vdcalerts/" in index.content
+    page = client.get("/admin/billing/vdcalerts/")
     assert page.status_code == 200
     assert b"LongQueueWait" in page.content and b"LowUtilisation" in page.content
+    own = client.get(f"/admin/billing/vdcalerts/{known_state.vdc.pk}/change/")
+    assert own.status_code == 200 and b"LongQueueWait" in own.content
     client.force_login(known_state.member)
-    assert client.get("/admin/billing/alert/").status_code == 302
+    assert client.get("/admin/billing/vdcalerts/").status_code == 302
