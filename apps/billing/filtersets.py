@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import django_filters
 
-from apps.billing.models import Account, Invoice, InvoiceLine, PriceRule, Transaction, UsageRecord
-from apps.vdc.filtersets import NUMBER, TIME, BaseFilterSet
+from apps.billing.models import (
+    Account,
+    Invoice,
+    InvoiceLine,
+    PriceRule,
+    Transaction,
+    UsageMeter,
+    UsageRecord,
+    VDCAlerts,
+)
+from apps.vdc.filtersets import NUMBER, TIME, BaseFilterSet, VDCFilterSet
 
 
 class PriceRuleFilterSet(BaseFilterSet):
@@ -113,3 +122,28 @@ class InvoiceLineFilterSet(BaseFilterSet):
             "quantity": NUMBER,
             "amount": NUMBER,
         }
+
+
+class UsageMeterFilterSet(BaseFilterSet):
+    placement = django_filters.CharFilter(field_name="placement", lookup_expr="icontains", label="Placement mentions")
+
+    class Meta(BaseFilterSet.Meta):
+        model = UsageMeter
+        fields = {
+            "id": ["exact", "in"],
+            "task": ["exact", "in"],
+            "attempt": NUMBER,
+            "run_started_at": TIME,
+            "metered_until": TIME,
+            "closed": ["exact"],
+            "updated_at": TIME,
+        }
+
+
+class VDCAlertsFilterSet(VDCFilterSet):
+    """The VDC filters, for the alerts proxy of VDC."""
+
+    description = django_filters.CharFilter(lookup_expr="icontains")
+
+    class Meta(VDCFilterSet.Meta):
+        model = VDCAlerts
