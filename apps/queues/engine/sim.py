@@ -55,7 +55,7 @@ class SimResult:
     wait_p99: dict = field(default_factory=dict)
     avg_jct: float = 0.0
     avg_slowdown: float = 0.0
-    gpu_allocation: float = 0.0
+    gpu_allocation: float = 0.0  # allocated GPU-time / capacity-time, first to last arrival
     preemptions: int = 0
     jain: float = 0.0
     cycles: int = 0
@@ -73,7 +73,7 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 def jain(values: Iterable[float]) -> float:
     """Jain's fairness index: 1 when all equal, 1/n when one gets everything."""
-    xs = [v for v in values]
+    xs = list(values)
     if not xs or not any(xs):
         return 0.0
     return sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs))
@@ -89,15 +89,23 @@ def replay(
     models: Sequence[GpuModel],
     queues: Sequence[Queue],
     tasks: Sequence[SimTask],
-    settings: VdcSettings = VdcSettings(),
+    settings: VdcSettings | None = None,
     quotas: Sequence[ProjectQuota] = (),
+    cycle_interval: float = 0.0,
 ) -> SimResult:
-    """Replay ``tasks`` on ``nodes`` through the engine; one cycle per distinct event time."""
+    """Replay ``tasks`` on ``nodes`` through the engine.
+
+    A cycle runs at an event time unless one ran less than ``cycle_interval`` seconds ago;
+    then the events wait for a tick at the end of the interval (a coalescing scheduler
+    loop, as the Celery beat task does).
+    """
     wall = time.perf_counter()
     clusters = tuple(Cluster(cid) for cid in dict.fromkeys(n.cluster_id for n in nodes))
     t0 = min((s.arrival for s in tasks), default=0.0)
     sched = Scheduler(
-        Snapshot(t0, clusters, tuple(nodes), tuple(models), tuple(queues), tuple(quotas), settings=settings)
+        Snapshot(
+            t0, clusters, tuple(nodes), tuple(models), tuple(queues), tuple(quotas), settings=settings or VdcSettings()
+        )
     )
     capacity = sum(len(n.devices) for n in nodes)
     cls = {q.id: q.priority_class for q in queues}
@@ -117,19 +125,33 @@ def replay(
     last = t0
     preemptions = 0
     cycles = 0
+    next_cycle = t0
+    tick_pending = False
+    t_end = max((s.arrival for s in tasks), default=t0)
     while events:
         now = events[0][0]
-        gpu_time += alloc * (now - last)
+        # Allocation is measured while tasks arrive: the long tail of a few long tasks
+        # after the last arrival would otherwise dominate the average.
+        gpu_time += alloc * max(0.0, min(now, t_end) - min(last, t_end))
         last = now
         while events and events[0][0] == now:
             _t, _o, _s, kind, tid, ver = heapq.heappop(events)
-            if kind == "arrive":
+            if kind == "tick":
+                tick_pending = False
+            elif kind == "arrive":
                 sched.submit(by_id[tid].task)
             elif version.get(tid, 0) == ver and tid in started_at:
                 sched.finish(tid)
                 alloc -= held.pop(tid)
                 del started_at[tid]
                 finish[tid] = now
+        if now < next_cycle:
+            if not tick_pending:
+                seq += 1
+                heapq.heappush(events, (next_cycle, 2, seq, "tick", None, 0))
+                tick_pending = True
+            continue
+        next_cycle = now + cycle_interval
         d = sched.cycle(now)
         cycles += 1
         for p in d.preemptions:
@@ -161,7 +183,7 @@ def replay(
     res.avg_jct = sum(jcts) / len(jcts) if jcts else 0.0
     slow = [(finish[t] - by_id[t].arrival) / max(by_id[t].duration, 10.0) for t in finish]
     res.avg_slowdown = sum(slow) / len(slow) if slow else 0.0
-    horizon = last - t0
+    horizon = t_end - t0
     res.gpu_allocation = gpu_time / (capacity * horizon) if capacity and horizon > 0 else 0.0
     # Fairness: per project, GPU-seconds of work done over GPU-seconds spent in the system.
     done: dict = {}
