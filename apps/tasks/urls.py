@@ -12,7 +12,6 @@ urlpatterns = [
     path("compute-tasks/<int:pk>/delete/", views.task_delete, name="task-delete"),
     path("task-monitoring/<int:pk>/", views.task_monitoring, name="task-monitoring"),
     path("task-monitoring/<int:pk>/logs/", views.task_logs, name="task-logs"),
-    path("task-monitoring/<int:pk>/state/", views.task_state, name="task-state"),
     path("price-estimate/", views.price_estimate, name="price-estimate"),
     path("task-queues/", views.task_queues, name="task-queues"),
     path("task-queues/<int:pk>/policy/", views.queue_policy, name="queue-policy"),

@@ -521,12 +521,6 @@ def task_logs(request: HttpRequest, pk: int) -> JsonResponse:
 
 
 @login_required
-def task_state(request: HttpRequest, pk: int) -> JsonResponse:
-    """The task's live state as the socket pushes it (pages use it to catch up after a reconnect)."""
-    return JsonResponse(live.task_payload(_visible_task(request, pk)))
-
-
-@login_required
 @require_GET
 def price_estimate(request: HttpRequest) -> JsonResponse:
     """The list price per hour of a request being written in a create form (null when no price applies)."""

@@ -57,7 +57,7 @@ def test_stop_and_delete_need_post_and_csrf(world, task):
     assert task.status == "queued"
 
 
-@pytest.mark.parametrize("name", ["portal:task-monitoring", "portal:task-logs", "portal:task-state"])
+@pytest.mark.parametrize("name", ["portal:task-monitoring", "portal:task-logs"])
 def test_outsider_gets_404_on_another_projects_task_pages(client, world, task, name):
     client.force_login(world.outsider)
     assert client.get(reverse(name, args=[task.pk])).status_code == 404
