@@ -44,6 +44,27 @@ installed() {
         && compgen -G "/usr/lib/*/slurm-wlm/auth_jwt.so" >/dev/null
 }
 
+find_daemon() { # find_daemon PROGRAM [ARG] -> pid of PROGRAM running this cluster's config (and ARG)
+    local dir pid args
+    for dir in /proc/[0-9]*; do
+        pid="${dir#/proc/}"
+        args="$( { tr '\0' ' ' <"$dir/cmdline"; } 2>/dev/null)" || continue
+        [[ "$args" == "$1 "* || "$args" == *"/$1 "* ]] || continue
+        [[ "$args" == *" $SLURM_CONF "* || "$args" == *"SLURM_CONF=$SLURM_CONF "* || "$1" == slurmrestd ]] || continue
+        [[ -z "${2:-}" || "$args" == *" $2 "* ]] || continue
+        echo "$pid"
+        return 0
+    done
+    return 1
+}
+
+adopt() { # adopt PIDFILE PROGRAM [ARG] -> 0 when the daemon runs (recording its pid if it was untracked)
+    local pid
+    pid_alive "$1" && return 0
+    pid="$(find_daemon "$2" "${3:-}")" || return 1
+    echo "$pid" >"$1"
+}
+
 install_packages() {
     installed && return
     command -v apt-get >/dev/null || die "Slurm is not installed and apt-get is not available"
@@ -175,7 +196,7 @@ start_munge() {
         chown munge:munge /etc/munge/munge.key
         chmod 0400 /etc/munge/munge.key
     fi
-    runuser -u munge -- /usr/sbin/munged || die "munged did not start (is another munged holding /run/munge?)"
+    runuser -u munge -- /usr/sbin/munged 9>&- || die "munged did not start (is another munged holding /run/munge?)"
     touch "$RUN/munged.ours"
     for _ in $(seq 50); do
         munge_ok && return
@@ -185,16 +206,16 @@ start_munge() {
 }
 
 start_slurmctld() {
-    pid_alive "$RUN/slurmctld.pid" && return
-    slurmctld -f "$SLURM_CONF"
+    adopt "$RUN/slurmctld.pid" slurmctld && return
+    slurmctld -f "$SLURM_CONF" 9>&-
 }
 
 start_slurmd() {
     local node
     for node in "${NODES[@]}"; do
-        pid_alive "$RUN/slurmd-$node.pid" && continue
+        adopt "$RUN/slurmd-$node.pid" slurmd "$node" && continue
         mkdir -p "$STATE_DIR/spool/$node"
-        slurmd -f "$SLURM_CONF" -N "$node"
+        slurmd -f "$SLURM_CONF" -N "$node" 9>&-
     done
 }
 
@@ -205,13 +226,13 @@ rest_ok() {
 }
 
 start_slurmrestd() {
-    pid_alive "$RUN/slurmrestd.pid" && return
+    adopt "$RUN/slurmrestd.pid" slurmrestd "127.0.0.1:$REST_PORT" && return
     # slurmrestd refuses to run as root or SlurmUser; SLURM_JWT=daemon makes it pass each
     # request's user token on to slurmctld. Only the slurmctld API plugins: the slurmdbd ones
     # are fatal without an accounting database.
     setsid runuser -u "$REST_USER" -- env SLURM_CONF="$SLURM_CONF" SLURM_JWT=daemon \
         slurmrestd -a rest_auth/jwt -s openapi/v0.0.38,openapi/v0.0.37 "127.0.0.1:$REST_PORT" \
-        </dev/null >>"$LOG/slurmrestd.log" 2>&1 &
+        </dev/null >>"$LOG/slurmrestd.log" 2>&1 9>&- &
     echo $! >"$RUN/slurmrestd.pid"
 }
 
@@ -262,9 +283,17 @@ stop_pidfile() { # stop_pidfile NAME PIDFILE
     rm -f "$2"
 }
 
+lock_state() {
+    # Two test sessions starting the cluster at once must not race on apt, config and daemons.
+    # Daemons are started with fd 9 closed so that they do not keep holding the lock.
+    mkdir -p "$LOG"
+    exec 9>"$STATE_DIR/.start.lock"
+    flock -w 900 9 || die "another dev_slurm.sh holds $STATE_DIR/.start.lock"
+}
+
 cmd_start() {
     [[ $EUID -eq 0 ]] || die "run as root or with passwordless sudo (packages, users, device nodes, slurmd)"
-    mkdir -p "$LOG"
+    lock_state
     install_packages
     ensure_users
     ensure_fake_gpus
@@ -291,12 +320,26 @@ cancel_all_jobs() {
 cmd_stop() {
     local node
     [[ $EUID -eq 0 ]] || die "run as root or with passwordless sudo"
+    lock_state
     cancel_all_jobs
     stop_pidfile slurmrestd "$RUN/slurmrestd.pid"
     for node in "${NODES[@]}"; do
         stop_pidfile "slurmd $node" "$RUN/slurmd-$node.pid"
     done
     stop_pidfile slurmctld "$RUN/slurmctld.pid"
+    # Daemons of this cluster that lost their pid file (e.g. to a crash of this script).
+    local pid
+    for _ in 1 2 3 4 5 6; do
+        for name in slurmrestd slurmd slurmctld; do
+            if [[ $name == slurmrestd ]]; then
+                pid="$(find_daemon slurmrestd "127.0.0.1:$REST_PORT")" || continue
+            else
+                pid="$(find_daemon "$name")" || continue
+            fi
+            echo "$pid" >"$RUN/stray.pid"
+            stop_pidfile "stray $name" "$RUN/stray.pid"
+        done
+    done
     # munged is shared with anything else on this host; stop it only when this script started it.
     if [[ -e "$RUN/munged.ours" ]]; then
         stop_pidfile munged /run/munge/munged.pid
