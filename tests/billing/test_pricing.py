@@ -10,6 +10,7 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from apps.billing import services
 from apps.billing.models import PriceRule, UsageRecord
 from apps.billing.pricing import hours, quantity, tiered_cost
 from apps.billing.services import accrue_task, hourly_price_of_request, task_costs
@@ -157,3 +158,13 @@ def test_task_costs_in_one_query(world, prices, account):
         costs = task_costs([running.pk, idle.pk])
     assert len(queries.captured_queries) == 1
     assert costs == {running.pk: D("10.5600"), idle.pk: D("0")}  # 4 cores, 16 GiB, one A100 for an hour
+
+
+def test_demo_prices_seed_once_and_open_accounts_with_credit(world):
+    services.seed_demo_prices()
+    services.seed_demo_prices()
+    assert PriceRule.objects.count() == 4
+    assert hourly_price_of_request(world.vdc, D("4"), D("16"), "2(A100)", 2) == D("48.7200")
+    account = world.project.account
+    assert (account.balance, account.credit_limit) == (D("1000"), D("100"))
+    assert account.transactions.get().kind == "credit"
