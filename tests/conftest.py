@@ -67,6 +67,23 @@ def pytest_sessionstart(session):
         pytest.exit(f"CI=true but Redis at {settings.REDIS_URL} does not answer: {exc}", returncode=3)
 
 
+@pytest.fixture(autouse=True)
+def gpu_catalog(request):
+    """The catalog the data migration seeds; transactional tests flush it, so tests after them get it back."""
+    names = request.fixturenames
+    if "transactional_db" in names:
+        request.getfixturevalue("transactional_db")
+    elif "db" in names:
+        request.getfixturevalue("db")
+    elif request.node.get_closest_marker("django_db"):
+        request.getfixturevalue("_django_db_helper")  # pytest-django's set-up for the django_db mark
+    else:
+        return
+    from apps.clusters.services import sync_catalog  # noqa: PLC0415
+
+    sync_catalog()
+
+
 @dataclass
 class World:
     """One VDC with a local cluster of one 8 x A100 node, three queues, two projects and five users."""

@@ -122,3 +122,18 @@ def apply_node_report(cluster: Cluster, report: dict) -> Node:
     node.agent_message = "; ".join(notes)
     node.save()
     return node
+
+
+def sync_catalog() -> int:
+    """Create the seed GPU models (apps.clusters.catalog) that are missing; existing rows keep admins' edits."""
+    from apps.clusters.catalog import GPU_CATALOG  # noqa: PLC0415 - seed data, read only here
+
+    created = 0
+    for entry in GPU_CATALOG:
+        defaults = {k: v for k, v in entry.items() if k != "name"}
+        defaults["aliases"] = list(entry["aliases"])
+        for key in ("vram_gib", "tflops_fp16", "tflops_fp32", "exchange_rate"):
+            defaults[key] = None if entry[key] is None else Decimal(str(entry[key]))
+        _, was_created = GPUModel.objects.get_or_create(name=entry["name"], defaults=defaults)
+        created += was_created
+    return created
