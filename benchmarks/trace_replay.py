@@ -40,8 +40,8 @@ def run(node_stride: int = 16, compress: float = 100.0, sample: int = 1, interva
     gpus = sum(len(n.devices) for n in nodes)
     print(
         f"openb replay: {len(tasks)} tasks on {len(nodes)} nodes / {gpus} GPUs (every {node_stride}th GPU node), "
-        f"arrivals compressed {compress:g}x, a cycle at most every {interval:g} s; LS/Guaranteed->high, Burstable->medium, BE->low; "
-        "tenants synthetic (crc32(name) mod 8)"
+        f"arrivals compressed {compress:g}x, a cycle at most every {interval:g} s\n"
+        "mapping: LS/Guaranteed->high, Burstable->medium, BE->low; tenants synthetic (crc32(name) mod 8)"
     )
     rows = []
     for policy in ("fifo", "drf", "backfill"):
