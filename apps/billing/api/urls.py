@@ -1,6 +1,9 @@
 """Routes of the billing app's read-only API; hcsportal/api_urls.py registers them on the v1 router."""
 
+from django.urls import path
+
 from apps.billing.api import views
+from apps.billing.api.price_preview import PricePreviewView
 
 ROUTES = [
     ("billing/prices", views.PriceRuleViewSet, "pricerule"),
@@ -10,4 +13,4 @@ ROUTES = [
     ("billing/invoices", views.InvoiceViewSet, "invoice"),
 ]
 
-urlpatterns: list = []
+urlpatterns = [path("billing/price-preview/", PricePreviewView.as_view(), name="billing-price-preview")]

@@ -11,6 +11,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
+from apps.billing.services import seed_demo_prices
 from apps.clusters.models import Cluster, Device, GPUModel, Node
 from apps.queues.models import TaskQueue
 from apps.vdc.models import VDC, Membership, Project, ProjectQuota
@@ -33,6 +34,7 @@ class Command(BaseCommand):
             self._local_cluster(vdc)
             self._queues(vdc)
             self._projects_and_users(vdc)
+            seed_demo_prices()
         self.stdout.write(self.style.SUCCESS("Demo ready. Logins (user / password):"))
         for username, password, is_admin, roles in DEMO_USERS:
             what = "platform admin" if is_admin else ", ".join(f"{r} of {p}" for p, r in roles.items())
