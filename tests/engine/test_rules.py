@@ -456,3 +456,20 @@ def test_same_queue_class_queues_take_turns():
         )
     )
     assert sorted(started(d)) == ["a1", "b1"]
+
+
+def test_requests_from_the_gpu_spec_parser_are_understood():
+    from apps.clusters.gpuspec import parse_gpu_spec
+
+    def placed(spec, model="A100-80G"):
+        t = task("a", gpu=0)
+        t = t.__class__(**{**{f: getattr(t, f) for f in t.__slots__}, "gpu": parse_gpu_spec(spec)})
+        d = schedule(snap([node("n1", model=model)], [t]))
+        return [[(sh.device_id, sh.milli) for sh in p.devices] for p in d.starts[0].placements] if d.starts else None
+
+    assert placed("2") == [[("n1/0", 1000), ("n1/1", 1000)]]
+    assert placed("0.25") == [[("n1/0", 250)]]
+    assert placed("1(16G,50%)") == [[("n1/0", 500)]]
+    assert placed("1(vgpu)", model="V100") is None  # V100 is not shareable in the builders' catalog
+    # vram=100Gi in total: two 80 GiB cards.
+    assert placed("vram=100Gi") == [[("n1/0", 1000), ("n1/1", 1000)]]

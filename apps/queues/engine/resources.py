@@ -84,15 +84,16 @@ def gpu_alternatives(req, catalog: dict[str, GpuModel]) -> tuple[Alternative, ..
     else:
         models = sorted(catalog.values(), key=lambda m: m.name)
 
+    shared = bool(getattr(req, "shared", False))
     alts: list[Alternative] = []
     if neutral:
+        # Totals over all cards (as apps.clusters.gpuspec reads them): the fewest cards of a
+        # model that reach every total; a model without the figure asked for cannot qualify.
         for m in models:
-            if min_vram is not None and m.vram_gib + EPS < float(min_vram):
-                continue
-            cards = max(1, math.ceil(count)) if count >= 1 else 1
-            for need, have in ((t16, m.tflops_fp16), (t32, m.tflops_fp32)):
+            cards = 1
+            for need, have in ((min_vram, m.vram_gib), (t16, m.tflops_fp16), (t32, m.tflops_fp32)):
                 if need is not None:
-                    if have <= 0:
+                    if not have or have <= 0:
                         cards = 0
                         break
                     cards = max(cards, math.ceil(float(need) / have - EPS))
@@ -100,6 +101,8 @@ def gpu_alternatives(req, catalog: dict[str, GpuModel]) -> tuple[Alternative, ..
                 alts.append((m.name, cards, 0, cards * m.exchange_rate))
     elif vram is not None or cores is not None:
         # The sharing form asks for part of one card: the share depends on the card's size.
+        if count > 1:
+            raise RequestError("invalid_request", "a memory/compute share is placed on one card: use count 1")
         for m in models:
             if not m.shareable:
                 continue
@@ -125,7 +128,9 @@ def gpu_alternatives(req, catalog: dict[str, GpuModel]) -> tuple[Alternative, ..
             raise RequestError("invalid_request", f"a GPU count above 1 must be whole, got {count}")
         cards = round(count)
         for m in models:
-            alts.append((m.name, cards, 0, cards * m.exchange_rate))
+            # "1(vgpu)": whole cards that must be of a shareable model.
+            if not shared or m.shareable:
+                alts.append((m.name, cards, 0, cards * m.exchange_rate))
     if not alts:
         raise RequestError("no_matching_gpu_model", "no GPU model in the catalog satisfies the request")
     # Cheapest card first: a task that accepts any model should not take the most valuable one.
