@@ -21,6 +21,7 @@ PARTITION="hcs"
 NODES=(hcs-node-1 hcs-node-2 hcs-node-3 hcs-node-4)
 TOKEN_LIFESPAN_S="${HCS_SLURM_TOKEN_LIFESPAN:-86400}"
 WAIT_S="${HCS_SLURM_WAIT_S:-90}"
+CONFIG_CHANGED=0
 
 ETC="$STATE_DIR/etc"
 RUN="$STATE_DIR/run"
@@ -144,6 +145,8 @@ AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 MpiDefault=none
 SchedulerType=sched/backfill
+# Schedule a submitted batch job at once instead of batching submits for up to 3 s (the default).
+SchedulerParameters=batch_sched_delay=0
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 GresTypes=gpu
@@ -167,22 +170,31 @@ EOF
             IFS=,
             echo "${NODES[*]}"
         ) Default=YES MaxTime=INFINITE State=UP"
-    } >"$ETC/slurm.conf"
+    } >"$ETC/slurm.conf.new"
 
-    cat >"$ETC/gres.conf" <<EOF
+    cat >"$ETC/gres.conf.new" <<EOF
 AutoDetect=off
 NodeName=${NODES[0]},${NODES[1]} Name=gpu Type=a100 File=${GPU_PREFIX}[0-7]
 NodeName=${NODES[2]},${NODES[3]} Name=gpu Type=v100 File=${GPU_PREFIX}[8-11]
 EOF
 
-    cat >"$ETC/cgroup.conf" <<EOF
+    cat >"$ETC/cgroup.conf.new" <<EOF
 # Not used by proctrack/linuxproc + task/none; present so nothing tries to mount cgroups.
 CgroupAutomount=no
 ConstrainCores=no
 ConstrainDevices=no
 ConstrainRAMSpace=no
 EOF
-    chmod 0644 "$ETC/slurm.conf" "$ETC/gres.conf" "$ETC/cgroup.conf"
+    local file
+    for file in slurm.conf gres.conf cgroup.conf; do
+        chmod 0644 "$ETC/$file.new"
+        if cmp -s "$ETC/$file.new" "$ETC/$file"; then
+            rm "$ETC/$file.new"
+        else
+            mv "$ETC/$file.new" "$ETC/$file"
+            CONFIG_CHANGED=1
+        fi
+    done
 }
 
 munge_ok() { munge -n 2>/dev/null | unmunge >/dev/null 2>&1; }
@@ -299,6 +311,10 @@ cmd_start() {
     ensure_fake_gpus
     write_config
     start_munge
+    if [[ $CONFIG_CHANGED -eq 1 ]] && adopt "$RUN/slurmctld.pid" slurmctld; then
+        log "configuration changed; reconfiguring the running cluster"
+        scontrol reconfigure
+    fi
     start_slurmctld
     start_slurmd
     start_slurmrestd
