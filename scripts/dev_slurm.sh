@@ -41,7 +41,7 @@ pid_alive() { # pid_alive PIDFILE -> 0 when the recorded process runs (readable 
 
 installed() {
     command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v sinfo >/dev/null \
-        && command -v slurmrestd >/dev/null && command -v munged >/dev/null \
+        && command -v slurmrestd >/dev/null && command -v munged >/dev/null && command -v curl >/dev/null \
         && compgen -G "/usr/lib/*/slurm-wlm/auth_jwt.so" >/dev/null
 }
 
