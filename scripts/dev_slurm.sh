@@ -36,7 +36,8 @@ die() {
 }
 
 pid_alive() { # pid_alive PIDFILE -> 0 when the recorded process runs (readable by any user)
-    [[ -s "$1" ]] && [[ -d "/proc/$(cat "$1")" ]]
+    # The name check keeps a pid file left over from before a reboot from matching another program.
+    [[ -s "$1" ]] && grep -qaE 'slurm|munge' "/proc/$(cat "$1")/cmdline" 2>/dev/null
 }
 
 installed() {
@@ -249,14 +250,17 @@ start_slurmrestd() {
 }
 
 wait_until_ready() {
-    local deadline=$((SECONDS + WAIT_S)) idle
+    local started=$SECONDS deadline=$((SECONDS + WAIT_S)) idle
     while ((SECONDS < deadline)); do
         idle="$(sinfo -h -N -p "$PARTITION" -t idle,mixed,allocated -o '%N' 2>/dev/null | sort -u | wc -l)"
         if [[ "$idle" -ge "${#NODES[@]}" ]] && rest_ok; then
             return
         fi
-        pid_alive "$RUN/slurmctld.pid" || die "slurmctld exited: $(tail -n 5 "$LOG/slurmctld.log")"
-        pid_alive "$RUN/slurmrestd.pid" || die "slurmrestd exited: $(tail -n 5 "$LOG/slurmrestd.log")"
+        # Daemonised slurmctld writes its pid file a moment after it forks; judge only after that.
+        if ((SECONDS > started + 5)); then
+            adopt "$RUN/slurmctld.pid" slurmctld || die "slurmctld exited: $(tail -n 5 "$LOG/slurmctld.log")"
+            pid_alive "$RUN/slurmrestd.pid" || die "slurmrestd exited: $(tail -n 5 "$LOG/slurmrestd.log")"
+        fi
         sleep 0.5
     done
     sinfo -N -p "$PARTITION" >&2 || true
