@@ -127,10 +127,6 @@ class Run:
             self._held = list(per.items())
         return self._held
 
-    def per_instance_gpu(self) -> float:
-        """GPU-equivalents of one instance."""
-        return self.alt[3]
-
     def usage(self) -> Resources:
         """Total resources held."""
         n = len(self.placements)
@@ -747,9 +743,10 @@ class Scheduler:
     def _reserve(self, d: Demand, alts, cands, cyc: Cycle):
         """EASY backfill: when would the head fit, and on which nodes (from expected ends)?"""
         ends = []
+        eligible = {cv.cluster.id for cv in cands}
         for run in self.running.values():
             end = run.expected_end()
-            if end is not None and run.cluster_id in {cv.cluster.id for cv in cands}:
+            if end is not None and run.cluster_id in eligible:
                 ends.append((max(end, cyc.now), run.seq, run))
         ends.sort(key=lambda e: (e[0], e[1]))
         released = []
@@ -769,6 +766,7 @@ class Scheduler:
         return result
 
     def _place_uncached(self, d: Demand, alts, cands):
+        """Like :meth:`_place` without the failure cache (for trial placements)."""
         for cv in cands:
             for alt in alts:
                 if cv.index.could_fit(alt[0], alt[1], alt[2], d.instances):
