@@ -323,7 +323,8 @@ class SlurmExecutor(Executor):
         job_id = body.get("job_id")
         # Submits can carry informational entries next to a job id (e.g. "job is held").
         if not job_id:
-            raise self._fail(body, errors, "Slurm refused the job")
+            partition = description["job"].get("partition", "default")
+            raise self._fail(body, errors, f"Slurm refused the job (partition {partition})")
         return str(job_id)
 
     def status(self, external_id: str) -> JobState:
