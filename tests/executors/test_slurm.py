@@ -12,6 +12,7 @@ from apps.clusters.executors.base import ExecutorError, GPUModelSpec, JobPhase, 
 from apps.clusters.executors.slurm import (
     SlurmExecutor,
     decode_exit_code,
+    job_state,
     slurm_phase,
     time_limit_minutes,
 )
@@ -70,18 +71,15 @@ def test_slurm_states_map_onto_job_phases(slurm_state, phase):
 
 
 def test_timeout_and_out_of_memory_say_why_the_job_failed():
-    executor = offline_executor()
-    timeout = executor._state({"job_id": 5, "job_state": "TIMEOUT", "exit_code": 15, "end_time": 100})
-    oom = executor._state({"job_id": 6, "job_state": "OUT_OF_MEMORY", "exit_code": 9})
+    timeout = job_state({"job_id": 5, "job_state": "TIMEOUT", "exit_code": 15, "end_time": 100})
+    oom = job_state({"job_id": 6, "job_state": "OUT_OF_MEMORY", "exit_code": 9})
 
     assert (timeout.phase, timeout.message, timeout.exit_code) == (JobPhase.FAILED, "time limit reached", 143)
     assert (oom.phase, oom.message) == (JobPhase.FAILED, "out of memory")
 
 
 def test_pending_job_reports_slurms_reason_and_no_times():
-    state = offline_executor()._state(
-        {"job_id": 7, "job_state": "PENDING", "state_reason": "Resources", "start_time": 1795235909}
-    )
+    state = job_state({"job_id": 7, "job_state": "PENDING", "state_reason": "Resources", "start_time": 1795235909})
     assert (state.phase, state.message, state.started_at, state.exit_code) == (
         JobPhase.PENDING,
         "waiting: Resources",

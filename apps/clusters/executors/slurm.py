@@ -100,6 +100,41 @@ def _timestamp(value: int | None) -> datetime | None:
     return datetime.fromtimestamp(value, UTC) if value else None
 
 
+def job_state(record: dict) -> JobState:
+    """The JobState of a job record from ``GET /jobs`` or ``GET /job/<id>``."""
+    job_state = str(record.get("job_state") or "")
+    phase = slurm_phase(job_state)
+    base_state = job_state.split("+")[0].upper()
+    exit_code = decode_exit_code(record.get("exit_code")) if phase not in _ACTIVE else None
+    message = _STATE_MESSAGES.get(base_state, "")
+    reason = record.get("state_reason") or ""
+    if phase == JobPhase.PENDING and reason and reason != "None":
+        message = f"waiting: {reason}"
+    elif phase == JobPhase.FAILED and not message:
+        message = f"exit code {exit_code}" if exit_code else (reason if reason != "None" else "")
+    objects = (
+        {
+            "kind": "SlurmJob",
+            "name": record.get("name", ""),
+            "id": str(record.get("job_id", "")),
+            "state": job_state,
+            "partition": record.get("partition", ""),
+            "nodes": record.get("nodes", ""),
+            "batch_host": record.get("batch_host", ""),
+            "time_limit_min": record.get("time_limit"),
+        },
+    )
+    return JobState(
+        external_id=str(record.get("job_id")),
+        phase=phase,
+        message=message,
+        started_at=_timestamp(record.get("start_time")) if phase != JobPhase.PENDING else None,
+        finished_at=_timestamp(record.get("end_time")) if phase not in _ACTIVE else None,
+        exit_code=exit_code,
+        objects=objects,
+    )
+
+
 class SlurmExecutor(Executor):
     """Runs jobs on one Slurm cluster as ``user``, authenticated by a slurmrestd JWT."""
 
@@ -248,39 +283,6 @@ class SlurmExecutor(Executor):
 
     # -- job records ----------------------------------------------------------------------------
 
-    def _state(self, record: dict) -> JobState:
-        job_state = str(record.get("job_state") or "")
-        phase = slurm_phase(job_state)
-        base_state = job_state.split("+")[0].upper()
-        exit_code = decode_exit_code(record.get("exit_code")) if phase not in _ACTIVE else None
-        message = _STATE_MESSAGES.get(base_state, "")
-        reason = record.get("state_reason") or ""
-        if phase == JobPhase.PENDING and reason and reason != "None":
-            message = f"waiting: {reason}"
-        elif phase == JobPhase.FAILED and not message:
-            message = f"exit code {exit_code}" if exit_code else (reason if reason != "None" else "")
-        objects = (
-            {
-                "kind": "SlurmJob",
-                "name": record.get("name", ""),
-                "id": str(record.get("job_id", "")),
-                "state": job_state,
-                "partition": record.get("partition", ""),
-                "nodes": record.get("nodes", ""),
-                "batch_host": record.get("batch_host", ""),
-                "time_limit_min": record.get("time_limit"),
-            },
-        )
-        return JobState(
-            external_id=str(record.get("job_id")),
-            phase=phase,
-            message=message,
-            started_at=_timestamp(record.get("start_time")) if phase != JobPhase.PENDING else None,
-            finished_at=_timestamp(record.get("end_time")) if phase not in _ACTIVE else None,
-            exit_code=exit_code,
-            objects=objects,
-        )
-
     @staticmethod
     def _job_id(external_id: str) -> int:
         try:
@@ -331,7 +333,7 @@ class SlurmExecutor(Executor):
         record = self._record(external_id)
         if record is None:
             return JobState(external_id, JobPhase.LOST, message=f"Slurm no longer knows job {external_id}")
-        return self._state(record)
+        return job_state(record)
 
     def logs(self, external_id: str, tail: int = 200) -> str:
         """The job's output file, read where this host mounts the shared output directory."""
@@ -364,7 +366,7 @@ class SlurmExecutor(Executor):
         for record in self._jobs():
             job_labels = self._labels(record)
             if job_labels and all(job_labels.get(key) == value for key, value in labels.items()):
-                states.append(self._state(record))
+                states.append(job_state(record))
         return states
 
     def health(self) -> str:
