@@ -473,3 +473,17 @@ def test_requests_from_the_gpu_spec_parser_are_understood():
     assert placed("1(vgpu)", model="V100") is None  # V100 is not shareable in the builders' catalog
     # vram=100Gi in total: two 80 GiB cards.
     assert placed("vram=100Gi") == [[("n1/0", 1000), ("n1/1", 1000)]]
+
+
+def test_vdc_cap_is_never_exceeded():
+    d = schedule(
+        snap([node("n1")], [task("a", submit_time=0), task("b", submit_time=1)], cap=Resources(100, 1000, 1.0))
+    )
+    assert started(d) == ["a"]
+    assert waiting(d)["b"].reason == Reason.VDC_CAPACITY
+
+
+def test_non_preemptible_low_task_is_not_a_victim():
+    low = task("low", "low", preemptible=False)
+    d = schedule(snap([node("n1", cards=1)], [task("hi")], [running(low, [("n1", [0])])]))
+    assert preempted(d) == []

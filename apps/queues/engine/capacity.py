@@ -47,7 +47,7 @@ class NodeState:
         "dev_ids",
         "dev_model",
         "dev_free",
-        "dev_island",
+        "_island",
         "dev_tier",
         "dev_ok",
         "tier",
@@ -68,7 +68,7 @@ class NodeState:
         self.dev_free = [WHOLE] * len(devs)
         self.dev_ok = [d.health >= unhealthy_below for d in devs]
         self.dev_tier = [0 if d.health >= subhealthy_below else 1 for d in devs]
-        self.dev_island = _islands(node)
+        self._island: list[int] | None = None
         self.schedulable = node.status == "ready" and node.health >= unhealthy_below
         self.tier = 0 if node.health >= subhealthy_below else 1
         self.fkey = None
@@ -77,6 +77,13 @@ class NodeState:
     def free_gpu_milli(self) -> int:
         """Unallocated capacity of the usable cards, in thousandths of a card."""
         return sum(f for f, ok in zip(self.dev_free, self.dev_ok, strict=True) if ok)
+
+    @property
+    def dev_island(self) -> list[int]:
+        """Fast-link island of each device; computed on first use (most nodes never need it)."""
+        if self._island is None:
+            self._island = _islands(self.node)
+        return self._island
 
     def whole_counts(self) -> dict[str, int]:
         """Fully free usable cards per model (0 included; a node without usable cards is model "")."""
@@ -119,15 +126,22 @@ def choose_whole_devices(ns: NodeState, model: str, k: int) -> list[int] | None:
     The smallest island that holds all k is taken (keeps big islands whole for big tasks);
     otherwise the biggest islands are used first so the task spans as few as possible.
     """
-    groups: dict[int, list[int]] = {}
     free = ns.dev_free
     ok = ns.dev_ok
+    tier = ns.dev_tier
+    if k == 1:
+        best = None
+        for i, m in enumerate(ns.dev_model):
+            if m == model and ok[i] and free[i] == WHOLE and (best is None or tier[i] < tier[best]):
+                best = i
+        return None if best is None else [best]
+    groups: dict[int, list[int]] = {}
+    island = ns.dev_island
     for i, m in enumerate(ns.dev_model):
         if m == model and ok[i] and free[i] == WHOLE:
-            groups.setdefault(ns.dev_island[i], []).append(i)
+            groups.setdefault(island[i], []).append(i)
     if sum(len(g) for g in groups.values()) < k:
         return None
-    tier = ns.dev_tier
     for g in groups.values():
         g.sort(key=lambda i: (tier[i], i))
     fitting = [g for g in groups.values() if len(g) >= k]
@@ -146,9 +160,10 @@ def island_fit(ns: NodeState, model: str, k: int) -> bool:
     """True when ``k`` free cards of ``model`` on this node share one fast-link island."""
     sizes: dict[int, int] = {}
     free = ns.dev_free
+    island = ns.dev_island
     for i, m in enumerate(ns.dev_model):
         if m == model and ns.dev_ok[i] and free[i] == WHOLE:
-            isl = ns.dev_island[i]
+            isl = island[i]
             sizes[isl] = sizes.get(isl, 0) + 1
             if sizes[isl] >= k:
                 return True
