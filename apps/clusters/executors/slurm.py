@@ -102,9 +102,9 @@ def _timestamp(value: int | None) -> datetime | None:
 
 def job_state(record: dict) -> JobState:
     """The JobState of a job record from ``GET /jobs`` or ``GET /job/<id>``."""
-    job_state = str(record.get("job_state") or "")
-    phase = slurm_phase(job_state)
-    base_state = job_state.split("+")[0].upper()
+    slurm_state = str(record.get("job_state") or "")
+    phase = slurm_phase(slurm_state)
+    base_state = slurm_state.split("+")[0].upper()
     exit_code = decode_exit_code(record.get("exit_code")) if phase not in _ACTIVE else None
     message = _STATE_MESSAGES.get(base_state, "")
     reason = record.get("state_reason") or ""
@@ -117,7 +117,7 @@ def job_state(record: dict) -> JobState:
             "kind": "SlurmJob",
             "name": record.get("name", ""),
             "id": str(record.get("job_id", "")),
-            "state": job_state,
+            "state": slurm_state,
             "partition": record.get("partition", ""),
             "nodes": record.get("nodes", ""),
             "batch_host": record.get("batch_host", ""),
