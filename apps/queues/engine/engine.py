@@ -20,7 +20,7 @@ import gc
 from bisect import bisect_left, insort
 from dataclasses import replace
 
-from . import preemption
+from . import backfill, elastic, preemption
 from .capacity import FGD, NODE_SCORERS, Claim, ClusterIndex, NodeState
 from .estimate import estimate_starts
 from .fragmentation import FragmentationModel, shape_of
@@ -113,6 +113,10 @@ class Run:
         self.fresh = False
         self._held = None
         self._rel: list = []
+
+    def changed(self) -> None:
+        """Claims were added or removed: forget what :meth:`held` computed."""
+        self._held = None
 
     def held(self) -> list[tuple[str, float]]:
         """What the task would give back: GPU thousandths per model, or cpu cores when CPU-only."""
@@ -227,7 +231,7 @@ class Scheduler:
         self.kind_count: dict = {}
         self.total_usage = ZERO
         self.running: dict = {}
-        self._has_elastic = False
+        self.has_elastic = False
         self.releases: dict = {}
         self.release_total: dict = {}
         self._cycle: Cycle | None = None
@@ -353,7 +357,7 @@ class Scheduler:
         self._track_releases(run, sign)
         t = run.task
         if t.max_replicas is not None:
-            self._has_elastic = True
+            self.has_elastic = True
         u = run.usage()
         if sign > 0:
             self.running[t.id] = run
@@ -371,7 +375,8 @@ class Scheduler:
             cv.running += sign
             cv.per_user[t.owner] = cv.per_user.get(t.owner, 0) + sign
 
-    def _resize_charge(self, run: Run, delta_instances: int) -> None:
+    def resize_charge(self, run: Run, delta_instances: int) -> None:
+        """Count replicas added to (or removed from) a running elastic task."""
         if self._cycle is not None:
             self._cycle.eligible.clear()
         self._track_releases(run, -1)
@@ -454,7 +459,7 @@ class Scheduler:
                 for t in tasks:
                     cyc.waiting.append((t, None, Reason.INVALID_REQUEST, f"unknown queue {qid!r}"))
                     considered.setdefault(qid, []).append(t)
-        self._grow_elastic(cyc)
+        elastic.grow(self, cyc)
         waiting = self._waiting(cyc, considered)
         starts = []
         for task_id, (cid, placements, window) in cyc.starts.items():
@@ -569,7 +574,7 @@ class Scheduler:
         if q.policy in (FIFO, DRF):
             cyc.queue_blocked.setdefault(q.id, set()).update(keys)
         elif q.policy == BACKFILL and q.id not in cyc.reservation:
-            cyc.reservation[q.id] = self._reserve(d, alts, cands, cyc)
+            cyc.reservation[q.id] = backfill.reserve(self, d, alts, cands, cyc.now)
 
     def _starving(self, cyc: Cycle, cls: str, keys: frozenset) -> None:
         """A task waits for capacity of these kinds: elastic growth (and, for high/medium, low work) keeps off."""
@@ -672,7 +677,8 @@ class Scheduler:
         for c in claims:
             cv.index.release(c)
 
-    def _placements(self, alt, claims) -> list[InstancePlacement]:
+    def placements_of(self, alt, claims) -> list[InstancePlacement]:
+        """Output placements for claims on the index."""
         out = []
         for ns, _cpu, _mem, devs in claims:
             shares = tuple(DeviceShare(ns.dev_ids[i], milli) for i, milli in devs)
@@ -681,7 +687,7 @@ class Scheduler:
 
     def _start(self, task: Task, q, cls: str, d: Demand, placed, cyc: Cycle) -> None:
         cv, alt, claims = placed
-        placements = self._placements(alt, claims)
+        placements = self.placements_of(alt, claims)
         window = None
         if cls == MEDIUM:
             window = task.window_s if task.window_s is not None else task.expected_duration_s
@@ -709,10 +715,10 @@ class Scheduler:
     def _shrink(self, run: Run, claim: Claim, cyc: Cycle) -> None:
         i = run.claims.index(claim)
         run.claims.pop(i)
-        run._held = None
+        run.changed()
         removed = run.placements.pop(i)
         self.clusters[run.cluster_id].index.release(claim)
-        self._resize_charge(run, -1)
+        self.resize_charge(run, -1)
         entry = cyc.resizes.setdefault(run.task.id, (run, [], []))
         if removed in entry[1]:
             entry[1].remove(removed)
@@ -739,99 +745,6 @@ class Scheduler:
         cyc.preempts.append(Preempt(task.id, reason, by.id, msg, True, new_window))
         cyc.resizes.pop(task.id, None)
         self.queued[task.id] = replace(task, window_s=new_window) if new_window is not None else task
-
-    def _reserve(self, d: Demand, alts, cands, cyc: Cycle):
-        """EASY backfill: when would the head fit, and on which nodes (from expected ends)?"""
-        ends = []
-        eligible = {cv.cluster.id for cv in cands}
-        for run in self.running.values():
-            end = run.expected_end()
-            if end is not None and run.cluster_id in eligible:
-                ends.append((max(end, cyc.now), run.seq, run))
-        ends.sort(key=lambda e: (e[0], e[1]))
-        released = []
-        result = None
-        for end, _seq, run in ends:
-            for claim in run.claims:
-                self.clusters[run.cluster_id].index.release(claim)
-            released.append(run)
-            placed = self._place_uncached(d, alts, cands)
-            if placed is not None:
-                result = (end, frozenset(c[0].pos for c in placed[2]))
-                self._undo(placed)
-                break
-        for run in released:
-            for claim in run.claims:
-                self.clusters[run.cluster_id].index.take(claim)
-        return result
-
-    def _place_uncached(self, d: Demand, alts, cands):
-        """Like :meth:`_place` without the failure cache (for trial placements)."""
-        for cv in cands:
-            for alt in alts:
-                if cv.index.could_fit(alt[0], alt[1], alt[2], d.instances):
-                    claims = self.place_gang(cv.index, alt, d.cpu, d.memory_gib, d.instances, None)
-                    if claims is not None:
-                        return (cv, alt, claims)
-        return None
-
-    def _grow_elastic(self, cyc: Cycle) -> None:
-        """Elastic tasks grow one replica at a time into capacity no waiting task can use."""
-        runs = [r for r in self.running.values() if r.task.max_replicas is not None] if self._has_elastic else []
-        runs.sort(key=lambda r: (-r.rank, r.started_at, r.seq))
-        reserved = set()
-        for _t, nodes in (v for v in cyc.reservation.values() if v is not None):
-            reserved |= nodes
-        for run in runs:
-            t = run.task
-            if (run.alt[0] or "cpu") in cyc.starved:
-                continue
-            quota = self.quotas.get(t.project_id)
-            q = self.queues.get(t.queue_id)
-            cv = self.clusters.get(run.cluster_id)
-            if cv is None or not cv.usable:
-                continue
-            one = Resources(t.cpu, t.memory_gib, run.alt[3])
-            alt = self._grow_alt(run)
-            while len(run.placements) < t.max_replicas:
-                if not self._room_for_replica(t, q, quota, one):
-                    break
-                claim = cv.index.find(alt, t.cpu, t.memory_gib, self.scorer, reserved or None, self.fgd)
-                if claim is None:
-                    break
-                cv.index.take(claim)
-                placement = self._placements(alt, [claim])[0]
-                run.claims.append(claim)
-                run.placements.append(placement)
-                run._held = None
-                self._resize_charge(run, +1)
-                if t.id in cyc.starts:
-                    cid, _p, window = cyc.starts[t.id]
-                    cyc.starts[t.id] = (cid, list(run.placements), window)
-                else:
-                    cyc.resizes.setdefault(t.id, (run, [], []))[1].append(placement)
-
-    def _room_for_replica(self, t: Task, q, quota, one: Resources) -> bool:
-        """Quota limit, queue maximum and VDC cap all leave room for one more replica."""
-        if (
-            quota is not None
-            and quota.enforce
-            and quota.limit is not None
-            and not fits_under(self.proj_usage.get(t.project_id, ZERO), one, quota.limit)
-        ):
-            return False
-        if q is not None and q.max_gpu is not None and self.queue_usage.get(q.id, 0.0) + one.gpu > q.max_gpu + EPS:
-            return False
-        return self.cap is None or fits_under(self.total_usage, one, self.cap)
-
-    def _grow_alt(self, run: Run):
-        """The per-replica alternative of a running elastic task (same model and size)."""
-        d = self.demand(run.task, instances=1)
-        if isinstance(d, Demand):
-            for alt in d.alternatives:
-                if alt[0] == run.alt[0]:
-                    return alt
-        return run.alt
 
     def _waiting(self, cyc: Cycle, considered: dict) -> list[Waiting]:
         """Positions, estimated starts and reasons of the tasks that stay queued."""
