@@ -20,7 +20,7 @@ from collections import Counter
 
 from apps.queues.engine import WorkloadShape
 from apps.queues.engine.sim import inflation
-from apps.queues.engine.trace import TRACE_MODELS, load_nodes, load_pods, to_task
+from apps.queues.engine.trace import TRACE_DIR, TRACE_MODELS, load_nodes, load_pods, to_task
 
 from .table import print_table
 
@@ -28,16 +28,19 @@ SCORERS = ("first_fit", "best_fit", "best_fit_weighted", "fgd")
 LEVELS = (0.8, 0.9, 1.0, 1.1)
 
 
-def run(seeds: int = 3, scorers=SCORERS) -> dict:
+def run(seeds: int = 3, scorers=SCORERS, node_list: str = "openb_node_list_gpu_node.csv") -> dict:
     """Run the inflation experiment per scorer and seed; print and return unallocated GPUs at 100%."""
-    nodes = load_nodes()
+    nodes = load_nodes(TRACE_DIR / node_list)
     pods = load_pods()
     queue_of = {"high": "q", "medium": "q", "low": "q"}
     shapes = [to_task(p, p.name, queue_of, 0.0, None) for p in pods]
     counts = Counter((p.cpu, p.memory_gib, p.gpu, p.models) for p in pods)
     workload = tuple(WorkloadShape(c, cpu, mem, g, m) for (cpu, mem, g, m), c in counts.items())
     capacity = sum(len(n.devices) for n in nodes)
-    print(f"inflation: {len(nodes)} nodes / {capacity} GPUs, {len(pods)} task shapes sampled, {seeds} seeds")
+    print(
+        f"inflation: {node_list}: {len(nodes)} nodes / {capacity} GPUs; "
+        f"tasks sampled from {len(pods)} pods of openb_pod_list_default.csv; {seeds} seeds"
+    )
     rows = []
     at_100 = {}
     for scorer in scorers:
@@ -76,8 +79,13 @@ def main() -> None:
     """Command-line entry point."""
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--seeds", type=int, default=3)
+    p.add_argument(
+        "--node-list",
+        default="openb_node_list_gpu_node.csv",
+        help="openb_node_list_all_node.csv adds the trace's CPU-only nodes",
+    )
     a = p.parse_args()
-    run(a.seeds)
+    run(a.seeds, node_list=a.node_list)
 
 
 if __name__ == "__main__":

@@ -244,3 +244,14 @@ def test_every_queued_task_is_started_or_explained(s):
     ids = {t.id for t in s.queued}
     assert {x.task_id for x in d.starts} | {w.task_id for w in d.waiting} == ids
     assert all(w.reason and w.message and w.position >= 1 for w in d.waiting)
+
+
+@SETTINGS
+@given(snapshots())
+def test_queue_positions_are_one_to_n_per_queue(s):
+    d = schedule(s)
+    per_queue: dict = {}
+    for w in d.waiting:
+        per_queue.setdefault(w.queue_id, []).append(w.position)
+    for positions in per_queue.values():
+        assert positions == list(range(1, len(positions) + 1))
