@@ -137,3 +137,39 @@ def sync_catalog() -> int:
         _, was_created = GPUModel.objects.get_or_create(name=entry["name"], defaults=defaults)
         created += was_created
     return created
+
+
+def import_slurm_nodes(cluster: Cluster) -> list[Node]:
+    """Create or update the cluster's nodes and GPUs from what slurmrestd reports.
+
+    A gres type maps to the catalog model whose ``slurm-gres.<MODEL>`` cluster label names it, else to
+    the model whose catalog gres type it is.
+    """
+    from apps.clusters.backends import executor_for  # noqa: PLC0415 - backends import this module's models
+
+    by_gres = {
+        v: k.removeprefix("slurm-gres.") for k, v in (cluster.labels or {}).items() if k.startswith("slurm-gres.")
+    }
+    models = {m.name: m for m in GPUModel.objects.all()}
+    by_gres.update({m.slurm_gres_type: m.name for m in models.values() if m.slurm_gres_type not in by_gres})
+    nodes = []
+    with transaction.atomic():
+        for reported in executor_for(cluster).nodes():
+            node, _ = Node.objects.update_or_create(
+                cluster=cluster,
+                name=reported["name"],
+                defaults={"cpu": Decimal(reported["cpus"]), "memory_gib": Decimal(str(reported["memory_gib"]))},
+            )
+            index = 0
+            for gres_type, count in sorted(reported["gres"].items()):
+                model = models.get(by_gres.get(gres_type, ""))
+                if model is None:
+                    continue
+                for _ in range(count):
+                    Device.objects.update_or_create(
+                        node=node, index=index, defaults={"gpu_model": model, "vram_gib": model.vram_gib}
+                    )
+                    index += 1
+            node.devices.filter(index__gte=index).delete()
+            nodes.append(node)
+    return nodes

@@ -123,3 +123,14 @@ def test_bad_partition_fails_with_slurms_message_and_keeps_the_task(slurm_world)
     error = task.events.get(kind="backend_error")
     assert "partition" in error.message.lower()
     assert list(task.events.values_list("kind", flat=True)) == ["submitted", "scheduled", "backend_error"]
+
+
+def test_nodes_and_gpus_are_imported_from_slurmrestd(slurm_world):
+    from apps.clusters.services import import_slurm_nodes  # noqa: PLC0415
+
+    cluster = slurm_world.slurm_cluster
+    cluster.nodes.all().delete()
+    nodes = {n.name: n for n in import_slurm_nodes(cluster)}
+    assert set(nodes) == {"hcs-node-1", "hcs-node-2", "hcs-node-3", "hcs-node-4"}
+    assert [d.gpu_model.name for d in nodes["hcs-node-1"].devices.all()] == ["A100-80G"] * 8
+    assert [d.gpu_model.name for d in nodes["hcs-node-4"].devices.all()] == ["V100-32G"] * 4

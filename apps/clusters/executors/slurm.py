@@ -369,6 +369,32 @@ class SlurmExecutor(Executor):
                 states.append(job_state(record))
         return states
 
+    def nodes(self) -> list[dict]:
+        """The partition's nodes: name, cpus, memory GiB, state and GPU gres as ``{type: count}``."""
+        body, errors = self._call("GET", "nodes")
+        if errors:
+            raise self._fail(body, errors, "cannot list Slurm nodes")
+        out = []
+        for node in body.get("nodes") or []:
+            partitions = node.get("partitions") or []
+            if self.partition and partitions and self.partition not in partitions:
+                continue
+            gres: dict[str, int] = {}
+            for item in filter(None, (node.get("gres") or "").split(",")):
+                parts = item.split("(")[0].split(":")  # gpu:a100:8(S:0) -> gpu, a100, 8
+                if parts[0] == "gpu" and len(parts) == 3 and parts[2].isdigit():
+                    gres[parts[1]] = gres.get(parts[1], 0) + int(parts[2])
+            out.append(
+                {
+                    "name": node.get("name"),
+                    "cpus": node.get("cpus") or 0,
+                    "memory_gib": round((node.get("real_memory") or 0) / 1024, 2),
+                    "state": node.get("state", ""),
+                    "gres": gres,
+                }
+            )
+        return out
+
     def health(self) -> str:
         body, errors = self._call("GET", "ping")
         if errors:

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from datetime import timedelta
 from decimal import Decimal
 
 import psutil
+from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from apps.billing.services import seed_demo_prices
 from apps.clusters.models import Cluster, Device, GPUModel, Node
+from apps.clusters.services import import_slurm_nodes
 from apps.queues.models import TaskQueue
 from apps.vdc.models import VDC, Membership, Project, ProjectQuota
+from hcsportal.env import env_bool
 
 DEMO_USERS = [
     # username, password, is admin, {project: role}
@@ -28,13 +32,23 @@ DEMO_GPUS = ("A100-80G", 4)
 class Command(BaseCommand):
     help = "Create the demo VDC, local cluster, queues, projects and users (idempotent); print the logins."
 
-    def handle(self, *args, **options):
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--with-slurm",
+            action="store_true",
+            default=env_bool("HCS_DEMO_SLURM", False),
+            help="Start the dev Slurm cluster (scripts/dev_slurm.sh) and register it (also: HCS_DEMO_SLURM=1)",
+        )
+
+    def handle(self, *args, with_slurm: bool = False, **options):
         with transaction.atomic():
             vdc = self._vdc()
             self._local_cluster(vdc)
             self._queues(vdc)
             self._projects_and_users(vdc)
             seed_demo_prices()
+        if with_slurm:
+            self._slurm_cluster(VDC.objects.get(name="demo"))
         self.stdout.write(self.style.SUCCESS("Demo ready. Logins (user / password):"))
         for username, password, is_admin, roles in DEMO_USERS:
             what = "platform admin" if is_admin else ", ".join(f"{r} of {p}" for p, r in roles.items())
@@ -75,6 +89,30 @@ class Command(BaseCommand):
                     ],  # fmt: skip
                 },
             )
+
+    def _slurm_cluster(self, vdc: VDC) -> None:
+        """Start the dev Slurm cluster (installing Slurm when missing) and register it with its nodes."""
+        self.stdout.write("Starting the dev Slurm cluster (scripts/dev_slurm.sh start) ...")
+        script = settings.BASE_DIR / "scripts" / "dev_slurm.sh"
+        result = subprocess.run(["bash", str(script), "start"], capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise CommandError(f"dev_slurm.sh start failed:\n{result.stderr[-2000:]}")
+        env = dict(line.split("=", 1) for line in result.stdout.splitlines() if line.startswith("SLURM_"))
+        cluster, _ = Cluster.objects.update_or_create(
+            vdc=vdc,
+            name="slurm-dev",
+            defaults={
+                "cluster_type": "slurm", "endpoint": env["SLURM_REST_URL"], "api_version": env["SLURM_API_VERSION"],
+                "namespace": env["SLURM_PARTITION"], "description": "Dev Slurm cluster on this host (fake GPUs)",
+                "labels": {"slurm-gres.A100-80G": "a100", "slurm-gres.V100-32G": "v100"},
+            },
+        )  # fmt: skip
+        cluster.set_credentials(
+            {"token": env["SLURM_JWT"], "user": env["SLURM_USER"], "output_dir": env["SLURM_OUTPUT_DIR"]}
+        )
+        cluster.save()
+        nodes = import_slurm_nodes(cluster)
+        self.stdout.write(f"Registered Slurm cluster slurm-dev with {len(nodes)} nodes.")
 
     def _queues(self, vdc: VDC) -> None:
         for name, klass, policy in (("high", "high", "fifo"), ("medium", "medium", "drf"), ("low", "low", "backfill")):
