@@ -6,7 +6,6 @@ import contextlib
 import logging
 
 import redis
-from celery.exceptions import MaxRetriesExceededError
 from django.conf import settings
 
 from apps.clusters.executors.base import ExecutorError
@@ -47,10 +46,11 @@ def launch_task(self, task_id: int, attempt: int) -> None:
     try:
         execution.launch(task_id, attempt)
     except ExecutorError as exc:
-        try:
-            raise self.retry(exc=exc, countdown=min(2**self.request.retries, 60))
-        except MaxRetriesExceededError:
+        # Celery's retry() re-raises the error itself once retries run out, so count them here.
+        if self.request.retries >= self.max_retries:
             execution.fail(task_id, attempt, f"Backend error after {self.max_retries} retries: {exc}")
+            return
+        raise self.retry(exc=exc, countdown=min(2**self.request.retries, 60))
 
 
 @app.task(bind=True, ignore_result=True, max_retries=5)

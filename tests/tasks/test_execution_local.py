@@ -116,3 +116,58 @@ def test_three_missed_health_checks_make_a_cluster_unavailable_and_requeue_its_t
     assert "unavailable" in task.events.get(kind="requeued").message
     monkeypatch.undo()
     executor.stop(task.events.get(kind="requeued").data["external_id"])
+
+
+def test_worker_crash_between_submit_and_write_is_reconciled_without_a_duplicate(world, monkeypatch):
+    task = scheduled(world, "sleep 30")
+    executor = executor_for(task.cluster)
+    real_submit = executor.submit
+
+    def submit_then_crash(spec):
+        real_submit(spec)
+        raise SystemExit("worker killed after the backend call")
+
+    monkeypatch.setattr(executor, "submit", submit_then_crash)
+    with pytest.raises(SystemExit):
+        execution.launch(task.pk, task.attempt)
+    monkeypatch.undo()
+    task.refresh_from_db()
+    assert task.status == "scheduled" and task.external_id == ""
+
+    Task.objects.filter(pk=task.pk).update(started_at=task.started_at - execution.RECONCILE_AFTER * 2)
+    result = execution.sync_statuses()
+    task.refresh_from_db()
+    assert result.reconciled == 1
+    assert task.status == "starting" and task.external_id
+    assert len(executor.list_by_owner({"hcs.io/task-id": str(task.pk)})) == 1
+    assert "reconciliation" in task.events.filter(kind="status").last().message
+    executor.stop(task.external_id)
+
+
+def test_retryable_backend_errors_are_retried_then_fail_with_the_message(world, monkeypatch):
+    from celery_app.jobs import launch_task  # noqa: PLC0415
+
+    task = scheduled(world, "echo hi")
+    calls = []
+
+    def flaky(task_id, attempt):
+        calls.append(task_id)
+        raise ExecutorError("slurmrestd HTTP 503: try later")
+
+    monkeypatch.setattr(execution, "launch", flaky)
+    monkeypatch.setattr(launch_task, "retry", _immediate_retry(launch_task))
+    launch_task.apply(args=(task.pk, task.attempt))
+    task.refresh_from_db()
+    assert len(calls) == launch_task.max_retries + 1
+    assert task.status == "failed"
+    assert "503" in task.events.get(kind="backend_error").message
+
+
+def _immediate_retry(job):
+    """Celery's retry, minus the countdown wait, so the test sees every attempt in order."""
+    real = job.retry
+
+    def retry(*args, countdown=None, **kwargs):
+        return real(*args, countdown=0, **kwargs)
+
+    return retry
