@@ -106,6 +106,8 @@ def estimate_starts(sched, now: float, waiting: list) -> dict:
         for pool, need in needs:
             if pool.free + pool.ahead + 1e-9 < need:
                 continue
+            if best is not None and pool.cursor >= best[0]:
+                continue  # this pool cannot offer an earlier time than the best so far
             t, j, acc = pool.earliest(need)
             if best is None or t < best[0]:
                 best = (t, j, acc, need, pool)
