@@ -396,10 +396,13 @@ class Scheduler:
 
     def submit(self, task: Task) -> None:
         """Queue a new (or requeued) task."""
+        if task.id in self.running:
+            raise ValueError(f"task {task.id!r} is running; finish it before submitting it again")
         self.queued[task.id] = task
 
     def finish(self, task_id) -> None:
         """A running task ended: give its resources back."""
+        self._demands.pop(task_id, None)
         run = self.running.get(task_id)
         if run is None:
             self.queued.pop(task_id, None)
