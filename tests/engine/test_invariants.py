@@ -14,6 +14,7 @@ from apps.queues.engine import (
     Queue,
     Resources,
     RunningTask,
+    Scheduler,
     Snapshot,
     Task,
     VdcSettings,
@@ -255,3 +256,45 @@ def test_queue_positions_are_one_to_n_per_queue(s):
         per_queue.setdefault(w.queue_id, []).append(w.position)
     for positions in per_queue.values():
         assert positions == list(range(1, len(positions) + 1))
+
+
+def _index_view(sched):
+    """Free capacity and index buckets of a scheduler, comparable between instances."""
+    free = {ns.node.id: (round(ns.free_cpu, 6), tuple(ns.dev_free)) for ns in sched.nodes}
+    buckets = {}
+    for cid, cv in sched.clusters.items():
+        for m, lists in cv.index.whole.items():
+            buckets[(cid, m)] = [sorted(sched.nodes[pos].node.id for _t, pos in lst) for lst in lists]
+        for m, lst in cv.index.partial.items():
+            buckets[(cid, m, "partial")] = sorted((f, sched.nodes[pos].node.id, i) for f, _t, pos, i in lst)
+    return free, buckets
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snapshots())
+def test_kept_scheduler_index_matches_a_fresh_one_after_cycles(s):
+    sched = Scheduler(s)
+    for step in range(3):
+        sched.cycle(s.now + step * 1000)
+        for tid in list(sched.running)[:1]:
+            sched.finish(tid)
+    rebuilt = Scheduler(
+        Snapshot(
+            s.now,
+            s.clusters,
+            s.nodes,
+            s.gpu_models,
+            s.queues,
+            s.quotas,
+            tuple(
+                RunningTask(r.task, r.cluster_id, tuple(r.placements), r.started_at, r.window_s)
+                for r in sched.running.values()
+            ),
+            (),
+            s.settings,
+        )
+    )
+    a_free, a_buckets = _index_view(sched)
+    b_free, b_buckets = _index_view(rebuilt)
+    assert a_free == b_free
+    assert {k: v for k, v in a_buckets.items() if any(v)} == {k: v for k, v in b_buckets.items() if any(v)}
