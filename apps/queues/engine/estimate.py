@@ -44,6 +44,7 @@ class _Pool:
         self.ahead = 0.0  # sum of releases not yet consumed: a quick "never" answer
 
     def earliest(self, need: float) -> tuple[float | None, int, float]:
+        """Earliest time ``need`` is free (or None), with the release index and amount reached."""
         acc = self.free
         if acc + self.ahead + 1e-9 < need:
             return None, self.ptr, acc
@@ -59,6 +60,7 @@ class _Pool:
         return t, j, acc
 
     def commit(self, t: float, j: int, acc: float, need: float, duration: float | None) -> None:
+        """Take ``need`` at ``t`` (from :meth:`earliest`) and give it back after ``duration``."""
         self.ahead -= acc - self.free
         self.ptr = j
         self.cursor = t

@@ -130,6 +130,7 @@ class _Trial:
         self.by_unit: dict[int, list] = {}
 
     def release(self, unit) -> None:
+        """Give back what the unit holds and is not given back yet."""
         _key, kind, run, claim = unit
         index = self.sched.clusters[run.cluster_id].index
         mine = []
@@ -141,6 +142,7 @@ class _Trial:
         self.by_unit[id(unit)] = mine
 
     def retake(self, unit) -> None:
+        """Undo :meth:`release` of the unit."""
         run = unit[2]
         index = self.sched.clusters[run.cluster_id].index
         for c in self.by_unit.pop(id(unit), ()):
