@@ -12,9 +12,11 @@ Who may be a victim of task P:
 
 How: candidate units (shrinks first, then low before medium, then least work lost) are
 released one by one until P fits; then each unit is put back if P still fits without it,
-so the set is minimal (no victim can be spared). A single-instance task is tried per node
-(a few of the cheapest nodes), a gang per cluster. If P does not fit even with every
-candidate gone, nothing is preempted.
+so the set is minimal (no victim can be spared). A single-instance task is tried on the
+few nodes whose cheapest candidates are cheapest; a whole-card gang on the cheapest set of
+nodes that can each be cleared for one more instance (worked out on copies of the nodes).
+Plans are compared by (highest victim class, victims, shrinks, work lost). If P does not
+fit even with every candidate gone, nothing is preempted.
 """
 
 from __future__ import annotations
