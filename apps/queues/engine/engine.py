@@ -442,7 +442,6 @@ class Scheduler:
         by_queue: dict = {}
         for t in self.queued.values():
             by_queue.setdefault(t.queue_id, []).append(t)
-        considered: dict = {}
         for cls in (HIGH, MEDIUM, LOW):
             queues = [q for q in self.queues.values() if q.priority_class == cls and q.id in by_queue]
             queues.sort(key=lambda q: (-q.weight, self.queue_rank[q.id]))
@@ -454,16 +453,14 @@ class Scheduler:
                     if task is None:
                         continue
                     alive.append((q, it))
-                    considered.setdefault(q.id, []).append(task)
                     self._consider(task, q, cls, cyc)
                 iters = alive
         for qid, tasks in by_queue.items():
             if qid not in self.queues:
                 for t in tasks:
                     cyc.waiting.append((t, None, Reason.INVALID_REQUEST, f"unknown queue {qid!r}"))
-                    considered.setdefault(qid, []).append(t)
         elastic.grow(self, cyc)
-        waiting = self._waiting(cyc, considered)
+        waiting = self._waiting(cyc)
         starts = []
         for task_id, (cid, placements, window) in cyc.starts.items():
             starts.append(Start(task_id, cid, tuple(placements), window))
@@ -749,20 +746,16 @@ class Scheduler:
         cyc.resizes.pop(task.id, None)
         self.queued[task.id] = replace(task, window_s=new_window) if new_window is not None else task
 
-    def _waiting(self, cyc: Cycle, considered: dict) -> list[Waiting]:
-        """Positions, estimated starts and reasons of the tasks that stay queued."""
-        info = {t.id: (t, d, r, m) for t, d, r, m in cyc.waiting}
-        ordered = []
-        for cls in (HIGH, MEDIUM, LOW):
-            for q in self.queues.values():
-                if q.priority_class == cls:
-                    ordered.extend(t for t in considered.get(q.id, ()) if t.id in info)
-        ordered.extend(t for qid, ts in considered.items() if qid not in self.queues for t in ts)
-        estimates = estimate_starts(self, cyc.now, [(t, info[t.id][1], info[t.id][2]) for t in ordered])
+    def _waiting(self, cyc: Cycle) -> list[Waiting]:
+        """Positions, estimated starts and reasons of the tasks that stay queued.
+
+        ``cyc.waiting`` is in the order the cycle considered the tasks, which is the order
+        the positions count in and the order estimated starts are handed out in.
+        """
+        estimates = estimate_starts(self, cyc.now, [(t, d, r) for t, d, r, _m in cyc.waiting])
         out = []
         position: dict = {}
-        for t in ordered:
-            _t, _d, reason, message = info[t.id]
+        for t, _d, reason, message in cyc.waiting:
             pos = position.get(t.queue_id, 0) + 1
             position[t.queue_id] = pos
             out.append(Waiting(t.id, t.queue_id, pos, estimates.get(t.id), reason, message))

@@ -11,14 +11,18 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from operator import attrgetter
 
 from .model import DRF, Task
 from .resources import EPS
 
 
 def submit_order(tasks: Iterable[Task]) -> list[Task]:
-    """Tasks by submit time; equal times keep the order they came in (deterministic)."""
-    return [t for _k, t in sorted(((t.submit_time, i), t) for i, t in enumerate(tasks))]
+    """Tasks by submit time; equal times keep the order they came in (the sort is stable)."""
+    return sorted(tasks, key=_submit_time)
+
+
+_submit_time = attrgetter("submit_time")
 
 
 def drf_order(tasks: Iterable[Task], share_of: Callable[[object], float]) -> Iterator[Task]:
