@@ -257,10 +257,11 @@ def _ledger_entry(account: Account, record: UsageRecord, balance: Decimal) -> Tr
     )
 
 
-def needs_accrual(task_id: int) -> bool:
-    """Whether a task has usage to meter now: it runs, or a run of it ended and is not metered to its end."""
+def ended_runs_to_accrue(task_ids) -> list[int]:
+    """Of these tasks, those no longer running whose last run is not metered to its end (one query)."""
     behind = Q(meter__isnull=True) | Q(meter__closed=False) | Q(meter__attempt__lt=F("attempt"))
-    return Task.objects.filter(pk=task_id).filter(Q(status__in=ACTIVE) | (Q(attempt__gt=0) & behind)).exists()
+    tasks = Task.objects.filter(pk__in=task_ids, attempt__gt=0).exclude(status__in=ACTIVE).filter(behind)
+    return list(tasks.values_list("pk", flat=True))
 
 
 def accrue_task(task_id: int, now: datetime | None = None) -> int:

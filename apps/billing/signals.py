@@ -12,15 +12,14 @@ log = logging.getLogger(__name__)
 
 
 @receiver(task_changed, dispatch_uid="billing-accrue-on-task-change")
-def accrue_on_task_change(sender, task_id: int, **kwargs) -> None:
-    """Queue an accrual when the task runs or a run of it ended unmetered; the minute job is the safety net."""
-    from apps.billing.services import needs_accrual  # noqa: PLC0415 - models load after the app registry
-
-    if not needs_accrual(task_id):
-        return
+def accrue_on_task_change(sender, task_ids: list[int], **kwargs) -> None:
+    """Queue a final accrual for tasks whose run ended unmetered; running tasks are metered every minute."""
+    from apps.billing.services import ended_runs_to_accrue  # noqa: PLC0415 - models load after the app registry
     from celery_app import billing_jobs  # noqa: PLC0415 - Celery is the outer layer
 
-    try:
-        billing_jobs.accrue_task.delay(task_id)
-    except Exception as exc:  # noqa: BLE001 - a broker outage only delays the accrual to the next metering pass
-        log.warning("accrual of task %s not queued (the metering job will catch up): %s", task_id, exc)
+    for task_id in ended_runs_to_accrue(task_ids):
+        try:
+            billing_jobs.accrue_task.delay(task_id)
+        except Exception as exc:  # noqa: BLE001 - a broker outage only delays the accrual to the next metering pass
+            log.warning("accrual of task %s not queued (the metering job will catch up): %s", task_id, exc)
+            return

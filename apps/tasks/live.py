@@ -1,7 +1,7 @@
 """Live updates: the group names of the ``ws/live/`` socket and what is pushed to them.
 
 Pages subscribe to a task, a project, a queue or their own user group (``apps.tasks.consumers``).
-``push_task_changed`` is connected to ``task_changed`` (sent on commit with a task id): it loads the
+``push_task_changed`` is connected to ``task_changed`` (sent on commit with task ids): it loads the
 task once and sends its state to the task's, project's and owner's groups, and the queue's counts
 (never task details, since queue pages are open to every signed-in user) to the queue group.
 """
@@ -112,20 +112,22 @@ def _send(group: str, payload: dict) -> None:
     async_to_sync(get_channel_layer().group_send)(group, {"type": MESSAGE_TYPE, "payload": payload})
 
 
-def push_task_changed(sender=None, task_id: int | None = None, **kwargs) -> None:
-    """Receiver of ``task_changed``: push the task's state to its groups and its queue's counts.
+def push_task_changed(sender=None, task_ids: list[int] | None = None, **kwargs) -> None:
+    """Receiver of ``task_changed``: push each task's state to its groups, and fresh counts to its queues.
 
-    A Redis outage costs live pages an update (they reload state on reconnect), never the write that
-    sent the signal.
+    Two queries whatever the number of tasks. A Redis outage costs live pages an update (they reload
+    state on reconnect), never the write that sent the signal.
     """
-    task = Task.objects.select_related("cluster").filter(pk=task_id).first()
-    if task is None:
+    tasks = list(Task.objects.select_related("cluster").filter(pk__in=task_ids or ()))
+    if not tasks:
         return
-    payload = task_payload(task)
-    counts = queue_counts([task.queue_id])[task.queue_id]
+    counts = queue_counts({t.queue_id for t in tasks})
     try:
-        for group in {task_group(task.pk), project_group(task.project_id), user_group(task.owner_id)}:
-            _send(group, payload)
-        _send(queue_group(task.queue_id), {"type": "queue", "id": task.queue_id, **counts})
+        for task in tasks:
+            payload = task_payload(task)
+            for group in {task_group(task.pk), project_group(task.project_id), user_group(task.owner_id)}:
+                _send(group, payload)
+        for queue_id, queue_count in counts.items():
+            _send(queue_group(queue_id), {"type": "queue", "id": queue_id, **queue_count})
     except (RedisError, OSError) as exc:
-        log.warning("live update of task %s not sent: %s", task_id, exc)
+        log.warning("live updates of %d tasks not sent: %s", len(tasks), exc)

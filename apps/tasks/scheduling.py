@@ -429,8 +429,8 @@ def _apply(loader: SnapshotLoader, decisions: em.Decisions, now: datetime) -> Cy
             jobs.stop_on_backend.delay(task_id, cluster_id, external_id)
         for task_id, attempt in launches:
             jobs.launch_task.delay(task_id, attempt)
-        for task_id in notify:
-            task_changed.send(sender=Task, task_id=task_id)
+        if notify:
+            task_changed.send(sender=Task, task_ids=sorted(notify))
 
     transaction.on_commit(after_commit)
     return result

@@ -55,7 +55,7 @@ def record_event(
         data=data or {},
     )
     task_id = task.pk
-    transaction.on_commit(lambda: task_changed.send(sender=Task, task_id=task_id))
+    transaction.on_commit(lambda: task_changed.send(sender=Task, task_ids=[task_id]))
     return event
 
 

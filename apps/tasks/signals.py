@@ -2,5 +2,6 @@
 
 from django.dispatch import Signal
 
-# Sent on commit, with task_id, whenever a task's status, position or timeline changed.
+# Sent on commit, with task_ids (a list), when tasks' status, position or timeline changed. The scheduler
+# sends one signal per cycle for every task it touched, so receivers work in bulk (one query, not one per task).
 task_changed = Signal()

@@ -156,7 +156,7 @@ def test_stop_queues_the_final_accrual(world, prices, account, monkeypatch, djan
     with django_capture_on_commit_callbacks(execute=True):
         from apps.tasks.signals import task_changed
 
-        task_changed.send(sender=Task, task_id=task.pk)
+        task_changed.send(sender=Task, task_ids=[task.pk])
     assert queued == [task.pk]
 
 
