@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt | sha1sum | cut -c1-12)
 
-.PHONY: venv run demo test lint bench slurm-up slurm-down clean
+.PHONY: venv run demo test lint bench bench-django slurm-up slurm-down clean
 
 $(STAMP): requirements.txt requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,8 +25,11 @@ test: venv lint  ## lint, Django checks, migrations up to date, the whole pytest
 	$(BIN)/python manage.py makemigrations --check --dry-run
 	$(BIN)/pytest
 
-bench: venv  ## every benchmark, each prints a table
+bench: venv  ## every engine benchmark, each prints a table
 	$(BIN)/python -m benchmarks.run_all
+
+bench-django: venv  ## one scheduling cycle through Django on PostgreSQL (needs DATABASE_URL=postgres://...)
+	$(BIN)/python -m benchmarks.django_cycle
 
 slurm-up:  ## a real dev Slurm cluster on this host (installs Debian's slurm-wlm when missing)
 	bash scripts/dev_slurm.sh start

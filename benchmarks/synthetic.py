@@ -24,11 +24,8 @@ MODELS = (
     GpuModel("T4", "nvidia", 16, 65, 8.1, 0.2, True),
     GpuModel("Ascend910B", "huawei", 64, 320, 0, 0.9, False),
 )
-QUEUES = (
-    Queue("high", "high", "fifo"),
-    Queue("medium", "medium", "drf"),
-    Queue("low", "low", "backfill"),
-)
+QUEUES_POLICIES = (("high", "fifo"), ("medium", "drf"), ("low", "backfill"))
+QUEUES = tuple(Queue(name, name, policy) for name, policy in QUEUES_POLICIES)
 
 
 def nodes(count: int = 2000, clusters: int = 4, cards: int = 8, seed: int = 1) -> list[Node]:

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from django.db import transaction
-from django.db.models import Prefetch
+from django.db import connection, transaction
 from django.utils import timezone
 
 from apps.billing.models import Account
@@ -25,6 +24,7 @@ from apps.queues import engine, stats
 from apps.queues.choices import PriorityClass
 from apps.queues.engine import model as em
 from apps.queues.models import TaskQueue
+from apps.tasks.bulk import bulk_update_rows
 from apps.tasks.choices import ACTIVE, WAITING, EventKind, TaskStatus
 from apps.tasks.models import Task, TaskEvent
 from apps.tasks.signals import task_changed
@@ -66,6 +66,24 @@ def _f(value: Decimal | None) -> float:
     return float(value) if value is not None else 0.0
 
 
+@dataclass(frozen=True)
+class DeviceRow:
+    """What applying decisions needs of a device."""
+
+    index: int
+    exchange_rate: Decimal
+
+
+# Task fields the snapshot and the apply step read or write; the rest (command, env ...) stays deferred.
+SNAPSHOT_FIELDS = (
+    "project_id", "owner_id", "vdc_id", "queue", "kind", "cpu", "memory_gib", "gpu_spec", "instances", "elastic_min",
+    "elastic_max", "expected_duration", "preemptible", "required_labels", "status", "status_message",
+    "pending_reason", "pending_message", "queue_position", "estimated_start", "cluster_id", "placement",
+    "allocated_gpu", "replicas", "external_id", "attempt", "window", "submitted_at", "started_at", "finished_at",
+    "updated_at",
+)  # fmt: skip
+
+
 class SnapshotLoader:
     """Maps the rows of one VDC onto the engine's plain input types, in a constant number of queries."""
 
@@ -73,7 +91,7 @@ class SnapshotLoader:
         self.vdc = vdc
         self.tasks: dict[int, Task] = {}
         self.clusters: dict[int, Cluster] = {}
-        self.devices: dict[int, Device] = {}
+        self.devices: dict[int, DeviceRow] = {}
         self.nodes: dict[int, Node] = {}
         self.queues: dict[int, TaskQueue] = {}
         self.bad_specs: dict[int, str] = {}
@@ -84,9 +102,14 @@ class SnapshotLoader:
         clusters = list(Cluster.objects.filter(vdc=self.vdc))
         self.clusters = {c.pk: c for c in clusters}
         nodes = list(Node.objects.filter(cluster__vdc=self.vdc))
-        devices = list(Device.objects.filter(node__cluster__vdc=self.vdc).select_related("gpu_model"))
+        # Plain rows: 16,000 model instances would cost more than the engine's whole cycle.
+        devices = list(
+            Device.objects.filter(node__cluster__vdc=self.vdc).values_list(
+                "pk", "node_id", "index", "gpu_model__name", "gpu_model__exchange_rate", "health_score", "links"
+            )
+        )
         self.nodes = {n.pk: n for n in nodes}
-        self.devices = {d.pk: d for d in devices}
+        self.devices = {d[0]: DeviceRow(index=d[2], exchange_rate=d[4]) for d in devices}
         self.queues = {q.pk: q for q in TaskQueue.objects.filter(vdc=self.vdc)}
         quotas = list(ProjectQuota.objects.filter(vdc=self.vdc))
         exhausted = set(
@@ -98,21 +121,27 @@ class SnapshotLoader:
         tasks = list(
             Task.objects.filter(vdc=self.vdc, status__in=(*WAITING, *ACTIVE))
             .select_related("queue")
-            .prefetch_related(Prefetch("preferred_clusters", queryset=Cluster.objects.only("id")))
+            .only(*SNAPSHOT_FIELDS)
         )
         self.tasks = {t.pk: t for t in tasks}
+        self.preferred: dict[int, list[int]] = {}
+        through = Task.preferred_clusters.through.objects.filter(
+            task__vdc=self.vdc, task__status__in=(*WAITING, *ACTIVE)
+        )
+        for task_id, cluster_id in through.values_list("task_id", "cluster_id"):
+            self.preferred.setdefault(task_id, []).append(cluster_id)
 
         devices_by_node: dict[int, list[em.Device]] = {}
-        for d in devices:
+        for pk, node_id, index, model, _rate, health, links_json in devices:
             links = tuple(
                 em.Link(
                     peer_index=link["peer"], kind=link.get("type", "pcie"), bandwidth_gbps=link.get("bandwidth_gbps", 0)
                 )
-                for link in d.links or ()
+                for link in links_json or ()
                 if isinstance(link, dict) and isinstance(link.get("peer"), int)
             )
-            devices_by_node.setdefault(d.node_id, []).append(
-                em.Device(id=d.pk, index=d.index, model=d.gpu_model.name, health=d.health_score, links=links)
+            devices_by_node.setdefault(node_id, []).append(
+                em.Device(id=pk, index=index, model=model, health=health, links=links)
             )
         parse_cache: dict[str, object] = {}
         running, queued = [], []
@@ -242,7 +271,7 @@ class SnapshotLoader:
             submit_time=t.submitted_at.timestamp(),
             preemptible=t.preemptible,
             required_labels=dict(t.required_labels or {}),
-            preferred_clusters=tuple(c.pk for c in t.preferred_clusters.all()),
+            preferred_clusters=tuple(self.preferred.get(t.pk, ())),
         )
 
     def _placements(self, t: Task) -> tuple[em.InstancePlacement, ...]:
@@ -293,7 +322,7 @@ class SnapshotLoader:
         total = Decimal("0")
         for p in placements:
             for d in p.devices:
-                rate = self.devices[d.device_id].gpu_model.exchange_rate
+                rate = self.devices[d.device_id].exchange_rate
                 total += rate * Decimal(d.milli) / 1000
         return total.quantize(Decimal("0.001"))
 
@@ -416,9 +445,9 @@ def _apply(loader: SnapshotLoader, decisions: em.Decisions, now: datetime) -> Cy
     ]  # fmt: skip
     for task in changed.values():
         task.updated_at = now
-    Task.objects.bulk_update(list(changed.values()), state_fields, batch_size=500)
-    Task.objects.bulk_update([t for t in waiting_changed if t.pk not in changed], waiting_fields, batch_size=500)
-    TaskEvent.objects.bulk_create(events, batch_size=500)
+    bulk_update_rows(Task, list(changed.values()), state_fields)
+    bulk_update_rows(Task, [t for t in waiting_changed if t.pk not in changed], waiting_fields)
+    TaskEvent.objects.bulk_create(events, batch_size=None if connection.vendor == "postgresql" else 500)
 
     notify = {*changed, *(t.pk for t in waiting_changed)}
 
