@@ -132,8 +132,8 @@ class TaskForm(forms.Form):
         max_length=128, required=False, label="GPUs",
         help_text="e.g. 1(A100), 2(A100|H100), 0.5(vgpu), 1(16G,50%), vram=16Gi,tflops-fp16=100; empty for none.",
     )  # fmt: skip
-    cpu = forms.DecimalField(min_value=0, max_digits=8, decimal_places=2, initial=Decimal("4"), label="CPU cores")
-    memory_gib = forms.DecimalField(min_value=0, max_digits=10, decimal_places=2, initial=16, label="Memory (GiB)")
+    cpu = forms.DecimalField(min_value=0, max_digits=8, decimal_places=2, initial=Decimal("1"), label="CPU cores")
+    memory_gib = forms.DecimalField(min_value=0, max_digits=10, decimal_places=2, initial=2, label="Memory (GiB)")
     instances = forms.IntegerField(min_value=1, initial=1, help_text="Started all at once on one cluster (gang).")
     image = forms.CharField(max_length=255, required=False)
     command = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}))
