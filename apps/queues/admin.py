@@ -2,49 +2,16 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
-from decimal import Decimal
-
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
-from django.core.exceptions import ValidationError
-from django.db.models import Count, OuterRef
+from django.db.models import OuterRef
 
-from apps.clusters import services as cluster_services
-from apps.clusters.gpuspec import GPUSpecError, equivalents
 from apps.queues import services
 from apps.queues.models import TaskQueue
 from apps.tasks.choices import ACTIVE, WAITING
 from apps.tasks.models import Task
+from apps.tasks.services import waiting_gpu_equivalents
 from apps.vdc.admin import ZERO, count_of, number, sum_of
-
-
-def waiting_gpu_equivalents(queue_ids: list[int]) -> dict[int, Decimal]:
-    """GPU-equivalents the waiting tasks of each queue ask for, at their cheapest model (two queries).
-
-    Waiting tasks hold no allocation yet, so the demand comes from their GPU specs; identical specs are
-    grouped in the database and parsed once.
-    """
-    rows = (
-        Task.objects.filter(queue_id__in=queue_ids, status__in=WAITING)
-        .values("queue_id", "gpu_spec", "instances", "elastic_min")
-        .annotate(n=Count("id"))
-        .order_by()
-    )
-    gpu_catalog = cluster_services.catalog()
-    per_spec: dict[str, Decimal] = {}
-    demand: dict[int, Decimal] = defaultdict(lambda: ZERO)
-    for row in rows:
-        spec = row["gpu_spec"]
-        if spec not in per_spec:
-            try:
-                per_spec[spec] = equivalents(cluster_services.validate_gpu_spec(spec, gpu_catalog), gpu_catalog)
-            except (ValidationError, GPUSpecError):
-                # Its model was disabled or removed since submission: nothing it asks for can be counted.
-                per_spec[spec] = ZERO
-        size = row["elastic_min"] or row["instances"]
-        demand[row["queue_id"]] += per_spec[spec] * size * row["n"]
-    return demand
 
 
 class QueueChangeList(ChangeList):

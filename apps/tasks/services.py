@@ -6,6 +6,7 @@ permissions and audit events are the same whichever door a request came in by.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from decimal import Decimal
 from typing import Any
 
@@ -15,10 +16,10 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from apps.clusters import services as cluster_services
-from apps.clusters.gpuspec import GPURequest, candidate_models, equivalents
+from apps.clusters.gpuspec import GPURequest, GPUSpecError, candidate_models, equivalents
 from apps.queues.choices import PriorityClass
 from apps.queues.models import TaskQueue
-from apps.tasks.choices import ACTIVE, FINAL, EventKind, TaskKind, TaskStatus
+from apps.tasks.choices import ACTIVE, FINAL, WAITING, EventKind, TaskKind, TaskStatus
 from apps.tasks.models import Task, TaskEvent
 from apps.tasks.signals import task_changed
 from apps.vdc.models import VDC, Project, ProjectQuota
@@ -225,3 +226,31 @@ def delete_task(task: Task, user) -> None:
     if task.usage_records.exists():
         raise ValidationError({"status": "Task has metered usage on record and is kept for billing."})
     task.delete()
+
+
+def waiting_gpu_equivalents(queue_ids: list[int]) -> dict[int, Decimal]:
+    """GPU-equivalents the waiting tasks of each queue ask for, at their cheapest model (two queries).
+
+    Waiting tasks hold no allocation yet, so the demand comes from their GPU specs; identical specs are
+    grouped in the database and parsed once.
+    """
+    rows = (
+        Task.objects.filter(queue_id__in=queue_ids, status__in=WAITING)
+        .values("queue_id", "gpu_spec", "instances", "elastic_min")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    gpu_catalog = cluster_services.catalog()
+    per_spec: dict[str, Decimal] = {}
+    demand: dict[int, Decimal] = defaultdict(Decimal)
+    for row in rows:
+        spec = row["gpu_spec"]
+        if spec not in per_spec:
+            try:
+                per_spec[spec] = equivalents(cluster_services.validate_gpu_spec(spec, gpu_catalog), gpu_catalog)
+            except (ValidationError, GPUSpecError):
+                # Its model was disabled or removed since submission: nothing it asks for can be counted.
+                per_spec[spec] = Decimal(0)
+        size = row["elastic_min"] or row["instances"]
+        demand[row["queue_id"]] += per_spec[spec] * size * row["n"]
+    return demand

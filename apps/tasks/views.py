@@ -28,14 +28,13 @@ from apps.clusters.backends import executor_for
 from apps.clusters.executors.base import ExecutorError
 from apps.clusters.models import Cluster, Device
 from apps.queues import services as queue_services
-from apps.queues.admin import waiting_gpu_equivalents
 from apps.queues.choices import CLASS_RULES, PriorityClass
 from apps.queues.models import TaskQueue
 from apps.tasks import forms, live
 from apps.tasks.choices import ACTIVE, WAITING, EventKind, TaskKind, TaskStatus
 from apps.tasks.filtersets import TaskFilterSet
 from apps.tasks.models import Task, TaskEvent
-from apps.tasks.services import delete_task, stop_task
+from apps.tasks.services import delete_task, stop_task, waiting_gpu_equivalents
 from apps.vdc.models import VDC, Membership, Project, ProjectQuota
 from apps.vdc.services import WRITE_ROLES, is_platform_admin
 
