@@ -104,7 +104,7 @@ class Command(BaseCommand):
             defaults={
                 "cluster_type": "slurm", "endpoint": env["SLURM_REST_URL"], "api_version": env["SLURM_API_VERSION"],
                 "namespace": env["SLURM_PARTITION"], "description": "Dev Slurm cluster on this host (fake GPUs)",
-                "labels": {"slurm-gres.A100-80G": "a100", "slurm-gres.V100-32G": "v100"},
+                "labels": {"backend": "slurm", "slurm-gres.A100-80G": "a100", "slurm-gres.V100-32G": "v100"},
             },
         )  # fmt: skip
         cluster.set_credentials(
