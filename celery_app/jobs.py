@@ -44,13 +44,24 @@ def launch_task(self, task_id: int, attempt: int) -> None:
     from apps.tasks import execution  # noqa: PLC0415
 
     try:
-        execution.launch(task_id, attempt)
+        if execution.launch(task_id, attempt):
+            # Users wait for "running": look again soon instead of at the next 5 s status sync.
+            follow_launch.apply_async((task_id,), countdown=0.5, expires=60)
     except ExecutorError as exc:
         # Celery's retry() re-raises the error itself once retries run out, so count them here.
         if self.request.retries >= self.max_retries:
             execution.fail(task_id, attempt, f"Backend error after {self.max_retries} retries: {exc}")
             return
         raise self.retry(exc=exc, countdown=min(2**self.request.retries, 60))
+
+
+@app.task(bind=True, ignore_result=True, max_retries=20)
+def follow_launch(self, task_id: int) -> None:
+    """Check a just-launched task every second until its backend reports it running (or 20 tries)."""
+    from apps.tasks import execution  # noqa: PLC0415
+
+    if execution.sync_one(task_id) in ("scheduled", "starting") and self.request.retries < self.max_retries:
+        raise self.retry(countdown=1)
 
 
 @app.task(bind=True, ignore_result=True, max_retries=5)

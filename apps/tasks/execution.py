@@ -215,6 +215,20 @@ def sync_statuses() -> SyncResult:
     return result
 
 
+def sync_one(task_id: int) -> str | None:
+    """Check one task's backend state now (right after its launch); returns its status, None when not active."""
+    task = Task.objects.select_related("cluster").filter(pk=task_id, status__in=ACTIVE).first()
+    if task is None or not task.external_id or task.cluster is None:
+        return None
+    try:
+        state = executor_for(task.cluster).status(task.external_id)
+    except ExecutorError as exc:
+        log.info("status of task %s on %s: %s", task.pk, task.cluster.name, exc)
+        return task.status
+    apply_state(task.pk, task.attempt, state)
+    return Task.objects.values_list("status", flat=True).get(pk=task_id)
+
+
 def _reconcile(task: Task, executor) -> int:
     """Adopt the job a launch created before dying, or launch again (submit is idempotent per attempt)."""
     found = executor.list_by_owner({LABEL_TASK_ID: str(task.pk), LABEL_ATTEMPT: str(task.attempt)})

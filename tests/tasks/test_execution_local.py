@@ -171,3 +171,15 @@ def _immediate_retry(job):
         return real(*args, countdown=0, **kwargs)
 
     return retry
+
+
+def test_sync_one_follows_a_just_launched_task(world):
+    task = scheduled(world, "sleep 5")
+    execution.launch(task.pk, task.attempt)
+    deadline = time.monotonic() + 10
+    while execution.sync_one(task.pk) != "running" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    task.refresh_from_db()
+    assert task.status == "running"
+    executor_for(task.cluster).stop(task.external_id)
+    assert execution.sync_one(999_999) is None
