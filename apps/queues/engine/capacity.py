@@ -355,7 +355,8 @@ class ClusterIndex:
                 if found is None:
                     continue
                 claim, key = found
-                key = (key[0], rank, *key[1:])
+                # The paper's scheduler breaks equal FGD scores by node only, not by the card model's rank.
+                key = (*key, rank)
             else:
                 claim = self.find(alt, cpu, mem, scorer, excluded, fgd)
                 if claim is None:
