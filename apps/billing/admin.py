@@ -14,22 +14,9 @@ from apps.billing.admin_actions import add_credit, generate_invoices
 from apps.billing.admin_forms import PriceRuleAdminForm
 from apps.billing.choices import InvoiceStatus
 from apps.billing.models import Account, Invoice, InvoiceLine, PriceRule, Transaction, UsageRecord
-from apps.vdc.admin import count_of
+from apps.vdc.admin import ReadOnlyAdminMixin, count_of
 
 LEDGER_ROWS = 50
-
-
-class ReadOnlyAdminMixin:
-    """Lists, filters and detail pages, but no add, change or delete: for rows only jobs may write."""
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
 
 @admin.register(PriceRule)

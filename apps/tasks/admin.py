@@ -11,7 +11,7 @@ from apps.tasks.admin_forms import TaskChangeForm, TaskSubmitForm
 from apps.tasks.choices import TaskStatus
 from apps.tasks.models import Task, TaskEvent
 from apps.tasks.services import delete_task, stop_task
-from apps.vdc.admin import GREEN, GREY, ORANGE, RED, badge
+from apps.vdc.admin import GREEN, GREY, ORANGE, RED, ReadOnlyAdminMixin, badge
 
 STATUS_COLOURS = {
     TaskStatus.PENDING: GREY,
@@ -68,7 +68,7 @@ REQUEST_FIELDSETS = (
 )
 
 
-class TaskEventInline(admin.TabularInline):
+class TaskEventInline(ReadOnlyAdminMixin, admin.TabularInline):
     """The task's timeline, oldest first; events are written by the services only."""
 
     model = TaskEvent
@@ -79,12 +79,6 @@ class TaskEventInline(admin.TabularInline):
 
     def get_queryset(self, request):
         return super().get_queryset(request).select_related("actor")
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
 
 
 @admin.register(Task)
@@ -214,7 +208,7 @@ def _reason(exc: Exception) -> str:
 
 
 @admin.register(TaskEvent)
-class TaskEventAdmin(admin.ModelAdmin):
+class TaskEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """The audit timeline of every task: read-only."""
 
     list_display = ("created_at", "task", "kind", "from_status", "to_status", "message", "actor")
@@ -228,12 +222,3 @@ class TaskEventAdmin(admin.ModelAdmin):
         if term.isdigit():
             results |= queryset.filter(task_id=int(term))
         return results, may_have_duplicates
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False

@@ -79,6 +79,19 @@ def percent(part, whole) -> str:
     return f"{Decimal(part or 0) * 100 / Decimal(whole):.0f}%" if whole else "-"
 
 
+class ReadOnlyAdminMixin:
+    """Lists, filters and detail pages, but no add, change or delete: for rows only jobs may write."""
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
 class ClusterInline(admin.TabularInline):
     """The VDC's clusters at a glance; each links to its own change page where it is edited."""
 
