@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt | sha1sum | cut -c1-12)
 
-.PHONY: venv run demo test lint bench bench-django slurm-up slurm-down clean
+.PHONY: venv run demo test lint bench bench-django bench-slurm slurm-up slurm-down clean
 
 $(STAMP): requirements.txt requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,6 +14,7 @@ $(STAMP): requirements.txt requirements-dev.txt
 venv: $(STAMP)
 
 run: venv  ## web (ASGI + WebSocket), Celery worker and beat, embedded Redis and SQLite unless configured
+	bash scripts/setup_local_jobs.sh || echo "local jobs cannot run isolated here; the local cluster will say why"
 	$(BIN)/python manage.py runportal
 
 lint: venv
@@ -30,6 +31,9 @@ bench: venv  ## every engine benchmark, each prints a table
 
 bench-django: venv  ## one scheduling cycle through Django on PostgreSQL (needs DATABASE_URL=postgres://...)
 	$(BIN)/python -m benchmarks.django_cycle
+
+bench-slurm: venv  ## the portal vs raw sbatch on the dev Slurm cluster (needs DATABASE_URL and REDIS_URL, root)
+	$(BIN)/python -m benchmarks.slurm_control
 
 slurm-up:  ## a real dev Slurm cluster on this host (installs Debian's slurm-wlm when missing)
 	bash scripts/dev_slurm.sh start

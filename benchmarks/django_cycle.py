@@ -2,7 +2,7 @@
 
 Builds the synthetic VDC of ``benchmarks.synthetic`` (2,000 nodes, 16,000 GPUs, mixed models) as rows in a
 dedicated database ``hcs_bench`` on the server of ``DATABASE_URL``, queues 10,000 tasks of the same mixed
-workload (classes, gangs, fractions, model constraints) and times ``apps.tasks.scheduling.run_cycle``:
+workload (classes, gangs, fractions, model constraints) and times ``apps.control.scheduling.run_cycle``:
 snapshot load, engine, and the atomic apply. It runs the same cycle at two task counts to show that the
 number of SQL statements does not grow with tasks.
 
@@ -143,11 +143,11 @@ def cycle(vdc) -> dict:
     from django.db import connection  # noqa: PLC0415
     from django.test.utils import CaptureQueriesContext  # noqa: PLC0415
 
-    from apps.tasks.scheduling import run_cycle  # noqa: PLC0415
+    from apps.control.scheduling import run_cycle  # noqa: PLC0415
 
     handoffs = []
-    with mock.patch("celery_app.jobs.launch_task.delay", side_effect=lambda *a: handoffs.append(a)), \
-         mock.patch("celery_app.jobs.stop_on_backend.delay", side_effect=lambda *a: handoffs.append(a)), \
+    with mock.patch("apps.control.triggers.enqueue", side_effect=lambda *a, **k: handoffs.append(a)), \
+         mock.patch("apps.control.triggers.request_reconcile", side_effect=lambda *a: handoffs.append(a)), \
          mock.patch("apps.queues.stats.record_cycle"), CaptureQueriesContext(connection) as queries:  # fmt: skip
         t0 = time.perf_counter()
         result = run_cycle(vdc.pk)

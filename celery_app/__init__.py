@@ -1,4 +1,4 @@
-"""The Celery app of HCS Portal; job functions live in celery_app.jobs."""
+"""The Celery app of HCS Portal: the app and the beat schedule only (job functions live with their apps)."""
 
 from celery_app.app import app
 

@@ -1,4 +1,8 @@
-"""Celery application configured from Django settings (CELERY_* names); the beat schedule lives here."""
+"""The Celery app configured from Django settings (CELERY_* names), and the beat schedule.
+
+Job functions live with their apps (``apps/control/jobs.py``, ``apps/billing/jobs.py``) as shared tasks;
+nothing imports this package but the worker, beat and the project's app config.
+"""
 
 import os
 
@@ -9,20 +13,22 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hcsportal.settings")
 
 app = Celery("hcsportal")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.conf.include = ["celery_app.jobs", "celery_app.billing_jobs"]
+app.conf.include = ["apps.control.jobs", "apps.billing.jobs"]
 
 # Every entry expires before its next run, so a busy worker never works through a backlog of stale ticks.
 app.conf.beat_schedule = {
     "scheduling-cycle": {
-        "task": "celery_app.jobs.run_scheduler",
+        "task": "apps.control.jobs.run_scheduler",
         "schedule": settings.HCS_SCHEDULER_INTERVAL.total_seconds(),
         "options": {"expires": settings.HCS_SCHEDULER_INTERVAL.total_seconds()},
     },
-    "status-sync": {"task": "celery_app.jobs.sync_task_statuses", "schedule": 5.0, "options": {"expires": 5}},
-    "cluster-health": {"task": "celery_app.jobs.check_clusters", "schedule": 30.0, "options": {"expires": 30}},
-    "usage-metering": {"task": "celery_app.billing_jobs.meter_usage", "schedule": 60.0, "options": {"expires": 60}},
+    # One listing per cluster: launches to retry, phases to follow, jobs of no live attempt to cancel.
+    "reconcile": {"task": "apps.control.jobs.reconcile_all", "schedule": 2.0, "options": {"expires": 2}},
+    # Backend probe and node states (Slurm nodes, Kubernetes conditions) per cluster.
+    "cluster-health": {"task": "apps.control.jobs.check_clusters", "schedule": 10.0, "options": {"expires": 10}},
+    "usage-metering": {"task": "apps.billing.jobs.meter_usage", "schedule": 60.0, "options": {"expires": 60}},
     "monthly-invoices": {
-        "task": "celery_app.billing_jobs.generate_monthly_invoices",
+        "task": "apps.billing.jobs.generate_monthly_invoices",
         "schedule": 3600.0,
         "options": {"expires": 3600},
     },

@@ -6,11 +6,12 @@ from rest_framework.routers import DefaultRouter
 
 from apps.billing.api import urls as billing
 from apps.clusters.api import urls as clusters
+from apps.control.api import urls as control
 from apps.queues.api import urls as queues
 from apps.tasks.api import urls as tasks
 from apps.vdc.api import urls as vdc
 
-APPS = (vdc, clusters, queues, tasks, billing)
+APPS = (vdc, clusters, queues, tasks, billing, control)
 
 router = DefaultRouter()
 for app in APPS:

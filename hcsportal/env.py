@@ -68,3 +68,14 @@ def env_url(name: str, schemes: tuple[str, ...]) -> str | None:
     if parsed.scheme not in ("unix", "redis+socket", "sqlite") and not parsed.hostname:
         raise ImproperlyConfigured(f"{name} must name a host, got {raw!r}")
     return raw
+
+
+def env_choice(name: str, choices: tuple[str, ...], default: str) -> str:
+    """One of ``choices`` (case-insensitive), or ``default`` when unset."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}, got {raw!r}")
+    return value

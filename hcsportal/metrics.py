@@ -1,7 +1,8 @@
 """Prometheus /metrics: a collector that reads the database and the scheduler's Redis counters at scrape time.
 
-Access: a request with ``Authorization: Bearer <METRICS_TOKEN>`` (when the token is set), or from an
-address in ``METRICS_ALLOWED_IPS`` (addresses or networks; default 127.0.0.1 and ::1).
+Access: a request with ``Authorization: Bearer <METRICS_TOKEN>`` (when the token is set), a platform admin's
+session, or a request from an address in ``METRICS_ALLOWED_IPS`` (addresses or networks; default none: loopback
+is not trusted, since jobs on the portal's host share it).
 """
 
 from __future__ import annotations
@@ -210,6 +211,8 @@ def _allowed(request: HttpRequest) -> bool:
     header = request.headers.get("Authorization", "")
     if token and header.startswith("Bearer ") and hmac.compare_digest(header[7:].strip(), token):
         return True
+    if request.user.is_authenticated and request.user.is_staff:
+        return True
     try:
         address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
     except ValueError:
@@ -221,7 +224,8 @@ def _allowed(request: HttpRequest) -> bool:
 def metrics_view(request: HttpRequest) -> HttpResponse:
     """The Prometheus text exposition of the portal's state."""
     if not _allowed(request):
-        response = HttpResponse("Forbidden: expected an allowed address or a bearer token.\n", status=403)
+        response = HttpResponse("Forbidden: expected a bearer token, an admin session or an allowed address.\n",
+                                status=403)  # fmt: skip
         if settings.METRICS_TOKEN:
             response.status_code = 401
             response["WWW-Authenticate"] = 'Bearer realm="metrics"'

@@ -15,7 +15,7 @@ import dj_database_url
 from cryptography.fernet import Fernet
 from django.core.exceptions import ImproperlyConfigured
 
-from hcsportal.env import env_bool, env_int, env_list, env_str, env_url
+from hcsportal.env import env_bool, env_choice, env_int, env_list, env_str, env_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("HCS_VAR_DIR", str(BASE_DIR / "var")))
@@ -69,7 +69,8 @@ INSTALLED_APPS = [
     "apps.queues",
     "apps.tasks",
     "apps.billing",
-    "hcsportal",  # cross-app management commands: runportal, demo
+    "apps.control",
+    "hcsportal",  # cross-app management commands (runportal, demo) and the Celery app
 ]
 
 MIDDLEWARE = [
@@ -164,14 +165,21 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # JSON bodies nest at most 32 levels; form bodies as DRF parses them.
+    "DEFAULT_PARSER_CLASSES": [
+        "apps.vdc.api.parsers.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
+    # A filter value or ordering a list cannot take is a 400, never silently ignored.
     "DEFAULT_FILTER_BACKENDS": [
         "django_filters.rest_framework.DjangoFilterBackend",
-        "rest_framework.filters.OrderingFilter",
+        "apps.vdc.api.filters.StrictOrderingFilter",
         "rest_framework.filters.SearchFilter",
     ],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "apps.vdc.api.schema.ErrorDocumentingAutoSchema",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "HCS Portal API",
@@ -193,9 +201,10 @@ SPECTACULAR_SETTINGS = {
 }
 
 # --- Monitoring ------------------------------------------------------------------------------
-# /metrics answers a request carrying "Authorization: Bearer <METRICS_TOKEN>" or coming from an allowed address.
+# /metrics answers "Authorization: Bearer <METRICS_TOKEN>", a platform admin's session, or an allowed address.
+# No address is trusted by default: jobs on the portal's host (Slurm jobs share its network) reach loopback too.
 METRICS_TOKEN = env_str("METRICS_TOKEN")
-METRICS_ALLOWED_IPS = env_list("METRICS_ALLOWED_IPS", ["127.0.0.1", "::1"])
+METRICS_ALLOWED_IPS = env_list("METRICS_ALLOWED_IPS", [])
 
 # --- i18n, static ------------------------------------------------------------------------------
 LANGUAGE_CODE = "en-us"
@@ -214,7 +223,13 @@ WHITENOISE_USE_FINDERS = True
 
 # --- Portal behaviour ----------------------------------------------------------------------------
 HCS_SCHEDULER_INTERVAL = timedelta(seconds=env_int("HCS_SCHEDULER_INTERVAL_S", 2, minimum=1))
+# Web server processes `make run` starts (uvicorn, HTTP and WebSocket); each runs Django's views one at a time.
+HCS_WEB_WORKERS = env_int("HCS_WEB_WORKERS", 2, minimum=1)
 HCS_LOCAL_EXECUTOR_DIR = VAR_DIR / "local-jobs"
+# Local jobs run in a bubblewrap sandbox; as this user when the portal runs as root (scripts/setup_local_jobs.sh).
+HCS_LOCAL_JOB_USER = env_str("HCS_LOCAL_JOB_USER", "hcs-job")
+# "none": jobs have no network (they cannot reach the database, Redis or the portal); "host": the host's.
+HCS_LOCAL_JOB_NETWORK = env_choice("HCS_LOCAL_JOB_NETWORK", ("none", "host"), "none")
 
 LOGGING = {
     "version": 1,

@@ -1,4 +1,4 @@
-"""Top-level URLs: admin, REST API v1, OpenAPI schema and docs, user pages."""
+"""Top-level URLs: admin, REST API v1, OpenAPI schema and docs, user pages; a JSON 404 under /api/."""
 
 from django.contrib import admin
 from django.urls import include, path
@@ -18,3 +18,5 @@ urlpatterns = [
     path("metrics", metrics_view, name="metrics"),
     path("", include("apps.tasks.urls")),
 ]
+
+handler404 = "hcsportal.views.not_found"

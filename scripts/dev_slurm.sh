@@ -154,10 +154,11 @@ GresTypes=gpu
 # The virtual nodes claim more CPUs and memory than this host has; trust slurm.conf.
 SlurmdParameters=config_overrides
 ReturnToService=2
-# Finished jobs stay visible to status queries for an hour (there is no accounting database).
-MinJobAge=3600
+# Finished jobs stay visible to listings and status queries for 5 minutes (Slurm's default; no accounting database).
+MinJobAge=300
 KillWait=5
-SlurmdTimeout=60
+# A dead slurmd is noticed within ~10 s (the fault tests kill one); pings every SlurmdTimeout/3.
+SlurmdTimeout=10
 InactiveLimit=0
 EOF
         i=0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import subprocess
 import tempfile
 from dataclasses import dataclass
 from decimal import Decimal
@@ -52,6 +53,13 @@ def _start_test_redis() -> None:
 
 
 def pytest_sessionstart(session):
+    # Local-cluster jobs run in a bubblewrap sandbox, as a dedicated user when the tests run as root.
+    setup = subprocess.run(
+        ["bash", str(Path(__file__).resolve().parents[1] / "scripts" / "setup_local_jobs.sh")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if setup.returncode != 0 and IN_CI:
+        pytest.exit(f"CI=true but local jobs cannot be sandboxed here: {setup.stderr.strip()}", returncode=3)
     if not IN_CI:
         return
     engine = settings.DATABASES["default"]["ENGINE"]

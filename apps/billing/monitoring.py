@@ -16,7 +16,7 @@ from django.db.models import Avg, Count, F, Sum
 from apps.clusters.models import Cluster, Device, Node
 from apps.queues.models import TaskQueue
 from apps.tasks.choices import ACTIVE, WAITING
-from apps.tasks.models import Task
+from apps.tasks.models import Task, allocation_sums
 
 ZERO = Decimal("0")
 RESOURCES = ("cpu", "memory_gib", "gpu")
@@ -99,10 +99,9 @@ def read_state(now: datetime) -> State:
             state.capacity["gpu"] = row["eq"] or ZERO
 
     active = Task.objects.filter(status__in=ACTIVE)
-    sums = {"cpu": Sum(F("cpu") * F("replicas")), "memory": Sum(F("memory_gib") * F("replicas"))}
     per_group = (
         active.values("cluster_id", "queue_id", "vdc__name", "project__name")
-        .annotate(n=Count("id"), gpu=Sum("allocated_gpu"), **sums)
+        .annotate(n=Count("id"), **allocation_sums())
         .order_by()
     )
     queues = {
@@ -110,7 +109,7 @@ def read_state(now: datetime) -> State:
     }
     projects: dict[tuple[str, str], dict[str, Decimal]] = defaultdict(_resources)
     for row in per_group:
-        held = _resources(row["cpu"], row["memory"], row["gpu"])
+        held = _resources(row["cpu"], row["memory_gib"], row["gpu"])
         targets = [projects[(row["vdc__name"], row["project__name"])], queues[row["queue_id"]].allocated]
         if row["cluster_id"] in clusters:
             clusters[row["cluster_id"]].tasks += row["n"]

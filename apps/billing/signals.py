@@ -14,12 +14,12 @@ log = logging.getLogger(__name__)
 @receiver(task_changed, dispatch_uid="billing-accrue-on-task-change")
 def accrue_on_task_change(sender, task_ids: list[int], **kwargs) -> None:
     """Queue a final accrual for tasks whose run ended unmetered; running tasks are metered every minute."""
-    from apps.billing.services import ended_runs_to_accrue  # noqa: PLC0415 - models load after the app registry
-    from celery_app import billing_jobs  # noqa: PLC0415 - Celery is the outer layer
+    from apps.billing import jobs  # noqa: PLC0415 - models load after the app registry
+    from apps.billing.services import ended_runs_to_accrue  # noqa: PLC0415
 
     for task_id in ended_runs_to_accrue(task_ids):
         try:
-            billing_jobs.accrue_task.delay(task_id)
+            jobs.accrue_task.delay(task_id)
         except Exception as exc:  # noqa: BLE001 - a broker outage only delays the accrual to the next metering pass
             log.warning("accrual of task %s not queued (the metering job will catch up): %s", task_id, exc)
             return

@@ -71,6 +71,7 @@ class ClusterAdmin(admin.ModelAdmin):
             "Scheduling",
             {"fields": ("priority", "weight", "cost_weight", "labels", "max_tasks_per_user", "max_total_tasks")},
         ),
+        ("Volumes", {"fields": ("allowed_host_paths",)}),
         (
             "Health",
             {
@@ -176,15 +177,15 @@ class DeviceInline(admin.TabularInline):
 class NodeAdmin(admin.ModelAdmin):
     form = NodeAdminForm
     list_display = (
-        "name", "cluster", "status_badge", "health", "cpu", "memory_gib", "device_count", "capacity_gpu",
-        "card_utilisation", "last_report",
+        "name", "cluster", "status_badge", "backend_badge", "health", "cpu", "memory_gib", "device_count",
+        "capacity_gpu", "card_utilisation", "last_report",
     )  # fmt: skip
-    list_filter = ("cluster__vdc", "cluster", "status")
-    search_fields = ("name", "cluster__name", "agent_message")
+    list_filter = ("cluster__vdc", "cluster", "status", "backend_state")
+    search_fields = ("name", "cluster__name", "agent_message", "backend_reason")
     list_select_related = ("cluster",)
     autocomplete_fields = ("cluster",)
     inlines = (DeviceInline,)
-    readonly_fields = ("last_report", "agent_message")
+    readonly_fields = ("backend_state", "backend_reason", "last_report", "agent_message")
 
     def get_queryset(self, request):
         devices = Device.objects.filter(node=OuterRef("pk"))
@@ -201,6 +202,14 @@ class NodeAdmin(admin.ModelAdmin):
     @admin.display(description="Status", ordering="status")
     def status_badge(self, obj):
         return badge(obj.get_status_display(), NODE_COLOURS.get(obj.status, GREY))
+
+    @admin.display(description="Backend says", ordering="backend_state")
+    def backend_badge(self, obj):
+        """The node as its cluster's own scheduler reports it (scheduling obeys the worse of the two)."""
+        if not obj.backend_state:
+            return "-"
+        text = obj.get_backend_state_display() + (f": {obj.backend_reason}" if obj.backend_reason else "")
+        return badge(text, NODE_COLOURS.get(obj.backend_state, GREY))
 
     @admin.display(description="Health", ordering="health_score")
     def health(self, obj):

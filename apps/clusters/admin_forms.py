@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 
 from apps.clusters.choices import LinkType
 from apps.clusters.models import Cluster
-from apps.vdc.admin_forms import CommaListField, KeyValueField, SecretTextarea
+from apps.vdc.admin_forms import CommaListField, KeyValueField, LinesField, SecretTextarea
 
 # The keys apps.clusters.backends reads; the Slurm JWT is stored under "token" like the Kubernetes token.
 SECRET_FIELDS = ("token", "user", "kubeconfig", "ca_cert")
@@ -28,6 +28,11 @@ class ClusterAdminForm(forms.ModelForm):
     """
 
     labels = KeyValueField(example="region=north")
+    allowed_host_paths = LinesField(
+        label="Allowed host paths",
+        help_text="One node directory per line, e.g. /data: tasks may mount it or anything below it as a host "
+        "path volume. Empty: no host paths.",
+    )
     token = forms.CharField(
         required=False,
         label="Token / JWT",

@@ -8,6 +8,7 @@ from rest_framework import authentication, exceptions, permissions, serializers,
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.clusters.choices import LinkType
 from apps.clusters.services import apply_node_report, cluster_for_agent_token
 
 
@@ -36,30 +37,56 @@ class IsAgent(permissions.BasePermission):
         return request.auth is not None and hasattr(request.auth, "cluster_type")
 
 
+# Bounds well above any real machine and inside what the Node and Device columns hold.
+MAX_CPU = 100_000
+MAX_MEMORY_GIB = 10_000_000
+MAX_VRAM_GIB = 100_000
+MAX_ERROR_COUNT = 1_000_000_000
+MAX_DEVICES = 256
+MAX_LINKS = 64
+
+
+class LinkReportSerializer(serializers.Serializer):
+    peer = serializers.IntegerField(min_value=0, max_value=255)
+    type = serializers.ChoiceField(choices=LinkType.choices)
+    bandwidth_gbps = serializers.FloatField(min_value=0, max_value=100_000, required=False)
+
+
 class DeviceReportSerializer(serializers.Serializer):
     index = serializers.IntegerField(min_value=0, max_value=255)
     uuid = serializers.CharField(max_length=96, allow_blank=True)
     name = serializers.CharField(max_length=128)
-    vram_total_gib = serializers.FloatField(min_value=0)
-    vram_used_gib = serializers.FloatField(min_value=0)
+    vram_total_gib = serializers.FloatField(min_value=0, max_value=MAX_VRAM_GIB)
+    vram_used_gib = serializers.FloatField(min_value=0, max_value=MAX_VRAM_GIB)
     utilization = serializers.IntegerField(min_value=0, max_value=100)
-    temperature_c = serializers.IntegerField(allow_null=True, required=False)
-    ecc_uncorrected = serializers.IntegerField(min_value=0, default=0)
-    ecc_corrected = serializers.IntegerField(min_value=0, default=0)
-    xid_errors = serializers.IntegerField(min_value=0, default=0)
+    temperature_c = serializers.IntegerField(min_value=-100, max_value=200, allow_null=True, required=False)
+    ecc_uncorrected = serializers.IntegerField(min_value=0, max_value=MAX_ERROR_COUNT, default=0)
+    ecc_corrected = serializers.IntegerField(min_value=0, max_value=MAX_ERROR_COUNT, default=0)
+    xid_errors = serializers.IntegerField(min_value=0, max_value=MAX_ERROR_COUNT, default=0)
     pci_bus_id = serializers.CharField(max_length=32, allow_blank=True, default="")
-    numa_node = serializers.IntegerField(allow_null=True, required=False)
-    links = serializers.ListField(child=serializers.DictField(), default=list)
+    numa_node = serializers.IntegerField(min_value=-1, max_value=1024, allow_null=True, required=False)
+    links = LinkReportSerializer(many=True, default=list, max_length=MAX_LINKS)
     health_score = serializers.IntegerField(min_value=0, max_value=100, default=100)
 
 
 class NodeReportSerializer(serializers.Serializer):
+    """A node agent's report; every number is bounded and each device index appears once."""
+
     node = serializers.CharField(max_length=128)
-    cpu = serializers.IntegerField(min_value=0)
-    memory_gib = serializers.FloatField(min_value=0)
-    driver = serializers.CharField(allow_blank=True, default="")
-    devices = DeviceReportSerializer(many=True, default=list)
-    message = serializers.CharField(allow_blank=True, default="")
+    cpu = serializers.IntegerField(min_value=0, max_value=MAX_CPU)
+    memory_gib = serializers.FloatField(min_value=0, max_value=MAX_MEMORY_GIB)
+    driver = serializers.CharField(allow_blank=True, default="", max_length=128)
+    devices = DeviceReportSerializer(many=True, default=list, max_length=MAX_DEVICES)
+    message = serializers.CharField(allow_blank=True, default="", max_length=2000)
+
+    def validate_devices(self, devices: list[dict]) -> list[dict]:
+        indexes = [device["index"] for device in devices]
+        repeated = sorted({index for index in indexes if indexes.count(index) > 1})
+        if repeated:
+            raise serializers.ValidationError(
+                f"Expected each device index once, got {', '.join(map(str, repeated))} more than once."
+            )
+        return devices
 
 
 class AgentReportView(APIView):

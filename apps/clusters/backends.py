@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import threading
+from collections import OrderedDict
 
 from django.conf import settings
 
@@ -11,7 +13,19 @@ from apps.clusters.executors.base import Executor, ExecutorError
 from apps.clusters.models import Cluster
 
 _local_executors: dict[str, Executor] = {}
+# Remote executors keep a connection pool; one per cluster configuration, reused by every call of a process.
+_remote_executors: OrderedDict[tuple, Executor] = OrderedDict()
+_REMOTE_CACHE_SIZE = 64
 _lock = threading.Lock()
+
+
+def can_resize(cluster: Cluster) -> bool:
+    """Whether the cluster's executor can grow and shrink a running job (elastic tasks go only there)."""
+    if cluster.cluster_type == ClusterType.KUBERNETES:
+        from apps.clusters.executors.kubernetes import KubernetesExecutor  # noqa: PLC0415
+
+        return KubernetesExecutor.supports_resize
+    return False
 
 
 def executor_for(cluster: Cluster) -> Executor:
@@ -22,9 +36,32 @@ def executor_for(cluster: Cluster) -> Executor:
         with _lock:
             if base_dir not in _local_executors:
                 from apps.clusters.executors.local import LocalExecutor  # noqa: PLC0415
+                from apps.clusters.executors.sandbox import Sandbox  # noqa: PLC0415
 
-                _local_executors[base_dir] = LocalExecutor(base_dir)
+                sandbox = Sandbox(
+                    job_user=settings.HCS_LOCAL_JOB_USER,
+                    network=settings.HCS_LOCAL_JOB_NETWORK,
+                    hidden=(str(settings.BASE_DIR), str(settings.VAR_DIR)),
+                )
+                _local_executors[base_dir] = LocalExecutor(base_dir, sandbox=sandbox)
             return _local_executors[base_dir]
+    key = (cluster.pk, cluster.cluster_type, cluster.endpoint, cluster.api_version, cluster.namespace,
+           cluster.credentials_encrypted, json.dumps(cluster.labels or {}, sort_keys=True))  # fmt: skip
+    with _lock:
+        cached = _remote_executors.get(key)
+        if cached is not None:
+            _remote_executors.move_to_end(key)
+            return cached
+    executor = _remote_executor(cluster)
+    with _lock:
+        _remote_executors[key] = executor
+        while len(_remote_executors) > _REMOTE_CACHE_SIZE:
+            _remote_executors.popitem(last=False)
+    return executor
+
+
+def _remote_executor(cluster: Cluster) -> Executor:
+    labels = cluster.labels or {}
     try:
         credentials = cluster.get_credentials()
     except ValueError as exc:
@@ -46,6 +83,8 @@ def executor_for(cluster: Cluster) -> Executor:
             partition=cluster.namespace,
             output_dir=credentials.get("output_dir", ""),
             working_dir=credentials.get("working_dir", ""),
+            # A Slurm site names its gres types itself: the cluster label slurm-gres.<MODEL> overrides the catalog.
+            gres_types={k.removeprefix("slurm-gres."): v for k, v in labels.items() if k.startswith("slurm-gres.")},
         )
     if cluster.cluster_type == ClusterType.KUBERNETES:
         from apps.clusters.executors.kubernetes import KubernetesExecutor  # noqa: PLC0415

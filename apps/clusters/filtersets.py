@@ -5,7 +5,7 @@ from __future__ import annotations
 import django_filters
 
 from apps.clusters.models import AgentToken, Cluster, Device, GPUModel, Node
-from apps.vdc.filtersets import NAME, NUMBER, TIME, BaseFilterSet
+from apps.vdc.filtersets import NAME, NUMBER, TIME, BaseFilterSet, StrictBooleanFilter
 
 
 class GPUModelFilterSet(BaseFilterSet):
@@ -33,7 +33,7 @@ class ClusterFilterSet(BaseFilterSet):
     search_fields = ("name", "description", "endpoint", "namespace")
 
     vdc_name = django_filters.CharFilter(field_name="vdc__name")
-    schedulable = django_filters.BooleanFilter(method="filter_schedulable")
+    schedulable = StrictBooleanFilter(method="filter_schedulable")
 
     class Meta(BaseFilterSet.Meta):
         model = Cluster
@@ -64,7 +64,7 @@ class ClusterFilterSet(BaseFilterSet):
 
 
 class NodeFilterSet(BaseFilterSet):
-    search_fields = ("name", "agent_message")
+    search_fields = ("name", "agent_message", "backend_reason")
 
     vdc = django_filters.NumberFilter(field_name="cluster__vdc")
 
@@ -77,6 +77,7 @@ class NodeFilterSet(BaseFilterSet):
             "cpu": NUMBER,
             "memory_gib": NUMBER,
             "status": ["exact", "in"],
+            "backend_state": ["exact", "in"],
             "health_score": NUMBER,
             "last_report": TIME,
         }

@@ -10,7 +10,7 @@ case-insensitively through the catalog's aliases):
     "0.5(vgpu)" / "0.5"        half of one shareable card of any model
     "0.5(T4)"                  half a T4
     "1(vgpu)" / "1(T4,vgpu)"   one whole card that must be a shareable (vGPU) card
-    "1(16G,50%)"               per card: 16 GiB of VRAM and 50% of the cores
+    "1(16G,50%)"               16 GiB of VRAM and 50% of the cores of one card
     "vram=16Gi,tflops-fp16=100"  vendor-neutral: any model and count with these totals
 
 Sizes take G, Gi, GiB (all read as GiB, as GPU tools report memory) or M, Mi, MiB.
@@ -114,6 +114,10 @@ def _check_request(req: GPURequest) -> None:
         raise GPUSpecError("expected shared=True for a fraction or a memory/compute share")
     if req.is_fractional and has_share:
         raise GPUSpecError("expected either a fraction or a memory/compute share, not both")
+    if has_share and count != 1:
+        raise GPUSpecError(
+            f"expected a count of 1 with a memory/compute share (a share is part of one card), got {_fmt(count)}"
+        )
     if req.cores_percent is not None and not 1 <= req.cores_percent <= 100:
         raise GPUSpecError(f"expected a percent from 1 to 100, got {req.cores_percent}%")
     if req.vram_gib is not None and req.vram_gib <= 0:
@@ -489,63 +493,101 @@ def format_gpu_spec(req: GPURequest) -> str:
 
 # --- GPU-equivalents and candidates ----------------------------------------------------------
 
-
-def _cards_needed(total: Decimal | None, per_card: Decimal | None) -> int | None:
-    """Cards of one model needed to reach `total`; None when the model has no such figure."""
-    if total is None:
-        return 1
-    if not per_card:
-        return None
-    return int((total / per_card).to_integral_value(rounding=ROUND_CEILING))
+WHOLE = 1000  # a card, in the thousandths that shares are placed in
 
 
-def _neutral_count(req: GPURequest, entry: CatalogEntry) -> int | None:
-    needs = [
-        _cards_needed(req.min_vram_gib, entry.vram_gib),
-        _cards_needed(req.min_tflops_fp16, entry.tflops_fp16),
-        _cards_needed(req.min_tflops_fp32, entry.tflops_fp32),
-    ]
-    if None in needs:
-        return None
-    count = max(1, *needs)
-    return count if count <= MAX_COUNT else None
+@dataclass(frozen=True)
+class CardOption:
+    """One way to satisfy a request per instance: ``cards`` whole cards, or ``milli`` thousandths of one card,
+    of ``model``, worth ``equivalents`` GPU-equivalents (share x exchange rate)."""
+
+    model: str
+    cards: int
+    milli: int
+    equivalents: Decimal
+
+    @property
+    def count(self) -> Decimal:
+        """Cards per instance, a fraction below 1 for a share."""
+        return Decimal(self.cards) if self.cards else Decimal(self.milli) / WHOLE
 
 
-def _fits(req: GPURequest, entry: CatalogEntry, catalog: Catalog) -> bool:
+def _figure(value: object) -> Decimal:
+    """A catalog figure as a Decimal; None, 0 and negatives all mean "not published"."""
+    if value is None:
+        return Decimal(0)
+    number = value if isinstance(value, Decimal) else Decimal(str(value))
+    return max(number, Decimal(0))
+
+
+def card_options(req, models: Iterable[object]) -> list[CardOption]:
+    """Which of ``models`` satisfy the request, with how many cards (or what share of one) and how many
+    GPU-equivalents, cheapest first: the one answer the submit checks, the demand figures and the engine use.
+
+    ``req`` is a :class:`GPURequest` or any object with its fields; ``models`` are catalog entries or any
+    objects with ``name``, ``vram_gib``, ``tflops_fp16``, ``tflops_fp32``, ``exchange_rate`` and ``shareable``,
+    already narrowed to the models the request names. Shares are rounded up to whole thousandths of a card,
+    as they are placed.
+    """
+    count = _figure(getattr(req, "count", 0))
+    totals = [getattr(req, "min_vram_gib", None), getattr(req, "min_tflops_fp16", None),
+              getattr(req, "min_tflops_fp32", None)]  # fmt: skip
+    vram, cores = getattr(req, "vram_gib", None), getattr(req, "cores_percent", None)
+    shared = bool(getattr(req, "shared", False))
+    options = []
+    for m in models:
+        rate = _figure(m.exchange_rate)
+        if any(t is not None for t in totals):
+            figures = (_figure(m.vram_gib), _figure(m.tflops_fp16), _figure(m.tflops_fp32))
+            needs = [(_figure(t), have) for t, have in zip(totals, figures, strict=True) if t is not None]
+            if any(have <= 0 for _need, have in needs):
+                continue  # a model without the figure asked for cannot qualify
+            cards = max(1, *(int((need / have).to_integral_value(rounding=ROUND_CEILING)) for need, have in needs))
+            if cards <= MAX_COUNT:
+                options.append(CardOption(m.name, cards, 0, cards * rate))
+        elif vram is not None or cores is not None:
+            if not m.shareable:
+                continue
+            milli = 0
+            if vram is not None:
+                size = _figure(m.vram_gib)
+                if size <= 0 or _figure(vram) > size:
+                    continue
+                milli = int((_figure(vram) / size * WHOLE).to_integral_value(rounding=ROUND_CEILING))
+            if cores is not None:
+                milli = max(milli, int(_figure(cores) * 10))
+            milli = max(1, milli)
+            if milli >= WHOLE:
+                options.append(CardOption(m.name, 1, 0, rate))
+            else:
+                options.append(CardOption(m.name, 0, milli, Decimal(milli) / WHOLE * rate))
+        elif 0 < count < 1:
+            if m.shareable:
+                milli = max(1, int((count * WHOLE).to_integral_value()))
+                options.append(CardOption(m.name, 0, milli, Decimal(milli) / WHOLE * rate))
+        elif count >= 1 and (not shared or m.shareable):
+            cards = int(count)
+            options.append(CardOption(m.name, cards, 0, cards * rate))
+    return sorted(options, key=lambda o: (o.equivalents, o.model))
+
+
+def _named_models(req: GPURequest, catalog: Catalog) -> list[CatalogEntry]:
     # Resolving again lets a request parsed without a catalog ("v100") match its models.
-    if req.models and entry.name not in {n for m in req.models for n in catalog.resolve_all(m)}:
-        return False
-    if req.shared and not entry.shareable:
-        return False
-    return req.vram_gib is None or req.vram_gib <= entry.vram_gib
+    if not req.models:
+        return list(catalog)
+    names = {n for m in req.models for n in catalog.resolve_all(m)}
+    return [entry for entry in catalog if entry.name in names]
 
 
 def candidate_models(req: GPURequest, catalog: Catalog) -> list[tuple[str, Decimal]]:
-    """(model, cards) pairs of the catalog that satisfy the request, cheapest in equivalents first.
+    """(model, cards per instance) pairs of the catalog that satisfy the request, cheapest in equivalents first.
 
-    For a vendor-neutral request the count is the smallest that meets every total;
-    models without a published figure the request asks for are left out.
+    For a vendor-neutral request the count is the smallest that meets every total; models without a
+    published figure the request asks for are left out.
     """
     if req.is_none:
         return []
-    found: list[tuple[str, Decimal]] = []
-    for entry in catalog:
-        if req.is_vendor_neutral:
-            count = _neutral_count(req, entry)
-            if count is not None:
-                found.append((entry.name, Decimal(count)))
-        elif _fits(req, entry, catalog):
-            found.append((entry.name, req.count))
-    return sorted(found, key=lambda pair: (pair[1] * catalog.entry(pair[0]).exchange_rate, pair[0]))
-
-
-def _share_of_card(req: GPURequest, entry: CatalogEntry) -> Decimal:
-    """The part of each card the request holds: its core share or VRAM share, whichever is larger."""
-    if req.cores_percent is None and req.vram_gib is None:
-        return Decimal(1)
-    core_share = Decimal(req.cores_percent or 0) / 100
-    vram_share = req.vram_gib / entry.vram_gib if req.vram_gib is not None and entry.vram_gib else Decimal(0)
-    return min(Decimal(1), max(core_share, vram_share))
+    return [(o.model, o.count) for o in card_options(req, _named_models(req, catalog))]
 
 
 def equivalents(req: GPURequest, catalog: Catalog, model: str | None = None) -> Decimal:
@@ -557,17 +599,13 @@ def equivalents(req: GPURequest, catalog: Catalog, model: str | None = None) -> 
     """
     if req.is_none:
         return Decimal(0)
+    options = card_options(req, _named_models(req, catalog))
     if model is None:
-        candidates = candidate_models(req, catalog)
-        if not candidates:
+        if not options:
             raise GPUSpecError(f"no model in the catalog satisfies {format_gpu_spec(req)!r}")
-        model = candidates[0][0]
+        return options[0].equivalents
     entry = catalog.entry(model)
-    if req.is_vendor_neutral:
-        count = _neutral_count(req, entry)
-        if count is None:
-            raise GPUSpecError(f"{entry.name} cannot satisfy {format_gpu_spec(req)!r}")
-        return Decimal(count) * entry.exchange_rate
-    if not _fits(req, entry, catalog):
-        raise GPUSpecError(f"{entry.name} does not satisfy {format_gpu_spec(req)!r}")
-    return req.count * _share_of_card(req, entry) * entry.exchange_rate
+    for option in options:
+        if option.model == entry.name:
+            return option.equivalents
+    raise GPUSpecError(f"{entry.name} cannot satisfy {format_gpu_spec(req)!r}")

@@ -11,15 +11,31 @@ from django.db.models import Q
 
 from apps.clusters.choices import ClusterStatus, ClusterType, LinkType, NodeStatus, Vendor
 from apps.clusters.crypto import decrypt_json, encrypt_json
+from apps.clusters.hostpaths import path_problem
 from apps.vdc.models import VDC
 
 ZERO = Decimal("0")
 _health = [MinValueValidator(0), MaxValueValidator(100)]
+MAX_HOST_PATH_PREFIXES = 64
 
 
 def _validate_labels(value) -> None:
     if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
         raise ValidationError('Expected labels as an object of strings, e.g. {"gpu": "a100", "region": "north"}.')
+
+
+def validate_host_path_prefixes(value) -> None:
+    """Approved host path prefixes: a list of plain absolute paths, never ``/`` itself."""
+    if not isinstance(value, list):
+        raise ValidationError('Expected a list of absolute path prefixes, e.g. ["/data", "/scratch"].')
+    if len(value) > MAX_HOST_PATH_PREFIXES:
+        raise ValidationError(f"Expected at most {MAX_HOST_PATH_PREFIXES} host path prefixes, got {len(value)}.")
+    for prefix in value:
+        problem = path_problem(prefix)
+        if problem:
+            raise ValidationError(f"Host path prefix {prefix!r}: {problem}.")
+        if prefix == "/":
+            raise ValidationError("Expected prefixes narrower than / (the node's whole file tree), e.g. /data.")
 
 
 class GPUModel(models.Model):
@@ -129,6 +145,12 @@ class Cluster(models.Model):
     labels = models.JSONField(default=dict, blank=True, validators=[_validate_labels])
     max_tasks_per_user = models.PositiveIntegerField(null=True, blank=True)
     max_total_tasks = models.PositiveIntegerField(null=True, blank=True)
+    allowed_host_paths = models.JSONField(
+        default=list,
+        blank=True,
+        validators=[validate_host_path_prefixes],
+        help_text="Node directories tasks may mount as host paths (this path or below it), e.g. /data; empty: none",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -179,7 +201,12 @@ class Node(models.Model):
     cpu = models.DecimalField(max_digits=8, decimal_places=2, validators=[MinValueValidator(ZERO)])
     memory_gib = models.DecimalField(max_digits=10, decimal_places=2, validators=[MinValueValidator(ZERO)])
     labels = models.JSONField(default=dict, blank=True, validators=[_validate_labels])
-    status = models.CharField(max_length=16, choices=NodeStatus.choices, default=NodeStatus.READY)
+    status = models.CharField(
+        max_length=16, choices=NodeStatus.choices, default=NodeStatus.READY, help_text="Set by admins"
+    )
+    # What the cluster's own scheduler says of the node, read at every health check (empty: it says nothing).
+    backend_state = models.CharField(max_length=16, choices=NodeStatus.choices, blank=True)
+    backend_reason = models.CharField(max_length=255, blank=True)
     health_score = models.PositiveSmallIntegerField(default=100, validators=_health)
     last_report = models.DateTimeField(null=True, blank=True)
     agent_message = models.TextField(blank=True)
@@ -194,6 +221,19 @@ class Node(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster}/{self.name}"
+
+    @property
+    def effective_status(self) -> str:
+        """What scheduling obeys: the worse of the admins' status and the backend's (down > draining > ready)."""
+        return effective_node_status(self.status, self.backend_state)
+
+
+_NODE_SEVERITY = {NodeStatus.READY: 0, NodeStatus.DRAINING: 1, NodeStatus.DOWN: 2}
+
+
+def effective_node_status(admin_status: str, backend_state: str) -> str:
+    """The worse of an admin-set node status and the backend's view of the node."""
+    return max((admin_status, backend_state or NodeStatus.READY), key=lambda s: _NODE_SEVERITY.get(s, 0))
 
 
 class Device(models.Model):

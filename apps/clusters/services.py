@@ -15,6 +15,9 @@ from apps.clusters.choices import ClusterStatus
 from apps.clusters.gpuspec import Catalog, GPURequest, GPUSpecError, parse_gpu_spec
 from apps.clusters.models import AgentToken, Cluster, Device, GPUModel, Node
 
+# XID errors accumulate over reports; the column holds a 32-bit count.
+MAX_ERROR_COUNT = 2**31 - 1
+
 
 def catalog() -> Catalog:
     """The enabled GPU models of the database catalog (one query; rates are admin-editable)."""
@@ -107,7 +110,8 @@ def apply_node_report(cluster: Cluster, report: dict) -> Node:
         device.utilization = max(0, min(100, int(d["utilization"])))
         device.temperature_c = d.get("temperature_c")
         device.ecc_errors = d.get("ecc_uncorrected", 0) + d.get("ecc_corrected", 0)
-        device.xid_errors = device.xid_errors + d.get("xid_errors", 0) if device.pk else d.get("xid_errors", 0)
+        xids = (device.xid_errors if device.pk else 0) + d.get("xid_errors", 0)
+        device.xid_errors = min(xids, MAX_ERROR_COUNT)
         device.health_score = max(0, min(100, int(d.get("health_score", 100))))
         device.pci_bus_id = d.get("pci_bus_id", "")
         device.numa_node = d.get("numa_node")

@@ -40,6 +40,13 @@ class TaskQueueAdmin(admin.ModelAdmin):
         (None, {"fields": ("vdc", "name", "description", "is_open")}),
         ("Ordering", {"fields": ("priority_class", "class_rules", "policy", "backend_flavour", "min_window")}),
         (
+            "Limits",
+            {
+                "fields": ("max_expected_duration",),
+                "description": "Submissions declaring a longer expected duration are refused (at most 366 days).",
+            },
+        ),
+        (
             "Capacity",
             {"fields": ("guaranteed_gpu", "max_gpu", "weight"), "description": "GPU-equivalents (A100-80G = 1)."},
         ),

@@ -25,6 +25,7 @@ class TaskQueueFilterSet(BaseFilterSet):
             "max_gpu": NUMBER,
             "weight": NUMBER,
             "min_window": NUMBER,
+            "max_expected_duration": NUMBER,
             "backend_flavour": ["exact"],
             "is_open": ["exact"],
             "created_at": TIME,

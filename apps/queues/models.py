@@ -15,12 +15,16 @@ from apps.vdc.choices import QueuePolicy
 from apps.vdc.models import VDC
 
 ZERO = Decimal("0")
+# The longest expected duration any queue may allow: a year (and a day), far inside what datetimes can add.
+LONGEST_EXPECTED_DURATION = timedelta(days=366)
+DEFAULT_MAX_EXPECTED_DURATION = timedelta(days=7)
 
 
 class TaskQueue(models.Model):
     """A queue of a VDC. Its class decides preemption rules, its policy the order within it.
 
-    Capacities are GPU-equivalents; an empty maximum means unbounded.
+    Capacities are GPU-equivalents; an empty maximum means unbounded. ``max_expected_duration`` bounds
+    the expected duration a task may declare in the queue.
     """
 
     vdc = models.ForeignKey(VDC, on_delete=models.CASCADE, related_name="queues", verbose_name="VDC")
@@ -49,6 +53,10 @@ class TaskQueue(models.Model):
     min_window = models.DurationField(
         default=timedelta(minutes=15), help_text="Medium class: the halved window never drops below this"
     )
+    max_expected_duration = models.DurationField(
+        default=DEFAULT_MAX_EXPECTED_DURATION,
+        help_text="Longest expected duration a task may declare here (at most 366 days)",
+    )
     backend_flavour = models.CharField(max_length=16, choices=BackendFlavour.choices, default=BackendFlavour.DEFAULT)
     is_open = models.BooleanField(default=True, help_text="Closed queues take no new submissions")
     created_at = models.DateTimeField(auto_now_add=True)
@@ -75,9 +83,19 @@ class TaskQueue(models.Model):
         return CLASS_RULES[self.priority_class]
 
     def clean(self) -> None:
+        errors: dict[str, str] = {}
         if self.max_gpu is not None and self.guaranteed_gpu is not None and self.max_gpu < self.guaranteed_gpu:
-            raise ValidationError(
-                {"max_gpu": f"Expected at least the guaranteed {self.guaranteed_gpu}, got {self.max_gpu}."}
+            errors["max_gpu"] = f"Expected at least the guaranteed {self.guaranteed_gpu}, got {self.max_gpu}."
+        longest = self.max_expected_duration
+        if longest is not None and not timedelta(0) < longest <= LONGEST_EXPECTED_DURATION:
+            errors["max_expected_duration"] = (
+                f"Expected a positive duration of at most {LONGEST_EXPECTED_DURATION.days} days, e.g. 7 00:00:00."
             )
         if self.min_window is not None and self.min_window <= timedelta(0):
-            raise ValidationError({"min_window": "Expected a positive duration, e.g. 00:15:00."})
+            errors["min_window"] = "Expected a positive duration, e.g. 00:15:00."
+        elif self.min_window is not None and longest is not None and self.min_window > longest:
+            errors["min_window"] = (
+                f"Expected at most the queue's longest expected duration ({longest}), got {self.min_window}."
+            )
+        if errors:
+            raise ValidationError(errors)

@@ -12,6 +12,7 @@ from apps.tasks.choices import TaskStatus
 from apps.tasks.models import Task, TaskEvent
 from apps.tasks.services import delete_task, stop_task
 from apps.vdc.admin import GREEN, GREY, ORANGE, RED, ReadOnlyAdminMixin, badge
+from apps.vdc.admin_forms import JSONDocumentField
 
 STATUS_COLOURS = {
     TaskStatus.PENDING: GREY,
@@ -137,7 +138,11 @@ class TaskAdmin(admin.ModelAdmin):
 
     def formfield_for_dbfield(self, db_field, request, **kwargs):
         if db_field.name == "volumes":
-            kwargs["help_text"] = 'A JSON list of volumes, e.g. [{"name": "data", "mount_path": "/data"}]'
+            kwargs["form_class"] = JSONDocumentField
+            kwargs["help_text"] = (
+                'A JSON list of volumes, e.g. [{"name": "data", "mount_path": "/data", "claim_name": "datasets"}]; '
+                "a host_path instead of a claim must be approved on every enabled cluster of the VDC"
+            )
         return super().formfield_for_dbfield(db_field, request, **kwargs)
 
     def formfield_for_foreignkey(self, db_field, request, **kwargs):
@@ -194,6 +199,8 @@ class TaskAdmin(admin.ModelAdmin):
         for task in queryset.select_related("project"):
             try:
                 stop_task(task, request.user, CANCEL_REASON)
+            except Task.DoesNotExist:
+                self.message_user(request, f"{task}: deleted meanwhile", messages.WARNING)
             except (ValidationError, PermissionDenied) as exc:
                 self.message_user(request, f"{task}: {_reason(exc)}", messages.ERROR)
             else:

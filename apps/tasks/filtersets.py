@@ -7,7 +7,7 @@ import django_filters
 from apps.queues.choices import PriorityClass
 from apps.tasks.choices import ACTIVE, WAITING
 from apps.tasks.models import Task, TaskEvent
-from apps.vdc.filtersets import NAME, NUMBER, TIME, BaseFilterSet
+from apps.vdc.filtersets import NAME, NUMBER, TIME, BaseFilterSet, BoundedDateTimeFilter, StrictBooleanFilter
 
 
 class TaskFilterSet(BaseFilterSet):
@@ -19,10 +19,10 @@ class TaskFilterSet(BaseFilterSet):
     vdc_name = django_filters.CharFilter(field_name="vdc__name")
     cluster_name = django_filters.CharFilter(field_name="cluster__name")
     owner_username = django_filters.CharFilter(field_name="owner__username")
-    submitted_after = django_filters.IsoDateTimeFilter(field_name="submitted_at", lookup_expr="gte")
-    submitted_before = django_filters.IsoDateTimeFilter(field_name="submitted_at", lookup_expr="lt")
-    waiting = django_filters.BooleanFilter(method="filter_waiting", label="Waiting for the scheduler")
-    active = django_filters.BooleanFilter(method="filter_active", label="Holding resources on a cluster")
+    submitted_after = BoundedDateTimeFilter(field_name="submitted_at", lookup_expr="gte")
+    submitted_before = BoundedDateTimeFilter(field_name="submitted_at", lookup_expr="lt")
+    waiting = StrictBooleanFilter(method="filter_waiting", label="Waiting for the scheduler")
+    active = StrictBooleanFilter(method="filter_active", label="Holding resources on a cluster")
 
     class Meta(BaseFilterSet.Meta):
         model = Task

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 
 from django import forms
 from django.core.exceptions import PermissionDenied, ValidationError
 
 from apps.clusters.models import Cluster
-from apps.queues.models import TaskQueue
+from apps.queues.models import LONGEST_EXPECTED_DURATION, TaskQueue
+from apps.tasks import validation as limits
 from apps.tasks.choices import Framework, IDEType, TaskKind
 from apps.tasks.models import Task
 from apps.tasks.services import submit_task
@@ -22,10 +23,10 @@ from apps.vdc.choices import QueuePolicy
 from apps.vdc.models import VDC, Project
 from apps.vdc.services import can_act
 
-ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([dhms])", re.IGNORECASE)
 CLOCK = re.compile(r"^(?:(\d+)\s+)?(\d+):(\d{1,2})(?::(\d{1,2}))?$")
 UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+MAX_DURATION_SECONDS = Decimal(LONGEST_EXPECTED_DURATION.total_seconds())
 
 
 class DurationInput(forms.CharField):
@@ -40,11 +41,18 @@ class DurationInput(forms.CharField):
             days, hours, minutes, seconds = (int(g or 0) for g in clock.groups())
             if minutes > 59 or seconds > 59:
                 raise ValidationError(f"Expected minutes and seconds below 60, got {text!r}.")
-            return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
-        parts = DURATION_PART.findall(text)
-        if not parts or DURATION_PART.sub("", text).strip():
-            raise ValidationError(f"Expected a duration like 2h, 1h30m, 90m or 02:00:00, got {text!r}.")
-        seconds = sum(Decimal(n) * UNIT_SECONDS[unit.lower()] for n, unit in parts)
+            seconds = Decimal(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
+        else:
+            parts = DURATION_PART.findall(text)
+            if not parts or DURATION_PART.sub("", text).strip():
+                raise ValidationError(f"Expected a duration like 2h, 1h30m, 90m or 02:00:00, got {text!r}.")
+            try:
+                seconds = sum(Decimal(n) * UNIT_SECONDS[unit.lower()] for n, unit in parts)
+            except InvalidOperation:
+                seconds = MAX_DURATION_SECONDS + 1
+        # Queues allow at most a year; anything far beyond cannot even be a timedelta.
+        if seconds > MAX_DURATION_SECONDS:
+            raise ValidationError(f"Expected at most {LONGEST_EXPECTED_DURATION.days} days, got {text!r}.")
         return timedelta(seconds=float(seconds))
 
     def prepare_value(self, value):
@@ -55,17 +63,19 @@ class DurationInput(forms.CharField):
 
 
 def parse_env(text: str) -> dict[str, str]:
-    """``KEY=VALUE`` lines into a dict; blank lines and ``#`` comments are skipped."""
+    """``KEY=VALUE`` lines into a dict; blank lines and ``#`` comments are skipped.
+
+    Only the line format is checked here; the names and values meet ``Task.clean`` like the API's.
+    """
     env: dict[str, str] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
         key, sep, value = line.partition("=")
-        key = key.strip()
-        if not sep or not ENV_KEY.match(key):
+        if not sep or not key.strip():
             raise ValidationError(f"Line {number}: expected KEY=VALUE with a name like EPOCHS, got {line!r}.")
-        env[key] = value.strip()
+        env[key.strip()] = value.strip()
     return env
 
 
@@ -132,9 +142,17 @@ class TaskForm(forms.Form):
         max_length=128, required=False, label="GPUs",
         help_text="e.g. 1(A100), 2(A100|H100), 0.5(vgpu), 1(16G,50%), vram=16Gi,tflops-fp16=100; empty for none.",
     )  # fmt: skip
-    cpu = forms.DecimalField(min_value=0, max_digits=8, decimal_places=2, initial=Decimal("1"), label="CPU cores")
-    memory_gib = forms.DecimalField(min_value=0, max_digits=10, decimal_places=2, initial=2, label="Memory (GiB)")
-    instances = forms.IntegerField(min_value=1, initial=1, help_text="Started all at once on one cluster (gang).")
+    cpu = forms.DecimalField(
+        min_value=limits.MIN_CPU, max_value=limits.MAX_CPU, max_digits=8, decimal_places=2, initial=Decimal("1"),
+        label="CPU cores",
+    )  # fmt: skip
+    memory_gib = forms.DecimalField(
+        min_value=limits.MIN_MEMORY_GIB, max_value=limits.MAX_MEMORY_GIB, max_digits=10, decimal_places=2, initial=2,
+        label="Memory (GiB)",
+    )  # fmt: skip
+    instances = forms.IntegerField(
+        min_value=1, max_value=limits.MAX_INSTANCES, initial=1, help_text="Started all at once on one cluster (gang)."
+    )
     image = forms.CharField(max_length=255, required=False)
     command = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}))
     env = forms.CharField(
@@ -248,10 +266,10 @@ class TrainingForm(TaskForm):
     )
     framework = forms.ChoiceField(choices=Framework.choices)
     model_path = forms.CharField(max_length=255, required=False, help_text="e.g. /models/llama-7b or s3://bucket/m")
-    epochs = forms.IntegerField(min_value=1, required=False)
-    batch_size = forms.IntegerField(min_value=1, required=False)
+    epochs = forms.IntegerField(min_value=1, max_value=limits.MAX_EPOCHS, required=False)
+    batch_size = forms.IntegerField(min_value=1, max_value=limits.MAX_BATCH_SIZE, required=False)
     checkpoint_path = forms.CharField(max_length=255, required=False, help_text="Checkpoints are saved here.")
-    max_retries = forms.IntegerField(min_value=0, max_value=20, initial=0, label="Retries on failure")
+    max_retries = forms.IntegerField(min_value=0, max_value=limits.MAX_RETRIES, initial=0, label="Retries on failure")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -274,10 +292,14 @@ class InferenceForm(TaskForm):
 
     model_path = forms.CharField(max_length=255, help_text="e.g. /models/qwen-7b-chat")
     port = forms.IntegerField(min_value=1, max_value=65535, initial=8000, label="API port")
-    max_tokens = forms.IntegerField(min_value=1, required=False, initial=2048)
+    max_tokens = forms.IntegerField(min_value=1, max_value=limits.MAX_TOKENS, required=False, initial=2048)
     temperature = forms.DecimalField(min_value=0, max_value=2, decimal_places=2, required=False, initial="0.7")
-    autoscale_min = forms.IntegerField(min_value=1, required=False, label="Autoscaling: min replicas")
-    autoscale_max = forms.IntegerField(min_value=1, required=False, label="Autoscaling: max replicas")
+    autoscale_min = forms.IntegerField(
+        min_value=1, max_value=limits.MAX_INSTANCES, required=False, label="Autoscaling: min replicas"
+    )
+    autoscale_max = forms.IntegerField(
+        min_value=1, max_value=limits.MAX_INSTANCES, required=False, label="Autoscaling: max replicas"
+    )
     autoscale_cpu_percent = forms.IntegerField(
         min_value=1, max_value=100, required=False, label="Autoscaling: target CPU %"
     )

@@ -9,15 +9,34 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
-from django.db.models import Q
+from django.db.models import Case, DecimalField, ExpressionWrapper, F, Q, Sum, When
 
 from apps.clusters.models import Cluster
 from apps.clusters.services import validate_gpu_spec
 from apps.queues.models import TaskQueue
 from apps.tasks.choices import ACTIVE, FINAL, WAITING, EventKind, Framework, IDEType, TaskKind, TaskStatus
+from apps.tasks.validation import task_errors
 from apps.vdc.models import VDC, Project
 
 ZERO = Decimal("0")
+
+
+# Instances a task holds on its cluster: its replicas (elastic and autoscaled tasks vary; an elastic shrink
+# counts until its backend confirms it), else all its instances.
+HELD_INSTANCES = Case(When(replicas__gt=0, then=F("replicas")), default=F("instances"))
+_AMOUNT = DecimalField(max_digits=16, decimal_places=3)
+
+
+def allocation_sums() -> dict:
+    """The one definition of what active tasks hold, as aggregates: cpu cores, memory GiB, GPU-equivalents.
+
+    The admin, /metrics and the API all aggregate with it, so they agree (also for a grown elastic task).
+    """
+    return {
+        "cpu": Sum(ExpressionWrapper(F("cpu") * HELD_INSTANCES, output_field=_AMOUNT)),
+        "memory_gib": Sum(ExpressionWrapper(F("memory_gib") * HELD_INSTANCES, output_field=_AMOUNT)),
+        "gpu": Sum("allocated_gpu"),
+    }
 
 
 class TaskQuerySet(models.QuerySet):
@@ -161,25 +180,29 @@ class Task(models.Model):
 
     @property
     def node_names(self) -> list[str]:
-        """Node names of the placement, in rank order."""
+        """Node names of the placement, in rank order (instances being released included)."""
         return [p.get("node_name", "") for p in self.placement or []]
 
+    @property
+    def live_placement(self) -> list[dict]:
+        """The instances the task runs with; an elastic shrink's instances leave once their backend confirms."""
+        return [p for p in self.placement or [] if not p.get("releasing")]
+
+    @property
+    def releasing_placement(self) -> list[dict]:
+        """Instances of an elastic shrink still held on the backend (counted and billed until released)."""
+        return [p for p in self.placement or [] if p.get("releasing")]
+
     def clean(self) -> None:
+        """The submission rules of :mod:`apps.tasks.validation` and the GPU spec grammar, per field."""
         errors: dict[str, str] = {}
         try:
             validate_gpu_spec(self.gpu_spec)
         except ValidationError as exc:
             errors["gpu_spec"] = exc.messages[0]
-        if self.is_elastic and self.elastic_min > self.elastic_max:
-            errors["elastic_max"] = f"Expected at least elastic_min ({self.elastic_min}), got {self.elastic_max}."
         if (self.elastic_min is None) != (self.elastic_max is None):
             errors["elastic_max"] = "Expected both elastic_min and elastic_max, or neither."
-        if not isinstance(self.env, dict) or not all(isinstance(v, str) for v in self.env.values()):
-            errors["env"] = 'Expected environment variables as an object of strings, e.g. {"EPOCHS": "3"}.'
-        if not isinstance(self.required_labels, dict):
-            errors["required_labels"] = 'Expected labels as an object of strings, e.g. {"gpu": "a100"}.'
-        if not isinstance(self.volumes, list):
-            errors["volumes"] = 'Expected a list of volumes, e.g. [{"name": "data", "mount_path": "/data"}].'
+        errors = {**task_errors(self), **errors}
         if errors:
             raise ValidationError(errors)
 

@@ -6,7 +6,7 @@ permissions and audit events are the same whichever door a request came in by.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from decimal import Decimal
 from typing import Any
 
@@ -17,11 +17,12 @@ from django.utils import timezone
 
 from apps.clusters import services as cluster_services
 from apps.clusters.gpuspec import GPURequest, GPUSpecError, candidate_models, equivalents
+from apps.clusters.models import Device, Node
 from apps.queues.choices import PriorityClass
 from apps.queues.models import TaskQueue
 from apps.tasks.choices import ACTIVE, FINAL, WAITING, EventKind, TaskKind, TaskStatus
 from apps.tasks.models import Task, TaskEvent
-from apps.tasks.signals import task_changed
+from apps.tasks.signals import cluster_work, demand_changed, task_changed
 from apps.vdc.models import VDC, Project, ProjectQuota
 from apps.vdc.services import can_act, can_view
 
@@ -96,9 +97,10 @@ def submit_task(
     """Validate a submission and leave the task queued for the scheduler.
 
     Checks, in order: the user may act in the project; the VDC (default when omitted) and queue exist
-    and the queue is open; the fields and the GPU spec are valid; medium queues get an expected duration;
-    the request fits the project's quota limits in the VDC. Raises ValidationError (per field) or
-    PermissionDenied and writes nothing in either case.
+    and the queue is open; the fields, their bounds (``apps.tasks.validation``) and the GPU spec are valid;
+    medium queues get an expected duration; the request fits the project's quota limits in the VDC
+    (checked under a lock of the quota row, in the transaction that writes the task). Raises
+    ValidationError (per field) or PermissionDenied and writes nothing in either case.
     """
     if not can_act(user, project):
         if can_view(user, project):
@@ -120,43 +122,48 @@ def submit_task(
     task = Task(project=project, owner=user, vdc=vdc, queue=queue, status=TaskStatus.QUEUED, **fields)
     if task.kind not in TaskKind.values:
         raise ValidationError({"kind": f"Expected one of {', '.join(TaskKind.values)}, got {task.kind!r}."})
-    task.full_clean(exclude=["project", "owner", "vdc", "queue"])
-
-    errors: dict[str, str] = {}
+    errors: dict[str, list[str]] = {}
+    try:
+        task.full_clean(exclude=["project", "owner", "vdc", "queue"])
+    except ValidationError as exc:
+        errors.update(exc.message_dict)
     if queue.priority_class == PriorityClass.MEDIUM and not task.expected_duration:
-        errors["expected_duration"] = (
+        errors.setdefault("expected_duration", []).append(
             f"Queue {queue.name} is medium priority: it needs an expected duration (e.g. 02:00:00), "
             "the window the task is guaranteed for."
         )
     gpu_catalog = cluster_services.catalog()
-    request = cluster_services.validate_gpu_spec(task.gpu_spec, gpu_catalog)
-    if not request.is_none and not candidate_models(request, gpu_catalog):
-        errors["gpu_spec"] = f"No GPU model in the catalog can satisfy {task.gpu_spec!r}."
+    if "gpu_spec" not in errors:
+        request = cluster_services.validate_gpu_spec(task.gpu_spec, gpu_catalog)
+        if not request.is_none and not candidate_models(request, gpu_catalog):
+            errors["gpu_spec"] = [f"No GPU model in the catalog can satisfy {task.gpu_spec!r}."]
     if errors:
         raise ValidationError(errors)
     task.gpu_spec = task.gpu_spec.strip()
-    _check_quota(task, request, gpu_catalog)
 
     with transaction.atomic():
+        _check_quota(task, request, gpu_catalog)
         task.save()
         if preferred_clusters:
             task.preferred_clusters.set(preferred_clusters)
         record_event(task, EventKind.SUBMITTED, f"Submitted to queue {queue.name} ({queue.priority_class})",
                      actor=user, to_status=task.status)  # fmt: skip
-        transaction.on_commit(request_cycle)
+        signal_demand_changed()
     return task
 
 
-def request_cycle() -> None:
-    """Ask for a scheduling cycle soon (coalesced); queued on commit by the services that change demand."""
-    from celery_app import jobs  # noqa: PLC0415 - Celery is the outer layer
-
-    jobs.request_cycle()
+def signal_demand_changed() -> None:
+    """On commit, tell the control plane that waiting or running work changed (it runs a cycle soon)."""
+    transaction.on_commit(lambda: demand_changed.send(sender=Task))
 
 
 def _check_quota(task: Task, request: GPURequest, gpu_catalog) -> None:
-    """Reject a request that could never run within the project's enforced limits in the VDC."""
-    quota = ProjectQuota.objects.filter(project=task.project, vdc=task.vdc).first()
+    """Reject a request that could never run within the project's enforced limits in the VDC.
+
+    Runs inside the submission's transaction and locks the project's quota row first, so concurrent
+    submissions to one project and VDC count each other's tasks: a per-kind limit of 5 admits 5.
+    """
+    quota = ProjectQuota.objects.select_for_update().filter(project=task.project, vdc=task.vdc).first()
     if quota is None:
         raise ValidationError({"project": f"Project {task.project} has no quota in VDC {task.vdc}."})
     if not quota.enforce:
@@ -190,7 +197,12 @@ def _check_quota(task: Task, request: GPURequest, gpu_catalog) -> None:
 
 
 def stop_task(task: Task, user, reason: str = "") -> Task:
-    """Stop a task: a waiting task stops at once; a running one is stopped on its backend after commit."""
+    """Stop a task: it is ``stopped`` at once and its devices go back to the pool.
+
+    A running task's job is cancelled by the control plane, which keeps cancelling it until its backend
+    confirms it gone (whatever Redis or the backend do meanwhile); until then no other task is launched on
+    its devices.
+    """
     if not can_act(user, task.project):
         raise PermissionDenied("Only owners and members of the project can stop its tasks.")
     with transaction.atomic():
@@ -208,13 +220,95 @@ def stop_task(task: Task, user, reason: str = "") -> Task:
         task.save()
         message = f"Stopped by {user}" + (f": {reason}" if reason else "")
         record_event(task, EventKind.STOPPED, message, actor=user, from_status=previous, to_status=task.status)
-        if was_active and task.external_id:
-            from celery_app.jobs import stop_on_backend  # noqa: PLC0415 - Celery is the outer layer
-
-            task_id, cluster_id, external_id = task.pk, task.cluster_id, task.external_id
-            transaction.on_commit(lambda: stop_on_backend.delay(task_id, cluster_id, external_id))
-        transaction.on_commit(request_cycle)
+        if was_active and task.cluster_id:
+            cluster_id = task.cluster_id
+            transaction.on_commit(lambda: cluster_work.send(sender=Task, cluster_id=cluster_id))
+        signal_demand_changed()
     return task
+
+
+def placement_equivalents(placement: list[dict]) -> Decimal:
+    """GPU-equivalents a stored placement holds: each card share times its model's exchange rate."""
+    ids = {d["id"] for p in placement for d in p.get("devices", ())}
+    rates = dict(Device.objects.filter(pk__in=ids).values_list("pk", "gpu_model__exchange_rate")) if ids else {}
+    total = sum(
+        (rates.get(d["id"], Decimal(0)) * Decimal(d.get("milli", 1000)) / 1000 for p in placement
+         for d in p.get("devices", ())),
+        Decimal(0),
+    )  # fmt: skip
+    return total.quantize(Decimal("0.001"))
+
+
+def settle_placement(task: Task, message: str) -> None:
+    """An elastic task's backend confirmed its shrink: the released instances leave its placement and its
+    allocation (caller holds the row lock)."""
+    released = task.releasing_placement
+    if not released:
+        return
+    task.placement = task.live_placement
+    task.replicas = len(task.placement)
+    task.allocated_gpu = placement_equivalents(task.placement)
+    task.save(update_fields=["placement", "replicas", "allocated_gpu", "updated_at"])
+    record_event(task, EventKind.RESIZED, message, data={"released": [p.get("node_name") for p in released]})
+
+
+def adopt_instances(task: Task, nodes: list[str]) -> tuple[list[dict], int]:
+    """A placement for the instances a backend runs on ``nodes`` (one entry per instance), keeping the task's
+    own where they still run and giving new ones free cards of the same model on their node.
+
+    Returns the placement and how many instances found no node or free card the portal knows of.
+    """
+    current: dict[str, list[dict]] = defaultdict(list)
+    for entry in task.live_placement:
+        current[entry.get("node_name", "")].append(entry)
+    template = (task.live_placement or task.placement or [{}])[0]
+    per_instance = [(d.get("milli", 1000)) for d in template.get("devices", ())]
+    model = template.get("gpu_model")
+    placement, unplaced = [], 0
+    wanted = Counter(nodes)
+    for node_name, count in sorted(wanted.items()):
+        kept = current.get(node_name, [])[:count]
+        placement += kept
+        for _ in range(count - len(kept)):
+            entry = _free_instance(task, node_name, model, per_instance, placement)
+            if entry is None:
+                unplaced += 1
+            else:
+                placement.append(entry)
+    return placement, unplaced
+
+
+def _free_instance(task: Task, node_name: str, model: str | None, shares: list[int], taken: list[dict]):
+    """One instance's cards on a node: whole free cards of ``model`` not given to any active task."""
+    node = Node.objects.filter(cluster_id=task.cluster_id, name=node_name).first()
+    if node is None:
+        return None
+    used = {d["id"] for p in taken for d in p.get("devices", ())}
+    others = Task.objects.filter(cluster_id=task.cluster_id, status__in=ACTIVE).exclude(pk=task.pk)
+    for placement in others.values_list("placement", flat=True):
+        used |= {d["id"] for p in placement or () for d in p.get("devices", ()) if p.get("node") == node.pk}
+    devices = node.devices.filter(gpu_model__name=model) if model else node.devices.none()
+    free = [d for d in devices.order_by("index") if d.pk not in used]
+    if len(free) < len(shares):
+        return None
+    chosen = [{"id": d.pk, "index": d.index, "milli": milli} for d, milli in zip(free, shares, strict=False)]
+    return {"node": node.pk, "node_name": node.name, "gpu_model": model, "devices": chosen}
+
+
+def requeue_task(task: Task, message: str, data: dict | None = None) -> None:
+    """Put an active task back in its queue (caller holds the row lock); low tasks are suspended.
+
+    Its backend job, if any, no longer belongs to a live attempt: the control plane cancels it.
+    """
+    previous = task.status
+    low = task.queue.priority_class == PriorityClass.LOW
+    task.status = TaskStatus.SUSPENDED if low else TaskStatus.PREEMPTED
+    task.status_message = message
+    data = {"cluster": task.cluster_id, "external_id": task.external_id, **(data or {})}
+    task.cluster, task.placement, task.allocated_gpu, task.replicas, task.external_id = None, [], 0, 0, ""
+    task.save()
+    record_event(task, EventKind.REQUEUED, message, from_status=previous, to_status=task.status, data=data)
+    signal_demand_changed()
 
 
 def delete_task(task: Task, user) -> None:

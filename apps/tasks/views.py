@@ -17,7 +17,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db.models import Count, F, QuerySet, Sum
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -544,6 +544,9 @@ def task_stop(request: HttpRequest, pk: int) -> HttpResponse:
         messages.success(request, f"Task #{task.pk} {task.name} stopped.")
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
+    except Task.DoesNotExist:
+        # Deleted by another request since it was looked up.
+        raise Http404(f"Task {pk} no longer exists.")
     return redirect(_next_url(request, reverse("portal:task-monitoring", args=[task.pk])))
 
 

@@ -1,4 +1,4 @@
-"""Form fields the admin uses instead of raw JSON: key=value lines, comma lists, write-only secrets.
+"""Form fields the admin uses instead of raw JSON: key=value lines, comma lists, lines, write-only secrets.
 
 They live with the vdc app because every admin module may import from it.
 """
@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from django import forms
 from django.core.exceptions import ValidationError
+from django.forms.fields import InvalidJSONInput
+
+from apps.vdc import jsondocs
 
 
 class KeyValueField(forms.CharField):
@@ -66,6 +69,50 @@ class CommaListField(forms.CharField):
 
     def has_changed(self, initial, data) -> bool:
         return self.to_python(data) != list(initial or [])
+
+
+class LinesField(forms.CharField):
+    """A list of strings edited as one per line (approved host path prefixes)."""
+
+    widget = forms.Textarea(attrs={"rows": 3, "cols": 60})
+
+    def __init__(self, **kwargs) -> None:
+        kwargs.setdefault("required", False)
+        super().__init__(**kwargs)
+
+    def prepare_value(self, value):
+        if isinstance(value, list | tuple):
+            return "\n".join(str(item) for item in value)
+        return value
+
+    def to_python(self, value) -> list[str]:
+        lines = (line.strip() for line in super().to_python(value).splitlines())
+        return list(dict.fromkeys(line for line in lines if line))
+
+    def has_changed(self, initial, data) -> bool:
+        return self.to_python(data) != list(initial or [])
+
+
+class JSONDocumentField(forms.JSONField):
+    """A JSON form field whose documents nest at most ``jsondocs.MAX_DEPTH`` deep (deeper: a form error)."""
+
+    def to_python(self, value):
+        try:
+            converted = super().to_python(value)
+        except RecursionError:
+            converted = None
+            too_deep = True
+        else:
+            too_deep = jsondocs.depth_exceeds(converted)
+        if too_deep:
+            raise ValidationError(str(jsondocs.TooDeep()), code="invalid")
+        return converted
+
+    def bound_data(self, data, initial):
+        try:
+            return super().bound_data(data, initial)
+        except RecursionError:
+            return InvalidJSONInput(data)
 
 
 class SecretTextarea(forms.Textarea):

@@ -144,6 +144,46 @@ def test_add_form_shows_queue_and_quota_rules_next_to_their_fields(admin_web, wo
     assert not Task.objects.exists()
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        ("env", "CUDA_VISIBLE_DEVICES=0,1", "reserved"),
+        ("env", "A B=1", "letters, digits and underscores"),
+        ("volumes", '[1, "a"]', "Volume 1: expected an object"),
+        ("volumes", '[{"mount_path": "/data", "claim_name": "datasets"}]', "expected a name"),
+        ("volumes", "[" * 100_000 + "]" * 100_000, "JSON"),
+        ("instances", "200000", "1024"),
+        ("expected_duration", "999999 00:00:00", "longest expected duration"),
+    ],
+    ids=["reserved-env", "bad-env-name", "volumes-not-objects", "volume-without-name", "deep-json", "instances",
+         "duration"],
+)  # fmt: skip
+def test_add_form_refuses_out_of_bounds_values_on_their_field_and_writes_nothing(admin_web, world, field, value,
+                                                                                 expected):  # fmt: skip
+    response = admin_web.post(admin_url(Task, "add"), _submission(world, **{field: value}))
+    assert response.status_code == 200
+    assert expected in " ".join(_errors(response)[field])
+    assert not Task.objects.exists() and not TaskEvent.objects.exists()
+
+
+def test_queue_maximum_expected_duration_is_edited_and_bounded_in_the_admin(admin_web, world):
+    response = _edit(admin_web, world.high, max_expected_duration="400 00:00:00")
+    assert "366 days" in _errors(response)["max_expected_duration"][0]
+    assert _edit(admin_web, world.high, max_expected_duration="30 00:00:00").status_code == 302
+    world.high.refresh_from_db()
+    assert world.high.max_expected_duration.days == 30
+
+
+def test_cluster_host_path_prefixes_are_lines_validated_by_the_model(admin_web, world):
+    assert _edit(admin_web, world.cluster, allowed_host_paths="/data\n /scratch \n\n").status_code == 302
+    world.cluster.refresh_from_db()
+    assert world.cluster.allowed_host_paths == ["/data", "/scratch"]
+    response = _edit(admin_web, world.cluster, allowed_host_paths="/")
+    assert "narrower than /" in _errors(response)["allowed_host_paths"][0]
+    response = _edit(admin_web, world.cluster, allowed_host_paths="data")
+    assert "absolute" in _errors(response)["allowed_host_paths"][0]
+
+
 def test_change_form_keeps_state_and_submitted_resources_read_only(admin_web, world):
     admin_web.post(admin_url(Task, "add"), _submission(world))
     task = Task.objects.get()

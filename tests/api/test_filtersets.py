@@ -12,21 +12,22 @@ from django.utils import timezone
 from tests.api.base import client_for
 from tests.factories import TaskFactory, TaskQueueFactory
 
-APP_LABELS = ("vdc", "clusters", "queues", "tasks", "billing")
+APP_LABELS = ("vdc", "clusters", "queues", "tasks", "billing", "control")
 
 # Free text and JSON documents (filtering on them would mean nothing) and secrets. Every exemption is named.
 EXEMPT = {
     "vdc.VDC": {"description"},
     "vdc.Project": {"description"},
     "clusters.GPUModel": {"aliases"},
-    "clusters.Cluster": {"description", "credentials_encrypted", "status_message", "labels"},
-    "clusters.Node": {"labels", "agent_message"},
+    "clusters.Cluster": {"description", "credentials_encrypted", "status_message", "labels", "allowed_host_paths"},
+    "clusters.Node": {"labels", "agent_message", "backend_reason"},
     "clusters.Device": {"links"},
     "clusters.AgentToken": {"key_hash"},  # a secret's digest
     "queues.TaskQueue": {"description"},
     "tasks.Task": {"required_labels", "command", "env", "volumes", "status_message", "pending_message", "placement"},
     "tasks.TaskEvent": {"message", "data"},
     "billing.PriceRule": {"discount_tiers"},
+    "control.BackendObject": {"message", "devices"},
 }
 
 

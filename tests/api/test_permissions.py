@@ -54,6 +54,13 @@ def alpha_invoice(w):
     return invoice
 
 
+def backend_object(w):
+    from apps.control.models import BackendObject  # noqa: PLC0415
+
+    task = TaskFactory(project=w.project, vdc=w.vdc, queue=w.high, owner=w.member, status="stopped")
+    return BackendObject.objects.create(cluster=w.cluster, task=task, task_uid=task.uid, attempt=1, name="hcs-job")
+
+
 def a100():
     return GPUModel.objects.get(name="A100-80G")
 
@@ -191,6 +198,7 @@ RESOURCES = [
         deleters=None,
     ),
     Resource("billing/invoices", make=alpha_invoice, readers=PROJECT_ROLES, deleters=None),
+    Resource("backend-objects", make=backend_object, readers=ADMIN, deleters=None),
 ]
 
 matrix = pytest.mark.parametrize("resource", RESOURCES, ids=str)

@@ -9,8 +9,8 @@ import pytest
 
 from apps.billing.models import Account, PriceRule
 from apps.clusters.models import GPUModel
+from apps.control.scheduling import run_cycle
 from apps.tasks.models import Task
-from apps.tasks.scheduling import run_cycle
 from apps.tasks.services import submit_task
 
 T0 = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)

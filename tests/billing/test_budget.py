@@ -7,7 +7,7 @@ from decimal import Decimal
 
 from apps.billing import services
 from apps.billing.models import Account
-from apps.tasks.scheduling import run_cycle
+from apps.control.scheduling import run_cycle
 from apps.tasks.services import submit_task
 
 

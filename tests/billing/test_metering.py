@@ -10,8 +10,8 @@ from django.db import connection
 
 from apps.billing import services
 from apps.billing.models import Account, Transaction, UsageMeter, UsageRecord
+from apps.control.scheduling import run_cycle
 from apps.tasks.models import Task
-from apps.tasks.scheduling import run_cycle
 from apps.tasks.services import stop_task, submit_task
 from tests.billing.conftest import T0, at, start_task
 from tests.services import requires_postgres
@@ -138,7 +138,7 @@ def test_preempted_run_is_billed_up_to_the_preemption_with_what_it_held(world, p
 
 
 def test_stop_queues_the_final_accrual(world, prices, account, monkeypatch, django_capture_on_commit_callbacks):
-    from celery_app import billing_jobs
+    from apps.billing import jobs as billing_jobs
 
     queued = []
     monkeypatch.setattr(billing_jobs.accrue_task, "delay", lambda task_id: queued.append(task_id))

@@ -172,6 +172,7 @@ def test_format_gives_the_canonical_spelling(text, canonical):
         ("1(16,50%)", "expected a size with a unit such as 16G, got '16'"),
         ("1(T4,24G)", "expected at most 16 GiB per card for T4, got 24 GiB"),
         ("0.5(16G)", "expected either a fraction or a memory/compute share, not both"),
+        ("2(8G)", "expected a count of 1 with a memory/compute share (a share is part of one card), got 2"),
         ("1(A100,H100)", "expected models separated by '|', not ','"),
         ("1(A100|)", "expected a model name on each side of '|'"),
         ("1(A100,,50%)", "expected an item between commas"),
@@ -354,7 +355,8 @@ def test_equivalents_are_count_times_rate_of_the_model():
 def test_equivalents_of_a_share_are_the_larger_of_its_core_and_memory_share():
     assert equivalents(parse("1(16G,50%)"), CATALOG, "A100-80G") == D("0.5")
     assert equivalents(parse("1(40G,25%)"), CATALOG, "A100-80G") == D("0.5")
-    assert equivalents(parse("2(8G)"), CATALOG, "T4") == D("0.21")
+    assert equivalents(parse("1(8G)"), CATALOG, "T4") == D("0.105")
+    assert equivalents(parse("1(10G)"), CATALOG, "A10") == D("0.417") * D("0.4")  # rounded up to 1/1000 card
 
 
 def test_equivalents_without_a_model_take_the_cheapest_allowed_model():
@@ -369,7 +371,7 @@ def test_equivalents_of_vendor_neutral_use_the_cheapest_count_of_that_model():
 
 
 def test_equivalents_reject_a_model_the_request_cannot_land_on():
-    with pytest.raises(GPUSpecError, match="does not satisfy"):
+    with pytest.raises(GPUSpecError, match="cannot satisfy"):
         equivalents(parse("2(V100)"), CATALOG, "H100")
     with pytest.raises(GPUSpecError, match="cannot satisfy"):
         equivalents(parse("tflops-fp32=10"), CATALOG, "DCU-Z100")
@@ -449,7 +451,7 @@ def requests(draw):
         if vram is None and percent is None:
             percent = 100
         return GPURequest(
-            count=draw(whole_counts),
+            count=D(1),  # a share is part of one card
             models=tuple(e.name for e in chosen),
             shared=True,
             vram_gib=vram,

@@ -170,3 +170,42 @@ def test_report_with_a_malformed_body_is_rejected_and_writes_nothing(world):
                                 HTTP_AUTHORIZATION=f"Agent {secret}")  # fmt: skip
     assert response.status_code == 400 and "cpu" in response.json()
     assert not world.cluster.nodes.filter(name="gpu-c").exists()
+
+
+def _device(index: int, **overrides) -> dict:
+    return {"index": index, "uuid": f"GPU-{index}", "name": "NVIDIA A100-SXM4-80GB", "vram_total_gib": 80.0,
+            "vram_used_gib": 1.0, "utilization": 5, **overrides}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("field", "report"),
+    [
+        ("cpu", {"cpu": 1e30}),
+        ("memory_gib", {"memory_gib": 1e30}),
+        ("devices", {"devices": [_device(0, vram_total_gib=1e30)]}),
+        ("devices", {"devices": [_device(0, xid_errors=10**30)]}),
+        ("devices", {"devices": [_device(0, temperature_c=10**6)]}),
+        ("devices", {"devices": [_device(0, links=[{"peer": 1, "type": "warp-drive"}])]}),
+        ("devices", {"devices": [_device(0, links=[{"peer": "x\u0000", "type": "nvlink"}])]}),
+        ("devices", {"devices": [_device(0), _device(0)]}),
+    ],
+    ids=["huge-cpu", "huge-memory", "huge-vram", "huge-xid-count", "hot-device", "unknown-link-type", "nul-link",
+         "duplicate-device-index"],
+)  # fmt: skip
+def test_reports_out_of_bounds_are_a_400_and_write_nothing(world, field, report):
+    secret = issue_agent_token(world.cluster, "rack-1")
+    body = {"node": "gpu-c", "cpu": 64, "memory_gib": 512.0, **report}
+    response = APIClient().post("/api/v1/agent/report/", body, format="json", HTTP_AUTHORIZATION=f"Agent {secret}")
+    assert response.status_code == 400, response.content
+    assert field in response.json()
+    assert not world.cluster.nodes.filter(name="gpu-c").exists()
+
+
+def test_xid_errors_accumulate_up_to_what_the_column_holds(world):
+    secret = issue_agent_token(world.cluster, "rack-1")
+    body = {"node": "gpu-c", "cpu": 64, "memory_gib": 512.0, "devices": [_device(0, xid_errors=10**9)]}
+    client = APIClient()
+    for _ in range(3):
+        response = client.post("/api/v1/agent/report/", body, format="json", HTTP_AUTHORIZATION=f"Agent {secret}")
+        assert response.status_code == 202, response.content
+    assert Device.objects.get(node__name="gpu-c").xid_errors == 2**31 - 1

@@ -39,10 +39,20 @@ def test_required_labels_must_match():
     assert _cluster_of(d) == "c2"
 
 
-def test_degraded_cluster_is_used_after_healthy_ones():
-    clusters = [Cluster("c1", status="degraded"), Cluster("c2")]
+def test_degraded_cluster_gets_no_new_placements():
+    clusters = [Cluster("c1", status="degraded"), Cluster("c2", status="degraded")]
     d = schedule(snap([node("a", cluster="c1"), node("b", cluster="c2")], [task("t")], clusters=clusters))
+    assert d.starts == ()
+    assert d.waiting[0].reason == "no_eligible_cluster"
+
+
+def test_elastic_task_goes_only_to_a_cluster_that_can_resize_running_jobs():
+    clusters = [Cluster("c1", resizable=False), Cluster("c2")]
+    elastic = task("t", min_replicas=1, max_replicas=4)
+    d = schedule(snap([node("a", cluster="c1"), node("b", cluster="c2")], [elastic], clusters=clusters))
     assert _cluster_of(d) == "c2"
+    d = schedule(snap([node("a", cluster="c1")], [elastic], clusters=clusters[:1]))
+    assert d.starts == () and "resize" in d.waiting[0].message
 
 
 def _two_clusters(**settings):

@@ -5,9 +5,11 @@ Plain functions so any test package (executors, the clusters app, end-to-end tes
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,3 +109,66 @@ def dev_cluster_for_tests() -> SlurmCluster:
         return start_dev_cluster()
     except SlurmClusterError as exc:
         pytest.fail(f"the dev Slurm cluster did not start: {exc}", pytrace=False)
+
+
+STATE_DIR = Path(os.environ.get("HCS_SLURM_DIR", "/var/lib/hcs-slurm"))
+
+
+def _pid(name: str) -> int | None:
+    try:
+        return int((STATE_DIR / "run" / f"{name}.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo += children.get(current, [])
+    return found
+
+
+def kill_daemon(name: str, signum: int = 9) -> None:
+    """Kill one daemon of the dev cluster, and what it started, by its pid file name (``slurmrestd``,
+    ``slurmd-hcs-node-1``). ``start_dev_cluster()`` starts whatever is missing again."""
+    pid = _pid(name)
+    if pid is None:
+        raise SlurmClusterError(f"no pid file for {name} in {STATE_DIR}/run")
+    victims = _descendants(pid)
+    for victim in victims:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signum)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        alive = [v for v in victims if Path(f"/proc/{v}").exists() and "Z" not in _state(v)]
+        if not alive:
+            return
+        time.sleep(0.05)
+    raise SlurmClusterError(f"{name} (pids {victims}) did not end")
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "X"
+
+
+def scontrol(*args: str) -> str:
+    """Run scontrol as root against the dev cluster (munge auth: no JWT in the environment)."""
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_JWT"}
+    env["SLURM_CONF"] = str(STATE_DIR / "etc" / "slurm.conf")
+    result = subprocess.run(["scontrol", *args], capture_output=True, text=True, env=env, check=False, timeout=30)
+    if result.returncode != 0:
+        raise SlurmClusterError(f"scontrol {' '.join(args)}: {result.stderr.strip()}")
+    return result.stdout

@@ -110,9 +110,8 @@ def test_portal_environment_does_not_leak_into_jobs(executor, make_spec, monkeyp
     assert executor.logs(job_id) == "db=unset path=set\n"
 
 
-def test_second_submit_of_the_same_name_starts_no_second_process(executor, make_spec, tmp_path):
-    marker = tmp_path / "runs"
-    spec = make_spec(command=f"echo run >> {marker}; sleep 1")
+def test_second_submit_of_the_same_name_starts_no_second_process(executor, make_spec):
+    spec = make_spec(command='echo run >> "$HCS_JOB_DIR/runs"; sleep 1')
 
     first = executor.submit(spec)
     second = executor.submit(spec)
@@ -120,7 +119,7 @@ def test_second_submit_of_the_same_name_starts_no_second_process(executor, make_
     wait_for(executor, first, FINAL)
 
     assert first == second == again == spec.name
-    assert marker.read_text() == "run\n"
+    assert (executor.work_dir(first) / "runs").read_text() == "run\n"
 
 
 def test_stop_ends_a_running_job_with_sigterm_and_reports_cancelled(executor, make_spec):
@@ -130,9 +129,11 @@ def test_stop_ends_a_running_job_with_sigterm_and_reports_cancelled(executor, ma
 
     began = time.monotonic()
     executor.stop(job_id)
+    returned = time.monotonic() - began
+    state = wait_for(executor, job_id, FINAL)
 
+    assert returned < 0.5  # stop only asks; the reconciler confirms later
     assert time.monotonic() - began < executor.grace_period_s
-    state = executor.status(job_id)
     assert state.phase == JobPhase.CANCELLED
     assert state.exit_code == 128 + signal.SIGTERM
 
@@ -144,11 +145,12 @@ def test_stop_kills_a_job_that_ignores_sigterm_after_the_grace_period(executor, 
 
     began = time.monotonic()
     executor.stop(job_id)
+    executor.stop(job_id)  # repeated by every reconciliation until the job is gone: no harm
+    state = wait_for(executor, job_id, FINAL, timeout=executor.grace_period_s + 5)
     elapsed = time.monotonic() - began
 
     assert elapsed >= executor.grace_period_s
     assert "got TERM" in executor.logs(job_id)
-    state = executor.status(job_id)
     assert state.phase == JobPhase.CANCELLED
     meta = json.loads((executor.base_dir / job_id / "job.json").read_text())
     assert group_is_gone(meta["pid"])
@@ -171,7 +173,7 @@ def test_new_executor_reattaches_a_running_process(executor, make_spec):
 
     assert restarted.status(job_id).phase == JobPhase.RUNNING
     restarted.stop(job_id)
-    assert restarted.status(job_id).phase == JobPhase.CANCELLED
+    assert wait_for(restarted, job_id, FINAL).phase == JobPhase.CANCELLED
     assert executor.status(job_id).phase == JobPhase.CANCELLED
 
 
@@ -271,16 +273,30 @@ def test_command_exiting_124_on_its_own_is_not_a_time_limit(executor, make_spec)
     assert (state.phase, state.message) == (JobPhase.FAILED, "exit code 124")
 
 
-def test_processes_left_behind_by_the_command_end_with_the_job(executor, make_spec, tmp_path):
-    pid_file = tmp_path / "background.pid"
-    job_id = executor.submit(make_spec(command=f"sleep 300 & echo $! > {pid_file}; echo main done"))
+def test_processes_left_behind_by_the_command_end_with_the_job(executor, make_spec):
+    # One plain background process and one that left the job's session: both end with the job.
+    job_id = executor.submit(make_spec(command="sleep 300 & setsid sleep 301 & echo main done"))
 
     assert wait_for(executor, job_id, FINAL).phase == JobPhase.SUCCEEDED
-    background = int(pid_file.read_text())
+    assert executor.logs(job_id) == "main done\n"
     deadline = time.monotonic() + 5
-    while Path(f"/proc/{background}").exists() and time.monotonic() < deadline:
+    while _sleepers() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not Path(f"/proc/{background}").exists()
+    assert _sleepers() == []
+
+
+def _sleepers() -> list[str]:
+    """Command lines of the background sleeps of the test above that are still alive."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+            except OSError:
+                continue
+            if cmdline in ("sleep 300", "sleep 301"):
+                found.append(cmdline)
+    return found
 
 
 def test_dev_env_without_the_ide_installed_keeps_running_and_says_why(executor, make_spec):
@@ -298,7 +314,7 @@ def test_dev_env_without_the_ide_installed_keeps_running_and_says_why(executor, 
     assert "jupyter is not installed" in logs
     assert executor.status(job_id).phase == JobPhase.RUNNING
     executor.stop(job_id)
-    assert executor.status(job_id).phase == JobPhase.CANCELLED
+    assert wait_for(executor, job_id, FINAL).phase == JobPhase.CANCELLED
 
 
 def test_dev_env_command_replaces_the_ide_and_gets_the_ide_secret(executor, make_spec):

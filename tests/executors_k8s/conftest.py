@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client
 
 from apps.clusters.executors.kubernetes import KubernetesExecutor
-from tests.executors_k8s.emulation import RESOURCES, ApiServerEmulator
+from tests.executors_k8s.emulation import CLUSTER_RESOURCES, RESOURCES, ApiServerEmulator
 
 
 @pytest.fixture
@@ -28,6 +28,8 @@ def emulator() -> Iterator[ApiServerEmulator]:
         handler = ApiServerEmulator()
         for resource, kind in RESOURCES.items():
             handler.resources[resource] = {"kind": kind, "namespaced": True}
+        for resource, kind in CLUSTER_RESOURCES.items():
+            handler.resources[resource] = {"kind": kind, "namespaced": False}
         await handler.__aenter__()
         server = kmock.Server(handler)
         await server.__aenter__()

@@ -16,6 +16,7 @@ RESOURCES = {
     "apps/v1/deployments": "Deployment",
     "batch.volcano.sh/v1alpha1/jobs": "Job",
 }
+CLUSTER_RESOURCES = {"v1/nodes": "Node"}
 
 
 def _selector_matches(labels: dict[str, str], selector: str) -> bool:

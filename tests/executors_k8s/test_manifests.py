@@ -305,7 +305,8 @@ def test_cpu_memory_volumes_and_user_env_override_injected_env():
         {"name": "Ümlaut_Dir", "mount_path": "/u", "host_path": "/mnt/u"},
         {"name": "", "mount_path": "/anon", "host_path": "/mnt/anon"},
     )
-    s = spec(cpu=2.5, memory_gib=1.5, volumes=volumes, env={"MASTER_PORT": "1234"})
+    s = spec(cpu=2.5, memory_gib=1.5, volumes=volumes, env={"MASTER_PORT": "1234"},
+             settings={"allowed_host_paths": ["/mnt"]})  # fmt: skip
     job, _ = m.build_manifests(s, "ns")
     main = main_container(job)
     assert main["resources"]["requests"] == {"cpu": "2500m", "memory": "1536Mi"}
@@ -314,6 +315,49 @@ def test_cpu_memory_volumes_and_user_env_override_injected_env():
     assert {"name": "data", "mountPath": "/data", "readOnly": True} in main["volumeMounts"]
     assert {"name": "scratch", "hostPath": {"path": "/mnt/scratch"}} in pod_template(job)["volumes"]
     assert [v["name"] for v in pod_template(job)["volumes"]][2:] == ["mlaut-dir", "vol-3"]
+
+
+def test_a_tasks_env_never_widens_the_cards_it_sees():
+    """The container runtime reads NVIDIA_VISIBLE_DEVICES: the placement's value wins over the task's "all"."""
+    s = spec(gpu_model=A100, gpus_per_instance=1, placements=on_node("gpu-1", 3),
+             env={"NVIDIA_VISIBLE_DEVICES": "all", "EPOCHS": "3"})  # fmt: skip
+    job, _ = m.build_manifests(s, "ns")
+    env = env_of(main_container(job))
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "3" and env["EPOCHS"] == "3"
+
+
+SCRATCH = {"name": "scratch", "mount_path": "/scratch", "host_path": "/mnt/scratch"}
+
+
+@pytest.mark.parametrize(
+    ("approved", "path"),
+    [(None, "/mnt/scratch"), ([], "/mnt/scratch"), (["/mnt/scratch"], "/mnt/scratch2"), (["/mnt"], "/"),
+     (["/mnt"], "/mnt/../etc"), (["/"], "/etc")],
+    ids=["no-setting", "none-approved", "sibling-of-a-prefix", "root", "dotdot", "root-prefix"],
+)  # fmt: skip
+def test_host_paths_outside_the_clusters_approved_prefixes_are_refused_for_good(approved, path):
+    settings = {} if approved is None else {"allowed_host_paths": approved}
+    s = spec(volumes=({**SCRATCH, "host_path": path},), settings=settings)
+    with pytest.raises(ExecutorError, match="not approved on this cluster") as info:
+        m.build_manifests(s, "ns")
+    assert info.value.retryable is False
+
+
+def test_host_paths_under_an_approved_prefix_are_mounted():
+    s = spec(volumes=(SCRATCH,), settings={"allowed_host_paths": ["/mnt/scratch"]})
+    job, _ = m.build_manifests(s, "ns")
+    assert {"name": "scratch", "hostPath": {"path": "/mnt/scratch"}} in pod_template(job)["volumes"]
+
+
+@pytest.mark.parametrize(
+    "volume",
+    [1, "a", {"name": "data"}, {"name": "data", "mount_path": "/data"}, {"mount_path": "/d", "host_path": 7}],
+    ids=["number", "string", "no-mount-path", "no-source", "host-path-not-text"],
+)
+def test_malformed_volumes_are_refused_for_good_instead_of_crashing_the_launch(volume):
+    with pytest.raises(ExecutorError, match="volume 1") as info:
+        m.build_manifests(spec(volumes=(volume,), settings={"allowed_host_paths": ["/data"]}), "ns")
+    assert info.value.retryable is False
 
 
 def test_cpu_only_task_has_no_accelerator_parts():

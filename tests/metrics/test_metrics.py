@@ -14,9 +14,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from apps.billing import alerts, services
 from apps.billing.models import Account, PriceRule
 from apps.clusters.models import Cluster, GPUModel
+from apps.control.scheduling import run_cycle
 from apps.queues import stats
 from apps.tasks.models import Task
-from apps.tasks.scheduling import run_cycle
 from apps.tasks.services import record_event, submit_task
 from tests.factories import ClusterFactory
 
@@ -53,7 +53,16 @@ def known_state(world):
     return world
 
 
+SCRAPE_TOKEN = "scrape-token-for-tests"
+
+
+@pytest.fixture(autouse=True)
+def metrics_token(settings):
+    settings.METRICS_TOKEN = SCRAPE_TOKEN
+
+
 def scrape(client, **extra) -> dict[tuple[str, tuple], float]:
+    extra.setdefault("HTTP_AUTHORIZATION", f"Bearer {SCRAPE_TOKEN}")
     response = client.get("/metrics", **extra)
     assert response.status_code == 200, response.content
     assert response["Content-Type"].startswith("text/plain")
@@ -107,7 +116,23 @@ def test_disabled_and_unavailable_clusters(client, known_state):
 
 
 def test_metrics_are_closed_to_other_addresses(client, world):
-    assert client.get("/metrics", REMOTE_ADDR="203.0.113.9").status_code == 403
+    assert client.get("/metrics", REMOTE_ADDR="203.0.113.9").status_code == 401
+
+
+def test_loopback_is_not_trusted_by_default(client, world, settings):
+    """A job on the portal's host (Slurm jobs share its network) must not read every project's costs."""
+    settings.METRICS_TOKEN = ""
+    assert settings.METRICS_ALLOWED_IPS == []
+    assert client.get("/metrics", REMOTE_ADDR="127.0.0.1").status_code == 403
+    assert client.get("/metrics", REMOTE_ADDR="::1").status_code == 403
+
+
+def test_platform_admins_read_metrics_in_their_browser(client, world, settings):
+    settings.METRICS_TOKEN = ""
+    client.force_login(world.member)
+    assert client.get("/metrics").status_code == 403
+    client.force_login(world.admin)
+    assert client.get("/metrics").status_code == 200
 
 
 def test_a_bearer_token_opens_metrics_from_anywhere(client, world, settings):
@@ -120,6 +145,7 @@ def test_a_bearer_token_opens_metrics_from_anywhere(client, world, settings):
 
 
 def test_allow_list_takes_networks(client, world, settings):
+    settings.METRICS_TOKEN = ""
     settings.METRICS_ALLOWED_IPS = ["10.0.0.0/8"]
     assert client.get("/metrics", REMOTE_ADDR="10.1.2.3").status_code == 200
     assert client.get("/metrics").status_code == 403

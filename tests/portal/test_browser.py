@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from apps.tasks import execution
+from apps.control.scheduling import run_cycle
 from apps.tasks.models import Task
-from apps.tasks.scheduling import run_cycle
 from apps.tasks.services import stop_task, submit_task
+from tests.control import drive
 from tests.portal.conftest import SCREENSHOTS
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -50,10 +50,10 @@ def free_the_gpus_and_run(world, blocker: Task, task_id: int) -> str:
     run_cycle(world.vdc.pk)
     task = Task.objects.get(pk=task_id)
     if task.status == "scheduled":
-        execution.launch(task.pk, task.attempt)
+        drive.launch(task)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        execution.sync_statuses()
+        drive.reconcile_all()
         task.refresh_from_db()
         if task.status == "running":
             return task.status

@@ -5,8 +5,8 @@ from datetime import timedelta
 import pytest
 from django.urls import reverse
 
+from apps.control.scheduling import run_cycle
 from apps.tasks.models import Task
-from apps.tasks.scheduling import run_cycle
 from apps.tasks.services import stop_task, submit_task
 
 pytestmark = pytest.mark.django_db
@@ -56,6 +56,8 @@ def test_login_page_renders_and_logs_in(client, world):
 
 
 def test_training_form_submits_through_the_service_and_lands_on_monitoring(client, world):
+    world.cluster.allowed_host_paths = ["/data"]
+    world.cluster.save()
     client.force_login(world.member)
     response = client.post(reverse("portal:training-jobs-new"), training_post(world))
     task = Task.objects.get(name="bert")
@@ -68,6 +70,27 @@ def test_training_form_submits_through_the_service_and_lands_on_monitoring(clien
     ]
     page = client.get(response.url)
     assert "queued, waiting for the next scheduling cycle" in page.content.decode()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        ("env", "A-B=1", "letters, digits and underscores"),
+        ("env", "CUDA_VISIBLE_DEVICES=0,1,2,3", "reserved"),
+        ("env", "NVIDIA_VISIBLE_DEVICES=all", "reserved"),
+        ("volumes", "/etc:/etc", "approved"),
+        ("expected_duration", "999999999d", "at most 366 days"),
+        ("expected_duration", "8d", "longest expected duration"),
+        ("instances", "200000", "less than or equal to 1024"),
+        ("cpu", "0", "greater than or equal to 0.01"),
+    ],
+)
+def test_out_of_bounds_values_show_the_error_next_to_the_field_and_write_nothing(client, world, field, value, expected):
+    client.force_login(world.member)
+    response = client.post(reverse("portal:training-jobs-new"), training_post(world, **{field: value}))
+    assert response.status_code == 200
+    assert expected in " ".join(response.context["form"].errors[field])
+    assert not Task.objects.exists()
 
 
 def test_medium_queue_without_duration_shows_the_error_next_to_the_field(client, world):

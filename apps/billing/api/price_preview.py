@@ -6,7 +6,7 @@ from decimal import Decimal
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
@@ -15,6 +15,7 @@ from rest_framework.views import APIView
 
 from apps.billing.services import hourly_price_of_request, price_book
 from apps.vdc.api.permissions import visible_projects, visible_vdcs
+from apps.vdc.api.schema import ErrorDetailSerializer
 from apps.vdc.models import VDC
 
 
@@ -42,7 +43,15 @@ class PricePreviewView(APIView):
 
     permission_classes = [IsAuthenticated]
 
-    @extend_schema(request=PricePreviewRequestSerializer, responses=PricePreviewSerializer)
+    @extend_schema(
+        request=PricePreviewRequestSerializer,
+        responses={
+            200: PricePreviewSerializer,
+            404: OpenApiResponse(
+                ErrorDetailSerializer, description="No VDC or project you can see by that id or name."
+            ),
+        },
+    )
     def post(self, request: Request) -> Response:
         data = PricePreviewRequestSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -50,7 +59,8 @@ class PricePreviewView(APIView):
         vdcs = visible_vdcs(request.user)
         if "vdc" in values:
             key = values["vdc"]
-            vdc = vdcs.filter(pk=int(key)).first() if key.isdigit() else vdcs.filter(name=key).first()
+            # isdecimal, not isdigit: "²" is a digit that int() refuses.
+            vdc = vdcs.filter(pk=int(key)).first() if key.isdecimal() else vdcs.filter(name=key).first()
         else:
             vdc = VDC.default()
             vdc = vdc if vdc is not None and vdcs.filter(pk=vdc.pk).exists() else None

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from apps.clusters.models import Cluster, Device, GPUModel, Node
+from apps.clusters.choices import NodeStatus
+from apps.clusters.hostpaths import MAX_PATH_LENGTH
+from apps.clusters.models import MAX_HOST_PATH_PREFIXES, Cluster, Device, GPUModel, Node, validate_host_path_prefixes
 from apps.vdc.api.common import ModelCleanMixin
 
 
@@ -23,6 +25,13 @@ class ClusterSerializer(ModelCleanMixin, serializers.ModelSerializer):
     credentials = serializers.JSONField(
         write_only=True, required=False, help_text='Secrets for the backend, e.g. {"token": "..."}; never returned'
     )
+    allowed_host_paths = serializers.ListField(
+        child=serializers.CharField(max_length=MAX_PATH_LENGTH),
+        max_length=MAX_HOST_PATH_PREFIXES,
+        required=False,
+        validators=[validate_host_path_prefixes],
+        help_text="Node directories tasks may mount as host path volumes (that path or below it), e.g. /data",
+    )
     has_credentials = serializers.BooleanField(read_only=True)
     is_schedulable = serializers.BooleanField(read_only=True)
     vdc_name = serializers.CharField(source="vdc.name", read_only=True)
@@ -33,7 +42,7 @@ class ClusterSerializer(ModelCleanMixin, serializers.ModelSerializer):
             "id", "vdc", "vdc_name", "name", "description", "cluster_type", "endpoint", "api_version",
             "credentials", "has_credentials", "namespace", "status", "status_message", "last_heartbeat",
             "missed_heartbeats", "enabled", "is_schedulable", "priority", "weight", "cost_weight", "labels",
-            "max_tasks_per_user", "max_total_tasks", "created_at", "updated_at",
+            "max_tasks_per_user", "max_total_tasks", "allowed_host_paths", "created_at", "updated_at",
         ]  # fmt: skip
         read_only_fields = [
             "status", "status_message", "last_heartbeat", "missed_heartbeats", "enabled", "created_at", "updated_at"
@@ -77,13 +86,19 @@ class MaintenanceSerializer(serializers.Serializer):
 class NodeSerializer(ModelCleanMixin, serializers.ModelSerializer):
     cluster_name = serializers.CharField(source="cluster.name", read_only=True)
     device_count = serializers.IntegerField(read_only=True)
+    effective_status = serializers.ChoiceField(
+        choices=NodeStatus.choices,
+        read_only=True,
+        help_text="What scheduling obeys: the worse of status and backend_state",
+    )
 
     class Meta:
         model = Node
         fields = [
-            "id", "cluster", "cluster_name", "name", "cpu", "memory_gib", "labels", "status", "health_score",
-            "last_report", "agent_message", "device_count",
+            "id", "cluster", "cluster_name", "name", "cpu", "memory_gib", "labels", "status", "backend_state",
+            "backend_reason", "effective_status", "health_score", "last_report", "agent_message", "device_count",
         ]  # fmt: skip
+        read_only_fields = ["backend_state", "backend_reason"]
 
 
 class DeviceSerializer(ModelCleanMixin, serializers.ModelSerializer):

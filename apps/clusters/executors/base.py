@@ -12,10 +12,14 @@ import enum
 from dataclasses import dataclass, field
 from datetime import datetime
 
-# Owner labels every backend object of a task carries; reconciliation finds jobs by them.
+# Owner labels every backend object of a task carries. The identity of an object is the installation, the
+# task's uid and the attempt, all three: the reconciler lists a cluster by installation and matches the other
+# two. Task id and project are for people reading the backend's own tools.
+LABEL_INSTALLATION = "hcs.io/installation"
+LABEL_TASK_UID = "hcs.io/task-uid"
+LABEL_ATTEMPT = "hcs.io/attempt"
 LABEL_TASK_ID = "hcs.io/task-id"
 LABEL_PROJECT = "hcs.io/project"
-LABEL_ATTEMPT = "hcs.io/attempt"
 
 
 class ExecutorError(Exception):
@@ -73,9 +77,8 @@ class GPUModelSpec:
 class JobSpec:
     """Everything a backend needs to run one task attempt.
 
-    ``name`` is unique per task attempt and carries the task id; ``labels`` always include
-    ``LABEL_TASK_ID``, ``LABEL_PROJECT`` and ``LABEL_ATTEMPT`` so that reconciliation can find jobs
-    by owner label.
+    ``name`` is unique per task attempt and carries the task id; ``labels`` carry the identity
+    (``LABEL_INSTALLATION``, ``LABEL_TASK_UID``, ``LABEL_ATTEMPT``) that reconciliation matches on.
     """
 
     task_id: int
@@ -101,6 +104,17 @@ class JobSpec:
     backend_flavour: str = "default"  # "volcano" for Volcano queues on Kubernetes
 
 
+def platform_environment(spec: JobSpec) -> dict[str, str]:
+    """Variables every job gets from the platform, whatever its backend; they win over the task's own."""
+    return {
+        "HCS_TASK_ID": str(spec.task_id),
+        "HCS_ATTEMPT": str(spec.attempt),
+        "HCS_JOB_NAME": spec.name,
+        "HCS_PROJECT": spec.project,
+        "HCS_OWNER": spec.owner,
+    }
+
+
 @dataclass(frozen=True)
 class JobState:
     """What a backend says about a job right now."""
@@ -112,14 +126,33 @@ class JobState:
     finished_at: datetime | None = None
     exit_code: int | None = None
     objects: tuple[dict, ...] = ()  # backend objects for the monitoring page: {"kind", "name", ...}
+    name: str = ""  # the job's name on the backend (listings fill it in)
+    labels: dict[str, str] = field(default_factory=dict)  # its owner labels (listings fill them in)
+    replicas: int | None = None  # instances the backend runs now (placed, not ending), where it can tell
+    desired_replicas: int | None = None  # instances the backend is set to run (a Deployment's, after its HPA)
+    restarts: int = 0  # times the backend restarted the job by itself (Slurm's requeue after a node failure)
+    nodes: tuple[str, ...] = ()  # the node of each running instance, where the backend can tell
+
+
+@dataclass(frozen=True)
+class NodeCondition:
+    """A node as its backend sees it: ``down`` runs nothing (its jobs are lost), ``draining`` takes nothing new."""
+
+    name: str
+    state: str  # "ready", "draining" or "down"
+    reason: str = ""
 
 
 class Executor(abc.ABC):
     """Runs jobs on one cluster. Implementations: local processes, Slurm (slurmrestd), Kubernetes."""
 
     @abc.abstractmethod
-    def submit(self, spec: JobSpec) -> str:
-        """Start the job and return its external id. Idempotent per ``spec.name``."""
+    def submit(self, spec: JobSpec, *, fresh: bool = False) -> str:
+        """Start the job and return its external id. Idempotent per ``spec.name``.
+
+        ``fresh``: the caller knows no earlier submit of this name can have reached the backend, so the
+        backend need not be searched for one first.
+        """
 
     @abc.abstractmethod
     def status(self, external_id: str) -> JobState:
@@ -139,7 +172,25 @@ class Executor(abc.ABC):
 
     @abc.abstractmethod
     def list_by_owner(self, labels: dict[str, str]) -> list[JobState]:
-        """Jobs on the backend whose owner labels include all of ``labels`` (for reconciliation)."""
+        """Jobs on the backend whose owner labels include all of ``labels``, in one listing of the backend.
+
+        Each state carries the job's ``name`` and ``labels``; the reconciler calls this once per cluster per
+        sync with this installation's label, whatever the number of tasks.
+        """
+
+    def resize(self, external_id: str, replicas: int, keep_nodes: tuple[str, ...] = ()) -> None:
+        """Run ``replicas`` instances of a running job from now on; instances on ``keep_nodes`` stay.
+
+        Backends that cannot change a running job's size refuse (not retryable); the engine places
+        elastic tasks only on clusters whose executor supports it (``supports_resize``).
+        """
+        raise ExecutorError(f"{type(self).__name__} cannot resize a running job", retryable=False)
+
+    supports_resize = False
+
+    def node_conditions(self) -> list[NodeCondition] | None:
+        """The backend's view of its nodes, in one call; None when the backend has no such view (local)."""
+        return None
 
     @abc.abstractmethod
     def health(self) -> str:

@@ -21,6 +21,7 @@ from apps.clusters.executors.base import (
     GPUModelSpec,
     JobSpec,
 )
+from apps.clusters.hostpaths import is_approved
 
 MANAGED_BY = "hcs-portal"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -355,15 +356,43 @@ def _env_list(env: dict[str, str]) -> list[dict]:
     return [{"name": key, "value": str(value)} for key, value in env.items()]
 
 
+def _volume_source(number: int, volume: object, approved: tuple[str, ...]) -> dict:
+    """The Kubernetes source of one of the task's volumes; a host path only under an approved prefix.
+
+    Submission checks the same, so a refusal here means the cluster's approvals changed since: the
+    task fails with the reason instead of being relaunched.
+    """
+    if not isinstance(volume, dict) or not isinstance(volume.get("mount_path"), str):
+        raise ExecutorError(
+            f"volume {number}: expected an object with a mount_path and a claim_name or host_path, got {volume!r}",
+            retryable=False,
+        )
+    if volume.get("claim_name"):
+        return {"persistentVolumeClaim": {"claimName": volume["claim_name"]}}
+    host = volume.get("host_path")
+    if not isinstance(host, str):
+        raise ExecutorError(f"volume {number}: expected a claim_name or a host_path", retryable=False)
+    if not is_approved(host, approved):
+        raise ExecutorError(
+            f"volume {number}: host path {host!r} is not approved on this cluster "
+            f"(approved: {', '.join(approved) or 'none'})",
+            retryable=False,
+        )
+    return {"hostPath": {"path": host}}
+
+
 def _volumes(spec: JobSpec) -> tuple[list[dict], list[dict]]:
+    """The pod's volumes and the container's mounts: the task's own, then the vendor's driver mounts.
+
+    A task's host paths must lie under ``spec.settings["allowed_host_paths"]``, the cluster's approved
+    prefixes; without that setting no host path of the task is mounted.
+    """
     volumes: list[dict] = []
     mounts: list[dict] = []
+    approved = tuple(spec.settings.get("allowed_host_paths") or ())
     for index, volume in enumerate(spec.volumes):
+        source = _volume_source(index + 1, volume, approved)
         name = _DNS_BAD.sub("-", str(volume.get("name") or "").lower()).strip("-")[:40] or f"vol-{index}"
-        if volume.get("claim_name"):
-            source = {"persistentVolumeClaim": {"claimName": volume["claim_name"]}}
-        else:
-            source = {"hostPath": {"path": volume["host_path"]}}
         volumes.append({"name": name, **source})
         mount = {"name": name, "mountPath": volume["mount_path"]}
         if volume.get("read_only"):
@@ -407,8 +436,9 @@ def container(
     extra_env: tuple[dict, ...] = (),
     env_before: dict[str, str] | None = None,
 ) -> dict:
-    """The task's one container: resources, vendor env, the spec's env last (it wins)."""
-    env = {**accelerator_env(spec), **(env_before or {}), **spec.env}
+    """The task's one container: resources, then env: the defaults a task may change (rendezvous), the task's
+    own, and the vendor's device variables last (a task never widens the cards it sees)."""
+    env = {**(env_before or {}), **spec.env, **accelerator_env(spec)}
     limits = {"cpu": _cpu_quantity(spec.cpu), "memory": _memory_quantity(spec.memory_gib), **gpu_limits(spec)}
     requests = {"cpu": limits["cpu"], "memory": limits["memory"]}
     _, mounts = _volumes(spec)

@@ -7,6 +7,7 @@ and delete find them by one selector; docs/kubernetes.md describes the objects p
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from datetime import datetime
@@ -17,7 +18,17 @@ import yaml
 from kubernetes import client, config
 
 from apps.clusters.executors import k8s_manifests as m
-from apps.clusters.executors.base import Executor, ExecutorError, JobPhase, JobSpec, JobState
+from apps.clusters.executors.base import (
+    LABEL_ATTEMPT,
+    LABEL_INSTALLATION,
+    LABEL_TASK_UID,
+    Executor,
+    ExecutorError,
+    JobPhase,
+    JobSpec,
+    JobState,
+    NodeCondition,
+)
 
 T = TypeVar("T")
 
@@ -346,7 +357,7 @@ class KubernetesExecutor(Executor):
             ingress_class=self.ingress_class,
         )
 
-    def submit(self, spec: JobSpec) -> str:
+    def submit(self, spec: JobSpec, *, fresh: bool = False) -> str:
         """Create the workload, then its Service / Ingress / HPA owned by it; existing objects are kept."""
         manifests = self.manifests(spec)
         namespace = spec.namespace or self.namespace
@@ -375,9 +386,18 @@ class KubernetesExecutor(Executor):
         except ExecutorError as exc:
             if _status_code(exc) != 409:
                 raise
-        # Already there from an earlier submit of the same attempt: keep it.
+        # Already there: keep it if an earlier submit of this very attempt made it, never another's.
         if _is_workload(manifest):
-            return self._read_workload(namespace, workload, name)
+            existing = self._read_workload(namespace, workload, name)
+            theirs = (existing.get("metadata") or {}).get("labels") or {}
+            ours = manifest["metadata"].get("labels") or {}
+            identity = (LABEL_INSTALLATION, LABEL_TASK_UID, LABEL_ATTEMPT)
+            if any(theirs.get(key) != ours.get(key) for key in identity if key in ours):
+                raise ExecutorError(
+                    f"{workload} {namespace}/{name} exists but belongs to another installation or attempt",
+                    retryable=False,
+                )
+            return existing
         return {}
 
     def status(self, external_id: str) -> JobState:
@@ -455,7 +475,8 @@ class KubernetesExecutor(Executor):
     def list_by_owner(self, labels: dict[str, str]) -> list[JobState]:
         """States of the workloads (Pods, Jobs, Volcano Jobs, Deployments) carrying all ``labels``.
 
-        Pods carry the task labels too, so one pod listing serves every workload's state.
+        Pods carry the task labels too, so one pod listing serves every workload's state, its replicas
+        (pods not terminating) and its nodes.
         """
         selector = m.selector_for(labels)
         pods_by_task: dict[str, list[dict]] = {}
@@ -467,16 +488,81 @@ class KubernetesExecutor(Executor):
             for obj in self._list(_WORKLOAD_KIND.get(workload, workload), self.namespace, workload_selector):
                 meta = obj["metadata"]
                 ext_id = m.external_id(meta.get("namespace") or self.namespace, workload, meta["name"])
-                if workload == m.WORKLOAD_POD:
-                    states.append(pod_state(ext_id, obj))
-                else:
-                    states.append(_STATE_OF[workload](ext_id, obj, pods_by_task.get(meta["name"], [])))
+                pods = [obj] if workload == m.WORKLOAD_POD else pods_by_task.get(meta["name"], [])
+                state = pod_state(ext_id, obj) if workload == m.WORKLOAD_POD else _STATE_OF[workload](ext_id, obj, pods)
+                placed = [
+                    (p.get("spec") or {}).get("nodeName")
+                    for p in pods
+                    if not p["metadata"].get("deletionTimestamp")
+                    and (p.get("status") or {}).get("phase") in ("Pending", "Running")
+                    and (p.get("spec") or {}).get("nodeName")
+                ]
+                states.append(
+                    dataclasses.replace(
+                        state,
+                        name=meta["name"],
+                        labels=dict(meta.get("labels") or {}),
+                        replicas=len(placed),
+                        desired_replicas=_desired_replicas(workload, obj),
+                        nodes=tuple(sorted(placed)),
+                    )
+                )
         return states
+
+    supports_resize = True
+
+    def resize(self, external_id: str, replicas: int, keep_nodes: tuple[str, ...] = ()) -> None:
+        """Scale a running workload: an Indexed Job's parallelism and completions together (elastic Indexed
+        Jobs), or a Deployment's replicas. When shrinking, the pods outside ``keep_nodes`` go first (a
+        Deployment's deletion cost; an Indexed Job removes its highest indexes)."""
+        namespace, workload, name = m.parse_external_id(external_id)
+        if replicas < 1:
+            raise ExecutorError(f"cannot resize {external_id} to {replicas} replicas", retryable=False)
+        if workload == m.WORKLOAD_JOB:
+            body = {"spec": {"parallelism": replicas, "completions": replicas}}
+            _call(self._apis["batch"].patch_namespaced_job, name, namespace, body)
+        elif workload == m.WORKLOAD_DEPLOYMENT:
+            if keep_nodes:
+                for pod in self._pods(namespace, name):
+                    node = (pod.get("spec") or {}).get("nodeName") or ""
+                    cost = "0" if node in keep_nodes else "-1000"
+                    annotations = {"controller.kubernetes.io/pod-deletion-cost": cost}
+                    _call(self._apis["core"].patch_namespaced_pod, pod["metadata"]["name"], namespace,
+                          {"metadata": {"annotations": annotations}})  # fmt: skip
+            _call(self._apis["apps"].patch_namespaced_deployment, name, namespace, {"spec": {"replicas": replicas}})
+        else:
+            raise ExecutorError(f"a {workload} cannot be resized (elastic tasks run as Jobs or Deployments)",
+                                retryable=False)  # fmt: skip
+
+    def node_conditions(self) -> list[NodeCondition]:
+        """Node conditions and cordons: not Ready is down, cordoned (unschedulable) takes nothing new."""
+        nodes = _call(self._apis["core"].list_node)
+        out = []
+        for node in (self._to_dict(item) for item in nodes.items or []):
+            name = node["metadata"]["name"]
+            ready = _conditions(node).get("Ready") or {}
+            if ready.get("status") != "True":
+                reason = f"{ready.get('reason') or 'NotReady'}: {ready.get('message') or ''}".rstrip(": ")
+                out.append(NodeCondition(name, "down", f"Kubernetes: {reason}"))
+            elif (node.get("spec") or {}).get("unschedulable"):
+                out.append(NodeCondition(name, "draining", "Kubernetes: cordoned"))
+            else:
+                out.append(NodeCondition(name, "ready"))
+        return out
 
     def health(self) -> str:
         """The API server's version, or ExecutorError when it cannot be reached."""
         version = _call(client.VersionApi(self.api_client).get_code)
         return f"Kubernetes {version.git_version} ({self.api_client.configuration.host})"
+
+
+def _desired_replicas(workload: str, obj: dict) -> int | None:
+    """How many replicas a Deployment is set to run (its HPA may have changed it); None for other workloads,
+    whose size only the portal sets."""
+    if workload != m.WORKLOAD_DEPLOYMENT:
+        return None
+    replicas = (obj.get("spec") or {}).get("replicas")
+    return int(replicas) if replicas is not None else 1
 
 
 def _is_workload(manifest: dict) -> bool:

@@ -1,6 +1,7 @@
-"""Local executor: runs a task's command as a real process on the portal host.
+"""Local executor: runs a task's command as a real process on the portal host, in a sandbox.
 
-Each job lives in ``base_dir/<name>/``: ``output.log`` (stdout and stderr), ``job.json``
+The sandbox (:mod:`.sandbox`) keeps the job away from the portal's files, processes, environment
+and database. Each job lives in ``base_dir/<name>/``: ``output.log`` (stdout and stderr), ``job.json``
 (pid, the pid's start time from ``/proc`` so a reused pid is not mistaken for the job, labels,
 start time) and, once the command ends, ``exit_code`` written by a small wrapper shell. Because
 all state is on disk, a new executor (after a portal restart) re-attaches running processes and
@@ -9,6 +10,7 @@ reports the exit code of those that ended while nobody was watching.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -20,29 +22,27 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .base import Executor, ExecutorError, JobPhase, JobSpec, JobState
+from .base import Executor, ExecutorError, JobPhase, JobSpec, JobState, platform_environment
+from .sandbox import TRUSTED_ENV, Sandbox, check_env_names, device_nodes
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
-# The wrapper runs the command ($1), under ``timeout`` when the job has a time limit ($3, with
-# $4 seconds of grace before SIGKILL), and records its exit status in $2/exit_code. It keeps a
-# TERM handler (handlers, unlike ignored signals, are reset in the child on exec, so the command
-# still gets the default TERM behaviour) so that on a graceful stop it outlives the command long
-# enough to record the status. Like a Slurm job, the job ends with its command: whatever the
-# command left running in the process group is killed (the wrapper last, by the same signal).
+# The wrapper runs, outside the sandbox and as the portal, the sandboxed command line ($3...) and
+# records its exit status in $1/exit_code. A stop sends TERM to the job's process group: the command
+# gets it, and the wrapper's handler gives the command $2 seconds before it kills the whole group, so
+# stop() never waits. Like a Slurm job, the job ends with its command: whatever the command left running
+# in the group is killed (the wrapper last), and the sandbox's PID namespace ends every process the job
+# started, even those that left the group.
 _WRAPPER = (
-    'trap ":" TERM INT HUP; '
-    'if [ -n "$3" ]; then timeout --foreground -k "$4" "$3" /bin/sh -c "$1"; else /bin/sh -c "$1"; fi; '
-    "code=$?; "
-    'printf "%s\\n" "$code" > "$2/exit_code.tmp" && mv "$2/exit_code.tmp" "$2/exit_code"; '
-    "kill -TERM 0 2>/dev/null; kill -9 0"
+    'trap : TERM INT HUP; dir="$1"; grace="$2"; shift 2; '
+    '"$@" & child=$!; '
+    "trap '(sleep \"$grace\"; kill -KILL 0) &' TERM INT HUP; "
+    'while :; do wait "$child"; code=$?; kill -0 "$child" 2>/dev/null || break; done; '
+    'printf "%s\\n" "$code" > "$dir/exit_code.tmp" && mv "$dir/exit_code.tmp" "$dir/exit_code"; '
+    "trap '' TERM; kill -TERM 0 2>/dev/null; kill -9 0"
 )
 # timeout's exit status when the limit hit: 124 after SIGTERM, 137 when SIGKILL was needed.
 _TIMEOUT_EXIT_CODES = (124, 137)
-
-# Only these variables of the portal's own environment reach a job: the portal's secrets
-# (database URLs, cluster credentials) must not.
-_INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER", "LOGNAME", "SHELL")
 
 # A submit that created the directory but has not yet written job.json is "starting" this long.
 _STARTING_GRACE_S = 30.0
@@ -133,11 +133,16 @@ def job_secrets(spec: JobSpec) -> dict[str, str]:
 
 
 class LocalExecutor(Executor):
-    """Runs each job as ``/bin/sh -c command`` in its own session on this host."""
+    """Runs each job as ``/bin/sh -c command`` in a sandbox (:mod:`.sandbox`), in its own session on this host.
 
-    def __init__(self, base_dir: Path | str, grace_period_s: float = 10.0):
+    ``base_dir/<name>/`` belongs to the portal (job.json, output.log, exit_code); the job sees only
+    ``base_dir/<name>/work/``, its working directory and HOME.
+    """
+
+    def __init__(self, base_dir: Path | str, grace_period_s: float = 10.0, sandbox: Sandbox | None = None):
         self.base_dir = Path(base_dir)
         self.grace_period_s = grace_period_s
+        self.sandbox = sandbox or Sandbox()
         # Processes this instance started, so they can be reaped instead of lingering as zombies.
         self._children: dict[str, subprocess.Popen] = {}
 
@@ -147,6 +152,10 @@ class LocalExecutor(Executor):
         if not _NAME_RE.match(external_id):
             raise ExecutorError(f"invalid local job name: {external_id!r}", retryable=False)
         return self.base_dir / external_id
+
+    def work_dir(self, external_id: str) -> Path:
+        """The job's working directory (HOME, ``$HCS_JOB_DIR``): the only part of the host it may write."""
+        return self._job_dir(external_id) / "work"
 
     @staticmethod
     def _read_meta(job_dir: Path) -> dict | None:
@@ -169,76 +178,77 @@ class LocalExecutor(Executor):
 
     # -- environment ----------------------------------------------------------------------------
 
-    @staticmethod
-    def _environment(spec: JobSpec, job_dir: Path) -> dict[str, str]:
-        env = {key: os.environ[key] for key in _INHERITED_ENV if key in os.environ}
-        env.update(
-            {
-                "HCS_TASK_ID": str(spec.task_id),
-                "HCS_ATTEMPT": str(spec.attempt),
-                "HCS_JOB_NAME": spec.name,
-                "HCS_PROJECT": spec.project,
-                "HCS_OWNER": spec.owner,
-                "HCS_JOB_DIR": str(job_dir),
-                "HCS_RANK": "0",
-                "HCS_WORLD_SIZE": "1",
-            }
-        )
+    def _environment(self, spec: JobSpec, work_dir: Path) -> dict[str, str]:
+        """The job's variables: a plain base, then the task's own, then the platform's, which win."""
+        env = self.sandbox.job_environment(work_dir, spec.env)
+        env.update(job_secrets(spec))
+        env.update(platform_environment(spec))
+        env.update({"HCS_JOB_DIR": str(work_dir), "HCS_RANK": "0", "HCS_WORLD_SIZE": "1"})
         if spec.gpu_model is not None:
-            devices = spec.placements[0].devices if spec.placements else ()
-            visible = ",".join(str(slot.index) for slot in devices)
+            visible = ",".join(str(slot.index) for slot in self._devices(spec))
             env[spec.gpu_model.visible_devices_env] = visible
             # NVIDIA_VISIBLE_DEVICES is read by the container runtime; a bare process needs CUDA's own.
             if spec.gpu_model.vendor == "nvidia":
                 env["CUDA_VISIBLE_DEVICES"] = visible
-        env.update(job_secrets(spec))
-        env.update(spec.env)
         return env
+
+    def _grace(self) -> str:
+        return str(max(1, math.ceil(self.grace_period_s)))
+
+    @staticmethod
+    def _devices(spec: JobSpec):
+        return spec.placements[0].devices if spec.placements else ()
+
+    def _command_line(self, spec: JobSpec, work_dir: Path) -> list[str]:
+        """The sandboxed command: the job's shell under ``timeout`` when it has a time limit."""
+        command = ["/bin/sh", "-c", job_command(spec)]
+        if spec.time_limit_s:
+            command = ["timeout", "--foreground", "-k", self._grace(), str(spec.time_limit_s), *command]
+        indexes = [slot.index for slot in self._devices(spec)] if spec.gpu_model is not None else []
+        devices = device_nodes(spec.gpu_model.vendor, indexes) if indexes else []
+        return self.sandbox.argv(work_dir, devices, self._environment(spec, work_dir), command)
 
     # -- Executor interface ---------------------------------------------------------------------
 
-    def submit(self, spec: JobSpec) -> str:
+    def submit(self, spec: JobSpec, *, fresh: bool = False) -> str:
         """Start the command unless a job of this name exists; the job's name is its id."""
         if spec.instances != 1:
             raise ExecutorError(
                 f"the local executor runs single-instance jobs; {spec.instances} instances requested",
                 retryable=False,
             )
-        command = job_command(spec)
-        if not command.strip():
+        if not job_command(spec).strip():
             raise ExecutorError("the task has no command to run", retryable=False)
+        self.sandbox.check()
+        check_env_names(spec.env)
         job_dir = self._job_dir(spec.name)
         try:
             self.base_dir.mkdir(parents=True, exist_ok=True)
-            job_dir.mkdir()
+            job_dir.mkdir(mode=0o700)
         except FileExistsError:
             return spec.name  # mkdir is atomic, so only one submit of a name ever starts a process
         except OSError as exc:
             raise ExecutorError(f"cannot create {job_dir}: {exc}")
 
         started_at = datetime.now(UTC)
+        work_dir = job_dir / "work"
         try:
+            self.sandbox.prepare(work_dir)
+            argv = self._command_line(spec, work_dir)
             with (job_dir / "output.log").open("ab") as log:
                 child = subprocess.Popen(
-                    [
-                        "/bin/sh",
-                        "-c",
-                        _WRAPPER,
-                        "hcs-local-job",
-                        command,
-                        str(job_dir),
-                        str(spec.time_limit_s or ""),
-                        str(max(1, math.ceil(self.grace_period_s))),
-                    ],
+                    ["/bin/sh", "-c", _WRAPPER, "hcs-local-job", str(job_dir), self._grace(), *argv],
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     cwd=job_dir,
-                    env=self._environment(spec, job_dir),
+                    env=TRUSTED_ENV,
                     start_new_session=True,
                 )
-        except OSError as exc:
+        except (OSError, ExecutorError) as exc:
             shutil.rmtree(job_dir, ignore_errors=True)
+            if isinstance(exc, ExecutorError):
+                raise
             raise ExecutorError(f"cannot start the job process: {exc}")
         self._children[spec.name] = child
         pid_start = _proc_start_time(child.pid)
@@ -311,19 +321,24 @@ class LocalExecutor(Executor):
         return tail_lines(self._job_dir(external_id) / "output.log", tail)
 
     def stop(self, external_id: str) -> None:
-        """SIGTERM the job's process group, then SIGKILL whatever is left after the grace period."""
+        """SIGTERM the job's process group and return; the wrapper SIGKILLs what is left after the grace period."""
         job_dir = self._job_dir(external_id)
         meta = self._read_meta(job_dir)
         if meta is None or not self._is_alive(external_id, meta):
             return
-        (job_dir / "stopped").touch()
-        pgid = meta["pid"]  # the job runs in its own session, so its pid is its process group id
-        self._signal_group(pgid, signal.SIGTERM)
-        deadline = time.monotonic() + self.grace_period_s
-        while time.monotonic() < deadline and self._is_alive(external_id, meta):
-            time.sleep(0.05)
-        # Also reaches children the command left behind after the wrapper itself ended.
-        self._signal_group(pgid, signal.SIGKILL)
+        if not (job_dir / "stopped").exists():
+            (job_dir / "stopped").touch()
+        self._signal_group(meta["pid"], signal.SIGTERM)  # the job runs in its own session: pid = group id
+
+    def kill(self, external_id: str) -> None:
+        """SIGKILL whatever is left of the job at once (delete, or a stop that must not wait)."""
+        job_dir = self._job_dir(external_id)
+        meta = self._read_meta(job_dir)
+        if meta is None:
+            return
+        if self._is_alive(external_id, meta) and not (job_dir / "stopped").exists():
+            (job_dir / "stopped").touch()
+        self._signal_group(meta["pid"], signal.SIGKILL)
         while self._is_alive(external_id, meta):
             time.sleep(0.01)
 
@@ -338,7 +353,7 @@ class LocalExecutor(Executor):
 
     def delete(self, external_id: str) -> None:
         job_dir = self._job_dir(external_id)
-        self.stop(external_id)
+        self.kill(external_id)
         self._children.pop(external_id, None)
         shutil.rmtree(job_dir, ignore_errors=True)
 
@@ -354,7 +369,8 @@ class LocalExecutor(Executor):
                 continue
             job_labels = meta.get("labels", {})
             if all(job_labels.get(key) == value for key, value in labels.items()):
-                states.append(self.status(job_dir.name))
+                state = self.status(job_dir.name)
+                states.append(dataclasses.replace(state, name=job_dir.name, labels=dict(job_labels)))
         return states
 
     def health(self) -> str:
@@ -365,5 +381,6 @@ class LocalExecutor(Executor):
             probe.unlink()
         except OSError as exc:
             raise ExecutorError(f"local job directory {self.base_dir} is not writable: {exc}")
+        self.sandbox.probe(self.base_dir)
         jobs = sum(1 for entry in self.base_dir.iterdir() if entry.is_dir())
-        return f"local executor ready: {self.base_dir} ({jobs} job directories)"
+        return f"local executor ready: {self.base_dir} ({jobs} job directories), {self.sandbox.describe()}"

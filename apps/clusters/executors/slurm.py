@@ -7,7 +7,12 @@ Written against Slurm 22.05's ``v0.0.38`` API. Notes on that API that shaped thi
   ``environment`` dictionary that must be present;
 - failures come back in an ``errors`` array with Slurm's errno and text, often with HTTP 500
   even for plain validation errors, so retryability is decided by the errno, not the status;
-- ``exit_code`` in job records is a raw wait status (exit status in the high byte, signal low).
+- ``exit_code`` in job records is a raw wait status (exit status in the high byte, signal low);
+- ``requeue: false`` is accepted and ignored (every job shows ``Requeue=1``, also after a job update), so
+  Slurm restarts a job by itself after a node failure. The portal's requeue rules are the ones that
+  apply: a restarted job reports ``restart_cnt`` > 0 (``JobState.restarts``), the reconciler cancels it and
+  requeues the task as a new attempt, and the batch script exits at once when Slurm restarts it, so the
+  user's command never runs twice under one attempt and the first run's log (opened in append mode) stays.
 """
 
 from __future__ import annotations
@@ -15,12 +20,13 @@ from __future__ import annotations
 import json
 import math
 import shlex
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import requests
 
-from .base import Executor, ExecutorError, JobPhase, JobSpec, JobState
+from .base import Executor, ExecutorError, JobPhase, JobSpec, JobState, NodeCondition, platform_environment
 from .local import job_command, job_secrets, tail_lines
 
 _PHASES = {
@@ -100,6 +106,15 @@ def _timestamp(value: int | None) -> datetime | None:
     return datetime.fromtimestamp(value, UTC) if value else None
 
 
+def _labels(record: dict) -> dict:
+    """The owner labels the portal wrote into the job's comment."""
+    try:
+        labels = json.loads(record.get("comment") or "")
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
+
+
 def job_state(record: dict) -> JobState:
     """The JobState of a job record from ``GET /jobs`` or ``GET /job/<id>``."""
     slurm_state = str(record.get("job_state") or "")
@@ -124,6 +139,7 @@ def job_state(record: dict) -> JobState:
             "time_limit_min": record.get("time_limit"),
         },
     )
+    nodes = tuple(filter(None, (record.get("nodes") or "").split(","))) if phase == JobPhase.RUNNING else ()
     return JobState(
         external_id=str(record.get("job_id")),
         phase=phase,
@@ -132,7 +148,29 @@ def job_state(record: dict) -> JobState:
         finished_at=_timestamp(record.get("end_time")) if phase not in _ACTIVE else None,
         exit_code=exit_code,
         objects=objects,
+        name=str(record.get("name") or ""),
+        labels=_labels(record),
+        restarts=int(record.get("restart_cnt") or 0),
+        nodes=nodes,
     )
+
+
+_DOWN_STATES = {"DOWN", "ERROR", "FUTURE", "UNKNOWN"}
+_NO_NEW_WORK_FLAGS = {"DRAIN", "DRAINING", "DRAINED", "NOT_RESPONDING", "MAINTENANCE", "REBOOT_REQUESTED",
+                      "POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN", "FAIL"}  # fmt: skip
+
+
+def node_condition(node: dict) -> NodeCondition:
+    """A node of ``SlurmExecutor.nodes()`` as the portal sees it."""
+    base = str(node.get("state") or "").split("+")[0].upper()
+    flags = set(node.get("state_flags") or ())
+    reason = node.get("reason") or ""
+    label = "+".join([base.lower(), *sorted(f.lower() for f in flags)])
+    if base in _DOWN_STATES:
+        return NodeCondition(node["name"], "down", f"Slurm: {label}" + (f" ({reason})" if reason else ""))
+    if flags & _NO_NEW_WORK_FLAGS:
+        return NodeCondition(node["name"], "draining", f"Slurm: {label}" + (f" ({reason})" if reason else ""))
+    return NodeCondition(node["name"], "ready")
 
 
 class SlurmExecutor(Executor):
@@ -148,8 +186,12 @@ class SlurmExecutor(Executor):
         output_dir: str = "",
         working_dir: str = "",
         timeout: float = 10.0,
+        gres_types: dict[str, str] | None = None,
     ):
+        """``gres_types`` maps catalog model names to this site's gres types where they differ from the
+        catalog's (a Slurm site names its gres types itself)."""
         self.endpoint = endpoint.rstrip("/")
+        self.gres_types = dict(gres_types or {})
         self.user = user
         self.api_version = api_version
         self.partition = partition
@@ -157,6 +199,8 @@ class SlurmExecutor(Executor):
         self.working_dir = working_dir or output_dir or "/tmp"
         self.timeout = timeout
         self._session = requests.Session()
+        # The last job listing and when it was asked for, for ``update_time`` (reused while nothing changes).
+        self._listing: tuple[int, list[dict]] | None = None
         self._session.headers.update(
             {"X-SLURM-USER-NAME": user, "X-SLURM-USER-TOKEN": token, "Accept": "application/json"}
         )
@@ -172,6 +216,9 @@ class SlurmExecutor(Executor):
             response = self._session.request(method, self._url(path), json=payload, timeout=self.timeout)
         except requests.RequestException as exc:
             raise ExecutorError(f"cannot reach slurmrestd at {self.endpoint}: {exc}", retryable=True)
+        return self._parse(response)
+
+    def _parse(self, response: requests.Response) -> tuple[dict, list[dict]]:
         try:
             body = response.json()
         except ValueError:
@@ -216,35 +263,39 @@ class SlurmExecutor(Executor):
             return ""
         # Shares of a card are a Kubernetes (HAMi) feature; on Slurm a share takes the whole card.
         count = math.ceil(spec.gpus_per_instance)
-        gres_type = spec.gpu_model.slurm_gres_type if spec.gpu_model else ""
+        gres_type = ""
+        if spec.gpu_model:
+            gres_type = self.gres_types.get(spec.gpu_model.name) or spec.gpu_model.slurm_gres_type
         return f"gpu:{gres_type}:{count}" if gres_type else f"gpu:{count}"
 
     def _environment(self, spec: JobSpec) -> dict[str, str]:
-        env = {
-            "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            "LANG": "C.UTF-8",
-            "HCS_TASK_ID": str(spec.task_id),
-            "HCS_ATTEMPT": str(spec.attempt),
-            "HCS_JOB_NAME": spec.name,
-            "HCS_PROJECT": spec.project,
-            "HCS_OWNER": spec.owner,
-        }
-        env.update(job_secrets(spec))
+        """The task's variables over a plain base, then the platform's, which win."""
+        env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
         env.update(spec.env)
+        env.update(job_secrets(spec))
+        env.update(platform_environment(spec))
         return env
 
     def _script(self, spec: JobSpec) -> str:
-        """Batch script: the command once, or once per rank through srun for gang jobs."""
+        """Batch script: the command once, or once per rank through srun for gang jobs.
+
+        When Slurm restarts the job by itself the script ends at once: the portal requeues the task.
+        """
+        guard = (
+            'if [ "${SLURM_RESTART_COUNT:-0}" != 0 ]; then echo "hcs: Slurm restarted job $SLURM_JOB_ID by itself '
+            '(restart $SLURM_RESTART_COUNT); the portal requeues the task as a new attempt" >&2; exit 0; fi'
+        )
         prelude = ['export HOME="${HOME:-$(getent passwd "$(id -un)" | cut -d: -f6)}"']
         if spec.gpu_model is not None and spec.gpus_per_instance > 0:
             # Slurm sets CUDA_VISIBLE_DEVICES for gres gpus; vendors' runtimes read their own name.
             prelude.append(f'export {spec.gpu_model.visible_devices_env}="${{CUDA_VISIBLE_DEVICES:-}}"')
         body = job_command(spec)
         if spec.instances <= 1:
-            lines = [*prelude, "export HCS_RANK=0 HCS_WORLD_SIZE=1", body]
+            lines = [guard, *prelude, "export HCS_RANK=0 HCS_WORLD_SIZE=1", body]
             return "#!/bin/bash\n" + "\n".join(lines) + "\n"
         rank_script = "\n".join([*prelude, "export HCS_RANK=$SLURM_PROCID HCS_WORLD_SIZE=$SLURM_NTASKS", body])
         lines = [
+            guard,
             'export HCS_MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
             f"exec srun --kill-on-bad-exit=1 /bin/bash -c {shlex.quote(rank_script)}",
         ]
@@ -266,7 +317,7 @@ class SlurmExecutor(Executor):
             "memory_per_node": max(1, math.ceil(spec.memory_gib * 1024)),
             "current_working_directory": self.working_dir,
             "environment": self._environment(spec),
-            "requeue": False,
+            "requeue": False,  # ignored by v0.0.38 (see the module docstring); kept for later API versions
         }
         if partition:
             job["partition"] = partition
@@ -279,6 +330,7 @@ class SlurmExecutor(Executor):
         if output := self._output_path(spec.name):
             job["standard_output"] = output
             job["standard_error"] = output
+            job["open_mode"] = "append"  # a restart by Slurm must not wipe the first run's log
         return {"script": self._script(spec), "job": job}
 
     # -- job records ----------------------------------------------------------------------------
@@ -300,26 +352,39 @@ class SlurmExecutor(Executor):
         return jobs[0] if jobs else None
 
     def _jobs(self) -> list[dict]:
-        body, errors = self._call("GET", "jobs")
+        """The user's jobs in one listing; unchanged since the last listing, slurmctld says so (HTTP 304) and
+        the last one is reused, so an idle cluster costs a few bytes per sync instead of every job record."""
+        path = "jobs"
+        if self._listing is not None:
+            path += f"?update_time={self._listing[0]}"
+        asked_at = int(time.time()) - 1  # slurmctld's clock granularity is a second: never miss a change
+        try:
+            response = self._session.get(self._url(path), timeout=self.timeout)
+        except requests.RequestException as exc:
+            raise ExecutorError(f"cannot reach slurmrestd at {self.endpoint}: {exc}", retryable=True)
+        if response.status_code == 304 and self._listing is not None:
+            return self._listing[1]
+        body, errors = self._parse(response)
         if errors:
             raise self._fail(body, errors, "cannot list Slurm jobs")
-        return [job for job in body.get("jobs") or [] if job.get("user_name") in (self.user, None)]
-
-    @staticmethod
-    def _labels(record: dict) -> dict:
-        try:
-            labels = json.loads(record.get("comment") or "")
-        except ValueError:
-            return {}
-        return labels if isinstance(labels, dict) else {}
+        jobs = [job for job in body.get("jobs") or [] if job.get("user_name") in (self.user, None)]
+        self._listing = (asked_at, jobs)
+        return jobs
 
     # -- Executor interface ---------------------------------------------------------------------
 
-    def submit(self, spec: JobSpec) -> str:
-        """Submit the batch job unless a live or finished job of this name exists; returns the job id."""
+    def submit(self, spec: JobSpec, *, fresh: bool = False) -> str:
+        """Submit the batch job unless this attempt's job exists (same name and owner labels); returns the job id.
+
+        A fresh submit skips the search: it would download every job of the cluster for nothing.
+        """
         description = self.job_description(spec)  # refuses a bad spec before any network call
-        for record in self._jobs():
-            if record.get("name") == spec.name and slurm_phase(str(record.get("job_state"))) != JobPhase.CANCELLED:
+        for record in () if fresh else self._jobs():
+            if (
+                record.get("name") == spec.name
+                and _labels(record) == {k: str(v) for k, v in spec.labels.items()}
+                and slurm_phase(str(record.get("job_state"))) != JobPhase.CANCELLED
+            ):
                 return str(record["job_id"])
         body, errors = self._call("POST", "job/submit", description)
         job_id = body.get("job_id")
@@ -364,7 +429,7 @@ class SlurmExecutor(Executor):
     def list_by_owner(self, labels: dict[str, str]) -> list[JobState]:
         states = []
         for record in self._jobs():
-            job_labels = self._labels(record)
+            job_labels = _labels(record)
             if job_labels and all(job_labels.get(key) == value for key, value in labels.items()):
                 states.append(job_state(record))
         return states
@@ -390,10 +455,16 @@ class SlurmExecutor(Executor):
                     "cpus": node.get("cpus") or 0,
                     "memory_gib": round((node.get("real_memory") or 0) / 1024, 2),
                     "state": node.get("state", ""),
+                    "state_flags": [str(f).upper() for f in node.get("state_flags") or []],
+                    "reason": node.get("reason") or "",
                     "gres": gres,
                 }
             )
         return out
+
+    def node_conditions(self) -> list[NodeCondition]:
+        """Slurm node states: down / error / future nodes run nothing; drained or unresponsive ones take nothing new."""
+        return [node_condition(node) for node in self.nodes()]
 
     def health(self) -> str:
         body, errors = self._call("GET", "ping")

@@ -49,7 +49,8 @@ from .policies import queue_order
 from .resources import EPS, WHOLE, Demand, RequestError, demand_of, dominant_share, fits_under, plus
 from .scorers import CLUSTER_STRATEGIES
 
-SCHEDULABLE_CLUSTER_STATUS = ("healthy", "degraded")
+# A degraded cluster missed a health check: what runs there keeps running, nothing new is placed there.
+SCHEDULABLE_CLUSTER_STATUS = ("healthy",)
 ZERO = Resources()
 
 
@@ -535,7 +536,10 @@ class Scheduler:
                 return
         cands = self._eligible(task, cyc)
         if not cands:
-            self._wait(cyc, task, d, Reason.NO_ELIGIBLE_CLUSTER, "no enabled, healthy cluster matches the task")
+            message = "no enabled, healthy cluster matches the task"
+            if task.max_replicas is not None:
+                message += " (elastic tasks run only on clusters that can resize a running job, e.g. Kubernetes)"
+            self._wait(cyc, task, d, Reason.NO_ELIGIBLE_CLUSTER, message)
             return
         excluded, token = None, None
         res = cyc.reservation.get(q.id) if q.policy == BACKFILL else None
@@ -583,7 +587,8 @@ class Scheduler:
             cyc.hm_blocked |= keys
 
     def _eligible(self, task: Task, cyc: Cycle) -> list[ClusterView]:
-        """Cluster filters, then the VDC's strategy order (degraded clusters last).
+        """Cluster filters (enabled, healthy, type, labels, task limits, resizable for elastic tasks), then the
+        VDC's strategy order.
 
         The answer depends on the task only through a few fields, and on the clusters only
         through counters that change when something starts or stops, so it is cached per
@@ -591,6 +596,7 @@ class Scheduler:
         """
         key = (
             task.cluster_type,
+            task.max_replicas is not None,
             tuple(sorted(task.required_labels.items())) if task.required_labels else (),
             task.owner if self.per_user_limits else None,
             task.preferred_clusters,
@@ -607,6 +613,8 @@ class Scheduler:
             c = cv.cluster
             if not cv.usable or (task.cluster_type and c.type != task.cluster_type):
                 continue
+            if task.max_replicas is not None and not c.resizable:
+                continue
             if any(c.labels.get(k) != v for k, v in task.required_labels.items()):
                 continue
             if c.max_total_tasks is not None and cv.running >= c.max_total_tasks:
@@ -616,7 +624,7 @@ class Scheduler:
             out.append(cv)
         if len(out) > 1:
             strategy = self.strategy
-            out.sort(key=lambda cv: (cv.cluster.status != "healthy", strategy(cv, task), cv.order))
+            out.sort(key=lambda cv: (strategy(cv, task), cv.order))
         return out
 
     def _place(self, d: Demand, alts, cands, excluded, token, cyc: Cycle):

@@ -111,7 +111,10 @@ class Node:
 
 @dataclass(frozen=True, slots=True)
 class Cluster:
-    """A Kubernetes / Slurm / local cluster of the VDC; status healthy / degraded / unavailable / maintenance."""
+    """A Kubernetes / Slurm / local cluster of the VDC; status healthy / degraded / unavailable / maintenance.
+
+    Only healthy clusters take new work.
+    """
 
     id: Id
     name: str = ""
@@ -124,6 +127,7 @@ class Cluster:
     cost_weight: float = 1.0
     max_total_tasks: int | None = None
     max_tasks_per_user: int | None = None
+    resizable: bool = True  # its backend can grow and shrink a running job (elastic tasks go only here)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,9 +10,10 @@ that was actually chosen.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from decimal import Decimal
+
+from apps.clusters.gpuspec import card_options
 
 from .model import GpuModel, Resources, Task
 
@@ -60,82 +61,33 @@ def _as_float(value) -> float:
 def gpu_alternatives(req, catalog: dict[str, GpuModel]) -> tuple[Alternative, ...]:
     """Normalise a GPU request (a ``GpuRequest`` or any object with its fields) into alternatives.
 
-    Raises :class:`RequestError` with code ``invalid_request`` or ``no_matching_gpu_model``.
+    Which models fit and what they cost in equivalents come from ``apps.clusters.gpuspec.card_options``,
+    the one implementation the submit checks use too. Raises :class:`RequestError` with code
+    ``invalid_request`` or ``no_matching_gpu_model``.
     """
     if req is None:
         return (CPU_ONLY,)
     count = _as_float(getattr(req, "count", 0))
-    names = tuple(getattr(req, "models", ()) or ())
-    min_vram = getattr(req, "min_vram_gib", None)
-    t16 = getattr(req, "min_tflops_fp16", None)
-    t32 = getattr(req, "min_tflops_fp32", None)
-    vram = getattr(req, "vram_gib", None)
-    cores = getattr(req, "cores_percent", None)
-    neutral = any(v is not None for v in (min_vram, t16, t32))
+    neutral = any(getattr(req, f, None) is not None for f in ("min_vram_gib", "min_tflops_fp16", "min_tflops_fp32"))
     if count <= 0 and not neutral:
         return (CPU_ONLY,)
-    if count < 0:
-        raise RequestError("invalid_request", "GPU count must not be negative")
+    sharing = getattr(req, "vram_gib", None) is not None or getattr(req, "cores_percent", None) is not None
+    if not neutral and sharing and count > 1:
+        raise RequestError("invalid_request", "a memory/compute share is placed on one card: use count 1")
+    if not neutral and not sharing and count > 1 and abs(count - round(count)) > EPS:
+        raise RequestError("invalid_request", f"a GPU count above 1 must be whole, got {count}")
+    names = tuple(getattr(req, "models", ()) or ())
     if names:
-        unknown = [n for n in names if n not in catalog]
         models = [catalog[n] for n in names if n in catalog]
         if not models:
+            unknown = [n for n in names if n not in catalog]
             raise RequestError("no_matching_gpu_model", f"no GPU model in the catalog matches {unknown}")
     else:
         models = sorted(catalog.values(), key=lambda m: m.name)
-
-    shared = bool(getattr(req, "shared", False))
-    alts: list[Alternative] = []
-    if neutral:
-        # Totals over all cards (as apps.clusters.gpuspec reads them): the fewest cards of a
-        # model that reach every total; a model without the figure asked for cannot qualify.
-        for m in models:
-            cards = 1
-            for need, have in ((min_vram, m.vram_gib), (t16, m.tflops_fp16), (t32, m.tflops_fp32)):
-                if need is not None:
-                    if not have or have <= 0:
-                        cards = 0
-                        break
-                    cards = max(cards, math.ceil(float(need) / have - EPS))
-            if cards > 0:
-                alts.append((m.name, cards, 0, cards * m.exchange_rate))
-    elif vram is not None or cores is not None:
-        # The sharing form asks for part of one card: the share depends on the card's size.
-        if count > 1:
-            raise RequestError("invalid_request", "a memory/compute share is placed on one card: use count 1")
-        for m in models:
-            if not m.shareable:
-                continue
-            share = 0
-            if vram is not None:
-                if m.vram_gib <= 0 or float(vram) > m.vram_gib + EPS:
-                    continue
-                share = math.ceil(float(vram) / m.vram_gib * WHOLE - EPS)
-            if cores is not None:
-                share = max(share, math.ceil(float(cores) * 10 - EPS))
-            share = max(1, share)
-            if share >= WHOLE:
-                alts.append((m.name, 1, 0, m.exchange_rate))
-            else:
-                alts.append((m.name, 0, share, share / WHOLE * m.exchange_rate))
-    elif count < 1:
-        milli = max(1, round(count * WHOLE))
-        for m in models:
-            if m.shareable:
-                alts.append((m.name, 0, milli, milli / WHOLE * m.exchange_rate))
-    else:
-        if abs(count - round(count)) > EPS:
-            raise RequestError("invalid_request", f"a GPU count above 1 must be whole, got {count}")
-        cards = round(count)
-        for m in models:
-            # "1(vgpu)": whole cards that must be of a shareable model.
-            if not shared or m.shareable:
-                alts.append((m.name, cards, 0, cards * m.exchange_rate))
+    alts = tuple((o.model, o.cards, o.milli, float(o.equivalents)) for o in card_options(req, models))
     if not alts:
         raise RequestError("no_matching_gpu_model", "no GPU model in the catalog satisfies the request")
-    # Cheapest card first: a task that accepts any model should not take the most valuable one.
-    alts.sort(key=lambda a: (a[3], a[0]))
-    return tuple(alts)
+    return alts
 
 
 def demand_of(task: Task, catalog: dict[str, GpuModel], instances: int | None = None) -> Demand:

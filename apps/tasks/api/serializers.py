@@ -7,11 +7,14 @@ queue, quota, permissions), so the API and the forms give the same messages.
 from __future__ import annotations
 
 from drf_spectacular.extensions import OpenApiSerializerFieldExtension
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from apps.clusters.api.views import clusters_of
 from apps.clusters.models import Cluster
 from apps.queues.models import TaskQueue
+from apps.tasks import validation as limits
+from apps.tasks.choices import TaskStatus
 from apps.tasks.models import Task, TaskEvent
 from apps.tasks.services import SUBMIT_FIELDS, submit_task
 from apps.vdc.api.common import IdOrNameRelatedField, service_errors
@@ -31,12 +34,15 @@ class QueueField(serializers.Field):
     default_error_messages = {
         "does_not_exist": "No queue with id {value} that you can see.",
         "incorrect_type": "Expected a queue id (integer) or name (string), got {data_type}.",
+        "null_characters": "Expected a queue name without NUL characters.",
     }
 
     def to_internal_value(self, data) -> TaskQueue | str:
         if isinstance(data, bool) or not isinstance(data, int | str):
             self.fail("incorrect_type", data_type=type(data).__name__)
         if isinstance(data, str):
+            if "\x00" in data:
+                self.fail("null_characters")
             return data.strip()
         queues = scope_to_vdcs(TaskQueue.objects.select_related("vdc"), self.context["request"].user)
         queue = queues.filter(pk=data).first()
@@ -59,8 +65,51 @@ class QueueFieldSchema(OpenApiSerializerFieldExtension):
         return {"oneOf": [{"type": "integer"}, {"type": "string"}], "description": "Queue id, or name within the VDC"}
 
 
+STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
+
+
+@extend_schema_field({**STRING_MAP, "maxProperties": limits.MAX_ENV_VARS, "example": {"EPOCHS": "3"}})
+class EnvField(serializers.JSONField):
+    """Environment variables: names of letters, digits and underscores; string values (Task.clean checks them)."""
+
+
+@extend_schema_field({**STRING_MAP, "maxProperties": limits.MAX_LABELS, "example": {"gpu": "a100"}})
+class LabelsField(serializers.JSONField):
+    """Cluster labels the task requires, as strings (Task.clean checks them)."""
+
+
+@extend_schema_field(
+    {
+        "type": "array",
+        "maxItems": limits.MAX_VOLUMES,
+        "items": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "pattern": limits.VOLUME_NAME.pattern},
+                "mount_path": {"type": "string", "description": "Absolute path in the container"},
+                "claim_name": {"type": "string", "description": "A volume claim (one source of the two)"},
+                "host_path": {"type": "string", "description": "A node directory a cluster admin approved"},
+                "read_only": {"type": "boolean"},
+            },
+            "required": ["name", "mount_path"],
+            "additionalProperties": False,
+        },
+        "example": [{"name": "data", "mount_path": "/data", "claim_name": "datasets", "read_only": True}],
+    }
+)
+class VolumesField(serializers.JSONField):
+    """Volumes: name, absolute mount path and one source, a claim or an approved host path (Task.clean checks)."""
+
+
+def _bounds(lowest, highest) -> dict:
+    return {"min_value": lowest, "max_value": highest}
+
+
 class TaskEventSerializer(serializers.ModelSerializer):
     actor = serializers.CharField(source="actor.username", read_only=True, allow_null=True, default=None)
+    # Blank when the event changed no status (the first event has no status before it).
+    from_status = serializers.ChoiceField(choices=TaskStatus.choices, allow_blank=True, read_only=True)
+    to_status = serializers.ChoiceField(choices=TaskStatus.choices, allow_blank=True, read_only=True)
 
     class Meta:
         model = TaskEvent
@@ -85,6 +134,9 @@ class TaskSerializer(serializers.ModelSerializer):
     priority_class = serializers.CharField(source="queue.priority_class", read_only=True)
     owner = serializers.CharField(source="owner.username", read_only=True)
     cluster_name = serializers.CharField(source="cluster.name", read_only=True, allow_null=True, default=None)
+    env = EnvField(required=False)
+    required_labels = LabelsField(required=False)
+    volumes = VolumesField(required=False)
 
     class Meta:
         model = Task
@@ -93,6 +145,8 @@ class TaskSerializer(serializers.ModelSerializer):
             *SUBMIT_FIELDS, "preferred_clusters", *STATE_FIELDS,
         ]  # fmt: skip
         read_only_fields = [f for f in STATE_FIELDS if f not in ("cluster_name",)]
+        # The bounds of apps.tasks.validation, so the schema shows them; Task.clean checks them for every door.
+        extra_kwargs = {field: _bounds(lowest, highest) for field, lowest, highest in limits.NUMBER_BOUNDS}
 
     def get_fields(self):
         fields = super().get_fields()

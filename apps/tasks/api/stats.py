@@ -5,28 +5,19 @@ from __future__ import annotations
 from collections import defaultdict
 from decimal import Decimal
 
-from django.db.models import Case, Count, DecimalField, ExpressionWrapper, F, QuerySet, Sum, When
+from django.db.models import Count, QuerySet, Sum
 
 from apps.clusters.models import Cluster, Device, Node
 from apps.tasks.choices import ACTIVE, WAITING, TaskStatus
-from apps.tasks.models import Task
+from apps.tasks.models import Task, allocation_sums
 from apps.vdc.models import VDC
 
 ZERO = Decimal("0")
 RESOURCES = ("cpu", "memory_gib", "gpu")
 
-# Instances holding resources: the running replicas of elastic tasks, else all instances.
-_UNITS = Case(When(replicas__gt=0, then=F("replicas")), default=F("instances"))
-_AMOUNT = DecimalField(max_digits=16, decimal_places=3)
-
 
 def _allocation_sums() -> dict:
-    return {
-        "cpu": Sum(ExpressionWrapper(F("cpu") * _UNITS, output_field=_AMOUNT)),
-        "memory_gib": Sum(ExpressionWrapper(F("memory_gib") * _UNITS, output_field=_AMOUNT)),
-        "gpu": Sum("allocated_gpu"),
-        "tasks": Count("id"),
-    }
+    return {**allocation_sums(), "tasks": Count("id")}
 
 
 def _vector(row: dict | None) -> dict[str, Decimal]:

@@ -11,5 +11,4 @@ urlpatterns = [
     path("vdcs/<int:pk>/resources/", views.VDCResourcesView.as_view(), name="vdc-resources"),
     path("clusters/<int:pk>/stats/", views.ClusterStatsView.as_view(), name="cluster-stats"),
     path("clusters/<int:pk>/jobs/", views.ClusterJobsView.as_view(), name="cluster-jobs"),
-    path("clusters/<int:pk>/health-check/", views.ClusterHealthCheckView.as_view(), name="cluster-health-check"),
 ]

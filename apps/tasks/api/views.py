@@ -11,11 +11,10 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.permissions import IsAdminUser
+from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from apps.clusters.api.serializers import ClusterHealthSerializer
 from apps.clusters.api.views import clusters_of
 from apps.tasks import services
 from apps.tasks.api import stats
@@ -28,7 +27,6 @@ from apps.tasks.api.serializers import (
     VDCResourcesSerializer,
     VDCStatsSerializer,
 )
-from apps.tasks.execution import check_cluster_health
 from apps.tasks.filtersets import TaskFilterSet
 from apps.tasks.models import Task, TaskEvent
 from apps.vdc.api.common import service_errors
@@ -77,8 +75,8 @@ class TaskViewSet(
         return TaskDetailSerializer if self.action == "retrieve" else super().get_serializer_class()
 
     def _detail(self, pk: int) -> dict:
-        """The task as the detail endpoint shows it, freshly loaded with its timeline."""
-        task = with_events(tasks_of(self.request.user)).get(pk=pk)
+        """The task as the detail endpoint shows it, freshly loaded with its timeline (404 once deleted)."""
+        task = get_object_or_404(with_events(tasks_of(self.request.user)), pk=pk)
         return TaskDetailSerializer(task, context=self.get_serializer_context()).data
 
     @extend_schema(request=TaskSerializer, responses={201: TaskDetailSerializer})
@@ -100,8 +98,12 @@ class TaskViewSet(
         task = self.get_object()
         body = StopSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        with service_errors():
-            services.stop_task(task, request.user, body.validated_data["reason"])
+        try:
+            with service_errors():
+                services.stop_task(task, request.user, body.validated_data["reason"])
+        except Task.DoesNotExist:
+            # Deleted by another request since it was looked up.
+            raise NotFound(f"Task {task.pk} no longer exists.")
         return Response(self._detail(task.pk))
 
     @extend_schema(responses=TaskEventSerializer(many=True))
@@ -158,19 +160,3 @@ class ClusterJobsView(generics.ListAPIView):
     def get_queryset(self):
         cluster = get_object_or_404(clusters_of(self.request.user), pk=self.kwargs["pk"])
         return tasks_of(self.request.user).filter(cluster=cluster)
-
-
-class ClusterHealthCheckView(generics.GenericAPIView):
-    """``clusters/{id}/health-check/`` POST (platform admins): probe the backend now and update the status.
-
-    Three missed checks make a cluster unavailable, and its tasks are requeued under their class rules.
-    """
-
-    serializer_class = ClusterHealthSerializer
-    permission_classes = [IsAdminUser]
-    filter_backends: list = []
-
-    @extend_schema(request=None, responses=ClusterHealthSerializer)
-    def post(self, request: Request, pk: int) -> Response:
-        cluster = get_object_or_404(clusters_of(request.user), pk=pk)
-        return Response(ClusterHealthSerializer(check_cluster_health(cluster)).data)

@@ -74,13 +74,23 @@ class IdOrNameRelatedField(serializers.RelatedField):
         if isinstance(data, bool) or not isinstance(data, int | str):
             self.fail("incorrect_type", data_type=type(data).__name__)
         kind, lookup = ("id", {"pk": data}) if isinstance(data, int) else ("name", {self.slug_field: data})
-        found = queryset.filter(**lookup).first()
+        # No name holds NUL (the database cannot even compare one).
+        found = None if "\x00" in str(data) else queryset.filter(**lookup).first()
         if found is None:
             self.fail("does_not_exist", model=name, kind=kind, value=data)
         return found
 
     def to_representation(self, value) -> int:
         return value.pk
+
+
+class SlugField(serializers.SlugRelatedField):
+    """A related object by a text key (e.g. a username); text with NUL is "does not exist", not a server error."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, str) and "\x00" in data:
+            self.fail("does_not_exist", slug_name=self.slug_field, value=data.replace("\x00", ""))
+        return super().to_internal_value(data)
 
 
 class Conflict(APIException):

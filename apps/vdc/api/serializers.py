@@ -6,7 +6,7 @@ from django.contrib.auth import get_user_model
 from rest_framework import serializers
 from rest_framework.exceptions import PermissionDenied
 
-from apps.vdc.api.common import ModelCleanMixin
+from apps.vdc.api.common import ModelCleanMixin, SlugField
 from apps.vdc.api.permissions import visible_projects
 from apps.vdc.choices import Role
 from apps.vdc.models import VDC, Membership, Project, ProjectQuota
@@ -34,8 +34,11 @@ class VDCSerializer(serializers.ModelSerializer):
 
 
 class ProjectSerializer(serializers.ModelSerializer):
-    my_role = serializers.CharField(read_only=True, allow_null=True, help_text="Your role; null for admins")
-    member_count = serializers.IntegerField(read_only=True)
+    # Annotations of the viewset's queryset; a project just created has neither, and no members yet.
+    my_role = serializers.CharField(
+        read_only=True, allow_null=True, default=None, help_text="Your role; null for admins"
+    )
+    member_count = serializers.IntegerField(read_only=True, default=0)
 
     class Meta:
         model = Project
@@ -47,7 +50,7 @@ class MembershipSerializer(serializers.ModelSerializer):
     """A membership; ``user`` is the username. Only the role changes once it exists."""
 
     project = serializers.PrimaryKeyRelatedField(queryset=Project.objects.all())
-    user = serializers.SlugRelatedField(slug_field="username", queryset=get_user_model().objects.all())
+    user = SlugField(slug_field="username", queryset=get_user_model().objects.all())
     project_name = serializers.CharField(source="project.name", read_only=True)
 
     class Meta:

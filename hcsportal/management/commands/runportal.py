@@ -61,8 +61,10 @@ class Command(BaseCommand):
         python = shlex.quote(sys.executable)
         beat_schedule = shlex.quote(str(settings.VAR_DIR / "celerybeat-schedule"))
         processes = {
-            "web": f"{python} -m daphne -b {host} -p {port} hcsportal.asgi:application",
-            "worker": f"{python} -m celery -A celery_app worker --loglevel INFO --concurrency 2 --without-gossip",
+            # Several processes: Django runs a process's synchronous views one at a time.
+            "web": f"{python} -m uvicorn hcsportal.asgi:application --host {host} --port {port} "
+            f"--workers {settings.HCS_WEB_WORKERS}",
+            "worker": f"{python} -m celery -A celery_app worker --loglevel INFO --concurrency 4 --without-gossip",
             "beat": f"{python} -m celery -A celery_app beat --loglevel INFO --schedule {beat_schedule}",
         }
         self.stdout.write(

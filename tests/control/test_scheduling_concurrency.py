@@ -5,8 +5,8 @@ import threading
 import pytest
 from django.db import connection
 
+from apps.control.scheduling import run_cycle
 from apps.tasks.models import Task, TaskEvent
-from apps.tasks.scheduling import run_cycle
 from tests.factories import TaskFactory
 from tests.services import requires_postgres
 

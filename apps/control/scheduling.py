@@ -2,12 +2,18 @@
 
 One cycle per VDC runs inside one transaction that holds the VDC row lock, so two cycles of the
 same VDC never overlap (a second one skips). Loading takes a constant number of queries whatever
-the number of tasks; decisions are written with bulk updates; backend launches and stops are
-handed to Celery on commit, by id.
+the number of tasks; decisions are written with bulk updates. A start writes its launch intent (a
+:class:`BackendObject`) in the same transaction, so no placement can exist without the record that
+gets it launched; the launch itself and the cancellation of preempted jobs are carried out by the
+reconciler (``apps.control.reconcile``), triggered on commit.
+
+A task the engine cannot handle is set aside with the reason on it (``pending_reason``
+``invalid_request``), and one VDC's failure never stops another VDC's cycle.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -18,8 +24,12 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from apps.billing.models import Account
+from apps.clusters.backends import can_resize
 from apps.clusters.gpuspec import Catalog, GPUSpecError, parse_gpu_spec
-from apps.clusters.models import Cluster, Device, GPUModel, Node
+from apps.clusters.models import Cluster, Device, GPUModel, Node, effective_node_status
+from apps.control import triggers
+from apps.control.jobspec import job_name
+from apps.control.models import BackendObject
 from apps.queues import engine, stats
 from apps.queues.choices import PriorityClass
 from apps.queues.engine import model as em
@@ -29,6 +39,10 @@ from apps.tasks.choices import ACTIVE, WAITING, EventKind, TaskStatus
 from apps.tasks.models import Task, TaskEvent
 from apps.tasks.signals import task_changed
 from apps.vdc.models import VDC, ProjectQuota
+
+# What the engine accepts of a task: durations and sizes beyond these are set aside, not scheduled.
+MAX_DURATION_S = 366 * 24 * 3600
+MAX_INSTANCES = 100_000
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +55,7 @@ class CycleResult:
 
     vdc: str
     skipped: bool = False
+    failed: bool = False
     started: int = 0
     preempted: int = 0
     resized: int = 0
@@ -55,7 +70,13 @@ def _epoch(dt: datetime | None) -> float | None:
 
 
 def _from_epoch(value: float | None) -> datetime | None:
-    return datetime.fromtimestamp(value, tz=UTC) if value is not None else None
+    """A timestamp as a datetime; None also for one beyond what a datetime holds (an estimate centuries away)."""
+    if value is None:
+        return None
+    try:
+        return datetime.fromtimestamp(value, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 def _seconds(delta: timedelta | None) -> float | None:
@@ -80,7 +101,7 @@ SNAPSHOT_FIELDS = (
     "elastic_max", "expected_duration", "preemptible", "required_labels", "status", "status_message",
     "pending_reason", "pending_message", "queue_position", "estimated_start", "cluster_id", "placement",
     "allocated_gpu", "replicas", "external_id", "attempt", "window", "submitted_at", "started_at", "finished_at",
-    "updated_at",
+    "updated_at", "uid",
 )  # fmt: skip
 
 
@@ -94,6 +115,8 @@ class SnapshotLoader:
         self.devices: dict[int, DeviceRow] = {}
         self.nodes: dict[int, Node] = {}
         self.queues: dict[int, TaskQueue] = {}
+        # Queued tasks set aside, with why: a GPU spec the catalog no longer satisfies, values the engine
+        # cannot take, or a task that made the engine fail.
         self.bad_specs: dict[int, str] = {}
 
     def load(self, now: datetime) -> em.Snapshot:
@@ -149,6 +172,10 @@ class SnapshotLoader:
             request = self._request(t, catalog, parse_cache)
             if request is None:
                 continue
+            problem = None if t.status in ACTIVE else engine_input_problem(t)
+            if problem:
+                self.bad_specs[t.pk] = problem
+                continue
             et = self._task(t, request)
             if t.status in ACTIVE:
                 running.append(
@@ -177,6 +204,7 @@ class SnapshotLoader:
                     cost_weight=_f(c.cost_weight),
                     max_total_tasks=c.max_total_tasks,
                     max_tasks_per_user=c.max_tasks_per_user,
+                    resizable=can_resize(c),
                 )  # fmt: skip
                 for c in clusters
             ),
@@ -187,7 +215,7 @@ class SnapshotLoader:
                     cpu=_f(n.cpu),
                     memory_gib=_f(n.memory_gib),
                     devices=tuple(sorted(devices_by_node.get(n.pk, ()), key=lambda d: d.index)),
-                    status=n.status,
+                    status=effective_node_status(n.status, n.backend_state),
                     health=n.health_score,
                     labels=dict(n.labels or {}),
                 )  # fmt: skip
@@ -275,6 +303,8 @@ class SnapshotLoader:
         )
 
     def _placements(self, t: Task) -> tuple[em.InstancePlacement, ...]:
+        """The instances the engine counts: devices of a shrink the backend has not confirmed yet are left out
+        (the launch of whoever gets them waits for that confirmation)."""
         return tuple(
             em.InstancePlacement(
                 node_id=p["node"],
@@ -283,7 +313,7 @@ class SnapshotLoader:
                 ),
                 gpu_model=p.get("gpu_model"),
             )
-            for p in t.placement or ()
+            for p in t.live_placement
         )
 
     def _quota(self, q: ProjectQuota, budget_exhausted: bool) -> em.ProjectQuota:
@@ -317,6 +347,17 @@ class SnapshotLoader:
             )
         return out
 
+    def releasing_placements(self, t: Task) -> tuple[em.InstancePlacement, ...]:
+        """Instances an elastic task gave up whose release its backend has not confirmed yet."""
+        return tuple(
+            em.InstancePlacement(
+                node_id=p["node"],
+                devices=tuple(em.DeviceShare(device_id=d["id"], milli=d.get("milli", 1000)) for d in p["devices"]),
+                gpu_model=p.get("gpu_model"),
+            )
+            for p in t.releasing_placement
+        )
+
     def equivalents(self, placements: tuple[em.InstancePlacement, ...]) -> Decimal:
         """GPU-equivalents a placement holds (card share x exchange rate)."""
         total = Decimal("0")
@@ -325,6 +366,53 @@ class SnapshotLoader:
                 rate = self.devices[d.device_id].exchange_rate
                 total += rate * Decimal(d.milli) / 1000
         return total.quantize(Decimal("0.001"))
+
+
+def engine_input_problem(t: Task) -> str | None:
+    """Why the engine cannot take this queued task, or None. Doors validate too; this guards what got past them."""
+    labels = t.required_labels
+    if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        return 'required labels must be an object of strings, e.g. {"gpu": "a100"}; fix or resubmit the task'
+    for name in ("expected_duration", "window"):
+        value = getattr(t, name)
+        if value is not None and not timedelta(0) <= value <= timedelta(seconds=MAX_DURATION_S):
+            return f"{name.replace('_', ' ')} must be between 0 and {MAX_DURATION_S // 86400} days"
+    sizes = [t.instances, t.elastic_min or 1, t.elastic_max or 1]
+    if any(size < 1 or size > MAX_INSTANCES for size in sizes):
+        return f"instances and elastic replicas must be between 1 and {MAX_INSTANCES}"
+    return None
+
+
+def _schedule(snapshot: em.Snapshot, loader: SnapshotLoader) -> em.Decisions:
+    """Run the engine; when it fails, find the queued tasks that make it fail, set them aside and run again."""
+    try:
+        return engine.schedule(snapshot)
+    except Exception as exc:  # noqa: BLE001 - any engine failure: isolate its cause instead of losing the cycle
+        log.exception("cycle %s: the engine failed (%s); isolating the tasks that make it fail", loader.vdc.name, exc)
+    culprits = _bisect_failures(snapshot, list(snapshot.queued))
+    for task in culprits:
+        loader.bad_specs[task.id] = "the scheduler could not handle this task; an admin has been told (see the logs)"
+    kept = tuple(t for t in snapshot.queued if t not in culprits)
+    return engine.schedule(dataclasses.replace(snapshot, queued=kept))
+
+
+def _bisect_failures(snapshot: em.Snapshot, tasks: list[em.Task]) -> list[em.Task]:
+    """The queued tasks that make the engine raise, found by halving (a few engine runs per culprit)."""
+
+    def fails(subset: list[em.Task]) -> bool:
+        try:
+            engine.schedule(dataclasses.replace(snapshot, queued=tuple(subset)))
+        except Exception:  # noqa: BLE001
+            return True
+        return False
+
+    if not tasks or not fails(tasks):
+        return []
+    if len(tasks) == 1:
+        return tasks
+    middle = len(tasks) // 2
+    found = _bisect_failures(snapshot, tasks[:middle]) + _bisect_failures(snapshot, tasks[middle:])
+    return found or tasks  # only the two halves together fail: set both aside rather than fail every cycle
 
 
 def run_cycle(vdc_id: int) -> CycleResult:
@@ -338,7 +426,7 @@ def run_cycle(vdc_id: int) -> CycleResult:
         loader = SnapshotLoader(vdc)
         snapshot = loader.load(now)
         t1 = time.perf_counter()
-        decisions = engine.schedule(snapshot)
+        decisions = _schedule(snapshot, loader)
         t2 = time.perf_counter()
         result = _apply(loader, decisions, now)
         result.load_s, result.engine_s, result.apply_s = t1 - t0, t2 - t1, time.perf_counter() - t2
@@ -349,8 +437,15 @@ def run_cycle(vdc_id: int) -> CycleResult:
 
 
 def run_all_cycles() -> list[CycleResult]:
-    """A cycle for every enabled VDC."""
-    return [run_cycle(pk) for pk in VDC.objects.filter(enabled=True).values_list("pk", flat=True)]
+    """A cycle for every enabled VDC; a VDC whose cycle fails is logged and skipped, the others still run."""
+    results = []
+    for pk in VDC.objects.filter(enabled=True).values_list("pk", flat=True):
+        try:
+            results.append(run_cycle(pk))
+        except Exception:  # noqa: BLE001 - one VDC's failure must not stop the others
+            log.exception("scheduling cycle of VDC %s failed", pk)
+            results.append(CycleResult(vdc=str(pk), skipped=True, failed=True))
+    return results
 
 
 def _apply(loader: SnapshotLoader, decisions: em.Decisions, now: datetime) -> CycleResult:
@@ -358,8 +453,8 @@ def _apply(loader: SnapshotLoader, decisions: em.Decisions, now: datetime) -> Cy
     tasks = loader.tasks
     changed: dict[int, Task] = {}
     events: list[TaskEvent] = []
-    launches: list[tuple[int, int]] = []
-    stops: list[tuple[int, int | None, str]] = []
+    intents: list[BackendObject] = []
+    to_reconcile: set[int] = set()
 
     def event(task: Task, kind: str, message: str, previous: str, data: dict | None = None) -> None:
         events.append(
@@ -382,8 +477,8 @@ def _apply(loader: SnapshotLoader, decisions: em.Decisions, now: datetime) -> Cy
         if p.new_window_s is not None:
             data["new_window_s"] = p.new_window_s
         event(task, EventKind.SUSPENDED if low else EventKind.PREEMPTED, p.message, previous, data)
-        if external_id:
-            stops.append((task.pk, cluster_id, external_id))
+        if cluster_id:
+            to_reconcile.add(cluster_id)  # its job no longer belongs to a live attempt: cancel it now
         result.preempted += 1
 
     for s in decisions.starts:
@@ -395,6 +490,7 @@ def _apply(loader: SnapshotLoader, decisions: em.Decisions, now: datetime) -> Cy
         task.allocated_gpu = loader.equivalents(s.placements)
         task.replicas = len(s.placements)
         task.attempt += 1
+        task.external_id = ""
         task.started_at = now
         task.finished_at = None
         if s.window_s is not None:
@@ -405,22 +501,31 @@ def _apply(loader: SnapshotLoader, decisions: em.Decisions, now: datetime) -> Cy
         nodes = ", ".join(p["node_name"] for p in task.placement)
         event(task, EventKind.SCHEDULED, f"Placed on {loader.clusters[s.cluster_id].name}: {nodes}", previous,
               {"cluster": s.cluster_id, "placement": task.placement, "attempt": task.attempt})  # fmt: skip
-        launches.append((task.pk, task.attempt))
+        intents.append(
+            BackendObject(
+                cluster_id=s.cluster_id, task=task, task_uid=task.uid, attempt=task.attempt, name=job_name(task),
+                devices=sorted({d.device_id for p in s.placements for d in p.devices}), replicas=len(s.placements),
+            )
+        )  # fmt: skip
         result.started += 1
 
+    resized: dict[int, set[int]] = {}
     for r in decisions.resizes:
         task = tasks[r.task_id]
         removed = {(p.node_id, tuple(d.device_id for d in p.devices)) for p in r.removed}
-        kept = [
-            p for p in loader._placements(task) if (p.node_id, tuple(d.device_id for d in p.devices)) not in removed
-        ]
-        placements = (*kept, *r.added)
-        task.placement = loader.placement_json(placements)
-        task.allocated_gpu = loader.equivalents(placements)
-        task.replicas = r.replicas
+        entries = []
+        for entry in task.placement or []:
+            key = (entry["node"], tuple(d["id"] for d in entry.get("devices", ())))
+            # Until the backend confirms the shrink, the task keeps (and pays for) what it releases.
+            entries.append({**entry, "releasing": True} if key in removed and not entry.get("releasing") else entry)
+        task.placement = entries + loader.placement_json(r.added)
+        task.allocated_gpu = loader.equivalents((*loader._placements(task), *loader.releasing_placements(task)))
+        task.replicas = len(task.placement)  # held: the released instances count until the backend confirms
         changed[task.pk] = task
+        resized[task.pk] = {d.device_id for p in r.added for d in p.devices}
         event(task, EventKind.RESIZED, r.message or f"Resized to {r.replicas} replicas", task.status,
-              {"replicas": r.replicas})  # fmt: skip
+              {"replicas": r.replicas, "releasing": len(r.removed)})  # fmt: skip
+        to_reconcile.add(task.cluster_id)
         result.resized += 1
 
     waiting_fields = ("queue_position", "estimated_start", "pending_reason", "pending_message")
@@ -434,8 +539,9 @@ def _apply(loader: SnapshotLoader, decisions: em.Decisions, now: datetime) -> Cy
         result.waiting += 1
     for task_id, message in loader.bad_specs.items():
         task = tasks[task_id]
-        if task.status in WAITING and task.pending_reason != "invalid_request":
+        if task.status in WAITING and (task.pending_reason, task.pending_message) != ("invalid_request", message):
             task.pending_reason, task.pending_message = "invalid_request", message
+            task.queue_position = task.estimated_start = None
             waiting_changed.append(task)
 
     state_fields = [
@@ -448,18 +554,34 @@ def _apply(loader: SnapshotLoader, decisions: em.Decisions, now: datetime) -> Cy
     bulk_update_rows(Task, list(changed.values()), state_fields)
     bulk_update_rows(Task, [t for t in waiting_changed if t.pk not in changed], waiting_fields)
     TaskEvent.objects.bulk_create(events, batch_size=None if connection.vendor == "postgresql" else 500)
+    BackendObject.objects.bulk_create(intents, batch_size=None if connection.vendor == "postgresql" else 500)
+    _hold_grown_devices(tasks, resized)
 
     notify = {*changed, *(t.pk for t in waiting_changed)}
+    launches = [obj.pk for obj in intents]
 
     def after_commit() -> None:
-        from celery_app import jobs  # noqa: PLC0415 - Celery is the outer layer
+        from apps.control import jobs  # noqa: PLC0415 - the jobs module imports this one
 
-        for task_id, cluster_id, external_id in stops:
-            jobs.stop_on_backend.delay(task_id, cluster_id, external_id)
-        for task_id, attempt in launches:
-            jobs.launch_task.delay(task_id, attempt)
+        for cluster_id in sorted(to_reconcile):
+            triggers.request_reconcile(cluster_id)
+        for object_id in launches:
+            triggers.enqueue(jobs.launch, object_id)
         if notify:
             task_changed.send(sender=Task, task_ids=sorted(notify))
 
     transaction.on_commit(after_commit)
     return result
+
+
+def _hold_grown_devices(tasks: dict[int, Task], grown: dict[int, set[int]]) -> None:
+    """Devices added to an elastic task are held by its backend object from now on (for launch conflicts)."""
+    if not grown:
+        return
+    objects = BackendObject.objects.select_for_update().filter(
+        task_id__in=grown, attempt__in={tasks[pk].attempt for pk in grown}
+    )
+    for obj in objects:
+        if obj.attempt == tasks[obj.task_id].attempt and grown[obj.task_id]:
+            obj.devices = sorted(set(obj.devices or ()) | grown[obj.task_id])
+            obj.save(update_fields=["devices"])

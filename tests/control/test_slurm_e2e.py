@@ -2,78 +2,23 @@
 preemption of a low gang by a high task cancels it in Slurm; a bad partition fails clearly, losing nothing."""
 
 import time
-from decimal import Decimal
 
 import pytest
-from rest_framework.test import APIClient
 
 from apps.clusters.backends import executor_for
-from apps.clusters.models import GPUModel
-from apps.tasks import execution
-from apps.tasks.models import Task
-from apps.tasks.scheduling import run_cycle
-from tests.executors.slurm_cluster import dev_cluster_for_tests
-from tests.factories import ClusterFactory, DeviceFactory, NodeFactory
+from apps.control.scheduling import run_cycle
+from tests.control import drive
+from tests.control.conftest import api_submit
 
 pytestmark = pytest.mark.slurm
 
 
-@pytest.fixture(scope="session")
-def slurm():
-    return dev_cluster_for_tests()
-
-
-@pytest.fixture
-def slurm_world(world, slurm, settings):
-    """The world's VDC gets the dev Slurm cluster: hcs-node-1/2 with 8 x A100, hcs-node-3/4 with 4 x V100-32G."""
-    settings.CELERY_TASK_ALWAYS_EAGER = True
-    world.cluster.enabled = False  # only Slurm takes tasks here
-    world.cluster.save()
-    cluster = ClusterFactory(
-        vdc=world.vdc, name="slurm-dev", cluster_type="slurm", endpoint=slurm.url, api_version=slurm.api_version,
-        namespace=slurm.partition, labels={"slurm-gres.A100-80G": "a100", "slurm-gres.V100-32G": "v100"},
-    )  # fmt: skip
-    cluster.set_credentials({"token": slurm.token, "user": slurm.user, "output_dir": slurm.output_dir})
-    cluster.save()
-    a100, v100 = GPUModel.objects.get(name="A100-80G"), GPUModel.objects.get(name="V100-32G")
-    for n, (model, count) in enumerate([(a100, 8), (a100, 8), (v100, 4), (v100, 4)], start=1):
-        node = NodeFactory(cluster=cluster, name=f"hcs-node-{n}", cpu=Decimal(4), memory_gib=Decimal(8))
-        for index in range(count):
-            DeviceFactory(node=node, index=index, gpu_model=model)
-    world.quota.limit_gpu = Decimal(32)
-    world.quota.limit_cpu = Decimal(16)
-    world.quota.save()
-    world.slurm_cluster = cluster
-    return world
-
-
-def api_submit(world, **data):
-    client = APIClient()
-    client.force_authenticate(world.member)
-    body = {"project": world.project.pk, "kind": "training", "cpu": "1", "memory_gib": "1", **data}
-    response = client.post("/api/v1/tasks/", body, format="json")
-    assert response.status_code == 201, response.content
-    return Task.objects.get(pk=response.json()["id"])
-
-
 def wait_status(task, statuses, timeout=90.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        execution.sync_statuses()
-        task.refresh_from_db()
-        if task.status in statuses:
-            return task
-        time.sleep(0.5)
-    raise AssertionError(f"task {task.pk} stayed {task.status}; events: {list(task.events.values_list('message'))}")
+    return drive.wait_status(task, statuses, timeout=timeout, step=0.5)
 
 
 def schedule_and_launch(world, task):
-    run_cycle(world.vdc.pk)
-    task.refresh_from_db()
-    assert task.status == "scheduled", (task.pending_reason, task.pending_message)
-    assert execution.launch(task.pk, task.attempt)
-    task.refresh_from_db()
-    return task
+    return drive.schedule_and_launch(world.vdc.pk, task)
 
 
 def test_api_submission_runs_as_a_slurm_job_and_completes(slurm_world):
@@ -117,7 +62,7 @@ def test_bad_partition_fails_with_slurms_message_and_keeps_the_task(slurm_world)
     task = api_submit(slurm_world, name="lost", queue="high", gpu_spec="1(A100)", command="echo hi")
     run_cycle(slurm_world.vdc.pk)
     task.refresh_from_db()
-    assert execution.launch(task.pk, task.attempt) is None
+    assert drive.launch(task) is None
     task.refresh_from_db()
     assert task.status == "failed"
     error = task.events.get(kind="backend_error")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from celery_app.app import app
+from celery import shared_task
 
 
-@app.task(ignore_result=True)
+@shared_task(ignore_result=True)
 def meter_usage() -> None:
     """Accrue usage of every running task and every run that ended since the last pass (beat, every minute)."""
     from apps.billing.services import meter_usage as run  # noqa: PLC0415 - Django must be set up first
@@ -15,7 +15,7 @@ def meter_usage() -> None:
     run()
 
 
-@app.task(bind=True, ignore_result=True, max_retries=3)
+@shared_task(bind=True, ignore_result=True, max_retries=3)
 def accrue_task(self, task_id: int) -> None:
     """Accrue one task now (queued when it starts, stops, finishes or is preempted); exactly once per interval."""
     from apps.billing.services import accrue_task as accrue  # noqa: PLC0415
@@ -26,7 +26,7 @@ def accrue_task(self, task_id: int) -> None:
         raise self.retry(exc=exc, countdown=min(2**self.request.retries, 30))
 
 
-@app.task(ignore_result=True)
+@shared_task(ignore_result=True)
 def generate_monthly_invoices() -> None:
     """Issue last month's invoices of every account with usage in it (idempotent per period)."""
     from django.utils import timezone  # noqa: PLC0415

@@ -1,0 +1,202 @@
+"""The sandbox a local job runs in, so that a job never reaches the portal's secrets.
+
+A job runs under bubblewrap (Debian's ``bubblewrap`` package) in new PID, IPC, UTS, mount and
+(by default) network namespaces. It sees the system's programs (``/usr``, ``/etc`` ... read-only),
+a fresh ``/proc`` that shows only its own processes, a fresh ``/tmp``, the device nodes of the cards
+it was given, and its own working directory; nothing else of the host's file tree: not the
+portal's code, ``var/`` (secret key, credentials key, SQLite database, Redis socket) or anyone's home.
+With no network of its own it cannot reach the database, Redis or the web server on loopback.
+
+Who the job is depends on who the portal is:
+
+- portal as root: bubblewrap (privileged) builds the sandbox, then ``setpriv`` drops to a dedicated
+  unprivileged user (``HCS_LOCAL_JOB_USER``, default ``hcs-job``, created by
+  ``scripts/setup_local_jobs.sh``) with no capabilities and no supplementary groups;
+- portal as a normal user: bubblewrap builds the sandbox in an unprivileged user namespace; the job
+  keeps the portal's uid but sees none of its files or processes.
+
+The portal-side wrapper and bubblewrap run with a fixed, trusted environment; the job's own
+environment is applied by ``env -i`` as the last step, after privileges are dropped, so variables
+such as ``LD_PRELOAD`` can only ever affect the job itself.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import shutil
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .base import ExecutorError
+
+# Trusted environment of the wrapper and bubblewrap (never the job's, never the portal's).
+TRUSTED_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+JOB_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+# Host trees a job sees read-only: programs, libraries and system configuration.
+_SYSTEM_TREES = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/sys")
+
+NETWORK_NONE = "none"
+NETWORK_HOST = "host"
+NETWORK_MODES = (NETWORK_NONE, NETWORK_HOST)
+
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+# Device nodes a job needs for its cards, per vendor: nodes per card index, and shared control nodes.
+_DEVICE_NODES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "nvidia": (
+        ("nvidia{index}",),
+        ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset", "nvidia-caps"),
+    ),
+    "huawei": (("davinci{index}",), ("davinci_manager", "devmm_svm", "hisi_hdc")),
+    "cambricon": (("cambricon_dev{index}",), ("cambricon_ctl",)),
+    # ROCm (AMD, Hygon DCU): one compute interface for all cards, one render node per card.
+    "amd": (("dri/renderD{render}",), ("kfd",)),
+    "hygon": (("dri/renderD{render}",), ("kfd",)),
+    "intel": (("dri/renderD{render}",), ()),
+}
+
+
+def device_nodes(vendor: str, indexes: Iterable[int]) -> list[str]:
+    """Paths under /dev (relative) of the given cards of a vendor and the vendor's control nodes."""
+    per_card, shared = _DEVICE_NODES.get(vendor, ((), ()))
+    paths = [p.format(index=i, render=128 + i) for i in indexes for p in per_card]
+    return paths + list(shared)
+
+
+def check_env_names(env: Mapping[str, str]) -> None:
+    """Refuse variable names a shell cannot export (``A=B``, empty, leading digits)."""
+    bad = [name for name in env if not _ENV_NAME_RE.match(name)]
+    if bad:
+        raise ExecutorError(
+            f"invalid environment variable name(s) {', '.join(map(repr, bad))}: expected letters, digits and "
+            "underscores, not starting with a digit",
+            retryable=False,
+        )
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """How local jobs are isolated from the portal (see the module docstring)."""
+
+    job_user: str = "hcs-job"
+    network: str = NETWORK_NONE
+    # Paths of the portal (code, var/) hidden from jobs even when they lie inside a tree jobs see.
+    hidden: tuple[str, ...] = ()
+    dev_dir: str = "/dev"  # where the host's device nodes are (tests point it at fake nodes)
+    bwrap: str = field(default_factory=lambda: shutil.which("bwrap") or "")
+
+    @property
+    def privileged(self) -> bool:
+        """True when the portal runs as root, so jobs run as the dedicated job user."""
+        return os.geteuid() == 0
+
+    def job_account(self) -> pwd.struct_passwd | None:
+        """The job user's passwd entry when the portal is root; None when jobs keep the portal's uid."""
+        if not self.privileged:
+            return None
+        try:
+            return pwd.getpwnam(self.job_user)
+        except KeyError:
+            raise ExecutorError(
+                f"local jobs run as user {self.job_user!r}, which does not exist on this host: "
+                "run scripts/setup_local_jobs.sh (or set HCS_LOCAL_JOB_USER to an unprivileged user)",
+                retryable=False,
+            )
+
+    def check(self) -> pwd.struct_passwd | None:
+        """Raise a non-retryable ExecutorError saying what to install when jobs cannot be isolated here."""
+        if self.network not in NETWORK_MODES:
+            raise ExecutorError(
+                f"unknown local job network {self.network!r}: expected one of {', '.join(NETWORK_MODES)}",
+                retryable=False,
+            )
+        if not self.bwrap:
+            raise ExecutorError(
+                "local jobs run under bubblewrap, which is not installed: apt-get install bubblewrap "
+                "(or run scripts/setup_local_jobs.sh)",
+                retryable=False,
+            )
+        account = self.job_account()
+        if account is not None and account.pw_uid == 0:
+            raise ExecutorError(f"the local job user {self.job_user!r} is root; expected an unprivileged user",
+                                retryable=False)  # fmt: skip
+        return account
+
+    def prepare(self, work_dir: Path) -> None:
+        """Create the job's working directory, owned by the identity the job runs as, private to it."""
+        work_dir.mkdir(mode=0o700)
+        account = self.job_account()
+        if account is not None:
+            os.chown(work_dir, account.pw_uid, account.pw_gid)
+
+    def describe(self) -> str:
+        who = f"user {self.job_user}" if self.privileged else "the portal's uid in a user namespace"
+        net = "no network" if self.network == NETWORK_NONE else "the host's network"
+        return f"bubblewrap sandbox as {who}, {net}"
+
+    def job_environment(self, work_dir: Path, env: Mapping[str, str]) -> dict[str, str]:
+        """The base environment of a job: a plain PATH, HOME in its working directory, who it runs as."""
+        account = self.job_account()
+        user = account.pw_name if account is not None else pwd.getpwuid(os.geteuid()).pw_name
+        base = {"PATH": JOB_PATH, "HOME": str(work_dir), "USER": user, "LOGNAME": user, "LANG": "C.UTF-8",
+                "TMPDIR": "/tmp", "SHELL": "/bin/sh"}  # fmt: skip
+        base.update(env)
+        return base
+
+    def argv(self, work_dir: Path, devices: Sequence[str], env: Mapping[str, str], command: Sequence[str]) -> list[str]:
+        """The command line that runs ``command`` in the sandbox with exactly ``env``.
+
+        ``devices`` are paths relative to ``dev_dir`` (``nvidia0``, ``dri/renderD128``); those that exist
+        are the only device nodes beyond /dev's basics the job sees.
+        """
+        account = self.check()
+        check_env_names(env)
+        argv = [
+            "env", "--ignore-signal=TERM,INT,HUP",  # the command gets the stop signal; the sandbox outlives it
+            self.bwrap, "--die-with-parent",
+            "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+        ]  # fmt: skip
+        if self.network == NETWORK_NONE:
+            argv.append("--unshare-net")
+        for tree in _SYSTEM_TREES:
+            argv += ["--ro-bind-try", tree, tree]
+        for path in self.hidden:
+            if any(path == t or path.startswith(t + "/") for t in _SYSTEM_TREES):
+                argv += ["--tmpfs", path]
+        argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp", "--dir", "/run",
+                 "--perms", "1777", "--dir", "/var/tmp"]  # fmt: skip
+        for device in devices:
+            argv += ["--dev-bind-try", str(Path(self.dev_dir) / device), f"/dev/{device}"]
+        # The working directory keeps its host path; its parents exist in the sandbox only as empty, searchable dirs.
+        for parent in reversed(work_dir.parents[:-1]):
+            argv += ["--perms", "0755", "--dir", str(parent)]
+        argv += ["--bind", str(work_dir), str(work_dir), "--chdir", str(work_dir), "--"]
+        if account is not None:
+            argv += ["setpriv", f"--reuid={account.pw_uid}", f"--regid={account.pw_gid}", "--clear-groups",
+                     "--bounding-set=-all", "--inh-caps=-all", "--"]  # fmt: skip
+        argv += ["env", "-i", "--default-signal=TERM,INT,HUP", *(f"{k}={v}" for k, v in env.items()), *command]
+        return argv
+
+    def probe(self, scratch: Path) -> None:
+        """Run ``true`` in a sandbox like a job's: raises ExecutorError with bubblewrap's message on failure."""
+        work_dir = scratch / ".sandbox-probe"
+        shutil.rmtree(work_dir, ignore_errors=True)
+        try:
+            self.prepare(work_dir)
+            argv = self.argv(work_dir, (), {"PATH": JOB_PATH}, ("true",))
+            result = subprocess.run(argv, env=TRUSTED_ENV, capture_output=True, text=True, timeout=20, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ExecutorError(f"the job sandbox does not start: {exc}", retryable=False)
+        finally:
+            shutil.rmtree(work_dir, ignore_errors=True)
+        if result.returncode != 0:
+            raise ExecutorError(
+                f"the job sandbox does not start (bubblewrap exited {result.returncode}): "
+                f"{result.stderr.strip()[-300:]}",
+                retryable=False,
+            )

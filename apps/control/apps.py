@@ -1,0 +1,15 @@
+from django.apps import AppConfig
+
+
+class ControlConfig(AppConfig):
+    """The runtime: scheduling cycles, launch, reconciliation with the backends, cluster and node health."""
+
+    name = "apps.control"
+    verbose_name = "Control plane"
+
+    def ready(self) -> None:
+        from apps.control import triggers  # noqa: PLC0415 - models are loaded only once the registry is ready
+        from apps.tasks.signals import cluster_work, demand_changed  # noqa: PLC0415
+
+        demand_changed.connect(triggers.on_demand_changed, dispatch_uid="control-demand-changed")
+        cluster_work.connect(triggers.on_cluster_work, dispatch_uid="control-cluster-work")

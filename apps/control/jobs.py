@@ -1,0 +1,90 @@
+"""Celery job functions of the control plane: thin, they load by id and call the control services.
+
+Beat (``celery_app/app.py``) runs the loops; triggers (``apps.control.triggers``) run them sooner.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+
+log = logging.getLogger(__name__)
+
+
+@shared_task(ignore_result=True)
+def run_scheduler() -> None:
+    """One scheduling cycle for every enabled VDC."""
+    from apps.control import scheduling, triggers  # noqa: PLC0415 - Django must be set up first
+
+    triggers.cycle_started()
+    try:
+        scheduling.run_all_cycles()
+    finally:
+        triggers.cycle_finished()
+
+
+@shared_task(ignore_result=True)
+def reconcile_all() -> None:
+    """Beat: queue a reconciliation of every enabled cluster, and of any cluster still running jobs the portal
+    started (each in its own job, so one slow backend does not hold up the others)."""
+    from django.db.models import Q  # noqa: PLC0415
+
+    from apps.clusters.models import Cluster  # noqa: PLC0415
+    from apps.control.models import ObjectState  # noqa: PLC0415
+
+    # A disabled cluster takes nothing new, but what the portal started there is followed until it ends.
+    tracked = Q(backend_objects__state__in=(ObjectState.PENDING, ObjectState.ACTIVE))
+    for cluster_id in Cluster.objects.filter(Q(enabled=True) | tracked).values_list("pk", flat=True).distinct():
+        reconcile_cluster.apply_async((cluster_id,), expires=10)
+
+
+@shared_task(ignore_result=True)
+def reconcile_cluster(cluster_id: int) -> None:
+    """Bring one cluster's backend in line with the database: one listing, then idempotent actions."""
+    from apps.control import reconcile, triggers  # noqa: PLC0415
+
+    triggers.clear_request(triggers.RECONCILE_REQUESTED_KEY.format(cluster_id=cluster_id))
+    reconcile.reconcile_cluster(cluster_id)
+
+
+@shared_task(ignore_result=True)
+def launch(object_id: int) -> None:
+    """Submit one placed task's job now instead of at the next reconciliation (which retries it if this fails)."""
+    from apps.control import reconcile, triggers  # noqa: PLC0415
+
+    cluster_id = reconcile.launch_object(object_id)
+    if cluster_id is not None:
+        # Users wait for "running": follow the cluster's fresh jobs closely instead of at the next reconciliation.
+        triggers.request_follow(cluster_id)
+
+
+@shared_task(bind=True, ignore_result=True, max_retries=100)
+def follow_launches(self, cluster_id: int) -> None:
+    """Look at a cluster's just-submitted jobs several times a second until they run (at most ~15 s).
+
+    One chain per cluster however many tasks start: a few status calls, or one listing when many start.
+    """
+    from apps.control import reconcile, triggers  # noqa: PLC0415
+
+    starting = reconcile.follow_cluster(cluster_id)
+    if starting and self.request.retries < self.max_retries:
+        triggers.keep_following(cluster_id)
+        # Many starting jobs were read with a listing of the whole cluster: look again less often.
+        many = starting > reconcile.FOLLOW_ONE_BY_ONE
+        raise self.retry(countdown=FOLLOW_LISTING_INTERVAL_S if many else FOLLOW_INTERVAL_S)
+    triggers.clear_request(triggers.FOLLOW_REQUESTED_KEY.format(cluster_id=cluster_id))
+
+
+FOLLOW_INTERVAL_S = 0.15
+FOLLOW_LISTING_INTERVAL_S = 1.0
+
+
+@shared_task(ignore_result=True)
+def check_clusters() -> None:
+    """Beat: health-check every enabled cluster and read its nodes' states."""
+    from apps.clusters.models import Cluster  # noqa: PLC0415
+    from apps.control.health import check_cluster_health  # noqa: PLC0415
+
+    for cluster in Cluster.objects.filter(enabled=True):
+        check_cluster_health(cluster)

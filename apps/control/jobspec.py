@@ -1,0 +1,89 @@
+"""The one mapping of a task attempt onto the backend-neutral JobSpec executors run."""
+
+from __future__ import annotations
+
+from apps.clusters.executors.base import (
+    LABEL_ATTEMPT,
+    LABEL_INSTALLATION,
+    LABEL_PROJECT,
+    LABEL_TASK_ID,
+    LABEL_TASK_UID,
+    DeviceSlot,
+    GPUModelSpec,
+    JobSpec,
+    NodePlacement,
+)
+from apps.clusters.models import GPUModel
+from apps.tasks.models import Task
+
+
+def job_name(task: Task) -> str:
+    """Unique per attempt, carries the task id, valid as a Kubernetes name and a Slurm job name."""
+    return f"hcs-{task.pk}-{task.uid.hex[:8]}-a{task.attempt}"
+
+
+def owner_labels(task: Task, installation: str) -> dict[str, str]:
+    """The identity every backend object of this attempt carries (installation, task uid, attempt) and,
+    for people reading the backend's own tools, the task id and project."""
+    return {
+        LABEL_INSTALLATION: installation,
+        LABEL_TASK_UID: task.uid.hex,
+        LABEL_ATTEMPT: str(task.attempt),
+        LABEL_TASK_ID: str(task.pk),
+        LABEL_PROJECT: task.project.name,
+    }
+
+
+def job_spec(task: Task, installation: str) -> JobSpec:
+    """Map a scheduled task and its placement onto the backend-neutral JobSpec."""
+    placements = task.placement or []
+    model_name = next((p.get("gpu_model") for p in placements if p.get("gpu_model")), None)
+    gpu_model = None
+    if model_name:
+        m = GPUModel.objects.get(name=model_name)
+        gpu_model = GPUModelSpec(
+            name=m.name, vendor=m.vendor, resource_name=m.resource_name, visible_devices_env=m.visible_devices_env,
+            slurm_gres_type=m.slurm_gres_type, shareable=m.shareable,
+        )  # fmt: skip
+    first = placements[0]["devices"] if placements else []
+    gpus = sum(d.get("milli", 1000) for d in first) / 1000
+    settings = {
+        "ide": task.ide_type, "framework": task.framework, "model_path": task.model_path, "epochs": task.epochs,
+        "batch_size": task.batch_size, "checkpoint_path": task.checkpoint_path, "retries": task.max_retries,
+        "port": task.port, "max_tokens": task.max_tokens,
+        "temperature": float(task.temperature) if task.temperature is not None else None,
+        "autoscale_min": task.autoscale_min, "autoscale_max": task.autoscale_max,
+        "autoscale_cpu_percent": task.autoscale_cpu_percent, "autoscale_gpu_percent": task.autoscale_gpu_percent,
+        "queue": task.queue.name,
+        # Host paths a task may mount there (Kubernetes); none approved means none mounted.
+        "allowed_host_paths": list(task.cluster.allowed_host_paths or ()),
+    }  # fmt: skip
+    return JobSpec(
+        task_id=task.pk,
+        attempt=task.attempt,
+        name=job_name(task),
+        project=task.project.name,
+        owner=task.owner.username,
+        kind=task.kind,
+        image=task.image,
+        command=task.command,
+        env={str(k): str(v) for k, v in (task.env or {}).items()},
+        volumes=tuple(task.volumes or ()),
+        cpu=float(task.cpu),
+        memory_gib=float(task.memory_gib),
+        gpus_per_instance=gpus,
+        gpu_model=gpu_model,
+        instances=max(task.replicas, 1),
+        placements=tuple(
+            NodePlacement(
+                node=p["node_name"],
+                devices=tuple(DeviceSlot(index=d["index"], fraction=d.get("milli", 1000) / 1000) for d in p["devices"]),
+            )
+            for p in placements
+        ),
+        namespace=task.cluster.namespace,
+        time_limit_s=int(task.expected_duration.total_seconds()) if task.expected_duration else None,
+        labels=owner_labels(task, installation),
+        settings={k: v for k, v in settings.items() if v not in (None, "")},
+        backend_flavour=task.queue.backend_flavour,
+    )

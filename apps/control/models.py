@@ -1,0 +1,97 @@
+"""What the control plane keeps: this installation's identity and every object it created on a backend."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+
+from apps.clusters.models import Cluster
+from apps.tasks.choices import ACTIVE
+from apps.tasks.models import Task
+
+
+class Installation(models.Model):
+    """The one row naming this portal installation; every backend object carries its uid.
+
+    A second portal (or this one on a fresh database) has another uid, so the objects of one are never
+    adopted, reported or cancelled by the other.
+    """
+
+    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.CheckConstraint(condition=Q(id=1), name="installation_singleton")]
+
+    def __str__(self) -> str:
+        return str(self.uid)
+
+    @classmethod
+    def current(cls) -> Installation:
+        """This installation's row, created on first use."""
+        return cls.objects.get_or_create(pk=1)[0]
+
+
+class ObjectState(models.TextChoices):
+    """Where a backend object stands, as far as the backend has confirmed."""
+
+    PENDING = "pending", "Pending (not yet confirmed on the backend)"
+    ACTIVE = "active", "Active on the backend"
+    ENDED = "ended", "Ended (the backend holds nothing for it)"
+
+
+# States in which an object may hold devices on its backend.
+HOLDING = (ObjectState.PENDING, ObjectState.ACTIVE)
+
+
+class BackendObject(models.Model):
+    """One job the portal asked a backend to run (a Slurm job, a Kubernetes workload, a local process).
+
+    It is recorded in the same transaction as the decision that wants it (the scheduler's placement) and
+    kept until the backend confirms it no longer runs. Whether it should exist is derived, never stored:
+    it should while its task is active on this cluster in this attempt; otherwise the reconciler cancels it
+    until the backend confirms it gone.
+    """
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="backend_objects")
+    task = models.ForeignKey(Task, null=True, blank=True, on_delete=models.SET_NULL, related_name="backend_objects")
+    task_uid = models.UUIDField(help_text="The task's uid, carried by the object on the backend")
+    attempt = models.PositiveIntegerField()
+    name = models.CharField(max_length=128, help_text="Job name on the backend")
+    external_id = models.CharField(max_length=255, blank=True, help_text="The backend's id, once it is known")
+    state = models.CharField(max_length=8, choices=ObjectState.choices, default=ObjectState.PENDING, db_index=True)
+    devices = models.JSONField(default=list, blank=True, help_text="Device ids the object may hold on its backend")
+    replicas = models.PositiveIntegerField(default=1, help_text="Instances the backend was asked to run")
+    phase = models.CharField(max_length=16, blank=True, help_text="Last phase the backend reported")
+    message = models.TextField(blank=True, help_text="Last thing the control plane did or saw")
+    # A launch or resize call in flight: until then a listing that lacks the object proves nothing.
+    lease_until = models.DateTimeField(null=True, blank=True)
+    submit_attempts = models.PositiveIntegerField(default=0)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    observed_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "task_uid", "attempt"], name="backendobject_one_per_attempt"),
+        ]
+        indexes = [models.Index(fields=["cluster", "state"])]
+
+    def __str__(self) -> str:
+        return f"{self.name} on {self.cluster_id} ({self.state})"
+
+    @property
+    def wanted(self) -> bool:
+        """True while the object's task is active on this cluster in this attempt (the desired state)."""
+        task = self.task
+        return (
+            task is not None
+            and task.attempt == self.attempt
+            and task.cluster_id == self.cluster_id
+            and task.status in ACTIVE
+        )

@@ -1,0 +1,540 @@
+"""Level-triggered reconciliation: the database holds the desired state, the backends the observed one.
+
+Every job the portal asks a backend for is a :class:`BackendObject`, written in the same transaction as
+the placement that wants it. A reconciliation of one cluster lists that cluster's jobs of this installation
+once (whatever the number of tasks), matches them to the objects by identity (installation, task uid,
+attempt) and acts on each difference idempotently:
+
+- wanted (its task is active on this cluster in this attempt) and not on the backend: submit it (launches
+  are retried for as long as the cluster is not declared unavailable; a refusal fails the task);
+- wanted and on the backend: follow its phase into the task's status, and its size into the task's replicas;
+- not wanted and still running there: cancel it, again at every pass, until the backend confirms it gone;
+- on the backend with this installation's label but tracked by no object (a crash, a restored database):
+  it belongs to no live attempt, so it is recorded and cancelled.
+
+Network calls happen outside transactions; every write re-reads its rows under lock and applies only if
+they are still in the state the call was made for, so a slow backend never overwrites a newer decision.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from apps.clusters.backends import executor_for
+from apps.clusters.choices import ClusterStatus
+from apps.clusters.executors.base import (
+    LABEL_ATTEMPT,
+    LABEL_INSTALLATION,
+    LABEL_TASK_UID,
+    Executor,
+    ExecutorError,
+    JobPhase,
+    JobState,
+)
+from apps.clusters.models import Cluster
+from apps.control.jobspec import job_spec
+from apps.control.models import HOLDING, BackendObject, Installation, ObjectState
+from apps.control.triggers import request_cycle, request_reconcile
+from apps.tasks.choices import ACTIVE, FINAL, EventKind, TaskStatus
+from apps.tasks.models import Task
+from apps.tasks.services import (
+    adopt_instances,
+    placement_equivalents,
+    record_event,
+    requeue_task,
+    settle_placement,
+)
+
+log = logging.getLogger(__name__)
+
+# While a submit or resize call is in flight, a listing that lacks the object proves nothing.
+LEASE = timedelta(seconds=60)
+# Retryable launch failures wait this long before the next try (doubling up to the maximum).
+RETRY_BASE_S, RETRY_MAX_S = 2, 60
+
+_RUNNING_PHASES = (JobPhase.PENDING, JobPhase.RUNNING, JobPhase.UNKNOWN)
+PHASE_TO_STATUS = {
+    JobPhase.PENDING: TaskStatus.STARTING,
+    JobPhase.RUNNING: TaskStatus.RUNNING,
+    JobPhase.SUCCEEDED: TaskStatus.COMPLETED,
+    JobPhase.FAILED: TaskStatus.FAILED,
+    JobPhase.CANCELLED: TaskStatus.STOPPED,
+}
+
+
+@dataclass
+class ReconcileResult:
+    """What one reconciliation of one cluster did, for logs, metrics and tests."""
+
+    cluster: str
+    reachable: bool = True
+    listed: int = 0
+    launched: int = 0
+    adopted: int = 0
+    updated: int = 0
+    cancelled: int = 0
+    ended: int = 0
+    untracked: int = 0
+    resized: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def installation_label() -> dict[str, str]:
+    """The label selecting this installation's objects on any backend."""
+    return {LABEL_INSTALLATION: Installation.current().uid.hex}
+
+
+def _identity(state: JobState) -> tuple[str, str]:
+    return state.labels.get(LABEL_TASK_UID, ""), state.labels.get(LABEL_ATTEMPT, "")
+
+
+def _leased(obj: BackendObject, now) -> bool:
+    return obj.lease_until is not None and obj.lease_until > now
+
+
+def _locked_task(task_id: int) -> Task:
+    return Task.objects.select_for_update(of=("self",)).select_related("queue", "cluster", "project").get(pk=task_id)
+
+
+def _locked_object(object_id: int) -> BackendObject:
+    return BackendObject.objects.select_for_update(of=("self",)).select_related("task", "cluster").get(pk=object_id)
+
+
+# -- launch ----------------------------------------------------------------------------------------
+
+
+def device_conflicts(obj: BackendObject) -> list[BackendObject]:
+    """Other objects on the cluster that may still hold one of ``obj``'s devices on the backend."""
+    mine = set(obj.devices or ())
+    if not mine:
+        return []
+    others = BackendObject.objects.filter(cluster_id=obj.cluster_id, state__in=HOLDING).exclude(pk=obj.pk)
+    return [o for o in others.select_related("task") if mine & set(o.devices or ())]
+
+
+def launch_object(object_id: int) -> int | None:
+    """Submit one wanted, pending object's job; returns its cluster id once submitted, None otherwise.
+
+    Safe to call any number of times from anywhere (the launch job, every reconciliation): the submit is
+    idempotent per attempt, and a lease keeps two callers from submitting at once. A retryable backend
+    error leaves the object pending with a note on the task; the next reconciliation tries again.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        obj = _locked_object(object_id)
+        if obj.state != ObjectState.PENDING or _leased(obj, now) or not obj.wanted:
+            return None
+        if obj.cluster.status == ClusterStatus.UNAVAILABLE:
+            return None  # the health check hands the task back to the queue
+        conflicts = device_conflicts(obj)
+        if conflicts:
+            _note_waiting(obj.task, conflicts)
+            transaction.on_commit(lambda: request_reconcile(obj.cluster_id))
+            return None
+        obj.lease_until = now + LEASE
+        obj.submit_attempts += 1
+        obj.save(update_fields=["lease_until", "submit_attempts"])
+        task = obj.task
+    try:
+        executor = executor_for(obj.cluster)
+        external_id = executor.submit(job_spec(task, Installation.current().uid.hex), fresh=obj.submit_attempts == 1)
+    except ExecutorError as exc:
+        _launch_failed(obj.pk, exc)
+        return None
+    with transaction.atomic():
+        obj = _locked_object(object_id)
+        obj.external_id, obj.state, obj.lease_until = external_id, ObjectState.ACTIVE, None
+        obj.submitted_at = timezone.now()
+        obj.message = f"submitted as {external_id}"
+        obj.save(update_fields=["external_id", "state", "lease_until", "submitted_at", "message"])
+        task = _locked_task(obj.task_id)
+        if task.status != TaskStatus.SCHEDULED or task.attempt != obj.attempt:
+            # Stopped or preempted while we were submitting: the next reconciliation cancels the job.
+            transaction.on_commit(lambda: request_reconcile(obj.cluster_id))
+            return None
+        _mark_submitted(task, external_id, f"Submitted to {task.cluster.name} as {external_id}")
+    return obj.cluster_id
+
+
+def _mark_submitted(task: Task, external_id: str, message: str) -> None:
+    task.external_id = external_id
+    task.status = TaskStatus.STARTING
+    task.status_message = ""
+    task.save(update_fields=["external_id", "status", "status_message", "updated_at"])
+    record_event(task, EventKind.STATUS, message, from_status=TaskStatus.SCHEDULED, to_status=task.status,
+                 data={"external_id": external_id})  # fmt: skip
+
+
+def _note_waiting(task: Task, conflicts: list[BackendObject]) -> None:
+    """Say on the task which jobs it waits for (once per change, not at every pass)."""
+    holders = ", ".join(f"{o.name}" + (f" (task #{o.task_id})" if o.task_id else "") for o in conflicts[:3])
+    message = f"Waiting for {holders} to release its devices on {conflicts[0].cluster.name}"
+    locked = _locked_task(task.pk)
+    if locked.status_message != message:
+        locked.status_message = message
+        locked.save(update_fields=["status_message", "updated_at"])
+        record_event(locked, EventKind.STATUS, message, data={"waiting_for": [o.name for o in conflicts]})
+
+
+def _launch_failed(object_id: int, exc: ExecutorError) -> None:
+    with transaction.atomic():
+        obj = _locked_object(object_id)
+        if not exc.retryable:
+            obj.state, obj.ended_at, obj.lease_until = ObjectState.ENDED, timezone.now(), None
+            obj.message = f"refused: {exc}"
+            obj.save(update_fields=["state", "ended_at", "lease_until", "message"])
+            if obj.wanted:
+                _fail_task(obj.task_id, obj.attempt, f"{obj.cluster.name} refused the job: {exc}")
+            return
+        delay = min(RETRY_BASE_S * 2 ** (obj.submit_attempts - 1), RETRY_MAX_S)
+        obj.lease_until = timezone.now() + timedelta(seconds=delay)  # also: the call may have reached the backend
+        obj.message = f"submit failed ({exc}); retrying in {delay} s"
+        obj.save(update_fields=["lease_until", "message"])
+        task = _locked_task(obj.task_id)
+        note = f"Waiting for {obj.cluster.name}: {exc}"
+        if obj.wanted and task.status_message != note:
+            first = not task.status_message.startswith(f"Waiting for {obj.cluster.name}:")
+            task.status_message = note
+            task.save(update_fields=["status_message", "updated_at"])
+            if first:
+                record_event(task, EventKind.BACKEND_ERROR, f"{note}; the launch is retried until the cluster "
+                             "answers or is declared unavailable", data={"retryable": True})  # fmt: skip
+
+
+def _fail_task(task_id: int, attempt: int, message: str) -> None:
+    """Mark a task attempt failed with the backend's message in its timeline (caller is in a transaction)."""
+    task = _locked_task(task_id)
+    if task.attempt != attempt or task.status not in ACTIVE:
+        return
+    previous = task.status
+    task.status = TaskStatus.FAILED
+    task.status_message = message
+    task.finished_at = timezone.now()
+    task.save()
+    record_event(task, EventKind.BACKEND_ERROR, message, from_status=previous, to_status=task.status)
+    transaction.on_commit(request_cycle)
+
+
+# -- reconciliation --------------------------------------------------------------------------------
+
+
+def reconcile_cluster(cluster_id: int) -> ReconcileResult:
+    """Compare one cluster's backend with the database and act on every difference."""
+    cluster = Cluster.objects.get(pk=cluster_id)
+    result = ReconcileResult(cluster=cluster.name)
+    objects = list(
+        BackendObject.objects.filter(cluster=cluster)
+        .exclude(state=ObjectState.ENDED)
+        .select_related("task", "task__queue", "task__cluster", "cluster")
+    )
+    try:
+        executor = executor_for(cluster)
+        observed = executor.list_by_owner(installation_label())
+    except ExecutorError as exc:
+        result.reachable = False
+        result.errors.append(str(exc))
+        log.info("reconcile %s: cannot list the backend: %s", cluster.name, exc)
+        return result
+    result.listed = len(observed)
+    by_identity = {_identity(state): state for state in observed}
+    now = timezone.now()
+    for obj in objects:
+        state = by_identity.pop((obj.task_uid.hex, str(obj.attempt)), None)
+        try:
+            _reconcile_object(obj, state, executor, result, now)
+        except ExecutorError as exc:
+            result.errors.append(f"{obj.name}: {exc}")
+            log.warning("reconcile %s: %s: %s", cluster.name, obj.name, exc)
+    for state in by_identity.values():
+        if state.phase in _RUNNING_PHASES:
+            try:
+                _untracked(cluster, state, executor, result)
+            except ExecutorError as exc:
+                result.errors.append(f"{state.name}: {exc}")
+    if result.cancelled or result.ended:
+        transaction.on_commit(request_cycle)
+    return result
+
+
+def _reconcile_object(obj: BackendObject, state: JobState | None, executor: Executor, result, now) -> None:
+    if state is None:
+        if _leased(obj, now):
+            return
+        if obj.state == ObjectState.PENDING and obj.wanted:
+            if launch_object(obj.pk) is not None:
+                result.launched += 1
+            return
+        why = "never reached the backend" if obj.state == ObjectState.PENDING else "no longer on the backend"
+        if _end(obj.pk, why, require_unleased=True):
+            result.ended += 1
+            if obj.state == ObjectState.ACTIVE:
+                _lost(obj, f"lost by the backend: {executor_name(obj)} no longer knows job {obj.external_id}")
+        return
+    if not obj.wanted:
+        if state.phase in _RUNNING_PHASES:
+            _cancel(obj, state, executor)
+            result.cancelled += 1
+        elif _end(obj.pk, f"ended on the backend ({state.phase.value})", state=state):
+            result.ended += 1
+        return
+    if obj.state == ObjectState.PENDING:
+        if _adopt(obj, state):
+            result.adopted += 1
+        obj.refresh_from_db()
+    if state.restarts > 0:
+        # Slurm requeued the job by itself after a node failure: the portal's rules decide what happens next.
+        _lost(obj, f"the backend restarted job {state.external_id} by itself (node failure); requeued as a new "
+                   "attempt by the portal's rules")  # fmt: skip
+        if state.phase in _RUNNING_PHASES:
+            _cancel(obj, state, executor)
+            result.cancelled += 1
+        elif _end(obj.pk, f"ended on the backend after a restart ({state.phase.value})", state=state):
+            result.ended += 1
+        return
+    if apply_state(obj, state):
+        result.updated += 1
+    if state.phase not in _RUNNING_PHASES:
+        if _end(obj.pk, f"ended on the backend ({state.phase.value})", state=state):
+            result.ended += 1
+        return
+    if _follow_size(obj, state, executor):
+        result.resized += 1
+
+
+def executor_name(obj: BackendObject) -> str:
+    return obj.cluster.name
+
+
+def _adopt(obj: BackendObject, state: JobState) -> bool:
+    """The job exists but its launch's write was lost (a worker died after submitting): record it."""
+    with transaction.atomic():
+        locked = _locked_object(obj.pk)
+        if locked.state != ObjectState.PENDING:
+            return False
+        locked.external_id, locked.state, locked.lease_until = state.external_id, ObjectState.ACTIVE, None
+        locked.submitted_at = locked.submitted_at or timezone.now()
+        locked.message = f"found on the backend as {state.external_id} by reconciliation"
+        locked.save(update_fields=["external_id", "state", "lease_until", "submitted_at", "message"])
+        task = _locked_task(locked.task_id)
+        if task.status == TaskStatus.SCHEDULED and task.attempt == locked.attempt and not task.external_id:
+            _mark_submitted(task, state.external_id,
+                            f"Found on {task.cluster.name} as {state.external_id} by reconciliation")  # fmt: skip
+    return True
+
+
+def _end(object_id: int, message: str, *, state: JobState | None = None, require_unleased: bool = False) -> bool:
+    """The backend holds nothing for this object any more: stop tracking it."""
+    with transaction.atomic():
+        obj = _locked_object(object_id)
+        now = timezone.now()
+        if obj.state == ObjectState.ENDED or (require_unleased and _leased(obj, now)):
+            return False
+        obj.state, obj.ended_at, obj.lease_until, obj.message = ObjectState.ENDED, now, None, message
+        if state is not None:
+            obj.phase = state.phase.value
+            obj.external_id = obj.external_id or state.external_id
+        obj.save(update_fields=["state", "ended_at", "lease_until", "message", "phase", "external_id"])
+    return True
+
+
+def _cancel(obj: BackendObject, state: JobState, executor: Executor) -> None:
+    """Ask the backend to end a job no live attempt wants; repeated at every pass until it is gone."""
+    external_id = obj.external_id or state.external_id
+    executor.stop(external_id)
+    with transaction.atomic():
+        locked = _locked_object(obj.pk)
+        first = locked.cancel_requested_at is None
+        locked.external_id = external_id
+        locked.state = ObjectState.ACTIVE
+        locked.phase = state.phase.value
+        locked.observed_at = locked.cancel_requested_at = timezone.now()
+        locked.message = f"cancel requested ({state.phase.value} on the backend)"
+        locked.save(update_fields=["external_id", "state", "phase", "observed_at", "cancel_requested_at", "message"])
+        if first and locked.task_id:
+            task = Task.objects.get(pk=locked.task_id)
+            why = (
+                "its task is no longer active there"
+                if task.attempt == locked.attempt
+                else ("it belongs to no live attempt of the task")
+            )
+            record_event(task, EventKind.STATUS, f"Cancelling job {external_id} on {locked.cluster.name}: {why}",
+                         data={"external_id": external_id, "attempt": locked.attempt})  # fmt: skip
+
+
+def _untracked(cluster: Cluster, state: JobState, executor: Executor, result: ReconcileResult) -> None:
+    """A running job of this installation that no object tracks: it belongs to no live attempt."""
+    uid, attempt = _identity(state)
+    task = Task.objects.filter(uid=uid).first() if uid else None
+    try:
+        attempt_number = int(attempt)
+    except ValueError:
+        attempt_number = 0
+    obj, _created = BackendObject.objects.get_or_create(
+        cluster=cluster,
+        task_uid=uid or "0" * 32,
+        attempt=attempt_number,
+        defaults={
+            "task": task,
+            "name": state.name or state.external_id,
+            "external_id": state.external_id,
+            "state": ObjectState.ACTIVE,
+        },  # fmt: skip
+    )
+    if obj.state == ObjectState.ENDED:
+        BackendObject.objects.filter(pk=obj.pk).update(state=ObjectState.ACTIVE, ended_at=None)
+        obj.refresh_from_db()
+    if obj.wanted:
+        return  # tracked after all (a concurrent launch recorded it meanwhile)
+    result.untracked += 1
+    _cancel(obj, state, executor)
+    result.cancelled += 1
+
+
+def _lost(obj: BackendObject, message: str) -> None:
+    """The job of a live attempt is gone or unusable: requeue its task by its class rules."""
+    if obj.task_id is None:
+        return
+    with transaction.atomic():
+        task = _locked_task(obj.task_id)
+        if task.attempt != obj.attempt or task.status not in ACTIVE or task.cluster_id != obj.cluster_id:
+            return
+        requeue_task(task, message, {"object": obj.name})
+
+
+def apply_state(obj: BackendObject, state: JobState) -> int:
+    """Follow one backend state into the object's task; 1 when the task changed."""
+    with transaction.atomic():
+        BackendObject.objects.filter(pk=obj.pk).update(phase=state.phase.value, observed_at=timezone.now())
+        task = _locked_task(obj.task_id)
+        if task.attempt != obj.attempt or task.status not in ACTIVE or task.cluster_id != obj.cluster_id:
+            return 0
+        previous = task.status
+        if state.phase in (JobPhase.PREEMPTED, JobPhase.LOST):
+            why = "preempted by the backend" if state.phase == JobPhase.PREEMPTED else "lost by the backend"
+            requeue_task(task, f"{why}: {state.message}".rstrip(": "))
+            return 1
+        new = PHASE_TO_STATUS.get(state.phase)
+        if new is None or new == previous:
+            return 0
+        if previous == TaskStatus.RUNNING and new == TaskStatus.STARTING:
+            return 0  # an older observation (a listing taken before a status call): never step back
+        if previous == TaskStatus.SCHEDULED and not task.external_id:
+            task.external_id = state.external_id
+        task.status = new
+        task.status_message = state.message
+        if new in FINAL:
+            task.finished_at = state.finished_at or timezone.now()
+        kind = {
+            TaskStatus.RUNNING: EventKind.STARTED, TaskStatus.COMPLETED: EventKind.COMPLETED,
+            TaskStatus.FAILED: EventKind.FAILED, TaskStatus.STOPPED: EventKind.STOPPED,
+        }.get(new, EventKind.STATUS)  # fmt: skip
+        message = state.message or f"{task.cluster.name} reports {state.phase.value}"
+        if new == TaskStatus.STOPPED:
+            message = f"Cancelled on {task.cluster.name}" + (f": {state.message}" if state.message else "")
+        task.save()
+        if new in FINAL and previous != TaskStatus.RUNNING and state.started_at:
+            # It ran and ended between two syncs: keep the run visible in the timeline.
+            record_event(task, EventKind.STARTED, f"Ran on {task.cluster.name} from {state.started_at:%H:%M:%S}",
+                         from_status=previous, to_status=TaskStatus.RUNNING)  # fmt: skip
+            previous = TaskStatus.RUNNING
+        record_event(task, kind, message, from_status=previous, to_status=new, data={"exit_code": state.exit_code})
+        if new in FINAL:
+            transaction.on_commit(request_cycle)
+    return 1
+
+
+def _follow_size(obj: BackendObject, state: JobState, executor: Executor) -> bool:
+    """Keep the task's size and its backend's in line: push an elastic task's size to its backend (and settle
+    released devices once it confirms), and read back a size the backend chose itself (an HPA)."""
+    task = obj.task
+    if task is None or not executor.supports_resize:
+        return False
+    if task.is_elastic:
+        wanted = len(task.live_placement)
+        if obj.replicas != wanted:
+            executor.resize(obj.external_id, wanted, tuple(p["node_name"] for p in task.live_placement))
+            BackendObject.objects.filter(pk=obj.pk).update(replicas=wanted, message=f"resize to {wanted} requested")
+            return True
+        if state.replicas == wanted and task.releasing_placement:
+            with transaction.atomic():
+                locked = _locked_task(task.pk)
+                if locked.attempt == obj.attempt and locked.status in ACTIVE:
+                    settle_placement(locked, f"{obj.cluster.name} runs {wanted} replicas: released devices are free")
+                    BackendObject.objects.filter(pk=obj.pk).update(devices=_device_ids(locked.placement))
+        return False
+    settled = state.replicas is not None and state.replicas == state.desired_replicas
+    if state.desired_replicas is not None and state.desired_replicas != obj.replicas and settled:
+        _adopt_backend_size(obj, state)
+        return True
+    return False
+
+
+def _device_ids(placement: list[dict]) -> list[int]:
+    return sorted({d["id"] for p in placement for d in p.get("devices", ())})
+
+
+def _adopt_backend_size(obj: BackendObject, state: JobState) -> None:
+    """The backend scaled the task itself (a Kubernetes HPA): its replicas, where they run, become the task's
+    placement, so quotas, the engine and billing count what really runs."""
+    with transaction.atomic():
+        task = _locked_task(obj.task_id)
+        if task.attempt != obj.attempt or task.status not in ACTIVE:
+            return
+        before = len(task.live_placement)
+        placement, unplaced = adopt_instances(task, list(state.nodes))
+        task.placement = placement
+        task.replicas = len(placement)
+        task.allocated_gpu = placement_equivalents(placement)
+        task.save(update_fields=["placement", "replicas", "allocated_gpu", "updated_at"])
+        message = f"{obj.cluster.name} runs {state.desired_replicas} replicas (was {before}), as its autoscaler chose"
+        if unplaced:
+            message += f"; {unplaced} on nodes or devices the portal does not know as free"
+        record_event(task, EventKind.RESIZED, message, data={"replicas": state.desired_replicas, "from": before,
+                                                             "by": "backend", "unplaced": unplaced})  # fmt: skip
+        BackendObject.objects.filter(pk=obj.pk).update(replicas=state.desired_replicas,
+                                                       devices=_device_ids(placement))  # fmt: skip
+
+
+# Up to this many starting jobs are looked at one by one; more are read with one listing of the cluster.
+FOLLOW_ONE_BY_ONE = 5
+
+
+def follow_cluster(cluster_id: int) -> int:
+    """Follow a cluster's submitted jobs whose tasks wait to run; returns how many still wait.
+
+    Up to ``FOLLOW_ONE_BY_ONE`` jobs get a status call each; more are read with one listing of the cluster
+    (then the caller should look again less often: a listing costs the backend more).
+    """
+    starting = list(
+        BackendObject.objects.filter(
+            cluster_id=cluster_id,
+            state=ObjectState.ACTIVE,
+            task__status__in=(TaskStatus.SCHEDULED, TaskStatus.STARTING),
+        ).select_related("task", "cluster")
+    )
+    starting = [o for o in starting if o.wanted]
+    if not starting:
+        return 0
+    if len(starting) > FOLLOW_ONE_BY_ONE:
+        reconcile_cluster(cluster_id)
+    else:
+        executor = executor_for(starting[0].cluster)
+        for obj in starting:
+            try:
+                state = executor.status(obj.external_id)
+            except ExecutorError as exc:
+                log.info("status of %s on %s: %s", obj.name, obj.cluster.name, exc)
+                continue
+            if state.phase == JobPhase.LOST:
+                continue  # a listing decides what is gone, not one status call racing a fresh submit
+            apply_state(obj, state)
+            if state.phase not in _RUNNING_PHASES:
+                _end(obj.pk, f"ended on the backend ({state.phase.value})", state=state)
+    return Task.objects.filter(
+        pk__in=[o.task_id for o in starting], status__in=(TaskStatus.SCHEDULED, TaskStatus.STARTING)
+    ).count()

@@ -1,0 +1,116 @@
+"""Asking the control loops to run soon, coalesced: a burst of submits makes one cycle, not hundreds.
+
+These are accelerators only. Every loop also runs on beat's schedule and acts on what the database says,
+so a trigger lost to a Redis or broker outage delays the work; it never loses it. That is also why a
+trigger never waits: a hung Redis costs a request at most the short timeouts below.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import redis
+from django.conf import settings
+
+log = logging.getLogger(__name__)
+
+CYCLE_REQUESTED_KEY = "hcs:scheduler:cycle-requested"
+CYCLE_AGAIN_KEY = "hcs:scheduler:cycle-again"
+# Triggered cycles run at least this far apart: a burst of submits makes a few cycles, not one per submit.
+CYCLE_SPACING_S = 0.3
+RECONCILE_REQUESTED_KEY = "hcs:reconcile:requested:{cluster_id}"
+FOLLOW_REQUESTED_KEY = "hcs:follow:active:{cluster_id}"
+# A follow chain refreshes its key at every step; a chain that died lets a new one start after this long.
+_FOLLOW_TTL_S = 2
+_TIMEOUTS = {"socket_connect_timeout": 0.5, "socket_timeout": 0.5}
+
+
+def _first_request(key: str, ttl_s: int) -> bool:
+    """True when no request for ``key`` is pending yet (this one then queues the work)."""
+    try:
+        return bool(redis.Redis.from_url(settings.REDIS_URL, **_TIMEOUTS).set(key, "1", nx=True, ex=ttl_s))
+    except redis.RedisError as exc:
+        log.warning("cannot coalesce %s (the periodic loop will do the work): %s", key, exc)
+        return False
+
+
+def clear_request(key: str) -> None:
+    """Forget a pending request once its work starts, so later changes ask again."""
+    with contextlib.suppress(redis.RedisError):  # the key expires by itself
+        redis.Redis.from_url(settings.REDIS_URL, **_TIMEOUTS).delete(key)
+
+
+def enqueue(job, *args, countdown: float = 0.0, expires: float = 30.0) -> None:
+    """Queue a Celery job without waiting on a broken broker (the periodic loops cover what is lost)."""
+    try:
+        job.apply_async(args, countdown=countdown, expires=expires, retry=False)
+    except Exception as exc:  # noqa: BLE001 - any broker failure: the periodic loop covers it
+        log.warning("cannot queue %s (the periodic loop will do the work): %s", job.name, exc)
+
+
+def request_cycle() -> None:
+    """A scheduling cycle soon. Requests while one is queued or running coalesce: that cycle's job runs one
+    more cycle after it (at most one chain, cycles at least ``CYCLE_SPACING_S`` apart)."""
+    from apps.control import jobs  # noqa: PLC0415 - the jobs module imports this one
+
+    if _first_request(CYCLE_REQUESTED_KEY, 10):
+        enqueue(jobs.run_scheduler, countdown=0.05)
+    else:
+        _set(CYCLE_AGAIN_KEY, 10)
+
+
+def cycle_started() -> None:
+    """A cycle begins: changes from now on need another one."""
+    clear_request(CYCLE_AGAIN_KEY)
+
+
+def cycle_finished() -> None:
+    """A cycle ended: run one more if demand changed meanwhile, else let the next request start a chain."""
+    from apps.control import jobs  # noqa: PLC0415
+
+    try:
+        again = redis.Redis.from_url(settings.REDIS_URL, **_TIMEOUTS).get(CYCLE_AGAIN_KEY)
+    except redis.RedisError:
+        again = None  # beat runs the next cycle
+    if again:
+        _set(CYCLE_REQUESTED_KEY, 10)
+        enqueue(jobs.run_scheduler, countdown=CYCLE_SPACING_S)
+    else:
+        clear_request(CYCLE_REQUESTED_KEY)
+
+
+def _set(key: str, ttl_s: int) -> None:
+    with contextlib.suppress(redis.RedisError):
+        redis.Redis.from_url(settings.REDIS_URL, **_TIMEOUTS).set(key, "1", ex=ttl_s)
+
+
+def request_reconcile(cluster_id: int) -> None:
+    """Reconcile one cluster with its backend soon (a stop or a preemption to carry out)."""
+    from apps.control import jobs  # noqa: PLC0415
+
+    if _first_request(RECONCILE_REQUESTED_KEY.format(cluster_id=cluster_id), 10):
+        enqueue(jobs.reconcile_cluster, cluster_id)
+
+
+def request_follow(cluster_id: int) -> None:
+    """Follow a cluster's just-launched jobs closely, unless a follow chain already runs for it."""
+    from apps.control import jobs  # noqa: PLC0415
+
+    if _first_request(FOLLOW_REQUESTED_KEY.format(cluster_id=cluster_id), _FOLLOW_TTL_S):
+        enqueue(jobs.follow_launches, cluster_id, countdown=jobs.FOLLOW_INTERVAL_S)
+
+
+def keep_following(cluster_id: int) -> None:
+    """A follow chain is still at work: keep new launches from starting a second one."""
+    _set(FOLLOW_REQUESTED_KEY.format(cluster_id=cluster_id), _FOLLOW_TTL_S)
+
+
+def on_demand_changed(sender, **kwargs) -> None:
+    """Receiver of ``apps.tasks.signals.demand_changed``."""
+    request_cycle()
+
+
+def on_cluster_work(sender, cluster_id: int, **kwargs) -> None:
+    """Receiver of ``apps.tasks.signals.cluster_work``."""
+    request_reconcile(cluster_id)

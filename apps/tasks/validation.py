@@ -1,0 +1,265 @@
+"""What a task may ask for: bounds on every count, duration and text, and the shapes of env, labels, volumes.
+
+``Task.clean()`` applies these rules, and every door (API, pages, admin) submits through ``submit_task``,
+which runs it, so the same input is refused everywhere with the same message before anything is
+written. The bounds keep one submission from costing every scheduling cycle, list and page (200,000
+instances of nothing) and keep launches from failing on input a backend cannot take.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+from apps.clusters.hostpaths import is_approved, path_problem
+from apps.clusters.models import Cluster, GPUModel
+
+# Per instance.
+MIN_CPU = Decimal("0.01")
+MAX_CPU = Decimal("1024")
+MIN_MEMORY_GIB = Decimal("0.01")
+MAX_MEMORY_GIB = Decimal("16384")
+# Gang ranks, elastic replicas and autoscaling replicas alike.
+MAX_INSTANCES = 1024
+MAX_EPOCHS = 1_000_000
+MAX_BATCH_SIZE = 1_048_576
+MAX_TOKENS = 10_000_000
+MAX_RETRIES = 20
+MAX_COMMAND_LENGTH = 65_536
+
+MAX_ENV_VARS = 128
+MAX_ENV_NAME_LENGTH = 255
+MAX_ENV_VALUE_LENGTH = 32_768
+MAX_ENV_TOTAL_LENGTH = 131_072
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+MAX_LABELS = 32
+MAX_LABEL_LENGTH = 253
+
+MAX_VOLUMES = 32
+VOLUME_KEYS = ("name", "mount_path", "claim_name", "host_path", "read_only")
+# Kubernetes volume names are DNS labels; the manifests keep 40 characters of them.
+VOLUME_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
+CLAIM_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+MAX_CLAIM_NAME_LENGTH = 253
+# Volumes the platform adds itself (drivers, /dev/shm) are named hcs-...
+RESERVED_VOLUME_PREFIX = "hcs-"
+
+# Environment variables the platform sets or that decide which devices and driver features a job gets.
+# A task's env is applied last on some backends and read by container runtimes before the job starts,
+# so these are refused at submission. Loader variables (LD_PRELOAD, LD_LIBRARY_PATH) stay allowed: they
+# reach only the job's own processes (local jobs apply the env inside the sandbox, after privileges are
+# dropped; containers and Slurm jobs get it as their environment), where the job's command could set
+# them anyway.
+RESERVED_ENV_PREFIXES = ("HCS_", "NVIDIA_REQUIRE_")
+RESERVED_ENV_SUFFIXES = ("_VISIBLE_DEVICES",)
+RESERVED_ENV_NAMES = (
+    "NVIDIA_DRIVER_CAPABILITIES",
+    "NVIDIA_DISABLE_REQUIRE",
+    "NVIDIA_MIG_CONFIG_DEVICES",
+    "NVIDIA_MIG_MONITOR_DEVICES",
+)
+
+# (field, lowest, highest) for every bounded number a submission sets.
+NUMBER_BOUNDS: tuple[tuple[str, Any, Any], ...] = (
+    ("cpu", MIN_CPU, MAX_CPU),
+    ("memory_gib", MIN_MEMORY_GIB, MAX_MEMORY_GIB),
+    ("instances", 1, MAX_INSTANCES),
+    ("elastic_min", 1, MAX_INSTANCES),
+    ("elastic_max", 1, MAX_INSTANCES),
+    ("autoscale_min", 1, MAX_INSTANCES),
+    ("autoscale_max", 1, MAX_INSTANCES),
+    ("epochs", 1, MAX_EPOCHS),
+    ("batch_size", 1, MAX_BATCH_SIZE),
+    ("max_tokens", 1, MAX_TOKENS),
+    ("max_retries", 0, MAX_RETRIES),
+)
+TEXT_FIELDS = ("name", "gpu_spec", "image", "command", "model_path", "checkpoint_path")
+
+
+def task_errors(task) -> dict[str, str]:
+    """Every rule of this module applied to a task about to be submitted: {field: message}.
+
+    Values that are not of the field's type are left to the model's field validation, which reports them.
+    """
+    errors: dict[str, str] = {}
+    for field, lowest, highest in NUMBER_BOUNDS:
+        message = _number_error(getattr(task, field), lowest, highest)
+        if message:
+            errors[field] = message
+    for low, high in (("elastic_min", "elastic_max"), ("autoscale_min", "autoscale_max")):
+        low_value, high_value = getattr(task, low), getattr(task, high)
+        if _is_number(low_value) and _is_number(high_value) and high not in errors and low_value > high_value:
+            errors[high] = f"Expected at least {low} ({low_value}), got {high_value}."
+    for field in TEXT_FIELDS:
+        value = getattr(task, field)
+        if isinstance(value, str) and "\x00" in value:
+            errors[field] = "Expected text without NUL characters."
+    if isinstance(task.command, str) and len(task.command) > MAX_COMMAND_LENGTH and "command" not in errors:
+        errors["command"] = f"Expected a command of at most {MAX_COMMAND_LENGTH} characters, got {len(task.command)}."
+    queue = task.queue if task.queue_id else None
+    message = duration_error(task.expected_duration, queue.max_expected_duration if queue else None)
+    if message:
+        errors["expected_duration"] = message
+    for field, check in (("env", env_error), ("required_labels", labels_error)):
+        message = check(getattr(task, field))
+        if message:
+            errors[field] = message
+    message = volumes_error(task.volumes, lambda: approved_host_paths(task.vdc_id))
+    if message:
+        errors["volumes"] = message
+    return errors
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, int | Decimal | float) and not isinstance(value, bool)
+
+
+def _number_error(value, lowest, highest) -> str | None:
+    if value is None or not _is_number(value):
+        return None
+    if not lowest <= value <= highest:
+        return f"Expected a value from {lowest} to {highest}, got {value}."
+    return None
+
+
+def duration_error(duration, longest: timedelta | None) -> str | None:
+    """An expected duration must be positive and within the queue's longest (when the queue is known)."""
+    if duration is None or not isinstance(duration, timedelta):
+        return None
+    if duration <= timedelta(0):
+        return f"Expected a positive duration, e.g. 02:00:00, got {duration}."
+    if longest is not None and duration > longest:
+        return f"Expected at most the queue's longest expected duration, {longest}, got {duration}."
+    return None
+
+
+def reserved_env_name(name: str, visible_devices_env: Iterable[str]) -> bool:
+    """Whether the platform owns variable ``name`` (case-insensitively: nobody needs both spellings)."""
+    upper = name.upper()
+    return (
+        upper.startswith(RESERVED_ENV_PREFIXES)
+        or upper.endswith(RESERVED_ENV_SUFFIXES)
+        or upper in RESERVED_ENV_NAMES
+        or upper in {v.upper() for v in visible_devices_env if v}
+    )
+
+
+def env_error(env) -> str | None:
+    """Environment variables: an object of at most MAX_ENV_VARS exportable names to bounded text values."""
+    if not isinstance(env, Mapping):
+        return 'Expected environment variables as an object of strings, e.g. {"EPOCHS": "3"}.'
+    if len(env) > MAX_ENV_VARS:
+        return f"Expected at most {MAX_ENV_VARS} environment variables, got {len(env)}."
+    total = 0
+    for name, value in env.items():
+        if not isinstance(name, str) or not ENV_NAME.match(name) or len(name) > MAX_ENV_NAME_LENGTH:
+            return (
+                f"Expected variable names of letters, digits and underscores, not starting with a digit and at most "
+                f"{MAX_ENV_NAME_LENGTH} characters (e.g. EPOCHS), got {name!r}."
+            )
+        if not isinstance(value, str):
+            return f'Expected a string value for {name}, e.g. "3", got {type(value).__name__}.'
+        if "\x00" in value:
+            return f"Expected the value of {name} without NUL characters."
+        if len(value) > MAX_ENV_VALUE_LENGTH:
+            return f"Expected the value of {name} to be at most {MAX_ENV_VALUE_LENGTH} characters, got {len(value)}."
+        total += len(name) + len(value)
+    if total > MAX_ENV_TOTAL_LENGTH:
+        return f"Expected at most {MAX_ENV_TOTAL_LENGTH} characters of names and values in all, got {total}."
+    visible = GPUModel.objects.values_list("visible_devices_env", flat=True) if env else ()
+    reserved = sorted(name for name in env if reserved_env_name(name, visible))
+    if reserved:
+        return (
+            f"{', '.join(reserved)}: reserved. The platform sets HCS_* variables, the device-visibility variables "
+            "(*_VISIBLE_DEVICES) from the scheduler's placement and the container runtime's NVIDIA_* controls."
+        )
+    return None
+
+
+def labels_error(labels) -> str | None:
+    """Required cluster labels: an object of at most MAX_LABELS string keys and string values."""
+    expected = 'Expected labels as an object of strings, e.g. {"gpu": "a100"}'
+    if not isinstance(labels, Mapping):
+        return expected + "."
+    if len(labels) > MAX_LABELS:
+        return f"Expected at most {MAX_LABELS} labels, got {len(labels)}."
+    for key, value in labels.items():
+        if not isinstance(key, str) or not isinstance(value, str) or not key:
+            return f"{expected}; got {key!r}: {value!r}."
+        if "\x00" in key + value or len(key) > MAX_LABEL_LENGTH or len(value) > MAX_LABEL_LENGTH:
+            return f"Expected label keys and values of at most {MAX_LABEL_LENGTH} characters without NUL, got {key!r}."
+    return None
+
+
+def approved_host_paths(vdc_id: int | None) -> dict[str, list[str]]:
+    """The approved host path prefixes of each enabled cluster of the VDC, by cluster name."""
+    if vdc_id is None:
+        return {}
+    clusters = Cluster.objects.filter(vdc_id=vdc_id, enabled=True).order_by("name")
+    return {name: list(paths or []) for name, paths in clusters.values_list("name", "allowed_host_paths")}
+
+
+def volumes_error(volumes, approved) -> str | None:
+    """Volumes: a list of objects with a name, an absolute mount path and one source.
+
+    The source is a volume claim (``claim_name``) or a node directory (``host_path``) that every enabled
+    cluster of the VDC approved, since the task may land on any of them. ``approved`` is called only when
+    a host path needs checking and returns :func:`approved_host_paths`.
+    """
+    example = '[{"name": "data", "mount_path": "/data", "claim_name": "datasets"}]'
+    if not isinstance(volumes, list):
+        return f"Expected a list of volumes, e.g. {example}."
+    if len(volumes) > MAX_VOLUMES:
+        return f"Expected at most {MAX_VOLUMES} volumes, got {len(volumes)}."
+    names, mounts = set(), set()
+    clusters = None
+    for number, volume in enumerate(volumes, start=1):
+        where = f"Volume {number}"
+        if not isinstance(volume, Mapping):
+            return f"{where}: expected an object such as {example[1:-1]}, got {volume!r}."
+        unknown = sorted(str(k) for k in volume if k not in VOLUME_KEYS)
+        if unknown:
+            return f"{where}: unknown key(s) {', '.join(unknown)}; expected {', '.join(VOLUME_KEYS)}."
+        name = volume.get("name")
+        if not isinstance(name, str) or not VOLUME_NAME.match(name) or name.startswith(RESERVED_VOLUME_PREFIX):
+            return (
+                f"{where}: expected a name of at most 40 lowercase letters, digits and '-', not starting with "
+                f"{RESERVED_VOLUME_PREFIX!r} (e.g. data), got {name!r}."
+            )
+        if name in names:
+            return f"{where}: the name {name!r} is used twice."
+        names.add(name)
+        mount = volume.get("mount_path")
+        problem = path_problem(mount)
+        if problem is None and (mount == "/" or ":" in mount):
+            problem = f"expected a directory other than / and without ':', got {mount!r}"
+        if problem:
+            return f"{where}: mount_path: {problem}."
+        if mount in mounts:
+            return f"{where}: the mount path {mount} is used twice."
+        mounts.add(mount)
+        if "read_only" in volume and not isinstance(volume["read_only"], bool):
+            return f"{where}: expected read_only to be true or false, got {volume['read_only']!r}."
+        claim, host = volume.get("claim_name"), volume.get("host_path")
+        if (claim is None) == (host is None):
+            return f"{where}: expected exactly one source, claim_name (a volume claim) or host_path (a node directory)."
+        if claim is not None:
+            if not isinstance(claim, str) or len(claim) > MAX_CLAIM_NAME_LENGTH or not CLAIM_NAME.match(claim):
+                return f"{where}: expected claim_name to be a volume claim name such as datasets, got {claim!r}."
+            continue
+        problem = path_problem(host)
+        if problem:
+            return f"{where}: host_path: {problem}."
+        clusters = approved() if clusters is None else clusters
+        refusing = [cluster for cluster, prefixes in clusters.items() if not is_approved(host, prefixes)]
+        if refusing or not clusters:
+            return (
+                f"{where}: expected a host path that every enabled cluster of the VDC approved; {host} is not "
+                f"approved on {', '.join(refusing) or 'any: the VDC has no enabled cluster'} (admins approve host "
+                "path prefixes per cluster)."
+            )
+    return None

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Prepares this host to run local-cluster jobs isolated from the portal (docs/local-jobs.md):
+#   - bubblewrap, the sandbox every local job runs in (Debian package "bubblewrap");
+#   - when run as root: the unprivileged user local jobs run as ($HCS_LOCAL_JOB_USER, default hcs-job).
+# Idempotent; `make run` and the test suite call it. Without root it only checks and says what is missing.
+set -euo pipefail
+
+JOB_USER="${HCS_LOCAL_JOB_USER:-hcs-job}"
+
+log() { echo "setup_local_jobs: $*" >&2; }
+
+if ! command -v bwrap >/dev/null; then
+    if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then
+        log "installing bubblewrap from Debian"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get install -y -q --no-install-recommends bubblewrap >/tmp/hcs-apt-bubblewrap.log 2>&1 \
+            || { apt-get update -q >>/tmp/hcs-apt-bubblewrap.log 2>&1 \
+                && apt-get install -y -q --no-install-recommends bubblewrap >>/tmp/hcs-apt-bubblewrap.log 2>&1; } \
+            || { log "error: apt-get install bubblewrap failed (see /tmp/hcs-apt-bubblewrap.log)"; exit 1; }
+    else
+        log "error: bubblewrap is not installed; as root: apt-get install bubblewrap"
+        exit 1
+    fi
+fi
+
+if [[ $EUID -eq 0 ]] && ! id "$JOB_USER" >/dev/null 2>&1; then
+    log "creating the unprivileged user $JOB_USER that local jobs run as"
+    useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin "$JOB_USER"
+fi
+exit 0

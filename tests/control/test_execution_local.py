@@ -1,0 +1,336 @@
+"""Execution on the local cluster: a placed task runs as a real process, its status follows, and the
+reconciler keeps the backend and the database in line when workers, Redis or the backend fail."""
+
+import time
+
+import pytest
+
+from apps.clusters.backends import executor_for
+from apps.clusters.executors.base import ExecutorError, JobPhase
+from apps.control import reconcile
+from apps.control.health import check_cluster_health
+from apps.control.models import BackendObject, ObjectState
+from apps.control.scheduling import run_cycle
+from apps.tasks.models import Task
+from apps.tasks.services import stop_task, submit_task
+from tests.control.drive import intent, launch, reconcile_all, wait_objects_ended, wait_status
+
+
+@pytest.fixture(autouse=True)
+def local_jobs_dir(settings, tmp_path):
+    settings.HCS_LOCAL_EXECUTOR_DIR = tmp_path / "local-jobs"
+
+
+def scheduled(world, command, **fields):
+    fields.setdefault("name", "job")
+    task = submit_task(world.member, project=world.project, queue="high", kind="training",
+                       command=command, gpu_spec=fields.pop("gpu_spec", "1(A100)"), **fields)  # fmt: skip
+    run_cycle(world.vdc.pk)
+    task.refresh_from_db()
+    assert task.status == "scheduled"
+    return task
+
+
+def test_scheduled_task_runs_as_a_process_and_completes(world):
+    task = scheduled(world, 'echo "devices=$NVIDIA_VISIBLE_DEVICES"; echo done')
+    assert launch(task) == world.cluster.pk
+    task.refresh_from_db()
+    assert task.external_id and task.status == "starting"
+    wait_status(task, "completed")
+    logs = executor_for(task.cluster).logs(task.external_id)
+    assert "done" in logs and "devices=" in logs
+    kinds = list(task.events.values_list("kind", flat=True))
+    assert kinds == ["submitted", "scheduled", "status", "started", "completed"]
+    assert intent(task).state == ObjectState.ENDED
+
+
+def test_a_placement_writes_its_launch_intent_in_the_same_transaction(world):
+    task = scheduled(world, "echo hi")
+    obj = intent(task)
+    assert (obj.state, obj.cluster_id, obj.task_uid, obj.external_id) == ("pending", world.cluster.pk, task.uid, "")
+    assert obj.devices == [task.placement[0]["devices"][0]["id"]]
+
+
+def test_the_reconciler_launches_a_placement_whose_launch_job_was_lost(world):
+    task = scheduled(world, "sleep 30")  # the broker lost the launch job: only the intent is left
+    reconcile_all()
+    task.refresh_from_db()
+    assert task.status == "starting" and task.external_id
+    executor_for(task.cluster).kill(task.external_id)
+
+
+def test_failing_command_marks_the_task_failed(world):
+    task = scheduled(world, "exit 3")
+    launch(task)
+    wait_status(task, "failed")
+
+
+def test_launch_is_idempotent_per_attempt(world):
+    task = scheduled(world, "sleep 30")
+    first = launch(task)
+    assert launch(task) is None  # already active: nothing to do
+    BackendObject.objects.filter(pk=intent(task).pk).update(state=ObjectState.PENDING, external_id="")
+    Task.objects.filter(pk=task.pk).update(status="scheduled", external_id="")  # the write was lost
+    assert launch(task) == first
+    task.refresh_from_db()
+    executor = executor_for(task.cluster)
+    assert len(executor.list_by_owner({"hcs.io/task-uid": task.uid.hex})) == 1
+    executor.kill(task.external_id)
+
+
+def test_stale_launch_after_a_stop_does_nothing(world):
+    task = scheduled(world, "sleep 30")
+    stop_task(task, world.member)
+    assert launch(task) is None
+    assert executor_for(world.cluster).list_by_owner({"hcs.io/task-uid": task.uid.hex}) == []
+    reconcile_all()
+    assert intent(task).state == ObjectState.ENDED and "never reached" in intent(task).message
+
+
+def test_stop_of_a_running_task_is_carried_out_by_the_reconciler(world, django_capture_on_commit_callbacks):
+    task = scheduled(world, "sleep 30")
+    launch(task)
+    wait_status(task, {"running", "starting"})
+    stop_task(task, world.member, "no longer needed")
+    wait_objects_ended(world.cluster)
+    state = executor_for(world.cluster).status(task.external_id)
+    assert state.phase == JobPhase.CANCELLED
+    assert "Cancelling job" in task.events.filter(kind="status").last().message
+
+
+def test_stop_during_a_redis_outage_is_carried_out_once_the_loops_run_again(world, settings):
+    """Issue 10 #5: the status commits, the hand-off is lost, and the job must still end."""
+    task = scheduled(world, "sleep 60")
+    launch(task)
+    wait_status(task, {"running", "starting"})
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens there: every trigger fails fast
+    began = time.monotonic()
+    stop_task(task, world.member)
+    assert time.monotonic() - began < 5
+    assert executor_for(world.cluster).status(task.external_id).phase == JobPhase.RUNNING
+    # Meanwhile the scheduler gives the card to someone else; that launch waits for the old job to go.
+    other = scheduled(world, "echo next", gpu_spec="8(A100)")
+    assert launch(other) is None
+    other.refresh_from_db()
+    assert other.status == "scheduled" and "release its devices" in other.status_message
+    wait_objects_ended(world.cluster, timeout=20)  # what beat does once Redis is back
+    assert executor_for(world.cluster).status(task.external_id).phase == JobPhase.CANCELLED
+    wait_status(other, "completed")
+
+
+def test_health_check_keeps_a_local_cluster_healthy(world):
+    cluster = check_cluster_health(world.cluster)
+    assert cluster.status == "healthy" and cluster.missed_heartbeats == 0 and cluster.last_heartbeat
+    assert "bubblewrap sandbox" in cluster.status_message
+
+
+def test_api_health_check_is_for_admins_and_updates_the_status(world):
+    from rest_framework.test import APIClient  # noqa: PLC0415
+
+    client = APIClient()
+    client.force_authenticate(world.member)
+    url = f"/api/v1/clusters/{world.cluster.pk}/health-check/"
+    assert client.post(url).status_code == 403
+    client.force_authenticate(world.admin)
+    response = client.post(url)
+    assert response.status_code == 200 and response.json()["status"] == "healthy"
+
+
+def test_unavailable_cluster_requeues_its_tasks_and_cancels_their_jobs_when_it_is_back(world, monkeypatch):
+    task = scheduled(world, "sleep 60")
+    launch(task)
+    wait_status(task, {"running", "starting"})
+    job = intent(task)
+    executor = executor_for(world.cluster)
+
+    def down():
+        raise ExecutorError("base directory not writable")
+
+    monkeypatch.setattr(executor, "health", down)
+    statuses = [check_cluster_health(world.cluster).status for _ in range(3)]
+    assert statuses == ["degraded", "degraded", "unavailable"]
+    task.refresh_from_db()
+    assert task.status == "preempted" and task.cluster is None
+    assert "cancelled once the cluster answers" in task.events.get(kind="requeued").message
+    assert executor.status(job.external_id).phase == JobPhase.RUNNING  # unreachable: nothing could be done yet
+    monkeypatch.undo()
+
+    world.cluster.refresh_from_db()
+    cluster = check_cluster_health(world.cluster)  # back: reconciled before it takes anything new
+    assert cluster.status == "healthy" and "1 job(s) cancelled" in cluster.status_message
+    wait_objects_ended(world.cluster)
+    assert executor.status(job.external_id).phase == JobPhase.CANCELLED
+
+
+def test_retryable_backend_errors_keep_the_task_waiting_with_the_reason(world, monkeypatch):
+    """Issue 9 #2: a transient outage never fails a submission; it waits and runs when the backend is back."""
+    task = scheduled(world, "echo hi")
+    executor = executor_for(world.cluster)
+    real_submit = executor.submit
+    calls = []
+
+    def flaky(spec, **kwargs):
+        calls.append(spec.name)
+        raise ExecutorError("slurmrestd HTTP 503: try later")
+
+    monkeypatch.setattr(executor, "submit", flaky)
+    for _ in range(8):  # well past the old limit of 5 retries
+        BackendObject.objects.filter(task=task).update(lease_until=None)
+        launch(task)
+    task.refresh_from_db()
+    assert len(calls) == 8
+    assert task.status == "scheduled" and "503" in task.status_message
+    assert task.events.filter(kind="backend_error").count() == 1  # said once, not at every retry
+    monkeypatch.setattr(executor, "submit", real_submit)
+    BackendObject.objects.filter(task=task).update(lease_until=None)
+    wait_status(task, "completed")
+
+
+def test_refused_launch_fails_the_task_with_the_backends_message(world, monkeypatch):
+    task = scheduled(world, "echo hi")
+    executor = executor_for(world.cluster)
+
+    def refuse(spec, **kwargs):
+        raise ExecutorError("invalid partition specified: nosuch", retryable=False)
+
+    monkeypatch.setattr(executor, "submit", refuse)
+    launch(task)
+    task.refresh_from_db()
+    assert task.status == "failed" and "nosuch" in task.events.get(kind="backend_error").message
+    assert intent(task).state == ObjectState.ENDED
+
+
+def test_worker_crash_between_submit_and_write_is_adopted_without_a_duplicate(world, monkeypatch):
+    task = scheduled(world, "sleep 30")
+    executor = executor_for(task.cluster)
+    real_submit = executor.submit
+
+    def submit_then_crash(spec, **kwargs):
+        real_submit(spec, **kwargs)
+        raise SystemExit("worker killed after the backend call")
+
+    monkeypatch.setattr(executor, "submit", submit_then_crash)
+    with pytest.raises(SystemExit):
+        launch(task)
+    monkeypatch.undo()
+    task.refresh_from_db()
+    assert task.status == "scheduled" and task.external_id == ""
+
+    BackendObject.objects.filter(task=task).update(lease_until=None)  # the dead worker's lease ran out
+    result = reconcile.reconcile_cluster(world.cluster.pk)
+    task.refresh_from_db()
+    assert result.adopted == 1 and result.launched == 0
+    assert task.status in ("starting", "running") and task.external_id
+    assert len(executor.list_by_owner({"hcs.io/task-uid": task.uid.hex})) == 1
+    assert "reconciliation" in task.events.filter(kind="status").last().message
+    executor.kill(task.external_id)
+
+
+def test_a_foreign_job_with_the_same_task_id_and_attempt_is_never_adopted(world, monkeypatch):
+    """Issue 9 #3: another portal (or an older database) ran a job labelled like ours: match on identity."""
+    from dataclasses import replace  # noqa: PLC0415
+
+    from apps.control.jobspec import job_spec  # noqa: PLC0415
+
+    task = scheduled(world, "sleep 30")
+    executor = executor_for(task.cluster)
+    foreign = job_spec(task, "f" * 32)
+    foreign = replace(foreign, name=f"{foreign.name}-other", command="sleep 60",
+                      labels={**foreign.labels, "hcs.io/task-uid": "a" * 32})  # fmt: skip
+    executor.submit(foreign)
+
+    result = reconcile.reconcile_cluster(world.cluster.pk)
+
+    task.refresh_from_db()
+    assert result.adopted == 0 and result.launched == 1 and result.untracked == 0
+    assert task.external_id and task.external_id != foreign.name
+    assert executor.status(foreign.name).phase == JobPhase.RUNNING  # not ours: left alone
+    wait_status(task, {"running"})
+    assert task.started_at >= task.submitted_at
+    executor.kill(foreign.name)
+    executor.kill(task.external_id)
+
+
+def test_a_job_of_this_installation_that_no_attempt_owns_is_cancelled(world):
+    task = scheduled(world, "sleep 60")
+    launch(task)
+    task.refresh_from_db()
+    external_id = task.external_id
+    # A database restored from before the placement: the task waits again and no object tracks the job.
+    BackendObject.objects.filter(task=task).delete()
+    Task.objects.filter(pk=task.pk).update(status="queued", attempt=0, cluster=None, placement=[], external_id="")
+
+    result = reconcile.reconcile_cluster(world.cluster.pk)
+
+    assert result.untracked == 1 and result.cancelled == 1
+    assert "belongs to no live attempt" in task.events.filter(kind="status").last().message
+    wait_objects_ended(world.cluster)
+    assert executor_for(world.cluster).status(external_id).phase == JobPhase.CANCELLED
+
+
+def test_a_job_that_vanished_is_lost_and_its_task_requeued(world):
+    task = scheduled(world, "sleep 60")
+    launch(task)
+    wait_status(task, {"running"})
+    executor = executor_for(world.cluster)
+    executor.delete(task.external_id)  # e.g. the host was wiped
+    reconcile_all()
+    task.refresh_from_db()
+    assert task.status == "preempted" and "lost by the backend" in task.status_message
+
+
+def test_following_a_cluster_sees_its_fresh_jobs_start_with_status_calls_or_one_listing(world, monkeypatch):
+    tasks = [scheduled(world, "sleep 30", name=f"job-{i}") for i in range(2)]
+    for task in tasks:
+        assert launch(task) == world.cluster.pk
+    executor = executor_for(world.cluster)
+    listings = []
+    real_list = executor.list_by_owner
+    monkeypatch.setattr(executor, "list_by_owner", lambda labels: listings.append(labels) or real_list(labels))
+    deadline = time.monotonic() + 10
+    while reconcile.follow_cluster(world.cluster.pk) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [Task.objects.get(pk=t.pk).status for t in tasks] == ["running", "running"]
+    assert listings == []  # two jobs: a status call each, not a listing of the cluster
+    assert reconcile.follow_cluster(world.cluster.pk) == 0
+
+    many = [scheduled(world, "sleep 30", name=f"many-{i}", gpu_spec="") for i in range(6)]
+    for task in many:
+        launch(task)
+    reconcile.follow_cluster(world.cluster.pk)
+    assert len(listings) == 1  # six at once: one listing
+    for task in (*tasks, *many):
+        task.refresh_from_db()
+        executor.kill(task.external_id)
+
+
+def test_check_backends_reports_what_breaks_the_invariants(world, capsys):
+    from django.core.management import CommandError, call_command  # noqa: PLC0415
+
+    task = scheduled(world, "sleep 60")
+    launch(task)
+    call_command("check_backends")
+    assert "backends and database agree" in capsys.readouterr().out
+
+    BackendObject.objects.filter(task=task).delete()  # the job is now tracked by nothing
+    with pytest.raises(CommandError, match="2 problem"):
+        call_command("check_backends")
+    out = capsys.readouterr().out
+    assert "untracked job" in out and "lost submission" in out  # and its active task has no job on record
+    task.refresh_from_db()
+    executor_for(world.cluster).kill(task.external_id)
+
+
+def test_jobs_on_a_cluster_disabled_meanwhile_are_still_followed(world, monkeypatch):
+    from apps.control import jobs  # noqa: PLC0415
+
+    task = scheduled(world, "sleep 60")
+    launch(task)
+    world.cluster.enabled = False
+    world.cluster.save()
+    queued = []
+    monkeypatch.setattr(jobs.reconcile_cluster, "apply_async", lambda args, **kw: queued.append(args[0]))
+    jobs.reconcile_all()
+    assert queued == [world.cluster.pk]
+    task.refresh_from_db()
+    executor_for(world.cluster).kill(task.external_id)

@@ -1,0 +1,238 @@
+"""The control plane against the Kubernetes API emulator (kmock over HTTP, the official client):
+elastic shrink and grow carried to the backend, devices free only once it confirms, HPA replicas read back
+into quotas and billing, node conditions and cordons into the snapshot (issue 9 #5, #6, #7).
+
+The emulator stores objects but runs no controllers: ``controller()`` plays the Job / Deployment
+controller (pods follow parallelism / replicas) and the tests play the HPA.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from apps.clusters.models import GPUModel
+from apps.control import invariants
+from apps.control.health import check_cluster_health
+from apps.control.models import BackendObject, ObjectState
+from apps.control.reconcile import reconcile_cluster
+from apps.control.scheduling import run_cycle
+from apps.tasks.models import Task
+from apps.tasks.services import submit_task
+from tests.control.drive import intent, launch
+from tests.executors_k8s.conftest import emulator  # noqa: F401 - the kmock fixture
+from tests.executors_k8s.emulation import stored
+from tests.factories import ClusterFactory, DeviceFactory, NodeFactory
+
+NS = "gpu-jobs"
+JOBS, DEPLOYMENTS, PODS = "batch/v1/jobs", "apps/v1/deployments", "v1/pods"
+
+
+@pytest.fixture
+def k8s(world, emulator):  # noqa: F811
+    """The world's VDC with one Kubernetes cluster (the emulator): one node of 4 x A100."""
+    world.cluster.enabled = False
+    world.cluster.save()
+    cluster = ClusterFactory(vdc=world.vdc, name="k8s", cluster_type="kubernetes",
+                             endpoint=str(emulator.url).rstrip("/"), namespace=NS)  # fmt: skip
+    cluster.set_credentials({"token": "emulated"})
+    cluster.save()
+    node = NodeFactory(cluster=cluster, name="k8s-node-1", cpu=Decimal(64), memory_gib=Decimal(512))
+    for index in range(4):
+        DeviceFactory(node=node, index=index, gpu_model=GPUModel.objects.get(name="A100-80G"))
+    for name in ("k8s-node-1",):
+        emulator.objects["v1/nodes", None, name] = {
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        }  # fmt: skip
+    world.k8s_cluster, world.k8s_node, world.emulator = cluster, node, emulator
+    return world
+
+
+def controller(emulator, name: str, node: str = "k8s-node-1") -> int:  # noqa: F811
+    """Make the workload's pods match its parallelism (Job) or replicas (Deployment), highest index leaving first."""
+    job = stored(emulator, JOBS, NS).get(name)
+    workload = job or stored(emulator, DEPLOYMENTS, NS)[name]
+    wanted = workload["spec"].get("parallelism" if job else "replicas", 1)
+    labels = workload["spec"]["template"]["metadata"]["labels"]
+    for (resource, _namespace, pod_name), obj in list(emulator.objects.items()):
+        ours = resource.plural == "pods" and pod_name.startswith(f"{name}-") and not obj.deleted
+        if ours and int(pod_name.rsplit("-", 1)[1]) >= wanted:
+            obj.delete()
+    for index in range(wanted):
+        key = (PODS, NS, f"{name}-{index}")
+        if key not in emulator.objects or emulator.objects[key].deleted:
+            emulator.objects[key] = {
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": f"{name}-{index}", "namespace": NS, "labels": labels},
+                "spec": {"containers": [{"name": "main", "image": "busybox"}], "nodeName": node},
+                "status": {"phase": "Running"},
+            }  # fmt: skip
+    if job:
+        emulator.objects[JOBS, NS, name].patch({"status": {"active": wanted}})
+    else:
+        emulator.objects[DEPLOYMENTS, NS, name].patch({"status": {"replicas": wanted, "availableReplicas": wanted}})
+    return wanted
+
+
+def submit(world, **fields):
+    fields.setdefault("kind", "training")
+    return submit_task(world.member, project=world.project, image="busybox:1.36", command="sleep 600", **fields)
+
+
+def run(world, task: Task) -> Task:
+    run_cycle(world.vdc.pk)
+    task.refresh_from_db()
+    assert launch(task) == task.cluster_id
+    task.refresh_from_db()
+    controller(world.emulator, task.external_id.split("/")[-1])
+    reconcile_cluster(world.k8s_cluster.pk)
+    task.refresh_from_db()
+    assert task.status == "running", task.status_message
+    return task
+
+
+def assert_allocation_agrees(world, cpu: float, gpu: float) -> None:
+    """What the cluster holds, as the API stats, /metrics and the admin compute it."""
+    from django.utils import timezone  # noqa: PLC0415
+
+    from apps.billing.monitoring import read_state  # noqa: PLC0415
+    from apps.tasks.api.stats import allocated  # noqa: PLC0415
+
+    api = allocated(Task.objects.filter(cluster=world.k8s_cluster))
+    metrics = next(c for c in read_state(timezone.now()).clusters if c.name == "k8s").allocated
+    assert (float(api["cpu"]), float(api["gpu"])) == (cpu, gpu)
+    assert (float(metrics["cpu"]), float(metrics["gpu"])) == (cpu, gpu)
+
+
+def billed_cards(task: Task) -> float:
+    """Cards the metering would charge the task for now."""
+    from apps.billing.services import _models_for, holdings  # noqa: PLC0415
+
+    models = _models_for([task.placement])
+    return float(sum(h.units for h in holdings(task, task.placement, models) if h.resource_type == "gpu"))
+
+
+def assert_consistent(world):
+    problems = invariants.check([world.k8s_cluster])
+    assert problems == [], [str(p) for p in problems]
+
+
+def test_elastic_shrink_reaches_the_backend_and_frees_devices_only_once_it_confirms(k8s):
+    world = k8s
+    elastic = run(world, submit(world, name="elastic", queue="low", gpu_spec="1(A100)", elastic_min=1, elastic_max=4))
+    assert elastic.replicas == 4 and float(elastic.allocated_gpu) == 4.0  # grew into the idle node
+    name = elastic.external_id.split("/")[-1]
+    assert stored(world.emulator, JOBS, NS)[name]["spec"]["parallelism"] == 4
+
+    high = submit(world, name="urgent", queue="high", gpu_spec="2(A100)")
+    run_cycle(world.vdc.pk)
+    elastic.refresh_from_db()
+    high.refresh_from_db()
+    assert high.status == "scheduled"
+    assert len(elastic.live_placement) == 2 and len(elastic.releasing_placement) == 2
+    assert float(elastic.allocated_gpu) == 4.0 and elastic.replicas == 4  # held (and billed) until the backend lets go
+    assert_allocation_agrees(world, cpu=4 + 1, gpu=4 + 2)  # /metrics and the API count the same
+    assert billed_cards(elastic) == 4  # metering charges what the backend still holds
+
+    assert launch(high) is None  # its devices are still in use on the backend
+    high.refresh_from_db()
+    assert "to release its devices" in high.status_message
+    reconcile_cluster(world.k8s_cluster.pk)  # pushes the shrink
+    job = stored(world.emulator, JOBS, NS)[name]
+    assert (job["spec"]["parallelism"], job["spec"]["completions"]) == (2, 2)
+    assert launch(high) is None  # requested, not yet confirmed: the pods still run
+
+    controller(world.emulator, name)  # the Job controller removes indexes 2 and 3
+    reconcile_cluster(world.k8s_cluster.pk)
+    elastic.refresh_from_db()
+    assert elastic.releasing_placement == [] and float(elastic.allocated_gpu) == 2.0 and elastic.replicas == 2
+    assert billed_cards(elastic) == 2
+    assert "released devices are free" in elastic.events.filter(kind="resized").last().message
+    assert launch(high) == world.k8s_cluster.pk  # now it may run on them
+    high.refresh_from_db()
+    controller(world.emulator, high.external_id.split("/")[-1])
+    reconcile_cluster(world.k8s_cluster.pk)
+    assert_consistent(world)
+
+    # The high task ends: the elastic one grows back, and the backend is told.
+    world.emulator.objects[JOBS, NS, high.external_id.split("/")[-1]].patch(
+        {"status": {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1}}
+    )
+    reconcile_cluster(world.k8s_cluster.pk)
+    high.refresh_from_db()
+    assert high.status == "completed"
+    run_cycle(world.vdc.pk)
+    elastic.refresh_from_db()
+    assert len(elastic.live_placement) == 4
+    reconcile_cluster(world.k8s_cluster.pk)
+    assert stored(world.emulator, JOBS, NS)[name]["spec"]["parallelism"] == 4
+    controller(world.emulator, name)
+    assert_consistent(world)
+
+
+def test_replicas_an_hpa_adds_or_removes_are_read_back_into_quotas_and_billing(k8s):
+    world = k8s
+    service = run(world, submit(world, name="serve", kind="inference", queue="high", gpu_spec="1(A100)",
+                                port=8080, autoscale_min=1, autoscale_max=3))  # fmt: skip
+    name = service.external_id.split("/")[-1]
+    assert service.replicas == 1 and float(service.allocated_gpu) == 1.0
+
+    world.emulator.objects[DEPLOYMENTS, NS, name].patch({"spec": {"replicas": 3}})  # the HPA scales up
+    controller(world.emulator, name)
+    reconcile_cluster(world.k8s_cluster.pk)
+
+    service.refresh_from_db()
+    assert service.replicas == 3 and float(service.allocated_gpu) == 3.0
+    devices = [d["id"] for p in service.placement for d in p["devices"]]
+    assert len(set(devices)) == 3  # three distinct cards of the node
+    event = service.events.filter(kind="resized").last()
+    assert "runs 3 replicas (was 1)" in event.message and event.data["by"] == "backend"
+    assert sorted(intent(service).devices) == sorted(devices)
+    assert_consistent(world)
+    other = submit(world, name="other", queue="high", gpu_spec="2(A100)")
+    run_cycle(world.vdc.pk)
+    other.refresh_from_db()
+    assert other.status == "queued"  # only one card is left: the engine counts the HPA's replicas
+
+    world.emulator.objects[DEPLOYMENTS, NS, name].patch({"spec": {"replicas": 1}})  # and down again
+    controller(world.emulator, name)
+    reconcile_cluster(world.k8s_cluster.pk)
+    service.refresh_from_db()
+    assert service.replicas == 1 and float(service.allocated_gpu) == 1.0
+    run_cycle(world.vdc.pk)
+    other.refresh_from_db()
+    assert other.status == "scheduled"
+
+
+def test_node_conditions_and_cordons_reach_the_snapshot(k8s):
+    world = k8s
+    task = run(world, submit(world, name="on-node", queue="high", gpu_spec="1(A100)"))
+    node = world.emulator.objects["v1/nodes", None, "k8s-node-1"]
+
+    node.patch({"spec": {"unschedulable": True}})
+    check_cluster_health(world.k8s_cluster)
+    world.k8s_node.refresh_from_db()
+    assert (world.k8s_node.backend_state, world.k8s_node.effective_status) == ("draining", "draining")
+    task.refresh_from_db()
+    assert task.status == "running"  # a cordon lets what runs finish
+    waiting = submit(world, name="later", queue="high", gpu_spec="1(A100)")
+    run_cycle(world.vdc.pk)
+    waiting.refresh_from_db()
+    assert waiting.status == "queued"
+
+    not_ready = {"type": "Ready", "status": "False", "reason": "KubeletNotReady", "message": "PLEG is not healthy"}
+    node.patch({"spec": {"unschedulable": False}, "status": {"conditions": [not_ready]}})
+    check_cluster_health(world.k8s_cluster)
+    task.refresh_from_db()
+    assert task.status == "preempted" and "KubeletNotReady" in task.status_message
+    assert BackendObject.objects.get(task=task).state == ObjectState.ACTIVE  # its workload is cancelled next
+    reconcile_cluster(world.k8s_cluster.pk)
+    assert stored(world.emulator, JOBS, NS) == {}
+
+    node.patch({"status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+    check_cluster_health(world.k8s_cluster)
+    run_cycle(world.vdc.pk)
+    waiting.refresh_from_db()
+    assert waiting.status == "scheduled"

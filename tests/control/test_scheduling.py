@@ -1,0 +1,159 @@
+"""The Django scheduling service: snapshot loading, decisions applied atomically, bounded queries."""
+
+from datetime import timedelta
+
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from apps.control.scheduling import SnapshotLoader, run_cycle
+from apps.tasks.models import Task
+from apps.tasks.services import submit_task
+from tests.factories import TaskFactory
+
+
+def submit(world, queue="high", **fields):
+    fields.setdefault("kind", "training")
+    fields.setdefault("name", "job")
+    return submit_task(world.member, project=world.project, queue=queue, command="sleep 1", **fields)
+
+
+def test_cycle_places_a_queued_task_on_devices_and_writes_a_scheduled_event(world):
+    task = submit(world, gpu_spec="2(A100)")
+    result = run_cycle(world.vdc.pk)
+    task.refresh_from_db()
+    assert result.started == 1
+    assert task.status == "scheduled"
+    assert task.cluster == world.cluster
+    assert task.attempt == 1
+    assert len(task.placement) == 1 and len(task.placement[0]["devices"]) == 2
+    assert task.placement[0]["node_name"] == "gpu-node-1"
+    assert float(task.allocated_gpu) == 2.0
+    assert task.events.filter(kind="scheduled").exists()
+
+
+def test_task_that_does_not_fit_gets_a_position_and_a_reason(world):
+    submit(world, gpu_spec="8(A100)", name="big")
+    waiting = submit(world, gpu_spec="1(A100)", name="small", queue="medium", expected_duration=timedelta(hours=1))
+    run_cycle(world.vdc.pk)
+    waiting.refresh_from_db()
+    assert waiting.status == "queued"
+    assert waiting.queue_position == 1
+    assert waiting.pending_reason
+    assert waiting.pending_message
+
+
+def test_high_task_preempts_low_task_and_low_is_suspended(world):
+    world.quota.limit_gpu = 16
+    world.quota.save()
+    low = submit(world, gpu_spec="8(A100)", queue="low", name="batch")
+    run_cycle(world.vdc.pk)
+    low.refresh_from_db()
+    assert low.status == "scheduled"
+    high = submit(world, gpu_spec="4(A100)", name="urgent")
+    run_cycle(world.vdc.pk)
+    low.refresh_from_db()
+    high.refresh_from_db()
+    assert low.status == "suspended"
+    event = low.events.get(kind="suspended")
+    assert event.data["by_task"] == high.pk
+    run_cycle(world.vdc.pk)
+    high.refresh_from_db()
+    assert high.status == "scheduled"
+
+
+def test_snapshot_queries_do_not_grow_with_tasks(world):
+    def queries_for(n):
+        Task.objects.all().delete()
+        TaskFactory.create_batch(n, project=world.project, owner=world.member, vdc=world.vdc, queue=world.low,
+                                 gpu_spec="8(A100)")  # fmt: skip
+        with CaptureQueriesContext(connection) as load:
+            SnapshotLoader(world.vdc).load(timezone.now())
+        with CaptureQueriesContext(connection) as cycle:
+            run_cycle(world.vdc.pk)
+        return len(load.captured_queries), len(cycle.captured_queries)
+
+    (load_small, cycle_small), (load_large, cycle_large) = queries_for(5), queries_for(300)
+    assert load_large == load_small
+    # Writes are bulk statements in batches, so 60 times the tasks costs at most a few more statements.
+    assert cycle_large <= cycle_small + 3, (cycle_small, cycle_large)
+
+
+def test_cycle_of_a_disabled_vdc_is_skipped(world):
+    world.vdc.enabled = False
+    world.vdc.save()
+    assert run_cycle(world.vdc.pk).skipped
+
+
+def test_a_task_the_engine_cannot_take_is_set_aside_and_the_cycle_goes_on(world):
+    """Issue 10 #2/#3: list-valued labels and absurd durations once made every cycle of the VDC fail."""
+    bad_labels = submit(world, gpu_spec="1(A100)", name="labels")
+    Task.objects.filter(pk=bad_labels.pk).update(required_labels={"gpu": ["a100"]})  # got past the doors
+    bad_duration = submit(world, gpu_spec="1(A100)", name="forever")
+    Task.objects.filter(pk=bad_duration.pk).update(expected_duration=timedelta(days=999_999))
+    good = submit(world, gpu_spec="1(A100)", name="fine")
+
+    result = run_cycle(world.vdc.pk)
+
+    assert result.started == 1
+    for task, words in ((bad_labels, "required labels"), (bad_duration, "expected duration")):
+        task.refresh_from_db()
+        assert (task.status, task.pending_reason) == ("queued", "invalid_request")
+        assert words in task.pending_message
+    good.refresh_from_db()
+    assert good.status == "scheduled"
+
+
+def test_a_task_that_makes_the_engine_fail_is_found_and_set_aside(world, monkeypatch):
+    from apps.queues import engine  # noqa: PLC0415
+
+    culprit = submit(world, gpu_spec="1(A100)", name="culprit")
+    others = [submit(world, gpu_spec="1(A100)", name=f"ok-{i}") for i in range(5)]
+    real = engine.schedule
+
+    def fragile(snapshot):
+        if any(t.id == culprit.pk for t in snapshot.queued):
+            raise TypeError("unhashable type: 'list'")
+        return real(snapshot)
+
+    monkeypatch.setattr(engine, "schedule", fragile)
+    result = run_cycle(world.vdc.pk)
+
+    assert result.started == 5
+    culprit.refresh_from_db()
+    assert culprit.pending_reason == "invalid_request" and "could not handle" in culprit.pending_message
+    assert all(Task.objects.get(pk=t.pk).status == "scheduled" for t in others)
+
+
+def test_one_vdcs_failing_cycle_does_not_stop_the_others(world, monkeypatch):
+    from apps.control import scheduling  # noqa: PLC0415
+    from tests.factories import ClusterFactory, DeviceFactory, NodeFactory, TaskQueueFactory, VDCFactory  # noqa: PLC0415
+
+    broken = VDCFactory(name="broken")
+    node = NodeFactory(cluster=ClusterFactory(vdc=broken, name="c-broken"))
+    DeviceFactory(node=node, index=0)
+    TaskQueueFactory(vdc=broken, name="high", priority_class="high")
+    task = submit(world, gpu_spec="1(A100)")
+    real = scheduling.run_cycle
+
+    def run_cycle_breaking(vdc_id):
+        if vdc_id == broken.pk:
+            raise RuntimeError("database hiccup")
+        return real(vdc_id)
+
+    monkeypatch.setattr(scheduling, "run_cycle", run_cycle_breaking)
+    results = scheduling.run_all_cycles()
+
+    assert {r.vdc: r.failed for r in results} == {str(broken.pk): True, "main": False}
+    task.refresh_from_db()
+    assert task.status == "scheduled"
+
+
+def test_an_estimate_beyond_what_a_date_holds_is_left_empty(world):
+    running = submit(world, gpu_spec="8(A100)", name="long", queue="medium", expected_duration=timedelta(days=365))
+    run_cycle(world.vdc.pk)
+    Task.objects.filter(pk=running.pk).update(expected_duration=timedelta(days=3_000_000))
+    waiting = submit(world, gpu_spec="1(A100)", name="after", queue="medium", expected_duration=timedelta(hours=1))
+    run_cycle(world.vdc.pk)
+    waiting.refresh_from_db()
+    assert waiting.status == "queued" and waiting.estimated_start is None

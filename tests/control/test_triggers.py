@@ -1,0 +1,60 @@
+"""Triggers coalesce on the real Redis: a burst of requests makes one chain of spaced cycles; a dead Redis costs
+a request under a second and loses nothing (the periodic loops do the work)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+from django.conf import settings
+
+from apps.control import jobs, triggers
+
+
+@pytest.fixture
+def queued(monkeypatch):
+    calls = []
+    monkeypatch.setattr(triggers, "enqueue", lambda job, *args, **kw: calls.append((job.name, args, kw)))
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    keys = [
+        triggers.CYCLE_REQUESTED_KEY,
+        triggers.CYCLE_AGAIN_KEY,
+        triggers.RECONCILE_REQUESTED_KEY.format(cluster_id=7),
+        triggers.FOLLOW_REQUESTED_KEY.format(cluster_id=7),
+    ]
+    client.delete(*keys)
+    yield calls
+    client.delete(*keys)
+
+
+def test_a_burst_of_cycle_requests_makes_one_chain_of_spaced_cycles(queued):
+    for _ in range(50):
+        triggers.request_cycle()
+    assert [name for name, _, _ in queued] == [jobs.run_scheduler.name]
+
+    triggers.cycle_started()
+    triggers.request_cycle()  # demand changed while the cycle runs
+    triggers.cycle_finished()
+    assert len(queued) == 2 and queued[1][2]["countdown"] == triggers.CYCLE_SPACING_S
+
+    triggers.cycle_started()
+    triggers.cycle_finished()  # nothing changed meanwhile: the chain ends
+    assert len(queued) == 2
+    triggers.request_cycle()  # and the next change starts a new one
+    assert len(queued) == 3
+
+
+def test_reconcile_and_follow_requests_coalesce_per_cluster(queued):
+    for _ in range(5):
+        triggers.request_reconcile(7)
+        triggers.request_follow(7)
+    assert [name for name, _, _ in queued] == [jobs.reconcile_cluster.name, jobs.follow_launches.name]
+
+
+def test_a_dead_redis_costs_a_request_under_a_second_and_raises_nothing(settings, monkeypatch):
+    settings.REDIS_URL = "redis://10.255.255.1:6379/0"  # unroutable: connects time out
+    began = time.monotonic()
+    triggers.request_cycle()
+    triggers.request_reconcile(7)
+    assert time.monotonic() - began < 2.5
