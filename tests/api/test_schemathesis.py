@@ -36,6 +36,7 @@ from schemathesis.specs.openapi.checks import (
 from apps.billing.models import Account, Invoice, PriceRule, Transaction, UsageRecord
 from apps.clusters.models import GPUModel
 from apps.clusters.services import issue_agent_token
+from apps.control.models import BackendObject
 from apps.tasks.models import TaskEvent
 from tests.factories import TaskFactory
 
@@ -119,8 +120,13 @@ def fuzz_world(world):
     charge = Transaction.objects.create(
         account=account, kind="charge", amount=Decimal("-12.5"), balance_after=Decimal("87.5"), usage_record=usage
     )
+    backend_object = BackendObject.objects.create(
+        cluster=world.cluster, task=running, task_uid=running.uid, attempt=1, name=f"hcs-{running.pk}-1",
+        external_id="fuzz-1", state="active", devices=[1],
+    )  # fmt: skip
     objects = {
         "tasks": queued,
+        "backend-objects": backend_object,
         "vdcs": world.vdc,
         "clusters": world.cluster,
         "nodes": world.node,

@@ -150,7 +150,7 @@ def test_one_vdcs_failing_cycle_does_not_stop_the_others(world, monkeypatch):
 
 
 def test_an_estimate_beyond_what_a_date_holds_is_left_empty(world):
-    running = submit(world, gpu_spec="8(A100)", name="long", queue="medium", expected_duration=timedelta(days=365))
+    running = submit(world, gpu_spec="8(A100)", name="long", queue="medium", expected_duration=timedelta(days=1))
     run_cycle(world.vdc.pk)
     Task.objects.filter(pk=running.pk).update(expected_duration=timedelta(days=3_000_000))
     waiting = submit(world, gpu_spec="1(A100)", name="after", queue="medium", expected_duration=timedelta(hours=1))

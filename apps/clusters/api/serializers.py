@@ -91,6 +91,12 @@ class NodeSerializer(ModelCleanMixin, serializers.ModelSerializer):
         read_only=True,
         help_text="What scheduling obeys: the worse of status and backend_state",
     )
+    backend_state = serializers.ChoiceField(
+        choices=NodeStatus.choices,
+        allow_blank=True,
+        read_only=True,
+        help_text="The node's state as its backend reports it; empty until the backend has said",
+    )
 
     class Meta:
         model = Node
