@@ -26,6 +26,11 @@ app.conf.beat_schedule = {
     "reconcile": {"task": "apps.control.jobs.reconcile_all", "schedule": 2.0, "options": {"expires": 2}},
     # Backend probe and node states (Slurm nodes, Kubernetes conditions) per cluster.
     "cluster-health": {"task": "apps.control.jobs.check_clusters", "schedule": 10.0, "options": {"expires": 10}},
+    "prune-backend-objects": {
+        "task": "apps.control.jobs.prune_backend_objects",
+        "schedule": 3600.0,
+        "options": {"expires": 3600},
+    },
     "usage-metering": {"task": "apps.billing.jobs.meter_usage", "schedule": 60.0, "options": {"expires": 60}},
     "monthly-invoices": {
         "task": "apps.billing.jobs.generate_monthly_invoices",

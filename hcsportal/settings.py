@@ -223,6 +223,8 @@ WHITENOISE_USE_FINDERS = True
 
 # --- Portal behaviour ----------------------------------------------------------------------------
 HCS_SCHEDULER_INTERVAL = timedelta(seconds=env_int("HCS_SCHEDULER_INTERVAL_S", 2, minimum=1))
+# Ended backend objects (jobs the backend confirmed gone) are kept this long for audit, then forgotten.
+HCS_BACKEND_OBJECT_RETENTION = timedelta(days=env_int("HCS_BACKEND_OBJECT_RETENTION_DAYS", 30, minimum=1))
 # Web server processes `make run` starts (uvicorn, HTTP and WebSocket); each runs Django's views one at a time.
 HCS_WEB_WORKERS = env_int("HCS_WEB_WORKERS", 2, minimum=1)
 HCS_LOCAL_EXECUTOR_DIR = VAR_DIR / "local-jobs"

@@ -81,6 +81,18 @@ FOLLOW_LISTING_INTERVAL_S = 1.0
 
 
 @shared_task(ignore_result=True)
+def prune_backend_objects() -> None:
+    """Beat: forget backend objects that ended longer ago than HCS_BACKEND_OBJECT_RETENTION_DAYS."""
+    from django.conf import settings  # noqa: PLC0415
+
+    from apps.control.reconcile import prune_ended_objects  # noqa: PLC0415
+
+    pruned = prune_ended_objects(settings.HCS_BACKEND_OBJECT_RETENTION)
+    if pruned:
+        log.info("forgot %d backend objects that ended before the retention period", pruned)
+
+
+@shared_task(ignore_result=True)
 def check_clusters() -> None:
     """Beat: health-check every enabled cluster and read its nodes' states."""
     from apps.clusters.models import Cluster  # noqa: PLC0415

@@ -306,6 +306,17 @@ def _reconcile_object(obj: BackendObject, state: JobState | None, executor: Exec
         result.resized += 1
 
 
+def prune_ended_objects(older_than: timedelta) -> int:
+    """Forget backend objects the backend confirmed gone more than ``older_than`` ago; returns how many.
+
+    Only ended objects go: a job still listed for an object that is gone counts as untracked and is
+    cancelled, so forgetting never lets a job run unseen.
+    """
+    cutoff = timezone.now() - older_than
+    deleted, _ = BackendObject.objects.filter(state=ObjectState.ENDED, ended_at__lt=cutoff).delete()
+    return deleted
+
+
 def executor_name(obj: BackendObject) -> str:
     return obj.cluster.name
 

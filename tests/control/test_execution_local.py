@@ -2,8 +2,10 @@
 reconciler keeps the backend and the database in line when workers, Redis or the backend fail."""
 
 import time
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from apps.clusters.backends import executor_for
 from apps.clusters.executors.base import ExecutorError, JobPhase
@@ -266,6 +268,27 @@ def test_a_job_of_this_installation_that_no_attempt_owns_is_cancelled(world):
     assert "belongs to no live attempt" in task.events.filter(kind="status").last().message
     wait_objects_ended(world.cluster)
     assert executor_for(world.cluster).status(external_id).phase == JobPhase.CANCELLED
+
+
+def test_ended_objects_are_forgotten_after_the_retention_and_live_ones_never(world):
+    done = scheduled(world, "true")
+    launch(done)
+    wait_status(done, "completed")
+    wait_objects_ended(world.cluster)
+    running = scheduled(world, "sleep 60")
+    launch(running)
+    BackendObject.objects.filter(task=running).update(created_at=timezone.now() - timedelta(days=90))
+    BackendObject.objects.filter(task=done).update(ended_at=timezone.now() - timedelta(days=29))
+
+    assert reconcile.prune_ended_objects(timedelta(days=30)) == 0
+    BackendObject.objects.filter(task=done).update(ended_at=timezone.now() - timedelta(days=31))
+    assert reconcile.prune_ended_objects(timedelta(days=30)) == 1
+
+    assert not BackendObject.objects.filter(task=done).exists()
+    assert BackendObject.objects.get(task=running).state == ObjectState.ACTIVE
+    stop_task(running, world.member)
+    reconcile_all()
+    wait_objects_ended(world.cluster)
 
 
 def test_a_job_that_vanished_is_lost_and_its_task_requeued(world):
