@@ -82,7 +82,7 @@ def job_spec(task: Task, installation: str) -> JobSpec:
             for p in placements
         ),
         namespace=task.cluster.namespace,
-        time_limit_s=int(task.expected_duration.total_seconds()) if task.expected_duration else None,
+        time_limit_s=int(task.wall_time.total_seconds()) if task.wall_time else None,
         labels=owner_labels(task, installation),
         settings={k: v for k, v in settings.items() if v not in (None, "")},
         backend_flavour=task.queue.backend_flavour,

@@ -42,8 +42,10 @@ class TaskQueueAdmin(admin.ModelAdmin):
         (
             "Limits",
             {
-                "fields": ("max_expected_duration",),
-                "description": "Submissions declaring a longer expected duration are refused (at most 366 days).",
+                "fields": ("max_expected_duration", ("default_wall_time", "max_wall_time")),
+                "description": "Submissions declaring a longer expected duration or wall time are refused (at most "
+                "366 days). The wall-time default applies to tasks that set no limit; an expected duration never "
+                "stops a job.",
             },
         ),
         (

@@ -26,6 +26,8 @@ class TaskQueueFilterSet(BaseFilterSet):
             "weight": NUMBER,
             "min_window": NUMBER,
             "max_expected_duration": NUMBER,
+            "default_wall_time": NUMBER,
+            "max_wall_time": NUMBER,
             "backend_flavour": ["exact"],
             "is_open": ["exact"],
             "created_at": TIME,

@@ -57,6 +57,12 @@ class TaskQueue(models.Model):
         default=DEFAULT_MAX_EXPECTED_DURATION,
         help_text="Longest expected duration a task may declare here (at most 366 days)",
     )
+    default_wall_time = models.DurationField(
+        null=True, blank=True, help_text="Wall-time limit of tasks that set none; empty: no limit"
+    )
+    max_wall_time = models.DurationField(
+        null=True, blank=True, help_text="Longest wall-time limit a task may set here; empty: up to 366 days"
+    )
     backend_flavour = models.CharField(max_length=16, choices=BackendFlavour.choices, default=BackendFlavour.DEFAULT)
     is_open = models.BooleanField(default=True, help_text="Closed queues take no new submissions")
     created_at = models.DateTimeField(auto_now_add=True)
@@ -90,6 +96,17 @@ class TaskQueue(models.Model):
         if longest is not None and not timedelta(0) < longest <= LONGEST_EXPECTED_DURATION:
             errors["max_expected_duration"] = (
                 f"Expected a positive duration of at most {LONGEST_EXPECTED_DURATION.days} days, e.g. 7 00:00:00."
+            )
+        for name in ("default_wall_time", "max_wall_time"):
+            value = getattr(self, name)
+            if value is not None and not timedelta(0) < value <= LONGEST_EXPECTED_DURATION:
+                errors[name] = (
+                    f"Expected a positive duration of at most {LONGEST_EXPECTED_DURATION.days} days, e.g. 1 00:00:00."
+                )
+        default_wall, max_wall = self.default_wall_time, self.max_wall_time
+        if default_wall and max_wall and "max_wall_time" not in errors and default_wall > max_wall:
+            errors["default_wall_time"] = (
+                f"Expected at most the queue's longest wall time ({max_wall}), got {default_wall}."
             )
         if self.min_window is not None and self.min_window <= timedelta(0):
             errors["min_window"] = "Expected a positive duration, e.g. 00:15:00."

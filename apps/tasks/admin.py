@@ -47,7 +47,7 @@ REQUEST_FIELDSETS = (
     ),
     (
         "Scheduling",
-        {"fields": ("expected_duration", "preemptible", "required_labels", "preferred_clusters")},
+        {"fields": ("expected_duration", "wall_time", "preemptible", "required_labels", "preferred_clusters")},
     ),
     ("What to run", {"fields": ("image", "command", "env", "volumes")}),
     (

@@ -42,6 +42,7 @@ class TaskFilterSet(BaseFilterSet):
             "elastic_min": NUMBER,
             "elastic_max": NUMBER,
             "expected_duration": NUMBER,
+            "wall_time": NUMBER,
             "preemptible": ["exact"],
             "preferred_clusters": ["exact"],
             "image": ["exact", "icontains"],

@@ -121,8 +121,8 @@ class TaskForm(forms.Form):
     kind_title = "Settings"
     basic_fields: tuple[str, ...] = ("name", "project")
     scheduling_fields = (
-        "vdc", "preferred_cluster", "queue", "preemptible", "expected_duration", "gpu_spec", "cpu", "memory_gib",
-        "instances",
+        "vdc", "preferred_cluster", "queue", "preemptible", "expected_duration", "wall_time", "gpu_spec", "cpu",
+        "memory_gib", "instances",
     )  # fmt: skip
     advanced_fields = ("command", "env", "volumes")
 
@@ -136,8 +136,14 @@ class TaskForm(forms.Form):
     queue = QueueChoiceField(queryset=TaskQueue.objects.none())
     preemptible = forms.BooleanField(required=False, initial=True)
     expected_duration = DurationInput(
-        required=False, help_text="Required for medium queues, e.g. 2h, 1h30m or 02:00:00: the guaranteed window."
+        required=False,
+        help_text="An estimate, e.g. 2h, 1h30m or 02:00:00: it drives queue estimates and, in medium queues (where it "
+        "is required), the guaranteed window. It never stops the job.",
     )
+    wall_time = DurationInput(
+        required=False, label="Wall-time limit",
+        help_text="Optional: the job is stopped once it has run this long (empty: the queue's default, if any).",
+    )  # fmt: skip
     gpu_spec = forms.CharField(
         max_length=128, required=False, label="GPUs",
         help_text="e.g. 1(A100), 2(A100|H100), 0.5(vgpu), 1(16G,50%), vram=16Gi,tflops-fp16=100; empty for none.",
@@ -200,8 +206,8 @@ class TaskForm(forms.Form):
         data = self.cleaned_data
         fields = {
             name: data[name]
-            for name in ("name", "cpu", "memory_gib", "instances", "expected_duration", "preemptible", "image",
-                         "command", "env", "volumes", *self.kind_fields)
+            for name in ("name", "cpu", "memory_gib", "instances", "expected_duration", "wall_time", "preemptible",
+                         "image", "command", "env", "volumes", *self.kind_fields)
             if name in data
         }  # fmt: skip
         fields["gpu_spec"] = (data.get("gpu_spec") or "").strip()

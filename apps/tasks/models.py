@@ -83,7 +83,17 @@ class Task(models.Model):
     elastic_max = models.PositiveIntegerField(null=True, blank=True)
 
     # Scheduling wishes.
-    expected_duration = models.DurationField(null=True, blank=True, help_text="Required for medium queues")
+    expected_duration = models.DurationField(
+        null=True,
+        blank=True,
+        help_text="An estimate, never a kill: queue estimates, backfill and the medium window; required for medium "
+        "queues",
+    )
+    wall_time = models.DurationField(
+        null=True,
+        blank=True,
+        help_text="Optional hard limit: the job is stopped once it has run this long (empty: the queue's default)",
+    )
     preemptible = models.BooleanField(default=True)
     required_labels = models.JSONField(default=dict, blank=True)
     preferred_clusters = models.ManyToManyField(Cluster, blank=True, related_name="preferred_by")

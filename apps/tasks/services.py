@@ -29,7 +29,7 @@ from apps.vdc.services import can_act, can_view
 # Fields a submitter may set; everything else (status, placement ...) belongs to the scheduler.
 SUBMIT_FIELDS = (
     "name", "kind", "cpu", "memory_gib", "gpu_spec", "instances", "elastic_min", "elastic_max",
-    "expected_duration", "preemptible", "required_labels", "image", "command", "env", "volumes",
+    "expected_duration", "wall_time", "preemptible", "required_labels", "image", "command", "env", "volumes",
     "ide_type", "framework", "model_path", "epochs", "batch_size", "checkpoint_path", "max_retries",
     "port", "max_tokens", "temperature", "autoscale_min", "autoscale_max", "autoscale_cpu_percent",
     "autoscale_gpu_percent",
@@ -120,6 +120,8 @@ def submit_task(
         raise ValidationError({"queue": f"Queue {queue.name} is closed and takes no new tasks."})
 
     task = Task(project=project, owner=user, vdc=vdc, queue=queue, status=TaskStatus.QUEUED, **fields)
+    if task.wall_time is None:
+        task.wall_time = queue.default_wall_time
     if task.kind not in TaskKind.values:
         raise ValidationError({"kind": f"Expected one of {', '.join(TaskKind.values)}, got {task.kind!r}."})
     errors: dict[str, list[str]] = {}

@@ -16,6 +16,7 @@ from typing import Any
 
 from apps.clusters.hostpaths import is_approved, path_problem
 from apps.clusters.models import Cluster, GPUModel
+from apps.queues.models import LONGEST_EXPECTED_DURATION
 
 # Per instance.
 MIN_CPU = Decimal("0.01")
@@ -104,6 +105,9 @@ def task_errors(task) -> dict[str, str]:
     message = duration_error(task.expected_duration, queue.max_expected_duration if queue else None)
     if message:
         errors["expected_duration"] = message
+    message = wall_time_error(task.wall_time, queue.max_wall_time if queue else None)
+    if message:
+        errors["wall_time"] = message
     for field, check in (("env", env_error), ("required_labels", labels_error)):
         message = check(getattr(task, field))
         if message:
@@ -134,6 +138,18 @@ def duration_error(duration, longest: timedelta | None) -> str | None:
         return f"Expected a positive duration, e.g. 02:00:00, got {duration}."
     if longest is not None and duration > longest:
         return f"Expected at most the queue's longest expected duration, {longest}, got {duration}."
+    return None
+
+
+def wall_time_error(wall_time, longest: timedelta | None) -> str | None:
+    """A wall-time limit must be positive and within the queue's longest (366 days when it sets none)."""
+    if wall_time is None or not isinstance(wall_time, timedelta):
+        return None
+    longest = longest or LONGEST_EXPECTED_DURATION
+    if wall_time <= timedelta(0):
+        return f"Expected a positive wall-time limit, e.g. 04:00:00, or none, got {wall_time}."
+    if wall_time > longest:
+        return f"Expected at most the queue's longest wall time, {longest}, got {wall_time}."
     return None
 
 

@@ -78,6 +78,25 @@ def test_a_valid_submission_within_every_bound_is_accepted(world):
     assert response.data["volumes"][0]["host_path"] == "/srv/data/a"
 
 
+def test_wall_time_is_bounded_by_the_queue_and_separate_from_the_expected_duration(world):
+    admin = client_for(world.admin)
+    url = f"/api/v1/queues/{world.high.pk}/"
+    response = admin.patch(url, {"default_wall_time": "2 00:00:00", "max_wall_time": "1 00:00:00"}, format="json")
+    assert response.status_code == 400 and "longest wall time" in str(response.data["default_wall_time"][0])
+    response = admin.patch(url, {"default_wall_time": "02:00:00", "max_wall_time": "1 00:00:00"}, format="json")
+    assert response.status_code == 200, response.data
+    too_long = submit(world, wall_time="2 00:00:00")
+    assert too_long.status_code == 400 and "longest wall time" in str(too_long.data["wall_time"][0])
+    assert submit(world, wall_time="-00:01:00").status_code == 400
+    defaulted = submit(world)
+    assert defaulted.status_code == 201 and defaulted.data["wall_time"] == "02:00:00"
+    own = submit(world, expected_duration="3 00:00:00", wall_time="12:00:00")
+    assert own.status_code == 201 and (own.data["expected_duration"], own.data["wall_time"]) == (
+        "3 00:00:00",
+        "12:00:00",
+    )
+
+
 def test_queue_maximum_is_set_by_admins_through_the_api(world):
     url = f"/api/v1/queues/{world.high.pk}/"
     member = client_for(world.member).patch(url, {"max_expected_duration": "30 00:00:00"}, format="json")

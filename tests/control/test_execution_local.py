@@ -11,7 +11,8 @@ from apps.clusters.backends import executor_for
 from apps.clusters.executors.base import ExecutorError, JobPhase
 from apps.control import reconcile
 from apps.control.health import check_cluster_health
-from apps.control.models import BackendObject, ObjectState
+from apps.control.jobspec import job_spec
+from apps.control.models import BackendObject, Installation, ObjectState
 from apps.control.scheduling import run_cycle
 from apps.tasks.models import Task
 from apps.tasks.services import stop_task, submit_task
@@ -65,6 +66,27 @@ def test_failing_command_marks_the_task_failed(world):
     task = scheduled(world, "exit 3")
     launch(task)
     wait_status(task, "failed")
+
+
+def test_an_expected_duration_is_an_estimate_and_never_stops_the_job(world):
+    task = scheduled(world, "sleep 3", expected_duration=timedelta(seconds=1))
+    launch(task)
+    assert wait_status(task, "completed", timeout=40).status_message != "wall-time limit reached"
+
+
+def test_a_wall_time_limit_stops_the_job_and_says_so(world):
+    task = scheduled(world, "sleep 60", wall_time=timedelta(seconds=2))
+    launch(task)
+    task = wait_status(task, "failed", timeout=40)
+    assert "wall-time limit reached" in task.status_message
+
+
+def test_the_queues_default_wall_time_applies_to_tasks_that_set_none(world):
+    world.high.default_wall_time = timedelta(hours=4)
+    world.high.save()
+    task = scheduled(world, "true")
+    assert task.wall_time == timedelta(hours=4)
+    assert job_spec(task, Installation.current()).time_limit_s == 4 * 3600
 
 
 def test_launch_is_idempotent_per_attempt(world):

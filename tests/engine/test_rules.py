@@ -74,6 +74,15 @@ def test_medium_window_halving_stops_at_queue_floor():
     assert d.preemptions[0].new_window_s == 50  # floor of the medium queue in the builders
 
 
+def test_halving_never_lengthens_a_window_shorter_than_the_floor():
+    # Issue 11: a 90 s window with a 600 s floor became 600 s ("halved"); the floor only stops the halving.
+    med = task("med", "medium", expected_duration_s=90)
+    floor = (Queue("high", "high"), Queue("medium", "medium", window_floor_s=600), Queue("low", "low"))
+    d = schedule(snap([node("n1", cards=1)], [task("hi")], [running(med, [("n1", [0])], started_at=0)], now=91,
+                      qs=floor))  # fmt: skip
+    assert d.preemptions[0].new_window_s == 90
+
+
 def test_medium_start_carries_its_window():
     d = schedule(snap([node("n1")], [task("med", "medium", expected_duration_s=800, window_s=400)]))
     assert d.starts[0].window_s == 400

@@ -74,7 +74,7 @@ def test_timeout_and_out_of_memory_say_why_the_job_failed():
     timeout = job_state({"job_id": 5, "job_state": "TIMEOUT", "exit_code": 15, "end_time": 100})
     oom = job_state({"job_id": 6, "job_state": "OUT_OF_MEMORY", "exit_code": 9})
 
-    assert (timeout.phase, timeout.message, timeout.exit_code) == (JobPhase.FAILED, "time limit reached", 143)
+    assert (timeout.phase, timeout.message, timeout.exit_code) == (JobPhase.FAILED, "wall-time limit reached", 143)
     assert (oom.phase, oom.message) == (JobPhase.FAILED, "out of memory")
 
 

@@ -98,7 +98,7 @@ class JobSpec:
     instances: int = 1  # gang size (ranks)
     placements: tuple[NodePlacement, ...] = ()  # one per instance, chosen by the scheduler
     namespace: str = ""  # Kubernetes namespace or Slurm partition
-    time_limit_s: int | None = None  # from the expected duration
+    time_limit_s: int | None = None  # the task's wall-time limit (its expected duration is never one)
     labels: dict[str, str] = field(default_factory=dict)
     settings: dict = field(default_factory=dict)  # kind-specific: ide, port, replicas, hpa targets ...
     backend_flavour: str = "default"  # "volcano" for Volcano queues on Kubernetes

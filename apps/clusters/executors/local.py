@@ -291,7 +291,7 @@ class LocalExecutor(Executor):
             elif exit_code == 0:
                 phase, message = JobPhase.SUCCEEDED, ""
             elif self._hit_time_limit(meta, exit_code, started_at, finished_at):
-                phase, message = JobPhase.FAILED, "time limit reached"
+                phase, message = JobPhase.FAILED, "wall-time limit reached"
             else:
                 phase, message = JobPhase.FAILED, f"exit code {exit_code}"
             return JobState(external_id, phase, message, started_at, finished_at, exit_code)

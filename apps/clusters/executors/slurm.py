@@ -57,7 +57,7 @@ _PHASES = {
 }
 
 _STATE_MESSAGES = {
-    "TIMEOUT": "time limit reached",
+    "TIMEOUT": "wall-time limit reached",
     "OUT_OF_MEMORY": "out of memory",
     "BOOT_FAIL": "node boot failure",
     "DEADLINE": "deadline reached before the job could finish",

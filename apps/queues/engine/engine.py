@@ -744,7 +744,8 @@ class Scheduler:
         if run.rank == CLASS_RANK[MEDIUM]:
             floor = q.window_floor_s if q else 0.0
             base = run.window_s if run.window_s is not None else (task.expected_duration_s or 0.0)
-            new_window = max(floor, base / 2)
+            # Halved down to the queue's floor, and never longer than the window it had (SPEC §4).
+            new_window = min(base, max(floor, base / 2))
         msg = {
             "higher_class": f"preempted by {by.id!r}, a higher-class task that needs its resources",
             "quota_reclaim": f"project of {by.id!r} reclaims its guaranteed quota",
