@@ -1,4 +1,4 @@
-"""Encryption at rest for cluster credentials (Fernet, key from HCS_CREDENTIALS_KEY)."""
+"""Encryption at rest for cluster credentials and task secret variables (Fernet, key from HCS_CREDENTIALS_KEY)."""
 
 from __future__ import annotations
 
@@ -27,3 +27,16 @@ def decrypt_json(token: str) -> dict:
         return json.loads(_fernet().decrypt(token.encode()))
     except InvalidToken:
         raise ValueError("cluster credentials cannot be decrypted: HCS_CREDENTIALS_KEY changed since they were saved")
+
+
+def encrypt_text(value: str) -> str:
+    """Encrypt one secret string (a task's secret variable)."""
+    return _fernet().encrypt(value.encode()).decode()
+
+
+def decrypt_text(token: str) -> str:
+    """Decrypt what :func:`encrypt_text` wrote; raises ValueError when the key changed."""
+    try:
+        return _fernet().decrypt(token.encode()).decode()
+    except InvalidToken:
+        raise ValueError("a secret cannot be decrypted: HCS_CREDENTIALS_KEY changed since it was saved")

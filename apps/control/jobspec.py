@@ -9,6 +9,7 @@ from apps.clusters.executors.base import (
     LABEL_TASK_ID,
     LABEL_TASK_UID,
     DeviceSlot,
+    ExecutorError,
     GPUModelSpec,
     JobSpec,
     NodePlacement,
@@ -35,7 +36,14 @@ def owner_labels(task: Task, installation: str) -> dict[str, str]:
 
 
 def job_spec(task: Task, installation: str) -> JobSpec:
-    """Map a scheduled task and its placement onto the backend-neutral JobSpec."""
+    """Map a scheduled task and its placement onto the backend-neutral JobSpec.
+
+    Raises a non-retryable ExecutorError when the task's secret variables cannot be decrypted.
+    """
+    try:
+        secret_env = task.get_secret_env()
+    except ValueError as exc:
+        raise ExecutorError(str(exc), retryable=False)
     placements = task.placement or []
     model_name = next((p.get("gpu_model") for p in placements if p.get("gpu_model")), None)
     gpu_model = None
@@ -68,6 +76,7 @@ def job_spec(task: Task, installation: str) -> JobSpec:
         image=task.image,
         command=task.command,
         env={str(k): str(v) for k, v in (task.env or {}).items()},
+        secret_env=secret_env,
         volumes=tuple(task.volumes or ()),
         cpu=float(task.cpu),
         memory_gib=float(task.memory_gib),

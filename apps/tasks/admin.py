@@ -49,7 +49,8 @@ REQUEST_FIELDSETS = (
         "Scheduling",
         {"fields": ("expected_duration", "wall_time", "preemptible", "required_labels", "preferred_clusters")},
     ),
-    ("What to run", {"fields": ("image", "command", "env", "volumes")}),
+    # secret_variables: a write-only input on add (TaskSubmitForm), the names on change.
+    ("What to run", {"fields": ("image", "command", "env", "secret_variables", "volumes")}),
     (
         "Kind-specific settings",
         {
@@ -119,7 +120,7 @@ class TaskAdmin(admin.ModelAdmin):
     def get_readonly_fields(self, request, obj=None):
         if obj is None:
             return ()
-        return (*SUBMITTED_FIELDS, *STATE_FIELDS)
+        return (*SUBMITTED_FIELDS, *STATE_FIELDS, "secret_variables")
 
     def get_inlines(self, request, obj):
         return self.inlines if obj is not None else ()
@@ -175,6 +176,11 @@ class TaskAdmin(admin.ModelAdmin):
     @admin.display(description="Queue (class)", ordering="queue__name")
     def queue_column(self, obj) -> str:
         return f"{obj.queue.name} ({obj.queue.priority_class})"
+
+    @admin.display(description="Secret variables")
+    def secret_variables(self, obj) -> str:
+        """Names only: the values are write-only, for the job alone."""
+        return ", ".join(obj.secret_env_names) or "-"
 
     @admin.display(description="Placement")
     def placement_table(self, obj):

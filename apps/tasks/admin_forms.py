@@ -7,10 +7,11 @@ from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied, Validatio
 
 from apps.tasks.models import Task
 from apps.tasks.services import SUBMIT_FIELDS, submit_task
-from apps.vdc.admin_forms import KeyValueField
+from apps.vdc.admin_forms import KeyValueField, SecretTextarea
 from apps.vdc.models import VDC
 
 ENV_EXAMPLE = "EPOCHS=3"
+SECRET_ENV_EXAMPLE = "WANDB_API_KEY=..."
 LABELS_EXAMPLE = "gpu=a100"
 
 
@@ -42,6 +43,12 @@ class TaskSubmitForm(forms.ModelForm):
         VDC.objects.all(), required=False, help_text="Empty: the VDC of the queue", label="VDC"
     )
     env = KeyValueField(example=ENV_EXAMPLE)
+    secret_variables = KeyValueField(
+        example=SECRET_ENV_EXAMPLE,
+        widget=SecretTextarea(attrs={"rows": 2, "cols": 60}),
+        label="Secret variables",
+        help_text="One NAME=value per line; stored encrypted, given to the job, never shown again (not even here).",
+    )
     required_labels = KeyValueField(example=LABELS_EXAMPLE, help_text="Clusters must carry these labels")
 
     class Meta:
@@ -63,6 +70,7 @@ class TaskSubmitForm(forms.ModelForm):
                 queue=cleaned["queue"],
                 vdc=cleaned.get("vdc"),
                 preferred_clusters=cleaned.get("preferred_clusters") or (),
+                secret_env=cleaned.get("secret_variables") or {},
                 **fields,
             )
         except PermissionDenied as exc:

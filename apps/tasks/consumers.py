@@ -8,6 +8,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from apps.queues.models import TaskQueue
 from apps.tasks import live
 from apps.tasks.models import Task
+from apps.vdc.api.permissions import visible_vdcs
 from apps.vdc.models import Project
 from apps.vdc.services import can_view
 
@@ -54,8 +55,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         if kind == "user":
             return (live.user_group(pk), None) if pk == self.user.pk else (None, None)
         if kind == "queue":
-            # Queue pages are open to every signed-in user; the group carries counts only.
-            if not TaskQueue.objects.filter(pk=pk).exists():
+            # The API's rule: a queue's counts are for users with a project in its VDC (and platform admins).
+            if not TaskQueue.objects.filter(pk=pk, vdc__in=visible_vdcs(self.user).values("pk")).exists():
                 return None, None
             return live.queue_group(pk), {"type": "queue", "id": pk, **live.queue_counts([pk])[pk]}
         if kind == "project":

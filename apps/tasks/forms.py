@@ -19,6 +19,7 @@ from apps.tasks import validation as limits
 from apps.tasks.choices import Framework, IDEType, TaskKind
 from apps.tasks.models import Task
 from apps.tasks.services import submit_task
+from apps.vdc.admin_forms import SecretTextarea
 from apps.vdc.choices import QueuePolicy
 from apps.vdc.models import VDC, Project
 from apps.vdc.services import can_act
@@ -124,7 +125,7 @@ class TaskForm(forms.Form):
         "vdc", "preferred_cluster", "queue", "preemptible", "expected_duration", "wall_time", "gpu_spec", "cpu",
         "memory_gib", "instances",
     )  # fmt: skip
-    advanced_fields = ("command", "env", "volumes")
+    advanced_fields = ("command", "env", "secret_env", "volumes")
 
     name = forms.CharField(max_length=128)
     project = forms.ModelChoiceField(queryset=Project.objects.none())
@@ -165,6 +166,11 @@ class TaskForm(forms.Form):
         required=False, label="Environment variables", widget=forms.Textarea(attrs={"rows": 3}),
         help_text="One KEY=VALUE per line.",
     )  # fmt: skip
+    secret_env = forms.CharField(
+        required=False, label="Secret variables", widget=SecretTextarea(attrs={"rows": 2}),
+        help_text="One KEY=VALUE per line, for tokens and passwords: stored encrypted, given to the job, "
+                  "never shown again.",
+    )  # fmt: skip
     volumes = forms.CharField(
         required=False, widget=forms.Textarea(attrs={"rows": 2}),
         help_text="One SOURCE:/mount/path[:ro] per line; SOURCE is a /host/path or a volume claim name.",
@@ -189,6 +195,9 @@ class TaskForm(forms.Form):
 
     def clean_env(self) -> dict[str, str]:
         return parse_env(self.cleaned_data.get("env") or "")
+
+    def clean_secret_env(self) -> dict[str, str]:
+        return parse_env(self.cleaned_data.get("secret_env") or "")
 
     def clean_volumes(self) -> list[dict]:
         return parse_volumes(self.cleaned_data.get("volumes") or "")
@@ -228,6 +237,7 @@ class TaskForm(forms.Form):
                 queue=data["queue"],
                 vdc=data["vdc"],
                 preferred_clusters=[cluster] if cluster else (),
+                secret_env=data.get("secret_env") or {},
                 **self.submission_fields(),
             )
         except PermissionDenied as exc:

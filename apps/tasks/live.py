@@ -3,7 +3,7 @@
 Pages subscribe to a task, a project, a queue or their own user group (``apps.tasks.consumers``).
 ``push_task_changed`` is connected to ``task_changed`` (sent on commit with task ids): it loads the
 task once and sends its state to the task's, project's and owner's groups, and the queue's counts
-(never task details, since queue pages are open to every signed-in user) to the queue group.
+(never task details, since every project in the queue's VDC may subscribe) to the queue group.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Case, DecimalField, ExpressionWrapper, F, Q, Sum, When
 
+from apps.clusters.crypto import decrypt_text, encrypt_text
 from apps.clusters.models import Cluster
 from apps.clusters.services import validate_gpu_spec
 from apps.queues.models import TaskQueue
@@ -102,6 +103,9 @@ class Task(models.Model):
     image = models.CharField(max_length=255, blank=True)
     command = models.TextField(blank=True)
     env = models.JSONField(default=dict, blank=True)
+    # Name -> value encrypted with HCS_CREDENTIALS_KEY. Write-only: set with set_secret_env(), shown by name only,
+    # decrypted only to build the job (apps.control.jobspec).
+    secret_env = models.JSONField(default=dict, blank=True, editable=False)
     volumes = models.JSONField(default=list, blank=True)
 
     # Kind-specific settings.
@@ -202,6 +206,19 @@ class Task(models.Model):
     def releasing_placement(self) -> list[dict]:
         """Instances of an elastic shrink still held on the backend (counted and billed until released)."""
         return [p for p in self.placement or [] if p.get("releasing")]
+
+    @property
+    def secret_env_names(self) -> list[str]:
+        """The names of the task's secret variables; their values are never shown."""
+        return sorted(self.secret_env or {})
+
+    def set_secret_env(self, values: dict[str, str]) -> None:
+        """Encrypt and keep secret variables (validated by the caller); call save() afterwards."""
+        self.secret_env = {name: encrypt_text(value) for name, value in values.items()}
+
+    def get_secret_env(self) -> dict[str, str]:
+        """Decrypted secret variables, for the job spec only; raises ValueError when the key changed."""
+        return {name: decrypt_text(token) for name, token in (self.secret_env or {}).items()}
 
     def clean(self) -> None:
         """The submission rules of :mod:`apps.tasks.validation` and the GPU spec grammar, per field."""

@@ -23,6 +23,7 @@ from apps.queues.models import TaskQueue
 from apps.tasks.choices import ACTIVE, FINAL, WAITING, EventKind, TaskKind, TaskStatus
 from apps.tasks.models import Task, TaskEvent
 from apps.tasks.signals import cluster_work, demand_changed, task_changed
+from apps.tasks.validation import secret_env_error
 from apps.vdc.models import VDC, Project, ProjectQuota
 from apps.vdc.services import can_act, can_view
 
@@ -92,12 +93,14 @@ def submit_task(
     queue: TaskQueue | str | None,
     vdc: VDC | None = None,
     preferred_clusters=(),
+    secret_env: dict[str, str] | None = None,
     **fields: Any,
 ) -> Task:
     """Validate a submission and leave the task queued for the scheduler.
 
     Checks, in order: the user may act in the project; the VDC (default when omitted) and queue exist
     and the queue is open; the fields, their bounds (``apps.tasks.validation``) and the GPU spec are valid;
+    ``secret_env`` (name -> value, checked like ``env``) is stored encrypted;
     medium queues get an expected duration; the request fits the project's quota limits in the VDC
     (checked under a lock of the quota row, in the transaction that writes the task). Raises
     ValidationError (per field) or PermissionDenied and writes nothing in either case.
@@ -129,6 +132,10 @@ def submit_task(
         task.full_clean(exclude=["project", "owner", "vdc", "queue"])
     except ValidationError as exc:
         errors.update(exc.message_dict)
+    secret_env = {} if secret_env is None else secret_env
+    message = secret_env_error(secret_env, task.env)
+    if message:
+        errors["secret_env"] = [message]
     if queue.priority_class == PriorityClass.MEDIUM and not task.expected_duration:
         errors.setdefault("expected_duration", []).append(
             f"Queue {queue.name} is medium priority: it needs an expected duration (e.g. 02:00:00), "
@@ -142,6 +149,7 @@ def submit_task(
     if errors:
         raise ValidationError(errors)
     task.gpu_spec = task.gpu_spec.strip()
+    task.set_secret_env(secret_env)
 
     with transaction.atomic():
         _check_quota(task, request, gpu_catalog)

@@ -196,6 +196,17 @@ def env_error(env) -> str | None:
     return None
 
 
+def secret_env_error(secret_env, env) -> str | None:
+    """Secret variables: the rules of ``env`` (names, sizes, reserved names), and no name also in ``env``."""
+    message = env_error(secret_env)
+    if message:
+        return message
+    shared = sorted(set(secret_env) & set(env)) if isinstance(env, Mapping) else []
+    if shared:
+        return f"{', '.join(shared)}: also in env; expected each variable either in env or in secret_env."
+    return None
+
+
 def labels_error(labels) -> str | None:
     """Required cluster labels: an object of at most MAX_LABELS string keys and string values."""
     expected = 'Expected labels as an object of strings, e.g. {"gpu": "a100"}'

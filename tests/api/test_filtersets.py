@@ -24,7 +24,16 @@ EXEMPT = {
     "clusters.Device": {"links"},
     "clusters.AgentToken": {"key_hash"},  # a secret's digest
     "queues.TaskQueue": {"description"},
-    "tasks.Task": {"required_labels", "command", "env", "volumes", "status_message", "pending_message", "placement"},
+    "tasks.Task": {
+        "required_labels",
+        "command",
+        "env",
+        "secret_env",
+        "volumes",
+        "status_message",
+        "pending_message",
+        "placement",
+    },
     "tasks.TaskEvent": {"message", "data"},
     "billing.PriceRule": {"discount_tiers"},
     "control.BackendObject": {"message", "devices"},

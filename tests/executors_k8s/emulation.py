@@ -10,6 +10,7 @@ import kmock
 RESOURCES = {
     "v1/pods": "Pod",
     "v1/services": "Service",
+    "v1/secrets": "Secret",
     "networking.k8s.io/v1/ingresses": "Ingress",
     "autoscaling/v2/horizontalpodautoscalers": "HorizontalPodAutoscaler",
     "batch/v1/jobs": "Job",

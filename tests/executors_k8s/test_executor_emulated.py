@@ -479,3 +479,19 @@ def test_ca_certificate_is_taken_as_pem_text_or_as_a_path():
     assert from_text.api_client.configuration.ca_cert_data == pem
     from_path = KubernetesExecutor(host="https://k8s.example.org:6443", token="t", ca_cert="/etc/hcs/ca.crt")
     assert from_path.api_client.configuration.ssl_ca_cert == "/etc/hcs/ca.crt"
+
+
+def test_secret_variables_go_into_a_secret_owned_by_the_workload(executor, emulator):
+    s = spec(env={"EPOCHS": "3"}, secret_env={"API_TOKEN": "s3cr3t"})
+    external_id = executor.submit(s)
+    (job,) = stored(emulator, "batch/v1/jobs").values()
+    secret = stored(emulator, "v1/secrets")[job["metadata"]["name"]]
+    assert secret["stringData"] == {"API_TOKEN": "s3cr3t"}
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
+    env = job["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "EPOCHS", "value": "3"} in env
+    ref = {"name": "API_TOKEN", "valueFrom": {"secretKeyRef": {"name": secret["metadata"]["name"], "key": "API_TOKEN"}}}
+    assert ref in env
+    assert "s3cr3t" not in str(job)
+    executor.delete(external_id)
+    assert not stored(emulator, "v1/secrets")

@@ -414,3 +414,16 @@ def test_manifests_use_only_fields_of_the_official_models(overrides):
     for manifest in m.build_manifests(spec(**overrides), "ns", ingress_domain="apps.example.org"):
         model = getattr(client, _MODELS[manifest["kind"]]).from_dict(manifest)
         assert api.sanitize_for_serialization(model) == manifest
+
+
+def test_secret_variables_are_references_never_values_in_the_workload():
+    s = spec(env={"EPOCHS": "3"}, secret_env={"API_TOKEN": "s3cr3t"})
+    workload = m.build_manifests(s, "gpu-jobs")[0]
+    env = workload["spec"]["template"]["spec"]["containers"][0]["env"]
+    name = m.object_name(s)
+    assert {"name": "API_TOKEN", "valueFrom": {"secretKeyRef": {"name": name, "key": "API_TOKEN"}}} in env
+    assert "s3cr3t" not in str(workload)
+    secret = m.secret_manifest(s, "gpu-jobs")
+    assert secret["kind"] == "Secret" and secret["metadata"]["name"] == name
+    assert secret["stringData"] == {"API_TOKEN": "s3cr3t"}
+    assert m.secret_manifest(spec(), "gpu-jobs") is None

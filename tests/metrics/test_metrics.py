@@ -135,6 +135,23 @@ def test_platform_admins_read_metrics_in_their_browser(client, world, settings):
     assert client.get("/metrics").status_code == 200
 
 
+@pytest.mark.parametrize("who", ["anonymous", "member", "viewer", "owner"])
+def test_no_project_data_on_loopback_without_staff_or_token(client, known_state, settings, who):
+    """Issue 10 item 9: on loopback, neither an anonymous client nor a project member reads names, costs or
+    balances; only staff (and the token or an allowed address) do."""
+    settings.METRICS_TOKEN = ""
+    settings.METRICS_ALLOWED_IPS = []
+    if who != "anonymous":
+        client.force_login(known_state.user(who))
+    for address in ("127.0.0.1", "::1"):
+        response = client.get("/metrics", REMOTE_ADDR=address)
+        assert response.status_code == 403
+        assert b"alpha" not in response.content and b"hcs_account_balance" not in response.content
+    client.force_login(known_state.admin)
+    staff = client.get("/metrics", REMOTE_ADDR="127.0.0.1")
+    assert staff.status_code == 200 and b'project="alpha"' in staff.content
+
+
 def test_a_bearer_token_opens_metrics_from_anywhere(client, world, settings):
     settings.METRICS_TOKEN = "s3cret"
     settings.METRICS_ALLOWED_IPS = []

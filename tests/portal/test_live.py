@@ -10,6 +10,15 @@ from django.contrib.sessions.backends.db import SessionStore
 from apps.tasks.consumers import LiveConsumer
 from apps.tasks.services import stop_task, submit_task
 from hcsportal.asgi import application
+from tests.factories import (
+    ClusterFactory,
+    MembershipFactory,
+    ProjectFactory,
+    ProjectQuotaFactory,
+    TaskQueueFactory,
+    UserFactory,
+    VDCFactory,
+)
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
 
@@ -114,3 +123,39 @@ async def test_consumer_alone_refuses_a_scope_without_user():
     communicator = WebsocketCommunicator(LiveConsumer.as_asgi(), "/ws/live/")
     connected, code = await communicator.connect()
     assert not connected and code == 4401
+
+
+def second_vdc(world):
+    """VDC 2 with a queue and a project of its own; the world's users have no project there."""
+    vdc = VDCFactory(name="second")
+    ClusterFactory(vdc=vdc, name="local-2", cluster_type="local")
+    queue = TaskQueueFactory(vdc=vdc, name="high", priority_class="high")
+    project = ProjectFactory(name="gamma")
+    ProjectQuotaFactory(project=project, vdc=vdc)
+    owner = UserFactory(username="greta")
+    MembershipFactory(project=project, user=owner, role="owner")
+    return queue, project, owner
+
+
+async def test_member_cannot_get_another_vdcs_queue_counts(live_world):
+    queue, project, owner = await database_sync_to_async(second_vdc)(live_world)
+    communicator, connected = await connect_as(live_world.member)
+    assert connected
+    await communicator.send_json_to({"subscribe": "queue", "id": queue.pk})
+    assert await communicator.receive_json_from() == {"type": "refused", "subscribe": "queue", "id": queue.pk}
+    await database_sync_to_async(submit_task)(
+        owner, project=project, queue=queue, name="theirs", kind="training", gpu_spec="", command="sleep 1"
+    )
+    assert await communicator.receive_nothing(timeout=1)
+    # Their own VDC's queue still answers on the same socket.
+    await communicator.send_json_to({"subscribe": "queue", "id": live_world.high.pk})
+    assert (await communicator.receive_json_from())["type"] == "subscribed"
+    await communicator.disconnect()
+
+
+async def test_platform_admin_may_watch_every_vdcs_queues(live_world):
+    queue, _, _ = await database_sync_to_async(second_vdc)(live_world)
+    communicator, _ = await connect_as(live_world.admin)
+    await communicator.send_json_to({"subscribe": "queue", "id": queue.pk})
+    assert (await communicator.receive_json_from())["type"] == "subscribed"
+    await communicator.disconnect()

@@ -356,6 +356,22 @@ def _env_list(env: dict[str, str]) -> list[dict]:
     return [{"name": key, "value": str(value)} for key, value in env.items()]
 
 
+def secret_manifest(spec: JobSpec, namespace: str) -> dict | None:
+    """The Secret that holds the task's secret variables (same name as its workload); None without any.
+
+    The values never appear in the workload: its container reads them by reference (``secretKeyRef``).
+    """
+    if not spec.secret_env:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _metadata(object_name(spec), namespace, task_labels(spec)),
+        "type": "Opaque",
+        "stringData": dict(spec.secret_env),
+    }
+
+
 def _volume_source(number: int, volume: object, approved: tuple[str, ...]) -> dict:
     """The Kubernetes source of one of the task's volumes; a host path only under an approved prefix.
 
@@ -437,15 +453,22 @@ def container(
     env_before: dict[str, str] | None = None,
 ) -> dict:
     """The task's one container: resources, then env: the defaults a task may change (rendezvous), the task's
-    own, and the vendor's device variables last (a task never widens the cards it sees)."""
-    env = {**(env_before or {}), **spec.env, **accelerator_env(spec)}
+    own, and the vendor's device variables last (a task never widens the cards it sees). Secret variables
+    are references to the task's Secret (:func:`secret_manifest`), never values."""
+    vendor = accelerator_env(spec)
+    secret_names = [key for key in spec.secret_env if key not in vendor]
+    env = {**(env_before or {}), **spec.env, **vendor}
+    for key in secret_names:
+        env.pop(key, None)
+    secret = object_name(spec)
+    secret_refs = [{"name": key, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}} for key in secret_names]
     limits = {"cpu": _cpu_quantity(spec.cpu), "memory": _memory_quantity(spec.memory_gib), **gpu_limits(spec)}
     requests = {"cpu": limits["cpu"], "memory": limits["memory"]}
     _, mounts = _volumes(spec)
     result: dict = {
         "name": CONTAINER_NAME,
         "image": spec.image,
-        "env": [*extra_env, *_env_list(env)],
+        "env": [*extra_env, *_env_list(env), *secret_refs],
         "resources": {"limits": limits, "requests": requests},
     }
     command = command or spec.command

@@ -38,6 +38,7 @@ T = TypeVar("T")
 _TYPED = {
     "Pod": ("core", "pod"),
     "Service": ("core", "service"),
+    "Secret": ("core", "secret"),
     "Ingress": ("networking", "ingress"),
     "HorizontalPodAutoscaler": ("autoscaling", "horizontal_pod_autoscaler"),
     "Job": ("batch", "job"),
@@ -45,7 +46,7 @@ _TYPED = {
 }
 _WORKLOAD_KIND = {m.WORKLOAD_POD: "Pod", m.WORKLOAD_JOB: "Job", m.WORKLOAD_DEPLOYMENT: "Deployment"}
 # Deleted in this order by delete(): workloads first so nothing recreates pods meanwhile.
-_DELETE_ORDER = ("Deployment", "Job", "Pod", "HorizontalPodAutoscaler", "Ingress", "Service")
+_DELETE_ORDER = ("Deployment", "Job", "Pod", "HorizontalPodAutoscaler", "Ingress", "Service", "Secret")
 
 _WAITING_REASONS_FAILED = {"InvalidImageName", "CreateContainerConfigError", "CreateContainerError"}
 _VOLCANO_PHASES = {
@@ -358,26 +359,37 @@ class KubernetesExecutor(Executor):
         )
 
     def submit(self, spec: JobSpec, *, fresh: bool = False) -> str:
-        """Create the workload, then its Service / Ingress / HPA owned by it; existing objects are kept."""
+        """Create the task's Secret (if it has secret variables), the workload, then its Service / Ingress / HPA
+        owned by it; existing objects are kept.
+
+        The Secret comes first because a pod whose Secret is missing fails to start; it is then given the
+        workload as owner, so it goes with it like the other objects.
+        """
         manifests = self.manifests(spec)
         namespace = spec.namespace or self.namespace
         workload = m.workload_of(spec)
         name = manifests[0]["metadata"]["name"]
+        secret = m.secret_manifest(spec, namespace)
+        if secret is not None:
+            self._create_or_existing(secret, namespace, workload, name)
         owner = self._create_or_existing(manifests[0], namespace, workload, name)
         uid = (owner.get("metadata") or {}).get("uid")
+        owner_references = [
+            {
+                "apiVersion": manifests[0]["apiVersion"],
+                "kind": manifests[0]["kind"],
+                "name": name,
+                "uid": uid,
+                "blockOwnerDeletion": True,
+            }
+        ]
         for manifest in manifests[1:]:
             if uid:
                 # The garbage collector then removes them with the workload, even if only that is deleted.
-                manifest["metadata"]["ownerReferences"] = [
-                    {
-                        "apiVersion": manifests[0]["apiVersion"],
-                        "kind": manifests[0]["kind"],
-                        "name": name,
-                        "uid": uid,
-                        "blockOwnerDeletion": True,
-                    }
-                ]
+                manifest["metadata"]["ownerReferences"] = owner_references
             self._create_or_existing(manifest, namespace, workload, name)
+        if secret is not None and uid:
+            _call(self._method("Secret", "patch"), name, namespace, {"metadata": {"ownerReferences": owner_references}})
         return m.external_id(namespace, workload, name)
 
     def _create_or_existing(self, manifest: dict, namespace: str, workload: str, name: str) -> dict:

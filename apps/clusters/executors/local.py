@@ -180,7 +180,7 @@ class LocalExecutor(Executor):
 
     def _environment(self, spec: JobSpec, work_dir: Path) -> dict[str, str]:
         """The job's variables: a plain base, then the task's own, then the platform's, which win."""
-        env = self.sandbox.job_environment(work_dir, spec.env)
+        env = self.sandbox.job_environment(work_dir, {**spec.env, **spec.secret_env})
         env.update(job_secrets(spec))
         env.update(platform_environment(spec))
         env.update({"HCS_JOB_DIR": str(work_dir), "HCS_RANK": "0", "HCS_WORLD_SIZE": "1"})
@@ -220,7 +220,7 @@ class LocalExecutor(Executor):
         if not job_command(spec).strip():
             raise ExecutorError("the task has no command to run", retryable=False)
         self.sandbox.check()
-        check_env_names(spec.env)
+        check_env_names({**spec.env, **spec.secret_env})
         job_dir = self._job_dir(spec.name)
         try:
             self.base_dir.mkdir(parents=True, exist_ok=True)

@@ -272,6 +272,7 @@ class SlurmExecutor(Executor):
         """The task's variables over a plain base, then the platform's, which win."""
         env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
         env.update(spec.env)
+        env.update(spec.secret_env)
         env.update(job_secrets(spec))
         env.update(platform_environment(spec))
         return env

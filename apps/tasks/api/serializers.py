@@ -73,6 +73,19 @@ class EnvField(serializers.JSONField):
     """Environment variables: names of letters, digits and underscores; string values (Task.clean checks them)."""
 
 
+@extend_schema_field(
+    {
+        **STRING_MAP,
+        "maxProperties": limits.MAX_ENV_VARS,
+        "writeOnly": True,
+        "description": "Secret variables: stored encrypted, given to the job, never shown back (see secret_env_names)",
+        "example": {"WANDB_API_KEY": "<your key>"},
+    }
+)
+class SecretEnvField(serializers.JSONField):
+    """Secret environment variables, write-only: the rules of ``env``; answers show only their names."""
+
+
 @extend_schema_field({**STRING_MAP, "maxProperties": limits.MAX_LABELS, "example": {"gpu": "a100"}})
 class LabelsField(serializers.JSONField):
     """Cluster labels the task requires, as strings (Task.clean checks them)."""
@@ -135,6 +148,8 @@ class TaskSerializer(serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.username", read_only=True)
     cluster_name = serializers.CharField(source="cluster.name", read_only=True, allow_null=True, default=None)
     env = EnvField(required=False)
+    secret_env = SecretEnvField(required=False, write_only=True)
+    secret_env_names = serializers.ListField(child=serializers.CharField(), read_only=True)
     required_labels = LabelsField(required=False)
     volumes = VolumesField(required=False)
 
@@ -142,7 +157,7 @@ class TaskSerializer(serializers.ModelSerializer):
         model = Task
         fields = [
             "id", "project", "project_name", "vdc", "vdc_name", "queue", "queue_name", "priority_class", "owner",
-            *SUBMIT_FIELDS, "preferred_clusters", *STATE_FIELDS,
+            *SUBMIT_FIELDS, "secret_env", "secret_env_names", "preferred_clusters", *STATE_FIELDS,
         ]  # fmt: skip
         read_only_fields = [f for f in STATE_FIELDS if f not in ("cluster_name",)]
         # The bounds of apps.tasks.validation, so the schema shows them; Task.clean checks them for every door.

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('tasks', '0003_vdc_verbose_name'),
+        ('tasks', '0004_task_secret_env'),
     ]
 
     operations = [
