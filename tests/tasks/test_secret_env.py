@@ -3,7 +3,9 @@ the job's environment at launch (issue 10 item 9)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -97,6 +99,24 @@ def test_a_local_job_sees_its_secret_in_its_environment(world, settings, tmp_pat
     launch(task)
     wait_status(task, "completed")
     assert "secret-ok" in executor_for(task.cluster).logs(task.external_id)
+
+
+def test_no_command_line_on_the_host_shows_a_running_jobs_environment(world, settings, tmp_path):
+    # Any account on the host can read every process's command line (ps): values must never be there.
+    settings.HCS_LOCAL_EXECUTOR_DIR = tmp_path / "local-jobs"
+    task = with_secret(world, command="sleep 30", gpu_spec="1(A100)", env={"PLAIN": "plain-value-7c1d"})
+    run_cycle(world.vdc.pk)
+    launch(task)
+    task = wait_status(task, "running")
+    try:
+        command_lines = []
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            with contextlib.suppress(OSError):
+                command_lines.append(cmdline.read_bytes())
+        assert any(b"sleep" in line and b"30" in line for line in command_lines), "the job is seen running"
+        assert not [line for line in command_lines if SECRET.encode() in line or b"plain-value-7c1d" in line]
+    finally:
+        executor_for(task.cluster).kill(task.external_id)
 
 
 def test_task_page_shows_secret_names_never_values(client, world):

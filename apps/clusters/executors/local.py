@@ -199,14 +199,14 @@ class LocalExecutor(Executor):
     def _devices(spec: JobSpec):
         return spec.placements[0].devices if spec.placements else ()
 
-    def _command_line(self, spec: JobSpec, work_dir: Path) -> list[str]:
+    def _command_line(self, spec: JobSpec, work_dir: Path, env_fd: int) -> list[str]:
         """The sandboxed command: the job's shell under ``timeout`` when it has a time limit."""
         command = ["/bin/sh", "-c", job_command(spec)]
         if spec.time_limit_s:
             command = ["timeout", "--foreground", "-k", self._grace(), str(spec.time_limit_s), *command]
         indexes = [slot.index for slot in self._devices(spec)] if spec.gpu_model is not None else []
         devices = device_nodes(spec.gpu_model.vendor, indexes) if indexes else []
-        return self.sandbox.argv(work_dir, devices, self._environment(spec, work_dir), command)
+        return self.sandbox.argv(work_dir, devices, env_fd, command)
 
     # -- Executor interface ---------------------------------------------------------------------
 
@@ -234,8 +234,11 @@ class LocalExecutor(Executor):
         work_dir = job_dir / "work"
         try:
             self.sandbox.prepare(work_dir)
-            argv = self._command_line(spec, work_dir)
-            with (job_dir / "output.log").open("ab") as log:
+            with (
+                self.sandbox.env_file(self._environment(spec, work_dir)) as env,
+                (job_dir / "output.log").open("ab") as log,
+            ):
+                argv = self._command_line(spec, work_dir, env.fileno())
                 child = subprocess.Popen(
                     ["/bin/sh", "-c", _WRAPPER, "hcs-local-job", str(job_dir), self._grace(), *argv],
                     stdin=subprocess.DEVNULL,
@@ -244,6 +247,7 @@ class LocalExecutor(Executor):
                     cwd=job_dir,
                     env=TRUSTED_ENV,
                     start_new_session=True,
+                    pass_fds=(env.fileno(),),
                 )
         except (OSError, ExecutorError) as exc:
             shutil.rmtree(job_dir, ignore_errors=True)

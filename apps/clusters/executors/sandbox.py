@@ -16,8 +16,11 @@ Who the job is depends on who the portal is:
   keeps the portal's uid but sees none of its files or processes.
 
 The portal-side wrapper and bubblewrap run with a fixed, trusted environment; the job's own
-environment is applied by ``env -i`` as the last step, after privileges are dropped, so variables
-such as ``LD_PRELOAD`` can only ever affect the job itself.
+environment is applied as the last step, after privileges are dropped, so variables such as
+``LD_PRELOAD`` can only ever affect the job itself. It never appears on a command line (where
+anyone on the host could read it with ``ps``): bubblewrap copies it from an unlinked file, through
+an inherited descriptor, into the sandbox's private ``/run``, and a shell exports it right before
+the command starts.
 """
 
 from __future__ import annotations
@@ -25,11 +28,14 @@ from __future__ import annotations
 import os
 import pwd
 import re
+import shlex
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from .base import ExecutorError
 
@@ -45,6 +51,10 @@ NETWORK_HOST = "host"
 NETWORK_MODES = (NETWORK_NONE, NETWORK_HOST)
 
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+# Where the job's environment lies inside the sandbox, and the shell that exports it and runs the command.
+_ENV_PATH = "/run/hcs-job.env"
+_EXPORT_AND_RUN = f'set -a; . {_ENV_PATH}; set +a; exec "$@"'
 
 # Device nodes a job needs for its cards, per vendor: nodes per card index, and shared control nodes.
 _DEVICE_NODES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -148,14 +158,27 @@ class Sandbox:
         base.update(env)
         return base
 
-    def argv(self, work_dir: Path, devices: Sequence[str], env: Mapping[str, str], command: Sequence[str]) -> list[str]:
-        """The command line that runs ``command`` in the sandbox with exactly ``env``.
+    @staticmethod
+    def env_file(env: Mapping[str, str]) -> IO[bytes]:
+        """An unlinked file holding ``env`` as shell assignments, ready to be read from its start.
+
+        Pass its descriptor to :meth:`argv` and to the process (``pass_fds``); close it once started.
+        """
+        check_env_names(env)
+        file = tempfile.TemporaryFile()  # noqa: SIM115 - the caller closes it once the sandbox started
+        file.write("".join(f"{name}={shlex.quote(value)}\n" for name, value in env.items()).encode())
+        file.flush()
+        file.seek(0)
+        return file
+
+    def argv(self, work_dir: Path, devices: Sequence[str], env_fd: int, command: Sequence[str]) -> list[str]:
+        """The command line that runs ``command`` in the sandbox with exactly the environment of ``env_fd``
+        (a descriptor from :meth:`env_file`, inherited by the process).
 
         ``devices`` are paths relative to ``dev_dir`` (``nvidia0``, ``dri/renderD128``); those that exist
         are the only device nodes beyond /dev's basics the job sees.
         """
         account = self.check()
-        check_env_names(env)
         argv = [
             "env", "--ignore-signal=TERM,INT,HUP",  # the command gets the stop signal; the sandbox outlives it
             self.bwrap, "--die-with-parent",
@@ -170,6 +193,7 @@ class Sandbox:
                 argv += ["--tmpfs", path]
         argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp", "--dir", "/run",
                  "--perms", "1777", "--dir", "/var/tmp"]  # fmt: skip
+        argv += ["--perms", "0444", "--file", str(env_fd), _ENV_PATH]
         for device in devices:
             argv += ["--dev-bind-try", str(Path(self.dev_dir) / device), f"/dev/{device}"]
         # The working directory keeps its host path; its parents exist in the sandbox only as empty, searchable dirs.
@@ -179,7 +203,7 @@ class Sandbox:
         if account is not None:
             argv += ["setpriv", f"--reuid={account.pw_uid}", f"--regid={account.pw_gid}", "--clear-groups",
                      "--bounding-set=-all", "--inh-caps=-all", "--"]  # fmt: skip
-        argv += ["env", "-i", "--default-signal=TERM,INT,HUP", *(f"{k}={v}" for k, v in env.items()), *command]
+        argv += ["env", "-i", "--default-signal=TERM,INT,HUP", "/bin/sh", "-c", _EXPORT_AND_RUN, "hcs-job", *command]
         return argv
 
     def probe(self, scratch: Path) -> None:
@@ -188,8 +212,10 @@ class Sandbox:
         shutil.rmtree(work_dir, ignore_errors=True)
         try:
             self.prepare(work_dir)
-            argv = self.argv(work_dir, (), {"PATH": JOB_PATH}, ("true",))
-            result = subprocess.run(argv, env=TRUSTED_ENV, capture_output=True, text=True, timeout=20, check=False)
+            with self.env_file({"PATH": JOB_PATH}) as env:
+                argv = self.argv(work_dir, (), env.fileno(), ("true",))
+                result = subprocess.run(argv, env=TRUSTED_ENV, capture_output=True, text=True, timeout=20,
+                                        check=False, pass_fds=(env.fileno(),))  # fmt: skip
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise ExecutorError(f"the job sandbox does not start: {exc}", retryable=False)
         finally:
