@@ -112,3 +112,14 @@ class TaskFactory(factory.django.DjangoModelFactory):
     gpu_spec = "1(A100)"
     command = "echo hello"
     expected_duration = timedelta(hours=1)
+
+
+def node_with_every_model(cluster, name: str = "every-model-node", cards: int = 4):
+    """A node holding ``cards`` cards of every catalog model, so any valid GPU spec could run on ``cluster``."""
+    node = NodeFactory(cluster=cluster, name=name, cpu=Decimal("64"), memory_gib=Decimal("512"))
+    index = 0
+    for model in GPUModel.objects.order_by("name"):
+        for _ in range(cards):
+            DeviceFactory(node=node, index=index, gpu_model=model)
+            index += 1
+    return node

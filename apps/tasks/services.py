@@ -20,6 +20,7 @@ from apps.clusters.gpuspec import GPURequest, GPUSpecError, candidate_models, eq
 from apps.clusters.models import Device, Node
 from apps.queues.choices import PriorityClass
 from apps.queues.models import TaskQueue
+from apps.tasks.admission import admission_errors
 from apps.tasks.choices import ACTIVE, FINAL, WAITING, EventKind, TaskKind, TaskStatus
 from apps.tasks.models import Task, TaskEvent
 from apps.tasks.signals import cluster_work, demand_changed, task_changed
@@ -153,6 +154,9 @@ def submit_task(
 
     with transaction.atomic():
         _check_quota(task, request, gpu_catalog)
+        problems = admission_errors(task, request, gpu_catalog)
+        if problems:
+            raise ValidationError(problems)
         task.save()
         if preferred_clusters:
             task.preferred_clusters.set(preferred_clusters)

@@ -69,6 +69,8 @@ def test_a_valid_submission_within_every_bound_is_accepted(world):
     world.cluster.save()
     world.quota.limit_cpu, world.quota.limit_memory_gib = 2048, 32768
     world.quota.save()
+    world.node.cpu, world.node.memory_gib = 1024, 16384
+    world.node.save()
     response = submit(
         world, cpu="1024", memory_gib="16384", expected_duration="7 00:00:00", instances=1, epochs=1_000_000,
         env={"EPOCHS": "3", "LD_LIBRARY_PATH": "/opt/lib"},

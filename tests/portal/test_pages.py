@@ -123,6 +123,7 @@ def test_dev_env_and_inference_forms_submit(client, world):
     dev = {**common, "name": "nb", "ide_type": "jupyter", "image": "jupyter/pytorch-notebook:latest"}
     assert client.post(reverse("portal:instances-new"), dev).status_code == 302
     inference = {**common, "name": "svc", "model_path": "/models/qwen", "port": "8000", "image": "vllm/vllm-openai",
+                 "command": "vllm serve /models/qwen --port 8000",
                  "max_tokens": "1024", "temperature": "0.5", "autoscale_min": "1", "autoscale_max": "3",
                  "autoscale_gpu_percent": "70"}  # fmt: skip
     assert client.post(reverse("portal:inference-services-new"), inference).status_code == 302

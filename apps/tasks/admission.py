@@ -1,0 +1,102 @@
+"""Admission: a submission that no cluster of its VDC could ever run is refused at the door.
+
+Accepting such a task would leave it queued forever ("larger than any node") or placed, failed at
+launch and billed. For every enabled cluster of the VDC the rules ask what the cluster's backend can
+do and what its nodes hold; the task is admitted when at least one cluster could run it once free.
+A VDC without enabled clusters admits everything (its tasks wait until an admin adds one).
+
+Whether the cluster has room now is the scheduler's business, never admission's.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from apps.clusters.backends import can_resize
+from apps.clusters.choices import ClusterType
+from apps.clusters.gpuspec import Catalog, GPURequest, candidate_models
+from apps.clusters.models import Cluster, Node
+
+# Which field a refusal belongs to, in the order a message names them.
+_FIELDS = ("instances", "elastic_min", "command", "image", "gpu_spec", "cpu", "memory_gib")
+
+
+@dataclass
+class _NodeView:
+    cpu: Decimal
+    memory_gib: Decimal
+    cards: Counter = field(default_factory=Counter)  # model name -> cards on the node
+
+
+def admission_errors(task, request: GPURequest, gpu_catalog: Catalog) -> dict[str, str]:
+    """{field: message} when no enabled cluster of ``task.vdc`` could ever run ``task``; {} otherwise."""
+    clusters = list(Cluster.objects.filter(vdc_id=task.vdc_id, enabled=True).order_by("name"))
+    if not clusters:
+        return {}
+    nodes = _nodes_by_cluster(clusters)
+    refusals: list[tuple[str, str, str]] = []  # (field, cluster, reason)
+    for cluster in clusters:
+        refusal = _why_not(task, request, gpu_catalog, cluster, nodes.get(cluster.pk, []))
+        if refusal is None:
+            return {}
+        refusals.append((refusal[0], cluster.name, refusal[1]))
+    # The field most clusters refused on carries the message; the message names every cluster's reason.
+    counts = Counter(f for f, _c, _r in refusals)
+    field_name = min(counts, key=lambda f: (-counts[f], _FIELDS.index(f)))
+    reasons = "; ".join(f"{cluster}: {reason}" for _f, cluster, reason in refusals)
+    return {field_name: f"No cluster of VDC {task.vdc} can ever run this task ({reasons})."}
+
+
+def _nodes_by_cluster(clusters: list[Cluster]) -> dict[int, list[_NodeView]]:
+    views: dict[int, dict[int, _NodeView]] = {}
+    rows = Node.objects.filter(cluster__in=clusters).values_list(
+        "pk", "cluster_id", "cpu", "memory_gib", "devices__gpu_model__name"
+    )
+    for node_id, cluster_id, cpu, memory, model in rows:
+        view = views.setdefault(cluster_id, {}).setdefault(node_id, _NodeView(cpu, memory))
+        if model is not None:
+            view.cards[model] += 1
+    return {cluster_id: list(by_node.values()) for cluster_id, by_node in views.items()}
+
+
+def _start_size(task) -> int:
+    """Instances the task needs at once: its gang, or an elastic task's minimum."""
+    return task.elastic_min if task.is_elastic else max(task.instances or 1, 1)
+
+
+def _why_not(task, request: GPURequest, gpu_catalog: Catalog, cluster: Cluster, nodes: list[_NodeView]):
+    """(field, reason) why ``cluster`` could never run ``task``, or None when it could."""
+    kubernetes = cluster.cluster_type == ClusterType.KUBERNETES
+    size = _start_size(task)
+    if cluster.cluster_type == ClusterType.LOCAL and (size > 1 or (task.is_elastic and task.elastic_max > 1)):
+        return "instances", f"runs single-instance jobs, {max(size, task.elastic_max or 1)} instances asked"
+    if task.is_elastic and not can_resize(cluster):
+        return "elastic_min", f"{cluster.get_cluster_type_display()} cannot grow or shrink a running job"
+    if task.kind != "dev_env" and not (task.command or "").strip():
+        if not kubernetes:
+            return "command", f"{cluster.get_cluster_type_display()} runs the task's command and none was given"
+        if not (task.image or "").strip():
+            return "command", "needs a command or an image whose entrypoint runs the task"
+    if kubernetes and not (task.image or "").strip():
+        return "image", "Kubernetes runs containers: an image is required"
+    if not nodes:
+        return "gpu_spec" if not request.is_none else "cpu", "has no nodes yet"
+    fitting = [n for n in nodes if n.cpu >= task.cpu]
+    if not fitting:
+        return "cpu", f"no node has {task.cpu.normalize():f} cores (largest {max(n.cpu for n in nodes).normalize():f})"
+    roomy = [n for n in fitting if n.memory_gib >= task.memory_gib]
+    if not roomy:
+        largest = max(n.memory_gib for n in fitting).normalize()
+        return "memory_gib", f"no node with those cores has {task.memory_gib.normalize():f} GiB (largest {largest:f})"
+    if request.is_none:
+        return None
+    options = candidate_models(request, gpu_catalog)
+    for model, count in options:
+        cards = max(int(count), 1)  # a share of a card needs one card
+        if any(n.cards[model] >= cards for n in roomy):
+            return None
+    held = sorted({m for n in nodes for m in n.cards})
+    wanted = ", ".join(f"{max(int(c), 1)} {m}" for m, c in options[:4]) or "a fitting model"
+    return "gpu_spec", (f"no node has {wanted} per instance; its nodes hold {', '.join(held) or 'no GPUs'}")
