@@ -143,12 +143,28 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ACKS_LATE = True
 CELERY_TIMEZONE = "UTC"
 
+# Each live socket's consumer waits on a blocking read (BZPOPMIN) of channels_redis.core.RedisChannelLayer's
+# brpop_timeout (5 s). redis-py's default socket timeout is also 5 s, which closed every idle socket after
+# about 5 s; the channel layer's reads may take longer than the blocking read. Connects still fail fast, and a
+# push from a request is bounded by HCS_LIVE_PUSH_TIMEOUT_S (apps.tasks.live), so a dead Redis costs it little.
+CHANNEL_LAYER_SOCKET_TIMEOUT_S = 30
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL]},
+        "CONFIG": {
+            "hosts": [
+                {
+                    "address": REDIS_URL,
+                    "socket_connect_timeout": 0.5,
+                    "socket_timeout": CHANNEL_LAYER_SOCKET_TIMEOUT_S,
+                    "socket_keepalive": True,
+                }
+            ]
+        },
     }
 }
+# The longest a web request or a scheduling cycle waits on Redis for one live update (pages catch up on reconnect).
+HCS_LIVE_PUSH_TIMEOUT_S = 1.0
 
 # --- Auth, REST framework, schema --------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
