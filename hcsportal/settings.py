@@ -13,6 +13,7 @@ from pathlib import Path
 
 import dj_database_url
 from cryptography.fernet import Fernet
+from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
 from hcsportal.env import env_bool, env_choice, env_int, env_list, env_str, env_url
@@ -65,6 +66,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "channels",
     "axes",
+    "csp",
     "apps.vdc",
     "apps.clusters",
     "apps.queues",
@@ -76,6 +78,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -238,6 +241,43 @@ SPECTACULAR_SETTINGS = {
         "TransactionKindEnum": "apps.billing.choices.TransactionKind",
     },
 }
+
+# --- HTTPS and security headers ---------------------------------------------------------------
+# With HCS_HTTPS: HTTP redirects to HTTPS, cookies are sent over HTTPS only, and browsers are told to use HTTPS
+# for HCS_HSTS_SECONDS. On by default for a deployment (DEBUG off and ALLOWED_HOSTS set); off for the loopback
+# default of `make run`, which serves plain HTTP. Behind a proxy that terminates TLS, the server must learn the
+# scheme from it (uvicorn's --forwarded-allow-ips, or HCS_TRUST_X_FORWARDED_PROTO; docs/deploy.md).
+HCS_HTTPS = env_bool("HCS_HTTPS", not DEBUG and bool(env_str("ALLOWED_HOSTS")))
+SECURE_SSL_REDIRECT = HCS_HTTPS
+SESSION_COOKIE_SECURE = HCS_HTTPS
+CSRF_COOKIE_SECURE = HCS_HTTPS
+SECURE_HSTS_SECONDS = env_int("HCS_HSTS_SECONDS", 365 * 24 * 3600, minimum=0) if HCS_HTTPS else 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("HCS_HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = env_bool("HCS_HSTS_PRELOAD", True)
+if env_bool("HCS_TRUST_X_FORWARDED_PROTO", False):
+    # Only behind a proxy that sets (never passes on) X-Forwarded-Proto.
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# Content Security Policy (django-csp): the portal's pages load scripts, styles and images from the portal only,
+# and talk to it only (fetch, WebSocket). "report-only" reports violations to the browser console without
+# blocking; "off" sends no policy.
+HCS_CSP = env_choice("HCS_CSP", ("enforce", "report-only", "off"), "enforce")
+_CSP = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}
+CONTENT_SECURITY_POLICY = _CSP if HCS_CSP == "enforce" else None
+CONTENT_SECURITY_POLICY_REPORT_ONLY = _CSP if HCS_CSP == "report-only" else None
 
 # --- Monitoring ------------------------------------------------------------------------------
 # /metrics answers "Authorization: Bearer <METRICS_TOKEN>", a platform admin's session, or an allowed address.
