@@ -246,7 +246,7 @@ SPECTACULAR_SETTINGS = {
 # With HCS_HTTPS: HTTP redirects to HTTPS, cookies are sent over HTTPS only, and browsers are told to use HTTPS
 # for HCS_HSTS_SECONDS. On by default for a deployment (DEBUG off and ALLOWED_HOSTS set); off for the loopback
 # default of `make run`, which serves plain HTTP. Behind a proxy that terminates TLS, the server must learn the
-# scheme from it (uvicorn's --forwarded-allow-ips, or HCS_TRUST_X_FORWARDED_PROTO; docs/deploy.md).
+# scheme from it (uvicorn's --forwarded-allow-ips, or HCS_TRUST_X_FORWARDED_PROTO; docs/security.md).
 HCS_HTTPS = env_bool("HCS_HTTPS", not DEBUG and bool(env_str("ALLOWED_HOSTS")))
 SECURE_SSL_REDIRECT = HCS_HTTPS
 SESSION_COOKIE_SECURE = HCS_HTTPS
