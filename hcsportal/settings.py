@@ -149,10 +149,10 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ACKS_LATE = True
 CELERY_TIMEZONE = "UTC"
 
-# Each live socket's consumer waits on a blocking read (BZPOPMIN) of channels_redis.core.RedisChannelLayer's
-# brpop_timeout (5 s). redis-py's default socket timeout is also 5 s, which closed every idle socket after
-# about 5 s; the channel layer's reads may take longer than the blocking read. Connects still fail fast, and a
-# push from a request is bounded by HCS_LIVE_PUSH_TIMEOUT_S (apps.tasks.live), so a dead Redis costs it little.
+# A live socket's consumer waits on Redis with a blocking read (BZPOPMIN) of channels_redis's brpop_timeout, 5 s.
+# redis-py's default socket timeout is also 5 s and closed every idle socket after about 5 s, so the channel
+# layer's reads may take up to 30 s. Connects still fail after 0.5 s, and a push from a request or a cycle waits
+# at most HCS_LIVE_PUSH_TIMEOUT_S per message (apps.tasks.live): a dead or hung Redis costs it about a second.
 CHANNEL_LAYER_SOCKET_TIMEOUT_S = 30
 CHANNEL_LAYERS = {
     "default": {
