@@ -1,7 +1,6 @@
 """The REST API v1: every app's viewsets on one router, plus the apps' nested endpoints and token login."""
 
 from django.urls import path
-from rest_framework.authtoken.views import obtain_auth_token
 from rest_framework.routers import DefaultRouter
 
 from apps.billing.api import urls as billing
@@ -10,6 +9,7 @@ from apps.control.api import urls as control
 from apps.queues.api import urls as queues
 from apps.tasks.api import urls as tasks
 from apps.vdc.api import urls as vdc
+from hcsportal.auth import obtain_auth_token
 
 APPS = (vdc, clusters, queues, tasks, billing, control)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import dj_database_url
 from cryptography.fernet import Fernet
+from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
 from hcsportal.env import env_bool, env_choice, env_int, env_list, env_str, env_url
@@ -64,6 +65,8 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "channels",
+    "axes",
+    "csp",
     "apps.vdc",
     "apps.clusters",
     "apps.queues",
@@ -75,6 +78,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -82,6 +86,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: turns a login refused for lockout into the locked-out page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "hcsportal.urls"
@@ -143,18 +149,54 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ACKS_LATE = True
 CELERY_TIMEZONE = "UTC"
 
+# A live socket's consumer waits on Redis with a blocking read (BZPOPMIN) of channels_redis's brpop_timeout, 5 s.
+# redis-py's default socket timeout is also 5 s and closed every idle socket after about 5 s, so the channel
+# layer's reads may take up to 30 s. Connects still fail after 0.5 s, and a push from a request or a cycle waits
+# at most HCS_LIVE_PUSH_TIMEOUT_S per message (apps.tasks.live): a dead or hung Redis costs it about a second.
+CHANNEL_LAYER_SOCKET_TIMEOUT_S = 30
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL]},
+        "CONFIG": {
+            "hosts": [
+                {
+                    "address": REDIS_URL,
+                    "socket_connect_timeout": 0.5,
+                    "socket_timeout": CHANNEL_LAYER_SOCKET_TIMEOUT_S,
+                    "socket_keepalive": True,
+                }
+            ]
+        },
     }
 }
+# The longest a web request or a scheduling cycle waits on Redis for one live update (pages catch up on reconnect).
+HCS_LIVE_PUSH_TIMEOUT_S = 1.0
 
 # --- Auth, REST framework, schema --------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
-    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {
+        "NAME": "django.contrib.auth.password_validation.MinimumLengthValidator",
+        "OPTIONS": {"min_length": env_int("HCS_PASSWORD_MIN_LENGTH", 12, minimum=8)},
+    },
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+AUTHENTICATION_BACKENDS = [
+    # First: refuses a locked-out username and address before any password is checked.
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# Login lockout (django-axes) on the login page, the admin's login and the API's token login: after
+# HCS_LOGIN_FAILURE_LIMIT failures for one username from one address, that pair is locked out for
+# HCS_LOGIN_COOLOFF_MINUTES. Failures during a lockout do not extend it; a successful login clears the count.
+AXES_ENABLED = env_bool("HCS_LOGIN_LOCKOUT", True)
+AXES_FAILURE_LIMIT = env_int("HCS_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("HCS_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_LOCKOUT_CALLABLE = "hcsportal.auth.locked_out_page"
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
@@ -199,6 +241,43 @@ SPECTACULAR_SETTINGS = {
         "TransactionKindEnum": "apps.billing.choices.TransactionKind",
     },
 }
+
+# --- HTTPS and security headers ---------------------------------------------------------------
+# With HCS_HTTPS: HTTP redirects to HTTPS, cookies are sent over HTTPS only, and browsers are told to use HTTPS
+# for HCS_HSTS_SECONDS. On by default for a deployment (DEBUG off and ALLOWED_HOSTS set); off for the loopback
+# default of `make run`, which serves plain HTTP. Behind a proxy that terminates TLS, the server must learn the
+# scheme from it (uvicorn's --forwarded-allow-ips, or HCS_TRUST_X_FORWARDED_PROTO; docs/security.md).
+HCS_HTTPS = env_bool("HCS_HTTPS", not DEBUG and bool(env_str("ALLOWED_HOSTS")))
+SECURE_SSL_REDIRECT = HCS_HTTPS
+SESSION_COOKIE_SECURE = HCS_HTTPS
+CSRF_COOKIE_SECURE = HCS_HTTPS
+SECURE_HSTS_SECONDS = env_int("HCS_HSTS_SECONDS", 365 * 24 * 3600, minimum=0) if HCS_HTTPS else 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("HCS_HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = env_bool("HCS_HSTS_PRELOAD", True)
+if env_bool("HCS_TRUST_X_FORWARDED_PROTO", False):
+    # Only behind a proxy that sets (never passes on) X-Forwarded-Proto.
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# Content Security Policy (django-csp): the portal's pages load scripts, styles and images from the portal only,
+# and talk to it only (fetch, WebSocket). "report-only" reports violations to the browser console without
+# blocking; "off" sends no policy.
+HCS_CSP = env_choice("HCS_CSP", ("enforce", "report-only", "off"), "enforce")
+_CSP = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}
+CONTENT_SECURITY_POLICY = _CSP if HCS_CSP == "enforce" else None
+CONTENT_SECURITY_POLICY_REPORT_ONLY = _CSP if HCS_CSP == "report-only" else None
 
 # --- Monitoring ------------------------------------------------------------------------------
 # /metrics answers "Authorization: Bearer <METRICS_TOKEN>", a platform admin's session, or an allowed address.

@@ -1,18 +1,32 @@
 """Top-level URLs: admin, REST API v1, OpenAPI schema and docs, user pages; a JSON 404 under /api/."""
 
+from urllib.parse import urlsplit
+
+from csp.constants import UNSAFE_INLINE
+from csp.decorators import csp_update
+from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.settings import spectacular_settings
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from apps.clusters.agent_api import AgentReportView
 from hcsportal.metrics import metrics_view
+
+# Swagger UI loads from its CDN and has an inline <style>; its script comes from this page (?script=).
+# The Content Security Policy allows those on this page alone.
+_swagger = "{0.scheme}://{0.netloc}".format(urlsplit(spectacular_settings.SWAGGER_UI_DIST))
+api_docs = csp_update(
+    {"script-src": [_swagger], "style-src": [_swagger, UNSAFE_INLINE], "img-src": [_swagger]},
+    REPORT_ONLY=settings.HCS_CSP == "report-only",
+)(SpectacularSwaggerSplitView.as_view(url_name="schema"))
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/agent/report/", AgentReportView.as_view(), name="agent-report"),
     path("api/v1/", include("hcsportal.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("api/docs/", api_docs, name="api-docs"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("billing/", include("apps.billing.urls")),
     path("metrics", metrics_view, name="metrics"),

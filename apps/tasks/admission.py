@@ -3,7 +3,8 @@
 Accepting such a task would leave it queued forever ("larger than any node") or placed, failed at
 launch and billed. For every enabled cluster of the VDC the rules ask what the cluster's backend can
 do and what its nodes hold; the task is admitted when at least one cluster could run it once free.
-A VDC without enabled clusters admits everything (its tasks wait until an admin adds one).
+A VDC without enabled clusters, or a cluster without registered nodes, admits what its backend can
+run (its tasks wait until an admin adds the cluster or its nodes register).
 
 Whether the cluster has room now is the scheduler's business, never admission's.
 """
@@ -76,13 +77,13 @@ def _why_not(task, request: GPURequest, gpu_catalog: Catalog, cluster: Cluster, 
         return "elastic_min", f"{cluster.get_cluster_type_display()} cannot grow or shrink a running job"
     if task.kind != "dev_env" and not (task.command or "").strip():
         if not kubernetes:
-            return "command", f"{cluster.get_cluster_type_display()} runs the task's command and none was given"
+            return "command", "runs the task's command and none was given"
         if not (task.image or "").strip():
             return "command", "needs a command or an image whose entrypoint runs the task"
     if kubernetes and not (task.image or "").strip():
         return "image", "Kubernetes runs containers: an image is required"
     if not nodes:
-        return "gpu_spec" if not request.is_none else "cpu", "has no nodes yet"
+        return None  # nothing registered yet: what it will hold is unknown, so the task may wait for it
     fitting = [n for n in nodes if n.cpu >= task.cpu]
     if not fitting:
         return "cpu", f"no node has {task.cpu.normalize():f} cores (largest {max(n.cpu for n in nodes).normalize():f})"

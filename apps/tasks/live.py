@@ -8,10 +8,12 @@ task once and sends its state to the task's, project's and owner's groups, and t
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.conf import settings
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
 from redis.exceptions import RedisError
@@ -110,12 +112,17 @@ def queue_counts(queue_ids) -> dict[int, dict]:
 
 def _send_all(messages: list[tuple[str, dict]]) -> None:
     """Send every (group, payload) in one trip to the event loop: a cycle that moves 200 queued tasks sends
-    600 messages, and one ``async_to_sync`` hop each would cost seconds."""
+    600 messages, and one ``async_to_sync`` hop each would cost seconds.
+
+    Each send waits at most ``HCS_LIVE_PUSH_TIMEOUT_S``: the channel layer's Redis reads may block for long
+    (its consumers wait on blocking reads), and a hung Redis must not hold up the request or cycle that pushes.
+    """
+    timeout = settings.HCS_LIVE_PUSH_TIMEOUT_S
 
     async def send() -> None:
         layer = get_channel_layer()
         for group, payload in messages:
-            await layer.group_send(group, {"type": MESSAGE_TYPE, "payload": payload})
+            await asyncio.wait_for(layer.group_send(group, {"type": MESSAGE_TYPE, "payload": payload}), timeout)
 
     if messages:
         async_to_sync(send)()
@@ -140,5 +147,5 @@ def push_task_changed(sender=None, task_ids: list[int] | None = None, **kwargs) 
         messages.append((queue_group(queue_id), {"type": "queue", "id": queue_id, **queue_count}))
     try:
         _send_all(messages)
-    except (RedisError, OSError) as exc:
+    except (RedisError, OSError) as exc:  # OSError covers the timeouts
         log.warning("live updates of %d tasks not sent: %s", len(tasks), exc)

@@ -15,7 +15,9 @@ BASE = "http://127.0.0.1:8000/api/v1"
 
 
 def main(n: int = 20) -> None:
-    token = requests.post(f"{BASE}/auth/token/", data={"username": "alice", "password": "hcs-alice"}).json()["token"]
+    token = requests.post(f"{BASE}/auth/token/", data={"username": "alice", "password": "hcs-alice-demo"}).json()[
+        "token"
+    ]
     session = requests.Session()
     session.headers["Authorization"] = f"Token {token}"
     times = []

@@ -6,6 +6,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from axes.models import AccessAttempt, AccessFailureLog, AccessLog
 from django.contrib.auth.models import Group
 from django.forms import CheckboxInput, MultiWidget
 from django.urls import reverse
@@ -76,6 +77,10 @@ def every_model(world):
     Installation.current()
     BackendObject.objects.create(cluster=world.cluster, task=task, task_uid=task.uid, attempt=1, name="hcs-job-1",
                                  state="active", external_id="hcs-job-1", devices=[1, 2])  # fmt: skip
+    login = {"ip_address": "203.0.113.7", "user_agent": "curl", "http_accept": "*/*", "path_info": "/accounts/login/"}
+    AccessAttempt.objects.create(username="max", get_data="", post_data="", failures_since_start=2, **login)
+    AccessFailureLog.objects.create(username="max", locked_out=False, **login)
+    AccessLog.objects.create(username="max", **login)
     return world
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import shutil
 import socket
 import subprocess
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -121,27 +123,60 @@ def daphne_server():
     thread.join(10)
 
 
+@contextlib.contextmanager
+def server_sees_test_db():
+    """The test's database visible to a server running in this process (its views run in asgiref's executor)."""
+    from asgiref.sync import SyncToAsync  # noqa: PLC0415
+
+    shared = _shares_one_connection()
+    if shared:
+        connection.inc_thread_sharing()
+        # Daphne and uvicorn run views and database_sync_to_async work in asgiref's one thread-sensitive executor.
+        SyncToAsync.single_thread_executor.submit(_use_connection, connections["default"]).result()
+    try:
+        yield
+    finally:
+        if shared:
+            SyncToAsync.single_thread_executor.submit(_release_connection).result()
+            connection.dec_thread_sharing()
+        else:
+            # Open connections of the server's thread would keep the test database from being dropped.
+            SyncToAsync.single_thread_executor.submit(connections.close_all).result()
+
+
 @pytest.fixture
 def live_server_url(daphne_server, live_world, settings, tmp_path, monkeypatch):
     """The server, with the test's database visible to it and Celery jobs run at once (no worker in tests)."""
-    from asgiref.sync import SyncToAsync  # noqa: PLC0415
-
     from celery_app.app import app as celery  # noqa: PLC0415
 
     settings.HCS_LOCAL_EXECUTOR_DIR = tmp_path / "local-jobs"
     monkeypatch.setitem(celery.conf, "task_always_eager", True)
-    shared = _shares_one_connection()
-    if shared:
-        connection.inc_thread_sharing()
-        # Daphne runs views and database_sync_to_async work in asgiref's one thread-sensitive executor.
-        SyncToAsync.single_thread_executor.submit(_use_connection, connections["default"]).result()
-    yield daphne_server
-    if shared:
-        SyncToAsync.single_thread_executor.submit(_release_connection).result()
-        connection.dec_thread_sharing()
-    else:
-        # Open connections of the server's thread would keep the test database from being dropped.
-        SyncToAsync.single_thread_executor.submit(connections.close_all).result()
+    with server_sees_test_db():
+        yield daphne_server
+
+
+@pytest.fixture
+def uvicorn_url(live_world):
+    """uvicorn (the server `make run` starts) serving hcsportal.asgi on a free loopback port, in a thread."""
+    import uvicorn  # noqa: PLC0415
+
+    from hcsportal.asgi import application  # noqa: PLC0415
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(application, host="127.0.0.1", port=port, lifespan="off", log_level="info"))
+    thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
+    with server_sees_test_db():
+        thread.start()
+        deadline = time.monotonic() + 20
+        while not server.started:
+            if time.monotonic() > deadline or not thread.is_alive():
+                pytest.fail("uvicorn did not start listening within 20 s")
+            time.sleep(0.05)
+        yield f"127.0.0.1:{port}"
+        server.should_exit = True
+        thread.join(10)
 
 
 @pytest.fixture

@@ -36,6 +36,11 @@ def log_in(page, base: str, username: str) -> None:
     page.wait_for_url(f"{base}/compute-tasks/")
 
 
+def watch_policy(page, violations: list[str]) -> None:
+    """Collect what the Content Security Policy blocked on the page (Chromium reports it on the console)."""
+    page.on("console", lambda m: violations.append(m.text) if "Content Security Policy" in m.text else None)
+
+
 def occupy_all_gpus(world) -> Task:
     blocker = submit_task(world.owner, project=world.project, queue="high", name="blocker", kind="training",
                           gpu_spec="8(A100)", command="sleep 120")  # fmt: skip
@@ -66,9 +71,12 @@ def test_submit_queue_run_and_stop_a_training_job_live(db_thread, browser, live_
     base = live_server_url
     blocker = db_thread.run(occupy_all_gpus, world)
     page = browser.new_page(viewport={"width": 1366, "height": 900})
+    violations: list[str] = []
+    watch_policy(page, violations)
     log_in(page, base, "max")
     shot(page, "02-compute-tasks")
 
+    # Functions, not expression strings, below: Playwright evaluates a string with eval(), which the policy blocks.
     page.goto(f"{base}/training-jobs/new/")
     page.fill("#id_name", "bert-finetune")
     page.select_option("#id_project", str(world.project.pk))
@@ -98,7 +106,7 @@ def test_submit_queue_run_and_stop_a_training_job_live(db_thread, browser, live_
     # Submission asks for a cycle; here Celery runs it at once, and the test runs one more for good measure.
     db_thread.run(run_cycle, world.vdc.pk)
     page.wait_for_function(
-        "document.querySelector('.status-card [data-field=\"summary\"]').textContent.includes('position 1')"
+        "() => document.querySelector('.status-card [data-field=\"summary\"]').textContent.includes('position 1')"
     )
     assert re.match(r"queued, position 1, estimated start (\d{4}-\d\d-\d\d \d\d:\d\d|unknown)", summary.inner_text())
     page.locator('[data-live-status="open"]').wait_for()
@@ -107,10 +115,12 @@ def test_submit_queue_run_and_stop_a_training_job_live(db_thread, browser, live_
 
     assert db_thread.run(free_the_gpus_and_run, world, blocker, task_id) == "running"
     badge = page.locator('.page-head [data-field="status"]')
-    page.wait_for_function("document.querySelector('.page-head [data-field=\"status\"]').textContent === 'Running'")
+    page.wait_for_function(
+        "() => document.querySelector('.page-head [data-field=\"status\"]').textContent === 'Running'"
+    )
     assert page.evaluate("window.__notReloaded") is True, "the page reloaded instead of updating live"
     assert summary.inner_text().startswith("running on local-1")
-    page.wait_for_function("document.querySelector('[data-log-url]').textContent.includes('hello from bert')")
+    page.wait_for_function("() => document.querySelector('[data-log-url]').textContent.includes('hello from bert')")
     page.locator(".timeline .event-started").wait_for()
     shot(page, "05-monitoring-running")
 
@@ -127,8 +137,10 @@ def test_submit_queue_run_and_stop_a_training_job_live(db_thread, browser, live_
         page.goto(base + path)
         shot(page, name)
     narrow = browser.new_page(viewport={"width": 390, "height": 844}, is_mobile=True)
+    watch_policy(narrow, violations)
     narrow.context.add_cookies(page.context.cookies())
     narrow.goto(f"{base}/compute-tasks/")
     shot(narrow, "11-narrow-compute-tasks")
     narrow.click(".nav-toggle-label")
     shot(narrow, "12-narrow-menu")
+    assert not violations, f"the Content Security Policy blocked: {violations}"

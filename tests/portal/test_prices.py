@@ -8,6 +8,7 @@ from django.urls import reverse
 from apps.billing.models import PriceRule
 from apps.clusters.models import GPUModel
 from apps.tasks.services import submit_task
+from tests.factories import ClusterFactory, node_with_every_model
 
 pytestmark = pytest.mark.django_db
 
@@ -19,8 +20,10 @@ def prices(world):
 
 
 def test_lists_show_the_hourly_price_of_each_task(client, world, prices):
+    # A gang of two: the VDC gets a Slurm cluster (the local one runs single-instance jobs).
+    node_with_every_model(ClusterFactory(vdc=world.vdc, name="slurm-1", cluster_type="slurm"))
     submit_task(world.member, project=world.project, queue="high", name="job", kind="training", gpu_spec="2(A100)",
-                cpu=4, instances=2)  # fmt: skip
+                cpu=4, instances=2, command="python train.py")  # fmt: skip
     client.force_login(world.member)
     response = client.get(reverse("portal:compute-tasks"))
     task = response.context["tasks"][0]
@@ -29,7 +32,8 @@ def test_lists_show_the_hourly_price_of_each_task(client, world, prices):
 
 
 def test_price_column_shows_a_dash_without_prices(client, world):
-    submit_task(world.member, project=world.project, queue="high", name="job", kind="training", gpu_spec="1(A100)")
+    submit_task(world.member, project=world.project, queue="high", name="job", kind="training", gpu_spec="1(A100)",
+                command="python train.py")  # fmt: skip
     client.force_login(world.member)
     task = client.get(reverse("portal:compute-tasks")).context["tasks"][0]
     assert task.hourly_price is None and task.cost == 0

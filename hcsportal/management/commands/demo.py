@@ -22,9 +22,9 @@ from hcsportal.env import env_bool
 
 DEMO_USERS = [
     # username, password, is admin, {project: role}
-    ("admin", "hcs-admin", True, {}),
-    ("alice", "hcs-alice", False, {"vision": "owner", "nlp": "member"}),
-    ("bob", "hcs-bob", False, {"vision": "member", "nlp": "viewer"}),
+    ("admin", "hcs-admin-demo", True, {}),
+    ("alice", "hcs-alice-demo", False, {"vision": "owner", "nlp": "member"}),
+    ("bob", "hcs-bob-demo", False, {"vision": "member", "nlp": "viewer"}),
 ]
 DEMO_GPUS = ("A100-80G", 4)
 
@@ -52,7 +52,7 @@ class Command(BaseCommand):
         self.stdout.write(self.style.SUCCESS("Demo ready. Logins (user / password):"))
         for username, password, is_admin, roles in DEMO_USERS:
             what = "platform admin" if is_admin else ", ".join(f"{r} of {p}" for p, r in roles.items())
-            self.stdout.write(f"  {username:<6} / {password:<10} {what}")
+            self.stdout.write(f"  {username:<6} / {password:<14} {what}")
 
     def _vdc(self) -> VDC:
         vdc, _ = VDC.objects.get_or_create(
