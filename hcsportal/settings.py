@@ -225,6 +225,8 @@ WHITENOISE_USE_FINDERS = True
 HCS_SCHEDULER_INTERVAL = timedelta(seconds=env_int("HCS_SCHEDULER_INTERVAL_S", 2, minimum=1))
 # Web server processes `make run` starts (uvicorn, HTTP and WebSocket); each runs Django's views one at a time.
 HCS_WEB_WORKERS = env_int("HCS_WEB_WORKERS", 2, minimum=1)
+# The load benchmark's one-row write (hcsportal/bench.py); only benchmarks/api_load.py turns it on.
+HCS_BENCH_ENDPOINTS = env_bool("HCS_BENCH_ENDPOINTS", False)
 HCS_LOCAL_EXECUTOR_DIR = VAR_DIR / "local-jobs"
 # Local jobs run in a bubblewrap sandbox; as this user when the portal runs as root (scripts/setup_local_jobs.sh).
 HCS_LOCAL_JOB_USER = env_str("HCS_LOCAL_JOB_USER", "hcs-job")
