@@ -193,11 +193,14 @@ class Task(models.Model):
         """Instances of an elastic shrink still held on the backend (counted and billed until released)."""
         return [p for p in self.placement or [] if p.get("releasing")]
 
-    def clean(self) -> None:
-        """The submission rules of :mod:`apps.tasks.validation` and the GPU spec grammar, per field."""
+    def clean(self, gpu_catalog=None) -> None:
+        """The submission rules of :mod:`apps.tasks.validation` and the GPU spec grammar, per field.
+
+        ``gpu_catalog`` saves loading the catalog when the caller has it already.
+        """
         errors: dict[str, str] = {}
         try:
-            validate_gpu_spec(self.gpu_spec)
+            validate_gpu_spec(self.gpu_spec, gpu_catalog)
         except ValidationError as exc:
             errors["gpu_spec"] = exc.messages[0]
         if (self.elastic_min is None) != (self.elastic_max is None):
