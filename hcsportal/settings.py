@@ -105,9 +105,18 @@ TEMPLATES = [
 
 # --- Database -------------------------------------------------------------------------------
 DATABASE_URL = env_url("DATABASE_URL", ("postgres", "postgresql", "sqlite"))
+# PostgreSQL connections per process, in a pool (psycopg_pool) shared by the process's threads; 0: none.
+HCS_DB_POOL_SIZE = env_int("HCS_DB_POOL_SIZE", 8, minimum=0)
 if DATABASE_URL:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL)}
     if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        # Under ASGI every request's view runs in a thread of its own, so a connection kept per thread
+        # (CONN_MAX_AGE) is never reused: they pile up until PostgreSQL refuses clients. The pool reuses
+        # them across threads and makes requests beyond its size wait for one.
+        if HCS_DB_POOL_SIZE:
+            DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+                "min_size": 1, "max_size": HCS_DB_POOL_SIZE, "timeout": 20, "max_idle": 300,
+            }  # fmt: skip
         # Parallel test runs (several checkouts on one server) must not share a test database.
         test_name = env_str("HCS_TEST_DB_NAME")
         if test_name:
@@ -173,7 +182,7 @@ REST_FRAMEWORK = {
     ],
     # A filter value or ordering a list cannot take is a 400, never silently ignored.
     "DEFAULT_FILTER_BACKENDS": [
-        "django_filters.rest_framework.DjangoFilterBackend",
+        "apps.vdc.api.filters.GivenFiltersBackend",
         "apps.vdc.api.filters.StrictOrderingFilter",
         "rest_framework.filters.SearchFilter",
     ],
