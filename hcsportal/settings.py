@@ -232,7 +232,8 @@ WHITENOISE_USE_FINDERS = True
 
 # --- Portal behaviour ----------------------------------------------------------------------------
 HCS_SCHEDULER_INTERVAL = timedelta(seconds=env_int("HCS_SCHEDULER_INTERVAL_S", 2, minimum=1))
-# Web server processes `make run` starts (uvicorn, HTTP and WebSocket); each runs Django's views one at a time.
+# Web server processes `make run` starts (uvicorn, HTTP and WebSocket). Each runs every request's view in a
+# thread, but its threads share one interpreter lock: more processes use more cores (docs/load.md).
 HCS_WEB_WORKERS = env_int("HCS_WEB_WORKERS", 2, minimum=1)
 # The load benchmark's one-row write (hcsportal/bench.py); only benchmarks/api_load.py turns it on.
 HCS_BENCH_ENDPOINTS = env_bool("HCS_BENCH_ENDPOINTS", False)

@@ -44,7 +44,8 @@ def start_embedded_redis(socket: Path, workdir: Path) -> subprocess.Popen:
 
 def web_command(host: str, port: int, workers: int) -> str:
     """The web server's command line: uvicorn serving the ASGI app (HTTP and WebSocket) with ``workers``
-    processes, since Django runs a process's synchronous views one at a time."""
+    processes. Django runs each request's view in a thread, but a process's threads share one interpreter
+    lock: processes are what puts more cores to work."""
     python = shlex.quote(sys.executable)
     return f"{python} -m uvicorn hcsportal.asgi:application --host {host} --port {port} --workers {workers}"
 
