@@ -7,6 +7,7 @@ rendering as every API call, so submit latency can be read against the framework
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
@@ -26,6 +27,10 @@ class OneRowView(APIView):
 
     permission_classes = [IsAdminUser]
 
+    @extend_schema(
+        request=OneRowSerializer,
+        responses={201: inline_serializer("OneRow", {"id": serializers.IntegerField()})},
+    )
     def post(self, request: Request) -> Response:
         body = OneRowSerializer(data=request.data)
         body.is_valid(raise_exception=True)
