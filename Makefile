@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt | sha1sum | cut -c1-12)
 
-.PHONY: venv run demo test lint bench bench-django bench-slurm slurm-up slurm-down clean
+.PHONY: venv run demo test lint bench bench-django bench-slurm bench-api slurm-up slurm-down clean
 
 $(STAMP): requirements.txt requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,6 +34,9 @@ bench-django: venv  ## one scheduling cycle through Django on PostgreSQL (needs 
 
 bench-slurm: venv  ## the portal vs raw sbatch on the dev Slurm cluster (needs DATABASE_URL and REDIS_URL, root)
 	$(BIN)/python -m benchmarks.slurm_control
+
+bench-api: venv  ## submit and list latency at 1/10/50 clients on the real web server (needs DATABASE_URL=postgres://... and REDIS_URL)
+	$(BIN)/python -m benchmarks.api_load
 
 slurm-up:  ## a real dev Slurm cluster on this host (installs Debian's slurm-wlm when missing)
 	bash scripts/dev_slurm.sh start

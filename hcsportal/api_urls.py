@@ -1,5 +1,6 @@
 """The REST API v1: every app's viewsets on one router, plus the apps' nested endpoints and token login."""
 
+from django.conf import settings
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
@@ -23,3 +24,7 @@ urlpatterns = [
     *(pattern for app in APPS for pattern in app.urlpatterns),
     *router.urls,
 ]
+if settings.HCS_BENCH_ENDPOINTS:
+    from hcsportal.bench import OneRowView  # noqa: PLC0415 - loaded only for the benchmark's server
+
+    urlpatterns.append(path("bench/one-row/", OneRowView.as_view(), name="bench-one-row"))

@@ -111,9 +111,18 @@ TEMPLATES = [
 
 # --- Database -------------------------------------------------------------------------------
 DATABASE_URL = env_url("DATABASE_URL", ("postgres", "postgresql", "sqlite"))
+# PostgreSQL connections per process, in a pool (psycopg_pool) shared by the process's threads; 0: none.
+HCS_DB_POOL_SIZE = env_int("HCS_DB_POOL_SIZE", 8, minimum=0)
 if DATABASE_URL:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL)}
     if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        # Under ASGI every request's view runs in a thread of its own, so a connection kept per thread
+        # (CONN_MAX_AGE) is never reused: they pile up until PostgreSQL refuses clients. The pool reuses
+        # them across threads and makes requests beyond its size wait for one.
+        if HCS_DB_POOL_SIZE:
+            DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+                "min_size": 1, "max_size": HCS_DB_POOL_SIZE, "timeout": 20, "max_idle": 300,
+            }  # fmt: skip
         # Parallel test runs (several checkouts on one server) must not share a test database.
         test_name = env_str("HCS_TEST_DB_NAME")
         if test_name:
@@ -215,7 +224,7 @@ REST_FRAMEWORK = {
     ],
     # A filter value or ordering a list cannot take is a 400, never silently ignored.
     "DEFAULT_FILTER_BACKENDS": [
-        "django_filters.rest_framework.DjangoFilterBackend",
+        "apps.vdc.api.filters.GivenFiltersBackend",
         "apps.vdc.api.filters.StrictOrderingFilter",
         "rest_framework.filters.SearchFilter",
     ],
@@ -304,8 +313,11 @@ WHITENOISE_USE_FINDERS = True
 HCS_SCHEDULER_INTERVAL = timedelta(seconds=env_int("HCS_SCHEDULER_INTERVAL_S", 2, minimum=1))
 # Ended backend objects (jobs the backend confirmed gone) are kept this long for audit, then forgotten.
 HCS_BACKEND_OBJECT_RETENTION = timedelta(days=env_int("HCS_BACKEND_OBJECT_RETENTION_DAYS", 30, minimum=1))
-# Web server processes `make run` starts (uvicorn, HTTP and WebSocket); each runs Django's views one at a time.
+# Web server processes `make run` starts (uvicorn, HTTP and WebSocket). Each runs every request's view in a
+# thread, but its threads share one interpreter lock: more processes use more cores (docs/load.md).
 HCS_WEB_WORKERS = env_int("HCS_WEB_WORKERS", 2, minimum=1)
+# The load benchmark's one-row write (hcsportal/bench.py); only benchmarks/api_load.py turns it on.
+HCS_BENCH_ENDPOINTS = env_bool("HCS_BENCH_ENDPOINTS", False)
 HCS_LOCAL_EXECUTOR_DIR = VAR_DIR / "local-jobs"
 # Local jobs run in a bubblewrap sandbox; as this user when the portal runs as root (scripts/setup_local_jobs.sh).
 HCS_LOCAL_JOB_USER = env_str("HCS_LOCAL_JOB_USER", "hcs-job")

@@ -8,6 +8,7 @@ trigger never waits: a hung Redis costs a request at most the short timeouts bel
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 
 import redis
@@ -26,10 +27,21 @@ _FOLLOW_TTL_S = 2
 _TIMEOUTS = {"socket_connect_timeout": 0.5, "socket_timeout": 0.5}
 
 
+@functools.cache
+def _client(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url, **_TIMEOUTS)
+
+
+def _redis() -> redis.Redis:
+    """The process's client of ``REDIS_URL``: its connection pool outlives a request, so a trigger costs a
+    round trip, not a new connection."""
+    return _client(settings.REDIS_URL)
+
+
 def _first_request(key: str, ttl_s: int) -> bool:
     """True when no request for ``key`` is pending yet (this one then queues the work)."""
     try:
-        return bool(redis.Redis.from_url(settings.REDIS_URL, **_TIMEOUTS).set(key, "1", nx=True, ex=ttl_s))
+        return bool(_redis().set(key, "1", nx=True, ex=ttl_s))
     except redis.RedisError as exc:
         log.warning("cannot coalesce %s (the periodic loop will do the work): %s", key, exc)
         return False
@@ -38,7 +50,7 @@ def _first_request(key: str, ttl_s: int) -> bool:
 def clear_request(key: str) -> None:
     """Forget a pending request once its work starts, so later changes ask again."""
     with contextlib.suppress(redis.RedisError):  # the key expires by itself
-        redis.Redis.from_url(settings.REDIS_URL, **_TIMEOUTS).delete(key)
+        _redis().delete(key)
 
 
 def enqueue(job, *args, countdown: float = 0.0, expires: float = 30.0) -> None:
@@ -70,7 +82,7 @@ def cycle_finished() -> None:
     from apps.control import jobs  # noqa: PLC0415
 
     try:
-        again = redis.Redis.from_url(settings.REDIS_URL, **_TIMEOUTS).get(CYCLE_AGAIN_KEY)
+        again = _redis().get(CYCLE_AGAIN_KEY)
     except redis.RedisError:
         again = None  # beat runs the next cycle
     if again:
@@ -82,7 +94,7 @@ def cycle_finished() -> None:
 
 def _set(key: str, ttl_s: int) -> None:
     with contextlib.suppress(redis.RedisError):
-        redis.Redis.from_url(settings.REDIS_URL, **_TIMEOUTS).set(key, "1", ex=ttl_s)
+        _redis().set(key, "1", ex=ttl_s)
 
 
 def request_reconcile(cluster_id: int) -> None:

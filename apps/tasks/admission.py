@@ -15,10 +15,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from django.db.models import Count
+
 from apps.clusters.backends import can_resize
 from apps.clusters.choices import ClusterType
 from apps.clusters.gpuspec import Catalog, GPURequest, candidate_models
-from apps.clusters.models import Cluster, Node
+from apps.clusters.models import Cluster
 
 # Which field a refusal belongs to, in the order a message names them.
 _FIELDS = ("instances", "elastic_min", "command", "image", "gpu_spec", "cpu", "memory_gib")
@@ -31,15 +33,25 @@ class _NodeView:
     cards: Counter = field(default_factory=Counter)  # model name -> cards on the node
 
 
+@dataclass
+class _ClusterView:
+    name: str
+    cluster_type: str
+    nodes: list[_NodeView] = field(default_factory=list)
+
+    @property
+    def kind(self) -> str:
+        return ClusterType(self.cluster_type).label
+
+
 def admission_errors(task, request: GPURequest, gpu_catalog: Catalog) -> dict[str, str]:
     """{field: message} when no enabled cluster of ``task.vdc`` could ever run ``task``; {} otherwise."""
-    clusters = list(Cluster.objects.filter(vdc_id=task.vdc_id, enabled=True).order_by("name"))
+    clusters = _clusters_of(task.vdc_id)
     if not clusters:
         return {}
-    nodes = _nodes_by_cluster(clusters)
     refusals: list[tuple[str, str, str]] = []  # (field, cluster, reason)
     for cluster in clusters:
-        refusal = _why_not(task, request, gpu_catalog, cluster, nodes.get(cluster.pk, []))
+        refusal = _why_not(task, request, gpu_catalog, cluster)
         if refusal is None:
             return {}
         refusals.append((refusal[0], cluster.name, refusal[1]))
@@ -50,16 +62,34 @@ def admission_errors(task, request: GPURequest, gpu_catalog: Catalog) -> dict[st
     return {field_name: f"No cluster of VDC {task.vdc} can ever run this task ({reasons})."}
 
 
-def _nodes_by_cluster(clusters: list[Cluster]) -> dict[int, list[_NodeView]]:
-    views: dict[int, dict[int, _NodeView]] = {}
-    rows = Node.objects.filter(cluster__in=clusters).values_list(
-        "pk", "cluster_id", "cpu", "memory_gib", "devices__gpu_model__name"
+def _clusters_of(vdc_id: int) -> list[_ClusterView]:
+    """The VDC's enabled clusters with their nodes and cards per model, in one query."""
+    rows = (
+        Cluster.objects.filter(vdc_id=vdc_id, enabled=True)
+        .values_list(
+            "pk",
+            "name",
+            "cluster_type",
+            "nodes__pk",
+            "nodes__cpu",
+            "nodes__memory_gib",
+            "nodes__devices__gpu_model__name",
+        )  # fmt: skip
+        .annotate(cards=Count("nodes__devices"))
+        .order_by("name")
     )
-    for node_id, cluster_id, cpu, memory, model in rows:
-        view = views.setdefault(cluster_id, {}).setdefault(node_id, _NodeView(cpu, memory))
+    clusters: dict[int, _ClusterView] = {}
+    nodes: dict[int, _NodeView] = {}
+    for cluster_id, name, cluster_type, node_id, cpu, memory, model, cards in rows:
+        cluster = clusters.setdefault(cluster_id, _ClusterView(name, cluster_type))
+        if node_id is None:
+            continue
+        if node_id not in nodes:
+            nodes[node_id] = _NodeView(cpu, memory)
+            cluster.nodes.append(nodes[node_id])
         if model is not None:
-            view.cards[model] += 1
-    return {cluster_id: list(by_node.values()) for cluster_id, by_node in views.items()}
+            nodes[node_id].cards[model] += cards
+    return list(clusters.values())
 
 
 def _start_size(task) -> int:
@@ -67,14 +97,15 @@ def _start_size(task) -> int:
     return task.elastic_min if task.is_elastic else max(task.instances or 1, 1)
 
 
-def _why_not(task, request: GPURequest, gpu_catalog: Catalog, cluster: Cluster, nodes: list[_NodeView]):
+def _why_not(task, request: GPURequest, gpu_catalog: Catalog, cluster: _ClusterView):
     """(field, reason) why ``cluster`` could never run ``task``, or None when it could."""
+    nodes = cluster.nodes
     kubernetes = cluster.cluster_type == ClusterType.KUBERNETES
     size = _start_size(task)
     if cluster.cluster_type == ClusterType.LOCAL and (size > 1 or (task.is_elastic and task.elastic_max > 1)):
         return "instances", f"runs single-instance jobs, {max(size, task.elastic_max or 1)} instances asked"
     if task.is_elastic and not can_resize(cluster):
-        return "elastic_min", f"{cluster.get_cluster_type_display()} cannot grow or shrink a running job"
+        return "elastic_min", f"{cluster.kind} cannot grow or shrink a running job"
     if task.kind != "dev_env" and not (task.command or "").strip():
         if not kubernetes:
             return "command", "runs the task's command and none was given"

@@ -91,7 +91,7 @@ def task_payload(task: Task) -> dict:
 def queue_counts(queue_ids) -> dict[int, dict]:
     """Waiting / running task counts and GPU-equivalents in use per queue (one query)."""
     rows = (
-        Task.objects.filter(queue_id__in=queue_ids)
+        Task.objects.filter(queue_id__in=queue_ids, status__in=(*WAITING, *ACTIVE))
         .values("queue_id")
         .annotate(
             waiting=Count("id", filter=Q(status__in=WAITING)),

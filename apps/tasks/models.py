@@ -220,11 +220,14 @@ class Task(models.Model):
         """Decrypted secret variables, for the job spec only; raises ValueError when the key changed."""
         return {name: decrypt_text(token) for name, token in (self.secret_env or {}).items()}
 
-    def clean(self) -> None:
-        """The submission rules of :mod:`apps.tasks.validation` and the GPU spec grammar, per field."""
+    def clean(self, gpu_catalog=None) -> None:
+        """The submission rules of :mod:`apps.tasks.validation` and the GPU spec grammar, per field.
+
+        ``gpu_catalog`` saves loading the catalog when the caller has it already.
+        """
         errors: dict[str, str] = {}
         try:
-            validate_gpu_spec(self.gpu_spec)
+            validate_gpu_spec(self.gpu_spec, gpu_catalog)
         except ValidationError as exc:
             errors["gpu_spec"] = exc.messages[0]
         if (self.elastic_min is None) != (self.elastic_max is None):

@@ -76,15 +76,13 @@ def _resolve_queue(vdc: VDC, queue: TaskQueue | str | None) -> TaskQueue:
         if queue.vdc_id != vdc.pk:
             raise ValidationError({"queue": f"Expected a queue of VDC {vdc}; {queue} belongs to {queue.vdc}."})
         return queue
-    names = list(TaskQueue.objects.filter(vdc=vdc).values_list("name", flat=True))
+    found = TaskQueue.objects.filter(vdc=vdc, name=queue).first() if queue else None
+    if found is not None:
+        return found
+    names = ", ".join(TaskQueue.objects.filter(vdc=vdc).values_list("name", flat=True)) or "none yet"
     if not queue:
-        raise ValidationError({"queue": f"Expected a queue of VDC {vdc}: one of {', '.join(names) or 'none yet'}."})
-    found = TaskQueue.objects.filter(vdc=vdc, name=queue).first()
-    if found is None:
-        raise ValidationError(
-            {"queue": f"Unknown queue {queue!r} in VDC {vdc}; expected one of {', '.join(names) or 'none yet'}."}
-        )
-    return found
+        raise ValidationError({"queue": f"Expected a queue of VDC {vdc}: one of {names}."})
+    raise ValidationError({"queue": f"Unknown queue {queue!r} in VDC {vdc}; expected one of {names}."})
 
 
 def submit_task(
@@ -128,11 +126,8 @@ def submit_task(
         task.wall_time = queue.default_wall_time
     if task.kind not in TaskKind.values:
         raise ValidationError({"kind": f"Expected one of {', '.join(TaskKind.values)}, got {task.kind!r}."})
-    errors: dict[str, list[str]] = {}
-    try:
-        task.full_clean(exclude=["project", "owner", "vdc", "queue"])
-    except ValidationError as exc:
-        errors.update(exc.message_dict)
+    gpu_catalog = cluster_services.catalog()
+    errors = _field_errors(task, gpu_catalog)
     secret_env = {} if secret_env is None else secret_env
     message = secret_env_error(secret_env, task.env)
     if message:
@@ -142,7 +137,6 @@ def submit_task(
             f"Queue {queue.name} is medium priority: it needs an expected duration (e.g. 02:00:00), "
             "the window the task is guaranteed for."
         )
-    gpu_catalog = cluster_services.catalog()
     if "gpu_spec" not in errors:
         request = cluster_services.validate_gpu_spec(task.gpu_spec, gpu_catalog)
         if not request.is_none and not candidate_models(request, gpu_catalog):
@@ -158,12 +152,44 @@ def submit_task(
         if problems:
             raise ValidationError(problems)
         task.save()
+        preferred_clusters = list(preferred_clusters)
         if preferred_clusters:
             task.preferred_clusters.set(preferred_clusters)
-        record_event(task, EventKind.SUBMITTED, f"Submitted to queue {queue.name} ({queue.priority_class})",
-                     actor=user, to_status=task.status)  # fmt: skip
+        event = record_event(task, EventKind.SUBMITTED, f"Submitted to queue {queue.name} ({queue.priority_class})",
+                             actor=user, to_status=task.status)  # fmt: skip
         signal_demand_changed()
+    _hold_related(task, events=[event], preferred_clusters=preferred_clusters)
     return task
+
+
+def _field_errors(task: Task, gpu_catalog) -> dict[str, list[str]]:
+    """``full_clean`` of a submission, less what the caller checks itself: {field: messages}.
+
+    The model's check constraints are not queried: ``Task.clean`` (``apps.tasks.validation``) applies
+    stricter bounds to the same fields, and the database still enforces them on insert.
+    """
+    errors: dict[str, list[str]] = {}
+    for check in (
+        lambda: task.clean_fields(exclude=["project", "owner", "vdc", "queue"]),
+        lambda: task.clean(gpu_catalog),
+    ):
+        try:
+            check()
+        except ValidationError as exc:
+            for field, messages in exc.message_dict.items():
+                errors.setdefault(field, []).extend(messages)
+    return errors
+
+
+def _hold_related(instance, **related: list) -> None:
+    """Keep related rows the caller already holds as the instance's prefetched relations, as
+    ``prefetch_related`` would, so whoever shows the instance next does not load them back."""
+    cache = instance.__dict__.setdefault("_prefetched_objects_cache", {})
+    for name, objects in related.items():
+        queryset = getattr(instance, name).all()
+        queryset._result_cache = list(objects)
+        queryset._prefetch_done = True
+        cache[name] = queryset
 
 
 def signal_demand_changed() -> None:

@@ -101,6 +101,12 @@ class BaseFilterSet(django_filters.FilterSet):
             models.DateTimeField: {"filter_class": BoundedDateTimeFilter},
         }
 
+    def __init__(self, data=None, *args, given_only: bool = False, **kwargs):
+        if given_only and data is not None:
+            # Filters a query string does not name filter nothing; leave them out (see GivenFiltersBackend).
+            self.base_filters = {name: f for name, f in self.base_filters.items() if name in data}
+        super().__init__(data, *args, **kwargs)
+
     @classmethod
     def filter_for_lookup(cls, field, lookup_type):
         if lookup_type == "in" and getattr(field, "choices", None):

@@ -114,3 +114,30 @@ def test_task_list_query_count_is_the_same_for_10_and_1000_tasks(world):
     assert Task.objects.count() == 1000
     assert [count_queries(client, url) for url in urls] == ten
     assert count_queries(client, "/api/v1/tasks/?page=20") == ten[0]
+
+
+SUBMIT = {"project": "alpha", "queue": "high", "name": "job", "kind": "training", "gpu_spec": "1(A100)",
+          "command": "echo hi", "env": {"EPOCHS": "3"}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("extra", "most"),
+    [
+        # project, role, default VDC, queue, GPU catalog, reserved env names; in the transaction (a savepoint
+        # here) the quota row lock, the unfinished-task count, the VDC's clusters with their nodes and cards
+        # (admission, one query), the task and its event. The answer is built from these rows, not loaded
+        # back. (The on-commit live push and cycle trigger are bounded on their own.)
+        ({}, 13),
+        # + the preferred cluster's lookup and the link row (Django's set() reads the current links first).
+        ({"preferred_clusters": "cluster"}, 16),
+    ],
+)
+def test_submit_runs_a_fixed_small_number_of_queries(world, django_assert_max_num_queries, extra, most):
+    body = {**SUBMIT, **{key: [world.cluster.pk] for key in extra}}
+    client = client_for(world.member)
+    TaskFactory.create_batch(20, project=world.project, vdc=world.vdc, queue=world.high, status="queued")
+    with django_assert_max_num_queries(most):
+        response = client.post("/api/v1/tasks/", body, format="json")
+    assert response.status_code == 201, response.data
+    assert response.data["events"][0]["kind"] == "submitted"
+    assert response.data["preferred_clusters"] == body.get("preferred_clusters", [])

@@ -17,7 +17,12 @@ from apps.tasks import validation as limits
 from apps.tasks.choices import TaskStatus
 from apps.tasks.models import Task, TaskEvent
 from apps.tasks.services import SUBMIT_FIELDS, submit_task
-from apps.vdc.api.common import IdOrNameRelatedField, service_errors
+from apps.vdc.api.common import (
+    CachedFieldsMixin,
+    IdOrNameRelatedField,
+    ScopedPrimaryKeyRelatedField,
+    service_errors,
+)
 from apps.vdc.api.permissions import scope_to_vdcs, visible_projects, visible_vdcs
 from apps.vdc.models import VDC, Project
 
@@ -130,7 +135,7 @@ class TaskEventSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class TaskSerializer(serializers.ModelSerializer):
+class TaskSerializer(CachedFieldsMixin, serializers.ModelSerializer):
     """A task: what was asked for (writable on submit) and how far it got (read-only, set by the scheduler).
 
     ``project`` and ``vdc`` take an id or a name; ``vdc`` defaults to the default VDC; ``queue`` takes an id
@@ -140,7 +145,9 @@ class TaskSerializer(serializers.ModelSerializer):
     project = IdOrNameRelatedField(queryset=Project.objects.all(), scope=visible_projects)
     vdc = IdOrNameRelatedField(queryset=VDC.objects.all(), scope=visible_vdcs, required=False, allow_null=True)
     queue = QueueField(required=False, allow_null=True)
-    preferred_clusters = serializers.PrimaryKeyRelatedField(many=True, queryset=Cluster.objects.all(), required=False)
+    preferred_clusters = ScopedPrimaryKeyRelatedField(
+        scope=clusters_of, many=True, queryset=Cluster.objects.all(), required=False
+    )
     project_name = serializers.CharField(source="project.name", read_only=True)
     vdc_name = serializers.CharField(source="vdc.name", read_only=True)
     queue_name = serializers.CharField(source="queue.name", read_only=True)
@@ -162,13 +169,6 @@ class TaskSerializer(serializers.ModelSerializer):
         read_only_fields = [f for f in STATE_FIELDS if f not in ("cluster_name",)]
         # The bounds of apps.tasks.validation, so the schema shows them; Task.clean checks them for every door.
         extra_kwargs = {field: _bounds(lowest, highest) for field, lowest, highest in limits.NUMBER_BOUNDS}
-
-    def get_fields(self):
-        fields = super().get_fields()
-        request = self.context.get("request")
-        if request is not None:
-            fields["preferred_clusters"].child_relation.queryset = clusters_of(request.user)
-        return fields
 
     def create(self, validated_data: dict) -> Task:
         user = self.context["request"].user

@@ -85,7 +85,10 @@ class TaskViewSet(
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         task = serializer.save()
-        return Response(self._detail(task.pk), status=status.HTTP_201_CREATED)
+        # Shown as the detail endpoint shows it, from the rows just written (the service keeps the submission
+        # event and the preferred clusters on the task): nothing is loaded back.
+        events = TaskEventSerializer(task.events.all(), many=True).data
+        return Response({**serializer.data, "events": events}, status=status.HTTP_201_CREATED)
 
     def perform_destroy(self, instance: Task) -> None:
         with service_errors():

@@ -84,6 +84,38 @@ class IdOrNameRelatedField(serializers.RelatedField):
         return value.pk
 
 
+class ScopedPrimaryKeyRelatedField(serializers.PrimaryKeyRelatedField):
+    """A related object by id among those ``scope(user)`` gives the requesting user.
+
+    The scope is applied only when a value is read, so serializers that merely show objects build no queryset.
+    """
+
+    def __init__(self, scope: Callable[[object], QuerySet], **kwargs):
+        self.scope = scope
+        super().__init__(**kwargs)
+
+    def get_queryset(self) -> QuerySet:
+        request = self.context.get("request")
+        return self.scope(request.user) if request is not None else super().get_queryset()
+
+
+class CachedFieldsMixin:
+    """A serializer whose fields are built once per class; each instance gets a copy.
+
+    Building a model serializer's fields walks the model (milliseconds for a wide model, on every request);
+    copying the built ones is what DRF does for declared fields anyway. Only for serializers whose fields do
+    not depend on the request or the instance.
+    """
+
+    def get_fields(self) -> dict:
+        cls = type(self)
+        template = cls.__dict__.get("_fields_template")
+        if template is None:
+            template = super().get_fields()
+            cls._fields_template = template
+        return copy.deepcopy(template)
+
+
 class SlugField(serializers.SlugRelatedField):
     """A related object by a text key (e.g. a username); text with NUL is "does not exist", not a server error."""
 

@@ -1,9 +1,26 @@
-"""Filter backends of the API beyond the FilterSets: an ``?ordering=`` that names what it cannot order by is a 400."""
+"""Filter backends of the API beyond the FilterSets: an ``?ordering=`` that names what it cannot order by is a 400;
+a FilterSet is built with only the filters a request uses."""
 
 from __future__ import annotations
 
+from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework.exceptions import ValidationError
 from rest_framework.filters import OrderingFilter
+
+
+class GivenFiltersBackend(DjangoFilterBackend):
+    """django-filter's backend, building each request's FilterSet with the filters its query string names only.
+
+    A filter without a value filters nothing, but a FilterSet copies every filter and builds and validates a
+    form field for each on every request: tens of milliseconds for the task list's 150 filters.
+    """
+
+    def get_filterset_kwargs(self, request, queryset, view) -> dict:
+        return {**super().get_filterset_kwargs(request, queryset, view), "given_only": True}
+
+    def to_html(self, request, queryset, view):
+        # The browsable API's filter form offers every filter.
+        return DjangoFilterBackend().to_html(request, queryset, view)
 
 
 class StrictOrderingFilter(OrderingFilter):

@@ -42,6 +42,14 @@ def start_embedded_redis(socket: Path, workdir: Path) -> subprocess.Popen:
     raise CommandError("embedded redis-server did not answer within 10 s")
 
 
+def web_command(host: str, port: int, workers: int) -> str:
+    """The web server's command line: uvicorn serving the ASGI app (HTTP and WebSocket) with ``workers``
+    processes. Django runs each request's view in a thread, but a process's threads share one interpreter
+    lock: processes are what puts more cores to work."""
+    python = shlex.quote(sys.executable)
+    return f"{python} -m uvicorn hcsportal.asgi:application --host {host} --port {port} --workers {workers}"
+
+
 class Command(BaseCommand):
     help = "Migrate, load the demo, and run web + worker + beat (+ embedded Redis) until Ctrl-C."
 
@@ -61,9 +69,7 @@ class Command(BaseCommand):
         python = shlex.quote(sys.executable)
         beat_schedule = shlex.quote(str(settings.VAR_DIR / "celerybeat-schedule"))
         processes = {
-            # Several processes: Django runs a process's synchronous views one at a time.
-            "web": f"{python} -m uvicorn hcsportal.asgi:application --host {host} --port {port} "
-            f"--workers {settings.HCS_WEB_WORKERS}",
+            "web": web_command(host, port, settings.HCS_WEB_WORKERS),
             "worker": f"{python} -m celery -A celery_app worker --loglevel INFO --concurrency 4 --without-gossip",
             "beat": f"{python} -m celery -A celery_app beat --loglevel INFO --schedule {beat_schedule}",
         }
