@@ -81,6 +81,18 @@ FOLLOW_LISTING_INTERVAL_S = 1.0
 
 
 @shared_task(ignore_result=True)
+def push_live_updates() -> None:
+    """Push the state of every task noted since the last push to live pages (apps.tasks.live)."""
+    from apps.control import triggers  # noqa: PLC0415
+    from apps.tasks import live  # noqa: PLC0415
+
+    while task_ids := triggers.take_live_pending():
+        live.push_task_changed(task_ids=task_ids)
+        if len(task_ids) < triggers.LIVE_BATCH:
+            break
+
+
+@shared_task(ignore_result=True)
 def prune_backend_objects() -> None:
     """Beat: forget backend objects that ended longer ago than HCS_BACKEND_OBJECT_RETENTION_DAYS."""
     from django.conf import settings  # noqa: PLC0415

@@ -21,6 +21,10 @@ CYCLE_AGAIN_KEY = "hcs:scheduler:cycle-again"
 # Triggered cycles run at least this far apart: a burst of submits makes a few cycles, not one per submit.
 CYCLE_SPACING_S = 0.3
 RECONCILE_REQUESTED_KEY = "hcs:reconcile:requested:{cluster_id}"
+# Tasks whose state live pages should see, and whether a job to push them is queued.
+LIVE_PENDING_KEY = "hcs:live:pending"
+LIVE_REQUESTED_KEY = "hcs:live:requested"
+LIVE_BATCH = 1000
 FOLLOW_REQUESTED_KEY = "hcs:follow:active:{cluster_id}"
 # A follow chain refreshes its key at every step; a chain that died lets a new one start after this long.
 _FOLLOW_TTL_S = 2
@@ -59,6 +63,44 @@ def enqueue(job, *args, countdown: float = 0.0, expires: float = 30.0) -> None:
         job.apply_async(args, countdown=countdown, expires=expires, retry=False)
     except Exception as exc:  # noqa: BLE001 - any broker failure: the periodic loop covers it
         log.warning("cannot queue %s (the periodic loop will do the work): %s", job.name, exc)
+
+
+def request_live_push(task_ids) -> None:
+    """Live pages should see these tasks' state: one round trip here; the push itself (queries and channel
+    layer sends) runs in a worker job, for every task noted meanwhile at once. Pages reload their state on
+    reconnect, so an update lost to a Redis outage costs them freshness, never data."""
+    from apps.control import jobs  # noqa: PLC0415 - the jobs module imports this one
+
+    if not task_ids:
+        return
+    try:
+        pipe = _redis().pipeline(transaction=False)
+        pipe.sadd(LIVE_PENDING_KEY, *task_ids)
+        pipe.set(LIVE_REQUESTED_KEY, "1", nx=True, ex=10)
+        _added, first = pipe.execute()
+    except redis.RedisError as exc:
+        log.warning("live update of tasks %s not noted: %s", list(task_ids)[:10], exc)
+        return
+    if first:
+        enqueue(jobs.push_live_updates)
+
+
+def take_live_pending() -> list[int]:
+    """The tasks noted for a live push so far (at most ``LIVE_BATCH``), taken off the set.
+
+    The job clears its request first, so a task noted after this call queues another job.
+    """
+    clear_request(LIVE_REQUESTED_KEY)
+    try:
+        return [int(task_id) for task_id in _redis().spop(LIVE_PENDING_KEY, LIVE_BATCH) or ()]
+    except redis.RedisError as exc:
+        log.warning("cannot take the pending live updates: %s", exc)
+        return []
+
+
+def on_task_changed(sender=None, task_ids=None, **kwargs) -> None:
+    """Receiver of ``task_changed``: live pages get the tasks' state soon, off the request's path."""
+    request_live_push(task_ids or ())
 
 
 def request_cycle() -> None:

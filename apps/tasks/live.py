@@ -1,9 +1,10 @@
 """Live updates: the group names of the ``ws/live/`` socket and what is pushed to them.
 
 Pages subscribe to a task, a project, a queue or their own user group (``apps.tasks.consumers``).
-``push_task_changed`` is connected to ``task_changed`` (sent on commit with task ids): it loads the
-task once and sends its state to the task's, project's and owner's groups, and the queue's counts
-(never task details, since every project in the queue's VDC may subscribe) to the queue group.
+``push_task_changed`` runs in a worker job for the tasks ``task_changed`` (sent on commit with task
+ids) noted since the last push (``apps.control.triggers.request_live_push``): it loads the tasks once
+and sends each one's state to the task's, project's and owner's groups, and the queues' counts (never
+task details, since every project in the queue's VDC may subscribe) to the queue groups.
 """
 
 from __future__ import annotations
@@ -129,7 +130,7 @@ def _send_all(messages: list[tuple[str, dict]]) -> None:
 
 
 def push_task_changed(sender=None, task_ids: list[int] | None = None, **kwargs) -> None:
-    """Receiver of ``task_changed``: push each task's state to its groups, and fresh counts to its queues.
+    """Push each task's state to its groups, and fresh counts to its queues.
 
     Two queries whatever the number of tasks. A Redis outage costs live pages an update (they reload
     state on reconnect), never the write that sent the signal.

@@ -22,6 +22,8 @@ def queued(monkeypatch):
         triggers.CYCLE_AGAIN_KEY,
         triggers.RECONCILE_REQUESTED_KEY.format(cluster_id=7),
         triggers.FOLLOW_REQUESTED_KEY.format(cluster_id=7),
+        triggers.LIVE_PENDING_KEY,
+        triggers.LIVE_REQUESTED_KEY,
     ]
     client.delete(*keys)
     yield calls
@@ -52,9 +54,24 @@ def test_reconcile_and_follow_requests_coalesce_per_cluster(queued):
     assert [name for name, _, _ in queued] == [jobs.reconcile_cluster.name, jobs.follow_launches.name]
 
 
+def test_task_changes_are_noted_and_one_job_pushes_them_all(queued, monkeypatch):
+    pushed = []
+    monkeypatch.setattr("apps.tasks.live.push_task_changed", lambda task_ids: pushed.append(sorted(task_ids)))
+    for task_id in range(1, 201):
+        triggers.on_task_changed(task_ids=[task_id])
+    triggers.on_task_changed(task_ids=[5, 6])  # again: noted once
+    assert [name for name, _, _ in queued] == [jobs.push_live_updates.name]
+
+    jobs.push_live_updates()
+    assert pushed == [list(range(1, 201))]
+    triggers.on_task_changed(task_ids=[7])  # after the job took its batch: a new job
+    assert len(queued) == 2
+
+
 def test_a_dead_redis_costs_a_request_under_a_second_and_raises_nothing(settings, monkeypatch):
     settings.REDIS_URL = "redis://10.255.255.1:6379/0"  # unroutable: connects time out
     began = time.monotonic()
     triggers.request_cycle()
     triggers.request_reconcile(7)
-    assert time.monotonic() - began < 2.5
+    triggers.request_live_push([1])
+    assert time.monotonic() - began < 3

@@ -29,7 +29,19 @@ def seeded_catalog(transactional_db):
 
 
 @pytest.fixture
-def live_world(seeded_catalog, world):
+def live_world(seeded_catalog, world, monkeypatch):
+    """The world, with the live-push job run at once (a worker job sends pushes; no worker runs in tests)."""
+    from apps.control import jobs, triggers  # noqa: PLC0415
+
+    queue = triggers.enqueue
+
+    def enqueue(job, *args, **kwargs):
+        if job is jobs.push_live_updates:
+            job(*args)
+        else:
+            queue(job, *args, **kwargs)
+
+    monkeypatch.setattr(triggers, "enqueue", enqueue)
     return world
 
 
