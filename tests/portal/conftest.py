@@ -14,7 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import redis
 from django.apps import apps as django_apps
+from django.conf import settings
 from django.db import connection, connections
 
 from tests.conftest import IN_CI
@@ -30,9 +32,14 @@ def seeded_catalog(transactional_db):
 
 @pytest.fixture
 def live_world(seeded_catalog, world, monkeypatch):
-    """The world, with the live-push job run at once (a worker job sends pushes; no worker runs in tests)."""
+    """The world, with the live-push job run at once (a worker job sends pushes; no worker runs in tests).
+
+    A push requested by an earlier test whose job no worker ran would hold back this test's pushes for the
+    request's lifetime (10 s): the test starts with none pending.
+    """
     from apps.control import jobs, triggers  # noqa: PLC0415
 
+    redis.Redis.from_url(settings.REDIS_URL).delete(triggers.LIVE_PENDING_KEY, triggers.LIVE_REQUESTED_KEY)
     queue = triggers.enqueue
 
     def enqueue(job, *args, **kwargs):
