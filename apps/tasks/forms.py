@@ -6,15 +6,14 @@ The forms only shape input; ``submit_task`` decides what is valid, and its per-f
 
 from __future__ import annotations
 
-import re
 from datetime import timedelta
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from django import forms
 from django.core.exceptions import PermissionDenied, ValidationError
 
 from apps.clusters.models import Cluster
-from apps.queues.models import LONGEST_EXPECTED_DURATION, TaskQueue
+from apps.queues.models import TaskQueue
 from apps.tasks import validation as limits
 from apps.tasks.choices import Framework, IDEType, TaskKind
 from apps.tasks.models import Task
@@ -24,11 +23,6 @@ from apps.vdc.choices import QueuePolicy
 from apps.vdc.models import VDC, Project
 from apps.vdc.services import can_act
 
-DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([dhms])", re.IGNORECASE)
-CLOCK = re.compile(r"^(?:(\d+)\s+)?(\d+):(\d{1,2})(?::(\d{1,2}))?$")
-UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-MAX_DURATION_SECONDS = Decimal(LONGEST_EXPECTED_DURATION.total_seconds())
-
 
 class DurationInput(forms.CharField):
     """A duration written as ``2h``, ``1h30m``, ``90m`` or ``HH:MM[:SS]`` (``D HH:MM:SS`` for days)."""
@@ -37,24 +31,10 @@ class DurationInput(forms.CharField):
         text = (super().to_python(value) or "").strip()
         if not text:
             return None
-        clock = CLOCK.match(text)
-        if clock:
-            days, hours, minutes, seconds = (int(g or 0) for g in clock.groups())
-            if minutes > 59 or seconds > 59:
-                raise ValidationError(f"Expected minutes and seconds below 60, got {text!r}.")
-            seconds = Decimal(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
-        else:
-            parts = DURATION_PART.findall(text)
-            if not parts or DURATION_PART.sub("", text).strip():
-                raise ValidationError(f"Expected a duration like 2h, 1h30m, 90m or 02:00:00, got {text!r}.")
-            try:
-                seconds = sum(Decimal(n) * UNIT_SECONDS[unit.lower()] for n, unit in parts)
-            except InvalidOperation:
-                seconds = MAX_DURATION_SECONDS + 1
-        # Queues allow at most a year; anything far beyond cannot even be a timedelta.
-        if seconds > MAX_DURATION_SECONDS:
-            raise ValidationError(f"Expected at most {LONGEST_EXPECTED_DURATION.days} days, got {text!r}.")
-        return timedelta(seconds=float(seconds))
+        try:
+            return limits.parse_duration_text(text)
+        except ValueError as exc:
+            raise ValidationError(str(exc))
 
     def prepare_value(self, value):
         if isinstance(value, timedelta):

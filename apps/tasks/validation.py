@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from apps.clusters.hostpaths import is_approved, path_problem
@@ -139,6 +139,39 @@ def duration_error(duration, longest: timedelta | None) -> str | None:
     if longest is not None and duration > longest:
         return f"Expected at most the queue's longest expected duration, {longest}, got {duration}."
     return None
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([dhms])", re.IGNORECASE)
+_CLOCK = re.compile(r"^(?:(\d+)\s+)?(\d+):(\d{1,2})(?::(\d{1,2}))?$")
+_UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def is_unit_duration(text: str) -> bool:
+    """Whether ``text`` is written with units (``2h``, ``1h30m``, ``90m``, ``1d``)."""
+    return bool(_DURATION_PART.search(text)) and not _DURATION_PART.sub("", text).strip()
+
+
+def parse_duration_text(text: str) -> timedelta:
+    """A duration as people write it, the same for the pages and the API: ``2h``, ``1h30m``, ``90m``,
+    ``HH:MM[:SS]`` or ``D HH:MM:SS``. Raises ValueError saying what was expected."""
+    text = text.strip()
+    clock = _CLOCK.match(text)
+    if clock:
+        days, hours, minutes, seconds = (int(g or 0) for g in clock.groups())
+        if minutes > 59 or seconds > 59:
+            raise ValueError(f"Expected minutes and seconds below 60, got {text!r}.")
+        total = Decimal(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
+    else:
+        if not is_unit_duration(text):
+            raise ValueError(f"Expected a duration like 2h, 1h30m, 90m or 02:00:00, got {text!r}.")
+        try:
+            total = sum(Decimal(n) * _UNIT_SECONDS[unit.lower()] for n, unit in _DURATION_PART.findall(text))
+        except InvalidOperation:
+            total = Decimal(LONGEST_EXPECTED_DURATION.total_seconds()) + 1
+    # Queues allow at most a year; anything far beyond cannot even be a timedelta.
+    if total > Decimal(LONGEST_EXPECTED_DURATION.total_seconds()):
+        raise ValueError(f"Expected at most {LONGEST_EXPECTED_DURATION.days} days, got {text!r}.")
+    return timedelta(seconds=float(total))
 
 
 def wall_time_error(wall_time, longest: timedelta | None) -> str | None:

@@ -99,6 +99,21 @@ def test_wall_time_is_bounded_by_the_queue_and_separate_from_the_expected_durati
     )
 
 
+@pytest.mark.parametrize(("text", "stored"), [("10m", "00:10:00"), ("1h30m", "01:30:00"), ("2d", "2 00:00:00"),
+                                              ("02:00:00", "02:00:00"), ("P1DT2H", "1 02:00:00")])  # fmt: skip
+def test_the_api_takes_durations_as_the_pages_do(world, text, stored):
+    response = submit(world, expected_duration=text, wall_time=text)
+    assert response.status_code == 201, response.data
+    assert response.data["expected_duration"] == response.data["wall_time"] == stored
+
+
+@pytest.mark.parametrize("text", ["10x", "1h 30", "9999999d", "-5m"])
+def test_durations_the_pages_would_refuse_are_a_400_saying_what_is_expected(world, text):
+    response = submit(world, expected_duration=text)
+    assert response.status_code == 400 and "expected_duration" in response.data
+    assert not Task.objects.exists()
+
+
 def test_queue_maximum_is_set_by_admins_through_the_api(world):
     url = f"/api/v1/queues/{world.high.pk}/"
     member = client_for(world.member).patch(url, {"max_expected_duration": "30 00:00:00"}, format="json")

@@ -6,8 +6,10 @@ from decimal import Decimal
 import pytest
 from django.core.exceptions import ValidationError
 
+from apps.tasks.forms import DurationInput
 from apps.tasks.models import Task, TaskEvent
 from apps.tasks.services import submit_task
+from apps.tasks.validation import parse_duration_text
 from tests.factories import ClusterFactory
 
 
@@ -179,3 +181,16 @@ def test_valid_volumes_are_kept_as_given(world):
         {"name": "models", "mount_path": "/models", "claim_name": "models.team-a"},
     ]
     assert submit(world, volumes=volumes).volumes == volumes
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("10m", 600), ("1h30m", 5400), ("2d", 172800), ("02:00:00", 7200),
+                                               ("1 00:00:30", 86430), ("1.5h", 5400)])  # fmt: skip
+def test_pages_and_api_read_durations_alike(text, seconds):
+    assert parse_duration_text(text).total_seconds() == seconds
+    assert DurationInput().clean(text).total_seconds() == seconds
+
+
+@pytest.mark.parametrize("text", ["10x", "1h 30", "00:61:00", "9999999d", "1e400h"])
+def test_a_duration_neither_door_reads_says_what_is_expected(text):
+    with pytest.raises(ValueError, match="Expected"):
+        parse_duration_text(text)

@@ -6,6 +6,7 @@ queue, quota, permissions), so the API and the forms give the same messages.
 
 from __future__ import annotations
 
+from django.db import models
 from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -135,6 +136,19 @@ class TaskEventSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class HumanDurationField(serializers.DurationField):
+    """A duration as the pages take it (``2h``, ``1h30m``, ``90m``, ``02:00:00``) or as Django writes it
+    (``[-]D HH:MM:SS``, ISO 8601 ``P1DT2H``)."""
+
+    def to_internal_value(self, value):
+        if isinstance(value, str) and limits.is_unit_duration(value.strip()):
+            try:
+                return limits.parse_duration_text(value)
+            except ValueError as exc:
+                raise serializers.ValidationError(str(exc))
+        return super().to_internal_value(value)
+
+
 class TaskSerializer(CachedFieldsMixin, serializers.ModelSerializer):
     """A task: what was asked for (writable on submit) and how far it got (read-only, set by the scheduler).
 
@@ -159,6 +173,9 @@ class TaskSerializer(CachedFieldsMixin, serializers.ModelSerializer):
     secret_env_names = serializers.ListField(child=serializers.CharField(), read_only=True)
     required_labels = LabelsField(required=False)
     volumes = VolumesField(required=False)
+
+    serializer_field_mapping = {**serializers.ModelSerializer.serializer_field_mapping,
+                                models.DurationField: HumanDurationField}  # fmt: skip
 
     class Meta:
         model = Task
