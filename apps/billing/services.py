@@ -27,7 +27,7 @@ from apps.billing.pricing import ZERO, money, quantity, tiered_cost
 from apps.clusters import services as cluster_services
 from apps.clusters.gpuspec import candidate_models, equivalents
 from apps.clusters.models import Device, GPUModel
-from apps.tasks.choices import ACTIVE, FINAL, EventKind
+from apps.tasks.choices import ACTIVE, FINAL, EventKind, TaskStatus
 from apps.tasks.models import Task, TaskEvent
 from apps.vdc.models import VDC, Project
 
@@ -146,6 +146,8 @@ class Run:
     end: datetime
     final: bool
     placement: list
+    charged: bool = True  # False: the run never reached running (stopped, failed or preempted before it ran)
+    minimum: bool = True  # False: the platform ended it (preemption, requeue): no minimum billing period
 
 
 def holdings(task: Task, placement: list, models: dict[str, GPUModel]) -> list[Holding]:
@@ -192,8 +194,8 @@ def _runs(task: Task, meter: UsageMeter, now: datetime) -> list[Run]:
     active = task.status in ACTIVE
     finished_in_place = task.status in FINAL and bool(task.placement) and task.finished_at is not None
     starts: dict[int, TaskEvent] = {}
-    ends: list[datetime] = []
-    if first < task.attempt or not (active or finished_in_place):
+    ends: list[TaskEvent] = []
+    if first < task.attempt or not active:
         events = task.events.filter(
             Q(kind=EventKind.SCHEDULED) | (Q(from_status__in=ACTIVE) & ~Q(to_status__in=ACTIVE) & ~Q(to_status=""))
         ).order_by("created_at", "id")
@@ -201,7 +203,7 @@ def _runs(task: Task, meter: UsageMeter, now: datetime) -> list[Run]:
             if event.kind == EventKind.SCHEDULED and isinstance(event.data.get("attempt"), int):
                 starts[event.data["attempt"]] = event
             else:
-                ends.append(event.created_at)
+                ends.append(event)
     runs = []
     for attempt in range(max(first, 1), task.attempt + 1):
         current = attempt == task.attempt
@@ -215,23 +217,37 @@ def _runs(task: Task, meter: UsageMeter, now: datetime) -> list[Run]:
             log.warning("task %s run %s has no start on record: not metered", task.pk, attempt)
             continue
         if current and active:
-            runs.append(Run(attempt, start, now, False, list(task.placement or [])))
+            if task.status == TaskStatus.RUNNING:  # until it runs, nothing is due: a run that never does is free
+                runs.append(Run(attempt, start, now, False, list(task.placement or [])))
             continue
         if current and finished_in_place:
-            runs.append(Run(attempt, start, task.finished_at, True, list(task.placement)))
+            ended = next((e for e in reversed(ends) if e.created_at >= start), None)
+            runs.append(Run(attempt, start, task.finished_at, True, list(task.placement), *_how_it_ended(ended)))
             continue
         next_start = starts[attempt + 1].created_at if attempt + 1 in starts else None
-        end = next((e for e in ends if e >= start and (next_start is None or e <= next_start)), None)
-        if end is None:
-            end = next_start or task.finished_at or task.updated_at
+        ended = next((e for e in ends if e.created_at >= start and (next_start is None or e.created_at <= next_start)),
+                     None)  # fmt: skip
+        end = ended.created_at if ended is not None else next_start or task.finished_at or task.updated_at
         if attempt == meter.attempt and meter.placement:
             placement = meter.placement
         elif current and task.placement:
             placement = task.placement
         else:
             placement = starts[attempt].data.get("placement", []) if attempt in starts else []
-        runs.append(Run(attempt, start, end, True, list(placement)))
+        runs.append(Run(attempt, start, end, True, list(placement), *_how_it_ended(ended)))
     return runs
+
+
+# The platform ended these runs (preemption, suspension, a requeue after a node or backend loss).
+_PLATFORM_ENDS = (EventKind.PREEMPTED, EventKind.SUSPENDED, EventKind.REQUEUED)
+
+
+def _how_it_ended(event: TaskEvent | None) -> tuple[bool, bool]:
+    """(charged, minimum) of a run from the event that ended it: a run that never reached running is not
+    charged; one the platform ended owes no minimum billing period. Without an event: charged, minimum."""
+    if event is None:
+        return True, True
+    return event.from_status == TaskStatus.RUNNING, event.kind not in _PLATFORM_ENDS
 
 
 def _accumulated(project_id: int) -> dict[tuple[str, int | None], Decimal]:
@@ -302,11 +318,11 @@ def _accrue_locked(task_id: int, now: datetime) -> int:
             meter.attempt, meter.run_started_at, meter.metered_until = run.attempt, run.start, run.start
         start = max(meter.metered_until or run.start, run.start)
         end = max(run.end, start)
-        for holding in holdings(task, run.placement, models):
+        for holding in holdings(task, run.placement, models) if run.charged else ():
             rule = book.rule(holding.resource_type, holding.gpu_model_id)
             period_end = end
-            if run.final and rule is not None:
-                # Shorter runs are billed as long as the minimum billing period.
+            if run.final and run.minimum and rule is not None:
+                # Shorter runs are billed as long as the minimum billing period, unless the platform ended them.
                 period_end = max(end, run.start + timedelta(minutes=rule.min_billing_minutes))
             if period_end <= start:
                 continue

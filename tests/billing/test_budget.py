@@ -8,6 +8,7 @@ from decimal import Decimal
 from apps.billing import services
 from apps.billing.models import Account
 from apps.control.scheduling import run_cycle
+from apps.tasks.models import Task
 from apps.tasks.services import submit_task
 
 
@@ -22,6 +23,8 @@ def test_exhausted_budget_blocks_new_starts_but_keeps_running_tasks(world, price
     run_cycle(world.vdc.pk)
     running.refresh_from_db()
     assert running.status == "scheduled"
+    Task.objects.filter(pk=running.pk).update(status="running")  # billed once it runs
+    running.refresh_from_db()
 
     # An hour on an A100 costs more than the balance: the account goes below zero.
     services.accrue_task(running.pk, now=running.started_at + timedelta(hours=1))
@@ -35,7 +38,7 @@ def test_exhausted_budget_blocks_new_starts_but_keeps_running_tasks(world, price
     assert waiting.status == "queued"
     assert waiting.pending_reason == "budget_exhausted"
     assert "budget" in waiting.pending_message
-    assert running.status == "scheduled"  # never killed for money
+    assert running.status == "running"  # never killed for money
 
     # Another project in the same VDC is not affected.
     other = submit_task(world.outsider, project=world.other_project, queue="high", kind="training", name="other",

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from apps.billing import services
-from apps.billing.models import Account, Transaction, UsageMeter, UsageRecord
+from apps.billing.models import Account, PriceRule, Transaction, UsageMeter, UsageRecord
 from apps.control.scheduling import run_cycle
 from apps.tasks.models import Task
-from apps.tasks.services import stop_task, submit_task
+from apps.tasks.services import requeue_task, stop_task, submit_task
 from tests.billing.conftest import T0, at, start_task
 from tests.services import requires_postgres
 
@@ -187,7 +189,7 @@ def test_a_restarted_task_meters_each_run_separately(world, prices, account):
     run_cycle(world.vdc.pk)
     task.refresh_from_db()
     assert task.attempt == 2
-    Task.objects.filter(pk=task.pk).update(started_at=at(minutes=20))
+    Task.objects.filter(pk=task.pk).update(started_at=at(minutes=20), status="running")
     services.accrue_task(task.pk, now=at(minutes=30))
     cpu = UsageRecord.objects.filter(task=task, resource_type="cpu").order_by("period_start")
     assert [(r.period_start, r.period_end) for r in cpu] == [
@@ -195,6 +197,38 @@ def test_a_restarted_task_meters_each_run_separately(world, prices, account):
         (at(minutes=5), at(minutes=6)),
         (at(minutes=20), at(minutes=30)),
     ]
+
+
+def test_a_run_that_never_reached_running_costs_nothing(world, prices, account):
+    task = start_task(world, gpu_spec="1(A100)")
+    Task.objects.filter(pk=task.pk).update(status="starting")  # e.g. pulling its image
+    assert services.accrue_task(task.pk, now=at(minutes=3)) == 0  # nothing is due before it runs
+    task.refresh_from_db()
+    stop_task(task, world.member)
+    services.accrue_task(task.pk)
+    assert not UsageRecord.objects.filter(task=task).exists()
+    assert not Transaction.objects.filter(usage_record__task=task).exists()
+    assert UsageMeter.objects.get(task=task).closed
+
+
+def test_a_short_run_stopped_by_its_user_pays_the_minimum_and_a_preempted_one_does_not(world, prices, account):
+    PriceRule.objects.update(min_billing_minutes=5)
+    minimum = 5
+    stopped = start_task(world, gpu_spec="1(A100)", started=at(minutes=0), name="stopped")
+    Task.objects.filter(pk=stopped.pk).update(started_at=timezone.now() - timedelta(minutes=1))
+    stopped.refresh_from_db()
+    stop_task(stopped, world.member)
+    services.accrue_task(stopped.pk)
+    cpu = UsageRecord.objects.get(task=stopped, resource_type="cpu")
+    assert cpu.period_end - cpu.period_start == timedelta(minutes=minimum)
+
+    preempted = start_task(world, gpu_spec="1(A100)", name="preempted")
+    began = timezone.now() - timedelta(minutes=1)
+    Task.objects.filter(pk=preempted.pk).update(started_at=began)
+    requeue_task(Task.objects.get(pk=preempted.pk), "node hcs-node-1 went down")
+    services.accrue_task(preempted.pk)
+    cpu = UsageRecord.objects.get(task=preempted, resource_type="cpu")
+    assert cpu.period_start == began and cpu.period_end - began < timedelta(minutes=minimum)
 
 
 def test_accounts_are_opened_on_first_charge(world, prices):
