@@ -5,6 +5,7 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
 from apps.clusters.backends import executor_for
@@ -15,7 +16,8 @@ from apps.control.jobspec import job_spec
 from apps.control.models import BackendObject, Installation, ObjectState
 from apps.control.scheduling import run_cycle
 from apps.tasks.models import Task
-from apps.tasks.services import stop_task, submit_task
+from apps.tasks.services import requeue_task, stop_task, submit_task
+from tests.api.base import client_for
 from tests.control.drive import intent, launch, reconcile_all, wait_objects_ended, wait_status
 
 
@@ -87,6 +89,32 @@ def test_the_queues_default_wall_time_applies_to_tasks_that_set_none(world):
     task = scheduled(world, "true")
     assert task.wall_time == timedelta(hours=4)
     assert job_spec(task, Installation.current()).time_limit_s == 4 * 3600
+
+
+def test_every_runs_log_stays_readable_through_the_api(world):
+    task = scheduled(world, 'echo "run $HCS_ATTEMPT"; sleep 60')
+    launch(task)
+    wait_status(task, "running")
+    api = client_for(world.viewer)  # anyone who may see the task may read its logs
+    assert api.get(f"/api/v1/tasks/{task.pk}/logs/").data["attempts"] == 1
+    with transaction.atomic():
+        requeue_task(Task.objects.select_for_update().get(pk=task.pk), "node went down (test)")
+    run_cycle(world.vdc.pk)
+    task.refresh_from_db()
+    launch(task)
+    wait_status(task, "running")
+    deadline = time.monotonic() + 20
+    while "run 2" not in api.get(f"/api/v1/tasks/{task.pk}/logs/").data["text"]:
+        assert time.monotonic() < deadline, "the second run never wrote its line"
+        time.sleep(0.2)
+
+    first = api.get(f"/api/v1/tasks/{task.pk}/logs/", {"attempt": 1}).data
+    assert (first["attempt"], first["attempts"]) == (1, 2) and "run 1" in first["text"] and first["external_id"]
+    assert api.get(f"/api/v1/tasks/{task.pk}/logs/", {"attempt": 3}).status_code == 400
+    assert client_for(world.outsider).get(f"/api/v1/tasks/{task.pk}/logs/").status_code == 404
+    stop_task(task, world.member)
+    reconcile_all()
+    wait_objects_ended(world.cluster)
 
 
 def test_launch_is_idempotent_per_attempt(world):

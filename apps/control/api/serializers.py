@@ -5,6 +5,22 @@ from rest_framework import serializers
 from apps.control.models import BackendObject
 
 
+class TaskLogQuerySerializer(serializers.Serializer):
+    attempt = serializers.IntegerField(required=False, min_value=1, help_text="Which run; default: the latest")
+    tail = serializers.IntegerField(required=False, min_value=1, max_value=10_000, default=200,
+                                    help_text="How many lines from the end")  # fmt: skip
+
+
+class TaskLogSerializer(serializers.Serializer):
+    task = serializers.IntegerField()
+    attempt = serializers.IntegerField(help_text="The run these lines come from (0: the task never ran)")
+    attempts = serializers.IntegerField(help_text="How many runs the task had; each one's log is kept")
+    cluster = serializers.CharField(allow_blank=True)
+    external_id = serializers.CharField(allow_blank=True, help_text="The backend's id of the run's job")
+    text = serializers.CharField(allow_blank=True, help_text="The last lines of the run's output")
+    note = serializers.CharField(allow_blank=True, help_text="Why there is no text, when there is none")
+
+
 class BackendObjectSerializer(serializers.ModelSerializer):
     cluster_name = serializers.CharField(source="cluster.name", read_only=True)
     wanted = serializers.BooleanField(read_only=True, help_text="Its task is active on this cluster in this attempt")

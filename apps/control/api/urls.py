@@ -8,4 +8,5 @@ ROUTES = [("backend-objects", views.BackendObjectViewSet, "backend-object")]
 
 urlpatterns = [
     path("clusters/<int:pk>/health-check/", views.ClusterHealthCheckView.as_view(), name="cluster-health-check"),
+    path("tasks/<int:pk>/logs/", views.TaskLogView.as_view(), name="task-logs"),
 ]

@@ -66,7 +66,13 @@ class ErrorDocumentingAutoSchema(AutoSchema):
     def _error_codes(self) -> list[str]:
         codes = ["401", "403"]
         takes_body = self.method in ("POST", "PUT", "PATCH") and self.get_request_serializer() is not None
-        if takes_body or self.method == "DELETE" or self._is_list_view():
+        # A view that validates its query string says so with ``validates_query = True``.
+        if (
+            takes_body
+            or self.method == "DELETE"
+            or self._is_list_view()
+            or getattr(self.view, "validates_query", False)
+        ):
             codes.append("400")
         if takes_body:
             codes.append("415")
