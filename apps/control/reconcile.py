@@ -440,6 +440,7 @@ def apply_state(obj: BackendObject, state: JobState) -> int:
         task.status_message = state.message
         if new in FINAL:
             task.finished_at = state.finished_at or timezone.now()
+            task.exit_code = state.exit_code
         kind = {
             TaskStatus.RUNNING: EventKind.STARTED, TaskStatus.COMPLETED: EventKind.COMPLETED,
             TaskStatus.FAILED: EventKind.FAILED, TaskStatus.STOPPED: EventKind.STOPPED,

@@ -101,7 +101,7 @@ SNAPSHOT_FIELDS = (
     "elastic_max", "expected_duration", "preemptible", "required_labels", "status", "status_message",
     "pending_reason", "pending_message", "queue_position", "estimated_start", "cluster_id", "placement",
     "allocated_gpu", "replicas", "external_id", "attempt", "window", "submitted_at", "started_at", "finished_at",
-    "updated_at", "uid",
+    "updated_at", "uid", "exit_code",
 )  # fmt: skip
 
 
@@ -493,6 +493,7 @@ def _apply(loader: SnapshotLoader, decisions: em.Decisions, now: datetime) -> Cy
         task.external_id = ""
         task.started_at = now
         task.finished_at = None
+        task.exit_code = None
         if s.window_s is not None:
             task.window = timedelta(seconds=s.window_s)
         task.queue_position = task.estimated_start = None
@@ -547,7 +548,7 @@ def _apply(loader: SnapshotLoader, decisions: em.Decisions, now: datetime) -> Cy
     state_fields = [
         "status", "status_message", "window", "cluster", "placement", "allocated_gpu", "replicas", "external_id",
         "attempt", "started_at", "finished_at", "queue_position", "estimated_start", "pending_reason",
-        "pending_message", "updated_at",
+        "pending_message", "updated_at", "exit_code",
     ]  # fmt: skip
     for task in changed.values():
         task.updated_at = now

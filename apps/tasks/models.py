@@ -90,6 +90,7 @@ class Task(models.Model):
         help_text="An estimate, never a kill: queue estimates, backfill and the medium window; required for medium "
         "queues",
     )
+    exit_code = models.IntegerField(null=True, blank=True, help_text="The last run's exit code, once it ended")
     wall_time = models.DurationField(
         null=True,
         blank=True,

@@ -64,10 +64,19 @@ def test_the_reconciler_launches_a_placement_whose_launch_job_was_lost(world):
     executor_for(task.cluster).kill(task.external_id)
 
 
-def test_failing_command_marks_the_task_failed(world):
+def test_failing_command_marks_the_task_failed_with_its_exit_code(world, client):
     task = scheduled(world, "exit 3")
     launch(task)
-    wait_status(task, "failed")
+    task = wait_status(task, "failed")
+    assert task.exit_code == 3
+    assert client_for(world.viewer).get(f"/api/v1/tasks/{task.pk}/").data["exit_code"] == 3
+    client.force_login(world.viewer)
+    assert '<dd data-field="exit_code">3</dd>' in client.get(f"/task-monitoring/{task.pk}/").content.decode()
+    with transaction.atomic():
+        requeue_task(Task.objects.select_for_update().get(pk=task.pk), "a new run (test)")
+    run_cycle(world.vdc.pk)
+    task.refresh_from_db()
+    assert task.attempt == 2 and task.exit_code is None  # a new run has no exit code yet
 
 
 def test_an_expected_duration_is_an_estimate_and_never_stops_the_job(world):
