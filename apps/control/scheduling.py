@@ -468,7 +468,8 @@ def _apply(loader: SnapshotLoader, decisions: em.Decisions, now: datetime) -> Cy
         previous, cluster_id, external_id = task.status, task.cluster_id, task.external_id
         low = task.queue.priority_class == PriorityClass.LOW
         task.status = TaskStatus.SUSPENDED if low else TaskStatus.PREEMPTED
-        task.status_message = p.message
+        message = preemption_message(task, tasks.get(p.by_task_id), p.reason, p.new_window_s)
+        task.status_message = message
         if p.new_window_s is not None:
             task.window = timedelta(seconds=p.new_window_s)
         task.cluster, task.placement, task.allocated_gpu, task.replicas, task.external_id = None, [], 0, 0, ""
@@ -476,7 +477,7 @@ def _apply(loader: SnapshotLoader, decisions: em.Decisions, now: datetime) -> Cy
         data = {"reason": p.reason, "by_task": p.by_task_id, "cluster": cluster_id, "external_id": external_id}
         if p.new_window_s is not None:
             data["new_window_s"] = p.new_window_s
-        event(task, EventKind.SUSPENDED if low else EventKind.PREEMPTED, p.message, previous, data)
+        event(task, EventKind.SUSPENDED if low else EventKind.PREEMPTED, message, previous, data)
         if cluster_id:
             to_reconcile.add(cluster_id)  # its job no longer belongs to a live attempt: cancel it now
         result.preempted += 1
@@ -586,3 +587,30 @@ def _hold_grown_devices(tasks: dict[int, Task], grown: dict[int, set[int]]) -> N
         if obj.attempt == tasks[obj.task_id].attempt and grown[obj.task_id]:
             obj.devices = sorted(set(obj.devices or ()) | grown[obj.task_id])
             obj.save(update_fields=["devices"])
+
+
+_PREEMPTION_REASONS = {
+    "higher_class": "it needs these resources and its class comes first",
+    "quota_reclaim": "its project reclaims the quota it is guaranteed",
+    "queue_reclaim": "its queue reclaims the capacity it is guaranteed",
+}
+
+
+def preemption_message(task: Task, by: Task | None, reason: str, new_window_s: float | None) -> str:
+    """What the preempted task's people read: who took its resources and why, and what happens next.
+
+    The other task is named only within the same project; another project's task stays anonymous.
+    """
+    if by is None:
+        who = "another task"
+    elif by.project_id == task.project_id:
+        who = f"task #{by.pk} “{by.name}” ({by.queue.get_priority_class_display().lower()} class)"
+    else:
+        who = f"a {by.queue.get_priority_class_display().lower()}-class task of another project"
+    verb = "Suspended" if task.queue.priority_class == PriorityClass.LOW else "Preempted"
+    text = f"{verb} for {who}: {_PREEMPTION_REASONS.get(reason, reason)}."
+    if new_window_s is not None:
+        text += f" Requeued; its next run is guaranteed {timedelta(seconds=round(new_window_s))}."
+    else:
+        text += " Requeued; it starts again when resources are free."
+    return text

@@ -43,6 +43,18 @@ def test_task_that_does_not_fit_gets_a_position_and_a_reason(world):
     assert waiting.pending_message
 
 
+def test_a_task_of_another_project_that_preempts_stays_anonymous(world):
+    low = submit(world, gpu_spec="8(A100)", queue="low", name="batch")
+    run_cycle(world.vdc.pk)
+    other = submit_task(world.outsider, project=world.other_project, queue="high", kind="training",
+                        name="secret-project-run", gpu_spec="4(A100)", command="sleep 1")  # fmt: skip
+    run_cycle(world.vdc.pk)
+    low.refresh_from_db()
+    assert low.status == "suspended"
+    assert low.status_message.startswith("Suspended for a high-class task of another project:")
+    assert "secret-project-run" not in low.status_message and f"#{other.pk}" not in low.status_message
+
+
 def test_high_task_preempts_low_task_and_low_is_suspended(world):
     world.quota.limit_gpu = 16
     world.quota.save()
@@ -57,6 +69,15 @@ def test_high_task_preempts_low_task_and_low_is_suspended(world):
     assert low.status == "suspended"
     event = low.events.get(kind="suspended")
     assert event.data["by_task"] == high.pk
+    # Issue 11: who took the resources, why, and what happens next; not a bare id.
+    assert (
+        event.message
+        == low.status_message
+        == (
+            f"Suspended for task #{high.pk} “urgent” (high class): it needs these resources and its class comes first. "
+            "Requeued; it starts again when resources are free."
+        )
+    )
     run_cycle(world.vdc.pk)
     high.refresh_from_db()
     assert high.status == "scheduled"
