@@ -457,7 +457,9 @@ def task_monitoring(request: HttpRequest, pk: int) -> HttpResponse:
             backend_objects = list(executor_for(task.cluster).status(task.external_id).objects)
         except ExecutorError as exc:
             backend_error = str(exc)
-    device_ids = [d.get("id") for p in task.placement or () for d in p.get("devices", ())]
+    # A finished task's placement stays on record (billing reads it), but it holds nothing any more.
+    held = [] if task.is_final else task.placement or ()
+    device_ids = [d.get("id") for p in held for d in p.get("devices", ())]
     shares = {d.get("id"): d.get("milli", 1000) / 10 for p in task.placement or () for d in p.get("devices", ())}
     devices = Device.objects.filter(pk__in=device_ids).select_related("node", "gpu_model").order_by("node", "index")
     devices = list(devices)

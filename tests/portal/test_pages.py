@@ -196,3 +196,17 @@ def test_queue_page_counts_and_charts(client, world):
     running, waiting, gpus = high.chart["lines"]
     assert (running["now"], waiting["now"], gpus["now"]) == (1, 1, 8)
     assert "<svg" in response.content.decode() and 'name="policy"' not in response.content.decode()
+
+
+def test_an_ended_task_holds_no_devices_and_a_high_one_is_never_preemptible(client, world):
+    # Issue 11 item 10: a stopped task listed its GPU under resource usage; "preemptible: yes" on a high task.
+    task = submit(world, gpu_spec="1(A100)")
+    run_cycle(world.vdc.pk)
+    client.force_login(world.member)
+    url = reverse("portal:task-monitoring", args=[task.pk])
+    assert "A100-80G</td>" in client.get(url).content.decode()
+    stop_task(Task.objects.get(pk=task.pk), world.member)
+    page = client.get(url).content.decode()
+    assert "A100-80G</td>" not in page
+    assert "the task has ended and its devices went back to the pool" in page
+    assert "high-class tasks are never preempted" in page
