@@ -10,6 +10,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 from django.contrib.auth.decorators import login_required
+from django.db.models import Sum
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
@@ -57,6 +58,24 @@ def bar_chart(points: list[tuple[object, Decimal]], width: int = 600, height: in
         "y_zero": top + plot_h, "ymax": top_value.normalize() if top_value else 0, "bars": bars,
         "start_label": points[0][0] if points else "", "end_label": points[-1][0] if points else "",
     }  # fmt: skip
+
+
+@login_required
+@require_GET
+def billing_index(request: HttpRequest) -> HttpResponse:
+    """Every project the user may see, with its balance and this month's cost: the way into each one's costs."""
+    projects = list(Project.objects.for_user(request.user).order_by("name"))
+    accounts = {a.project_id: a for a in Account.objects.filter(project__in=projects)}
+    month_start, _ = month_bounds(timezone.now())
+    month_costs = dict(
+        UsageRecord.objects.filter(project__in=projects, period_start__gte=month_start)
+        .values("project")
+        .annotate(total=Sum("cost"))
+        .values_list("project", "total")
+    )
+    rows = [(p, accounts.get(p.pk), month_costs.get(p.pk) or Decimal(0)) for p in projects]
+    context = {"rows": rows, "month_start": month_start, "nav": "billing"}
+    return render(request, "billing/index.html", context)
 
 
 @login_required

@@ -35,6 +35,21 @@ def test_project_members_see_their_costs(client, world, invoice, role):
     assert client.get(f"/billing/invoices/{invoice.pk}/csv/").status_code == 200
 
 
+def test_billing_is_in_the_menu_and_lists_only_the_users_projects(client, world, invoice):
+    # Issue 11 item 9: /billing/ was a 404 and no menu entry led to the costs.
+    client.force_login(world.member)
+    dashboard = client.get("/").content.decode()
+    assert 'href="/billing/"' in dashboard
+    page = client.get("/billing/")
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert f'href="/billing/projects/{world.project.pk}/"' in text and "alpha" in text
+    assert f"/billing/projects/{world.other_project.pk}/" not in text
+    client.force_login(world.outsider)
+    text = client.get("/billing/").content.decode()
+    assert "alpha" not in text and f"/billing/projects/{world.other_project.pk}/" in text
+
+
 def test_outsiders_get_404_for_another_projects_costs(client, world, invoice):
     client.force_login(world.outsider)
     assert client.get(f"/billing/projects/{world.project.pk}/").status_code == 404
