@@ -2,6 +2,11 @@
    reconnect with backoff after a drop. The monitoring page also polls the log tail every 2 s. */
 (function () {
   "use strict";
+  // Destructive actions (stop, delete) ask first: a form with data-confirm submits only once confirmed.
+  document.addEventListener("submit", function (event) {
+    var question = event.target.dataset && event.target.dataset.confirm;
+    if (question && !window.confirm(question)) { event.preventDefault(); }
+  }, true);
   var body = document.body;
   var url = body.dataset.liveUrl;
   var statusDot = document.querySelector("[data-live-status]");

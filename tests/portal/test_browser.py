@@ -124,9 +124,17 @@ def test_submit_queue_run_and_stop_a_training_job_live(db_thread, browser, live_
     page.locator(".timeline .event-started").wait_for()
     shot(page, "05-monitoring-running")
 
+    # Stop asks first (issue 11 item 10): dismissed, nothing happens; accepted, the task stops.
+    questions = []
+    page.once("dialog", lambda dialog: (questions.append(dialog.message), dialog.dismiss()))
+    page.click(".page-head form[data-show-when=live] button")
+    page.wait_for_timeout(300)
+    assert badge.inner_text() == "Running" and f"/task-monitoring/{task_id}/" in page.url
+    page.once("dialog", lambda dialog: (questions.append(dialog.message), dialog.accept()))
     page.click(".page-head form[data-show-when=live] button")
     page.wait_for_url(f"{base}/task-monitoring/{task_id}/")
     assert badge.inner_text() == "Stopped"
+    assert len(questions) == 2 and questions[0].startswith(f"Stop training job #{task_id} ")
     assert page.locator(".messages").inner_text().startswith("Task #")
     assert db_thread.run(lambda: Task.objects.get(pk=task_id).status) == "stopped"
     shot(page, "06-monitoring-stopped")

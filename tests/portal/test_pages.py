@@ -210,3 +210,15 @@ def test_an_ended_task_holds_no_devices_and_a_high_one_is_never_preemptible(clie
     assert "A100-80G</td>" not in page
     assert "the task has ended and its devices went back to the pool" in page
     assert "high-class tasks are never preempted" in page
+
+
+def test_stopping_a_colleagues_task_asks_first_and_names_its_owner(client, world):
+    task = submit(world, user=world.owner, kind="dev_env", name="notebook", command="", image="jupyter/base")
+    client.force_login(world.member)
+    page = client.get(reverse("portal:task-monitoring", args=[task.pk])).content.decode()
+    assert f'data-confirm="Stop olivia&#x27;s dev environment #{task.pk} “notebook”?' in page
+    listing = client.get(reverse("portal:instances")).content.decode()
+    assert 'data-confirm="Stop olivia&#x27;s dev environment' in listing
+    client.force_login(world.owner)
+    own = client.get(reverse("portal:task-monitoring", args=[task.pk])).content.decode()
+    assert f'data-confirm="Stop dev environment #{task.pk} “notebook”?' in own
