@@ -45,18 +45,34 @@ def queue_group(queue_id: int) -> str:
 
 
 def format_time(value) -> str:
-    """A time as pages show it: local date and minute."""
-    return timezone.localtime(value).strftime("%Y-%m-%d %H:%M") if value else ""
+    """A time as pages show it: local date and minute, with the zone."""
+    return timezone.localtime(value).strftime("%Y-%m-%d %H:%M %Z") if value else ""
+
+
+def from_now(value, now=None) -> str:
+    """How far ahead a time is, as people say it: "in 3 min", "in 2 h 5 min", "in 3 days"."""
+    seconds = (value - (now or timezone.now())).total_seconds()
+    if seconds < 60:
+        return "any moment now"
+    minutes = int(seconds // 60)
+    if minutes < 60:
+        return f"in {minutes} min"
+    if minutes < 48 * 60:
+        hours, minutes = divmod(minutes, 60)
+        return f"in {hours} h {minutes} min" if minutes else f"in {hours} h"
+    return f"in {minutes // (24 * 60)} days"
 
 
 def status_summary(task: Task) -> str:
-    """One line on where the task stands, e.g. "queued, position 3, estimated start 2025-01-01 10:00"."""
+    """One line on where the task stands, e.g. "queued, position 3, estimated start 2025-01-01 10:00 UTC (in
+    12 min)"."""
     if task.status in WAITING:
         parts = [task.get_status_display().lower()]
         if task.queue_position:
             parts.append(f"position {task.queue_position}")
             start = format_time(task.estimated_start)
-            parts.append(f"estimated start {start}" if start else "estimated start unknown")
+            when = f"estimated start {start} ({from_now(task.estimated_start)})" if start else None
+            parts.append(when or "estimated start unknown")
         else:
             parts.append("waiting for the next scheduling cycle")
         return ", ".join(parts)

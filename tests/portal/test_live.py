@@ -159,3 +159,21 @@ async def test_platform_admin_may_watch_every_vdcs_queues(live_world):
     await communicator.send_json_to({"subscribe": "queue", "id": queue.pk})
     assert (await communicator.receive_json_from())["type"] == "subscribed"
     await communicator.disconnect()
+
+
+def test_estimated_starts_say_their_zone_and_how_far_ahead_they_are():
+    # Issue 11 item 7: times were UTC without a label, with no relative ETA.
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from apps.tasks.live import format_time, from_now, status_summary
+    from apps.tasks.models import Task
+
+    now = timezone.now()
+    assert format_time(now).endswith(" UTC")
+    assert [from_now(now + timedelta(seconds=s), now) for s in (30, 180, 7500, 3 * 86400)] == [
+        "any moment now", "in 3 min", "in 2 h 5 min", "in 3 days"]  # fmt: skip
+    task = Task(status="queued", queue_position=2, estimated_start=now + timedelta(minutes=12, seconds=30))
+    assert status_summary(task).startswith("queued, position 2, estimated start ")
+    assert status_summary(task).endswith(" UTC (in 12 min)")
