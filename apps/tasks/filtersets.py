@@ -43,6 +43,7 @@ class TaskFilterSet(BaseFilterSet):
             "elastic_max": NUMBER,
             "expected_duration": NUMBER,
             "wall_time": NUMBER,
+            "exit_code": NUMBER,
             "preemptible": ["exact"],
             "preferred_clusters": ["exact"],
             "image": ["exact", "icontains"],

@@ -26,7 +26,10 @@ def schedule_and_launch(vdc_id: int, task: Task) -> Task:
     run_cycle(vdc_id)
     task.refresh_from_db()
     assert task.status == "scheduled", (task.pending_reason, task.pending_message)
-    assert launch(task) == task.cluster_id
+    if launch(task) != task.cluster_id:
+        # A transient backend error (a loaded machine, a slow slurmrestd): the reconciler retries the launch,
+        # as beat does every few seconds.
+        return wait_status(task, ("starting", "running"), timeout=60, step=0.5)
     task.refresh_from_db()
     return task
 
