@@ -10,6 +10,9 @@
 # Needs root (it installs packages, creates users and device nodes, and slurmd runs jobs as
 # another user). State lives in $HCS_SLURM_DIR (default /var/lib/hcs-slurm).
 set -euo pipefail
+# The daemons outlive whoever started them: run from a directory that always exists (a test checkout may
+# be deleted while they run, and slurmrestd then fails every job submission with "getcwd failed").
+cd /
 
 STATE_DIR="${HCS_SLURM_DIR:-/var/lib/hcs-slurm}"
 REST_PORT="${HCS_SLURM_REST_PORT:-6820}"
