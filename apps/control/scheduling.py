@@ -495,6 +495,7 @@ def _apply(loader: SnapshotLoader, decisions: em.Decisions, now: datetime) -> Cy
         task.started_at = now
         task.finished_at = None
         task.exit_code = None
+        task.failure_reason = ""
         if s.window_s is not None:
             task.window = timedelta(seconds=s.window_s)
         task.queue_position = task.estimated_start = None
@@ -550,7 +551,7 @@ def _apply(loader: SnapshotLoader, decisions: em.Decisions, now: datetime) -> Cy
     state_fields = [
         "status", "status_message", "window", "cluster", "placement", "allocated_gpu", "replicas", "external_id",
         "attempt", "started_at", "finished_at", "queue_position", "estimated_start", "pending_reason",
-        "pending_message", "updated_at", "exit_code",
+        "pending_message", "updated_at", "exit_code", "failure_reason",
     ]  # fmt: skip
     for task in changed.values():
         task.updated_at = now
