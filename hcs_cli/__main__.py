@@ -85,6 +85,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("login", help="log in and keep an API token", description="Trade a username and "
                        "password for an API token, kept in $XDG_CONFIG_HOME/hcs/config.json (mode 0600).")  # fmt: skip
+    p.add_argument("--url", default=argparse.SUPPRESS, help="the portal, e.g. https://portal.example")
     p.add_argument("-u", "--username")
     p.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
     p.set_defaults(handler=commands.login, anonymous=True)

@@ -54,6 +54,8 @@ def load(url_override: str | None = None) -> Config:
     stored = _stored()
     url = url_override or os.environ.get("HCS_URL") or stored.get("url") or ""
     token = os.environ.get("HCS_TOKEN") or stored.get("token") or ""
+    if not url and not token:
+        raise ConfigError("Not logged in: run `hcs login --url https://portal.example`, or set HCS_URL and HCS_TOKEN")
     if not url:
         raise ConfigError("No server: run `hcs login --url https://portal.example`, or set HCS_URL")
     if not token:
