@@ -22,8 +22,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .base import Executor, ExecutorError, JobPhase, JobSpec, JobState, LogChunk, platform_environment
-from .logfile import read_log_file
+from .base import Executor, ExecutorError, JobPhase, JobSpec, JobState, platform_environment
+from .logfile import LogChunk, read_log_file
 from .sandbox import TRUSTED_ENV, Sandbox, check_env_names, device_nodes
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")

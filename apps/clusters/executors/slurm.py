@@ -26,18 +26,9 @@ from pathlib import Path
 
 import requests
 
-from .base import (
-    Executor,
-    ExecutorError,
-    JobPhase,
-    JobSpec,
-    JobState,
-    LogChunk,
-    NodeCondition,
-    platform_environment,
-)
+from .base import Executor, ExecutorError, JobPhase, JobSpec, JobState, NodeCondition, platform_environment
 from .local import job_command, job_secrets, tail_lines
-from .logfile import read_log_file
+from .logfile import LogChunk, read_log_file
 
 _PHASES = {
     "PENDING": JobPhase.PENDING,
