@@ -70,15 +70,19 @@ def test_failing_command_marks_the_task_failed_with_its_exit_code(world, client)
     task = scheduled(world, "exit 3")
     launch(task)
     task = wait_status(task, "failed")
-    assert task.exit_code == 3
-    assert client_for(world.viewer).get(f"/api/v1/tasks/{task.pk}/").data["exit_code"] == 3
+    assert (task.exit_code, task.failure_reason) == (3, "exit_code")
+    body = client_for(world.viewer).get(f"/api/v1/tasks/{task.pk}/").data
+    assert (body["exit_code"], body["failure_reason"]) == (3, "exit_code")
+    assert client_for(world.viewer).get("/api/v1/tasks/", {"failure_reason": "exit_code"}).data["count"] == 1
     client.force_login(world.viewer)
-    assert '<dd data-field="exit_code">3</dd>' in client.get(f"/task-monitoring/{task.pk}/").content.decode()
+    page = client.get(f"/task-monitoring/{task.pk}/").content.decode()
+    assert '<dd data-field="exit_code">3</dd>' in page
+    assert '<dd data-field="failure_reason">Its command exited with an error</dd>' in page
     with transaction.atomic():
         requeue_task(Task.objects.select_for_update().get(pk=task.pk), "a new run (test)")
     run_cycle(world.vdc.pk)
     task.refresh_from_db()
-    assert task.attempt == 2 and task.exit_code is None  # a new run has no exit code yet
+    assert task.attempt == 2 and task.exit_code is None and task.failure_reason == ""  # a new run: none yet
 
 
 def test_an_expected_duration_is_an_estimate_and_never_stops_the_job(world):
@@ -92,6 +96,7 @@ def test_a_wall_time_limit_stops_the_job_and_says_so(world):
     launch(task)
     task = wait_status(task, "failed", timeout=40)
     assert "wall-time limit reached" in task.status_message
+    assert task.failure_reason == "wall_time"
 
 
 def test_the_queues_default_wall_time_applies_to_tasks_that_set_none(world):

@@ -44,6 +44,17 @@ class JobPhase(enum.StrEnum):
     UNKNOWN = "unknown"
 
 
+class Failure(enum.StrEnum):
+    """Why a job failed, as far as its backend tells (``JobState.failure``); the task keeps it as a field."""
+
+    EXIT_CODE = "exit_code"  # the job's own command ended with a non-zero exit code
+    WALL_TIME = "wall_time"  # stopped at its wall-time limit
+    OUT_OF_MEMORY = "out_of_memory"  # killed for using more memory than it asked for
+    LAUNCH = "launch_failed"  # the backend could not start it (refused submit, bad image, bad configuration)
+    NODE = "node_failure"  # its node failed (boot failure, node lost for good)
+    BACKEND = "backend"  # the backend failed it for another reason: the message says which
+
+
 @dataclass(frozen=True)
 class DeviceSlot:
     """One accelerator (or a share of one) on a node chosen by the scheduler."""
@@ -135,6 +146,7 @@ class JobState:
     desired_replicas: int | None = None  # instances the backend is set to run (a Deployment's, after its HPA)
     restarts: int = 0  # times the backend restarted the job by itself (Slurm's requeue after a node failure)
     nodes: tuple[str, ...] = ()  # the node of each running instance, where the backend can tell
+    failure: str = ""  # a Failure when phase is FAILED and the backend says why
 
 
 # The most output one read of a log returns; a follower asks again at once when ``LogChunk.more`` says so.

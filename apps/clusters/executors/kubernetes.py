@@ -26,6 +26,7 @@ from apps.clusters.executors.base import (
     LOG_CHUNK_BYTES,
     Executor,
     ExecutorError,
+    Failure,
     JobPhase,
     JobSpec,
     JobState,
@@ -196,6 +197,17 @@ def _terminated(pod: dict) -> dict:
     return {}
 
 
+def _failure(reason: str, pods: list[dict]) -> Failure:
+    """Why a Pod or Job failed: its deadline, a container killed for memory, else its own exit code."""
+    if reason == "DeadlineExceeded":
+        return Failure.WALL_TIME
+    if any(_terminated(p).get("reason") == "OOMKilled" for p in pods):
+        return Failure.OUT_OF_MEMORY
+    if any(_terminated(p).get("exitCode") not in (None, 0) for p in pods):
+        return Failure.EXIT_CODE
+    return Failure.BACKEND
+
+
 def pod_state(ext_id: str, pod: dict) -> JobState:
     """A dev-env Pod's phase (and any pod's, for messages) as a JobState."""
     status = pod.get("status") or {}
@@ -210,8 +222,9 @@ def pod_state(ext_id: str, pod: dict) -> JobState:
     if phase == "Pending":
         problem = _pod_problem(pod)
         waiting_reason = problem.split(":", 1)[0]
-        result = JobPhase.FAILED if waiting_reason in _WAITING_REASONS_FAILED else JobPhase.PENDING
-        return JobState(ext_id, result, problem, started)
+        if waiting_reason in _WAITING_REASONS_FAILED:
+            return JobState(ext_id, JobPhase.FAILED, problem, started, failure=Failure.LAUNCH)
+        return JobState(ext_id, JobPhase.PENDING, problem, started)
     if phase == "Running":
         return JobState(ext_id, JobPhase.RUNNING, _pod_problem(pod), started)
     if phase == "Succeeded":
@@ -221,7 +234,9 @@ def pod_state(ext_id: str, pod: dict) -> JobState:
             return JobState(ext_id, JobPhase.PREEMPTED, disruption.get("message") or "", started, finished, exit_code)
         reason = status.get("reason") or terminated.get("reason") or "Failed"
         message = status.get("message") or terminated.get("message") or ""
-        return JobState(ext_id, JobPhase.FAILED, f"{reason}: {message}".rstrip(": "), started, finished, exit_code)
+        failure = _failure(reason, [pod])
+        return JobState(ext_id, JobPhase.FAILED, f"{reason}: {message}".rstrip(": "), started, finished, exit_code,
+                        failure=failure)  # fmt: skip
     return JobState(ext_id, JobPhase.UNKNOWN, f"pod phase {phase}", started)
 
 
@@ -248,7 +263,13 @@ def job_state(ext_id: str, job: dict, pods: list[dict]) -> JobState:
         exit_codes = [_terminated(p).get("exitCode") for p in pods]
         exit_code = next((c for c in exit_codes if c not in (None, 0)), None)
         return JobState(
-            ext_id, JobPhase.FAILED, message, started, _parse_time(failed.get("lastTransitionTime")), exit_code
+            ext_id,
+            JobPhase.FAILED,
+            message,
+            started,
+            _parse_time(failed.get("lastTransitionTime")),
+            exit_code,
+            failure=_failure(failed.get("reason") or "", pods),
         )
     completions = (job.get("spec") or {}).get("completions") or 1
     if (status.get("succeeded") or 0) >= completions:
@@ -273,7 +294,8 @@ def deployment_state(ext_id: str, deployment: dict, pods: list[dict]) -> JobStat
         return JobState(ext_id, JobPhase.CANCELLED, "being deleted")
     progressing = conditions.get("Progressing") or {}
     if progressing.get("status") == "False" and progressing.get("reason") == "ProgressDeadlineExceeded":
-        return JobState(ext_id, JobPhase.FAILED, f"ProgressDeadlineExceeded: {progressing.get('message') or ''}")
+        return JobState(ext_id, JobPhase.FAILED, f"ProgressDeadlineExceeded: {progressing.get('message') or ''}",
+                        failure=Failure.LAUNCH)  # fmt: skip
     _, problem = _pods_summary(pods)
     replica_failure = conditions.get("ReplicaFailure") or {}
     if replica_failure.get("status") == "True":

@@ -22,7 +22,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .base import Executor, ExecutorError, JobPhase, JobSpec, JobState, platform_environment
+from .base import Executor, ExecutorError, Failure, JobPhase, JobSpec, JobState, platform_environment
 from .logfile import LogChunk, read_log_file
 from .sandbox import TRUSTED_ENV, Sandbox, check_env_names, device_nodes
 
@@ -291,15 +291,16 @@ class LocalExecutor(Executor):
             stopped = stop_file.exists() and stop_file.stat().st_mtime_ns <= exit_file.stat().st_mtime_ns
             exit_code = int(exit_file.read_text().strip())
             finished_at = datetime.fromtimestamp(exit_file.stat().st_mtime, UTC)
+            failure = ""
             if stopped:
                 phase, message = JobPhase.CANCELLED, "stopped"
             elif exit_code == 0:
                 phase, message = JobPhase.SUCCEEDED, ""
             elif self._hit_time_limit(meta, exit_code, started_at, finished_at):
-                phase, message = JobPhase.FAILED, "wall-time limit reached"
+                phase, message, failure = JobPhase.FAILED, "wall-time limit reached", Failure.WALL_TIME
             else:
-                phase, message = JobPhase.FAILED, f"exit code {exit_code}"
-            return JobState(external_id, phase, message, started_at, finished_at, exit_code)
+                phase, message, failure = JobPhase.FAILED, f"exit code {exit_code}", Failure.EXIT_CODE
+            return JobState(external_id, phase, message, started_at, finished_at, exit_code, failure=failure)
         if self._is_alive(external_id, meta):
             return JobState(external_id, JobPhase.RUNNING, started_at=started_at)
         if exit_file.exists():  # the command ended between the two checks above

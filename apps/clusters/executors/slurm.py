@@ -26,7 +26,7 @@ from pathlib import Path
 
 import requests
 
-from .base import Executor, ExecutorError, JobPhase, JobSpec, JobState, NodeCondition, platform_environment
+from .base import Executor, ExecutorError, Failure, JobPhase, JobSpec, JobState, NodeCondition, platform_environment
 from .local import job_command, job_secrets, tail_lines
 from .logfile import LogChunk, read_log_file
 
@@ -64,6 +64,13 @@ _STATE_MESSAGES = {
     "DEADLINE": "deadline reached before the job could finish",
     "NODE_FAIL": "node failure",
     "PREEMPTED": "preempted by Slurm",
+}
+
+_STATE_FAILURES = {
+    "TIMEOUT": Failure.WALL_TIME,
+    "DEADLINE": Failure.WALL_TIME,
+    "OUT_OF_MEMORY": Failure.OUT_OF_MEMORY,
+    "BOOT_FAIL": Failure.NODE,
 }
 
 _ACTIVE = (JobPhase.PENDING, JobPhase.RUNNING, JobPhase.UNKNOWN)
@@ -153,6 +160,7 @@ def job_state(record: dict) -> JobState:
         labels=_labels(record),
         restarts=int(record.get("restart_cnt") or 0),
         nodes=nodes,
+        failure=_STATE_FAILURES.get(base_state, Failure.EXIT_CODE) if phase == JobPhase.FAILED else "",
     )
 
 
