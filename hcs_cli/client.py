@@ -30,7 +30,7 @@ def _messages(body, prefix: str = ""):
     elif isinstance(body, list):
         for item in body:
             yield from _messages(item, prefix)
-    else:
+    elif body is not None:
         yield f"{prefix}: {body}" if prefix else str(body)
 
 
