@@ -8,6 +8,7 @@ import pytest
 from apps.clusters.executors import base
 from apps.clusters.executors.base import Executor, LogChunk
 from apps.clusters.executors.logfile import read_log_file
+from apps.clusters.executors.slurm import SlurmExecutor
 
 
 def test_a_cursor_returns_only_what_was_written_since(tmp_path):
@@ -106,3 +107,19 @@ def test_the_fallback_returns_the_whole_tail_when_the_last_lines_seen_scrolled_a
     assert executor.read_logs("job", after=cursor).text == "6\n7\n8\n9\n"
     with pytest.raises(ValueError):
         executor.read_logs("job", after="o12")
+
+
+def test_slurm_follows_the_jobs_output_file_by_offset(tmp_path, monkeypatch):
+    """The file part only: reading a job record from slurmrestd is covered by the Slurm tests."""
+    output = tmp_path / "hcs-task-1-1.out"
+    records = {"7": {"standard_output": str(output)}, "8": {"standard_output": str(tmp_path / "job-%j.out")}}
+    executor = SlurmExecutor("http://slurmrestd.invalid", token="t", user="hcs", output_dir=str(tmp_path))
+    monkeypatch.setattr(executor, "_record", records.get)
+    output.write_text("epoch 1\n")
+    first = executor.read_logs("7")
+    with output.open("a") as fh:
+        fh.write("epoch 2\n")
+    assert (first.text, executor.read_logs("7", after=first.cursor).text) == ("epoch 1\n", "epoch 2\n")
+    # An unexpanded pattern or an unknown job: no text, and the follower keeps its place.
+    assert executor.read_logs("8", after=first.cursor) == LogChunk("", first.cursor)
+    assert executor.read_logs("9") == LogChunk("", "")
