@@ -145,6 +145,7 @@ def status(args: argparse.Namespace, api: Client) -> int:
         ("Queue", f"{task['queue_name']} ({task['priority_class']})"),
         ("Status", task["status"] + (f": {task['status_message']}" if task.get("status_message") else "")),
         ("Exit code", task.get("exit_code")),
+        ("Failure reason", task.get("failure_reason")),
         ("Queue position", task.get("queue_position")),
         ("Estimated start", when(task.get("estimated_start"))),
         ("Pending reason", " - ".join(filter(None, (task.get("pending_reason"), task.get("pending_message"))))),

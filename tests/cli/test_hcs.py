@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -172,6 +173,7 @@ def test_logs_follow_a_real_local_job_until_it_ends(run_hcs, live_world):
 
     task.refresh_from_db()
     assert task.status == "completed"
+    assert re.search(r"^Status:\s+completed\nExit code:\s+0$", run_hcs("status", str(task.pk)).stdout, re.M)
     tail = run_hcs("logs", str(task.pk), "-n", "2")
     assert (tail.returncode, tail.stdout) == (0, "tick 4\ntick 5\n")
     wrong = run_hcs("logs", str(task.pk), "--attempt", "2")
