@@ -161,11 +161,15 @@ def test_logs_follow_a_real_local_job_until_it_ends(run_hcs, live_world):
         },
     )  # fmt: skip
     deadline = time.monotonic() + 60
-    while follower.poll() is None:  # this thread is beat: cycles and status sync until the job ends
-        assert time.monotonic() < deadline, "hcs logs -f did not end with the run"
-        run_cycle(live_world.vdc.pk)
-        drive.reconcile_all()
-        time.sleep(0.3)
+    try:
+        while follower.poll() is None:  # this thread is beat: cycles and status sync until the job ends
+            assert time.monotonic() < deadline, "hcs logs -f did not end with the run"
+            run_cycle(live_world.vdc.pk)
+            drive.reconcile_all()
+            time.sleep(0.3)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
     out, err = follower.communicate()
     assert follower.returncode == 0, err
     assert out == "".join(f"tick {n}\n" for n in range(1, 6))
