@@ -77,6 +77,8 @@ def submit(args: argparse.Namespace, api: Client) -> int:
     for field in ("project", "vdc", "queue"):  # an id or a name: the API tells them apart by JSON type
         if isinstance(body.get(field), str) and body[field].isdigit():
             body[field] = int(body[field])
+    if args.command is not None and args.argv:
+        raise argparse.ArgumentTypeError("give the command with -c/--command or after --, not both")
     command = args.command if args.command is not None else shlex.join(args.argv) if args.argv else None
     if command is not None:
         body["command"] = command
