@@ -426,7 +426,7 @@ def test_jobs_on_a_cluster_disabled_meanwhile_are_still_followed(world, monkeypa
 
 
 def test_a_log_follower_reads_every_line_once_from_before_the_start_to_the_end(world):
-    command = 'for n in 1 2 3 4 5 6; do echo "line $n"; sleep 0.4; done'
+    command = 'for n in 1 2 3 4 5 6; do echo "line $n"; sleep 0.6; done'
     task = submit_task(world.member, project=world.project, queue="high", kind="training", name="counter",
                        command=command, gpu_spec="1(A100)")  # fmt: skip
     api = client_for(world.viewer)
