@@ -1,6 +1,8 @@
 """Execution on the local cluster: a placed task runs as a real process, its status follows, and the
 reconciler keeps the backend and the database in line when workers, Redis or the backend fail."""
 
+import base64
+import json
 import time
 from datetime import timedelta
 
@@ -421,3 +423,46 @@ def test_jobs_on_a_cluster_disabled_meanwhile_are_still_followed(world, monkeypa
     assert queued == [world.cluster.pk]
     task.refresh_from_db()
     executor_for(world.cluster).kill(task.external_id)
+
+
+def test_a_log_follower_reads_every_line_once_from_before_the_start_to_the_end(world):
+    command = 'for n in 1 2 3 4 5 6; do echo "line $n"; sleep 0.6; done'
+    task = submit_task(world.member, project=world.project, queue="high", kind="training", name="counter",
+                       command=command, gpu_spec="1(A100)")  # fmt: skip
+    api = client_for(world.viewer)
+    url = f"/api/v1/tasks/{task.pk}/logs/"
+    body = api.get(url).data
+    assert (body["attempt"], body["running"], body["status"], body["text"]) == (0, True, "queued", "")
+    run_cycle(world.vdc.pk)
+    body = api.get(url, {"after": body["cursor"]}).data
+    assert body["attempt"] == 1 and body["running"] and "never reached a backend" in body["note"]
+    launch(task)
+    pieces, deadline = [], time.monotonic() + 40
+    while body["running"] or body["more"]:
+        assert time.monotonic() < deadline, f"the follower never saw the run end: {body}"
+        reconcile_all()  # what beat does every 2 s
+        body = api.get(url, {"after": body["cursor"]}).data
+        pieces.append(body["text"])
+        time.sleep(0.2)
+    assert "".join(pieces) == "".join(f"line {n}\n" for n in range(1, 7))
+    assert len([p for p in pieces if p]) >= 2, "the output should have come as it was written"
+    assert (body["status"], body["running"], body["more"]) == ("completed", False, False)
+    assert api.get(url, {"after": body["cursor"]}).data["text"] == ""
+    assert api.get(url, {"tail": 2}).data["text"] == "line 5\nline 6\n"
+
+
+def test_a_log_cursor_is_checked(world):
+    task = scheduled(world, "echo one; echo two")
+    launch(task)
+    wait_status(task, "completed")
+    api = client_for(world.member)
+    url = f"/api/v1/tasks/{task.pk}/logs/"
+    cursor = api.get(url, {"tail": 1}).data["cursor"]
+    assert api.get(url, {"after": cursor}).data["text"] == ""
+    assert api.get(url, {"after": "not-a-cursor"}).status_code == 400
+    forged = base64.urlsafe_b64encode(json.dumps([1, "{}"]).encode()).decode()
+    assert api.get(url, {"after": forged}).json() == {
+        "after": ["Expected the cursor of an earlier answer (its `cursor` field)."]
+    }
+    assert api.get(url, {"after": cursor, "attempt": 2}).status_code == 400
+    assert client_for(world.outsider).get(url, {"after": cursor}).status_code == 404

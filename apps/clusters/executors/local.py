@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from .base import Executor, ExecutorError, Failure, JobPhase, JobSpec, JobState, platform_environment
+from .logfile import LogChunk, read_log_file
 from .sandbox import TRUSTED_ENV, Sandbox, check_env_names, device_nodes
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
@@ -324,6 +325,10 @@ class LocalExecutor(Executor):
 
     def logs(self, external_id: str, tail: int = 200) -> str:
         return tail_lines(self._job_dir(external_id) / "output.log", tail)
+
+    def read_logs(self, external_id: str, *, after: str | None = None, tail: int = 200) -> LogChunk:
+        """From a byte offset in ``output.log``: a follower reads only what was written since."""
+        return read_log_file(self._job_dir(external_id) / "output.log", after=after, tail=tail)
 
     def stop(self, external_id: str) -> None:
         """SIGTERM the job's process group and return; the wrapper SIGKILLs what is left after the grace period."""

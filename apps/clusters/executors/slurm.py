@@ -28,6 +28,7 @@ import requests
 
 from .base import Executor, ExecutorError, Failure, JobPhase, JobSpec, JobState, NodeCondition, platform_environment
 from .local import job_command, job_secrets, tail_lines
+from .logfile import LogChunk, read_log_file
 
 _PHASES = {
     "PENDING": JobPhase.PENDING,
@@ -419,6 +420,18 @@ class SlurmExecutor(Executor):
             return tail_lines(Path(path), tail)
         except OSError:
             return ""
+
+    def read_logs(self, external_id: str, *, after: str | None = None, tail: int = 200) -> LogChunk:
+        """From a byte offset in the job's output file (slurmrestd has no log call: the file is read where
+        this host mounts the shared output directory, as :meth:`logs` does)."""
+        record = self._record(external_id)
+        path = (record or {}).get("standard_output") or ""
+        if not path or "%" in path:
+            return LogChunk("", after or "")
+        try:
+            return read_log_file(Path(path), after=after, tail=tail)
+        except OSError:
+            return LogChunk("", after or "")
 
     def stop(self, external_id: str) -> None:
         """Cancel the job: Slurm sends SIGTERM, then SIGKILL after the cluster's KillWait."""
