@@ -475,6 +475,9 @@ def task_monitoring(request: HttpRequest, pk: int) -> HttpResponse:
     devices = list(devices)
     for device in devices:
         device.share_percent = shares.get(device.pk, 100)
+    # Every run keeps its log (issue 11 item 6): ?run=N shows an earlier one, the latest by default.
+    run = request.GET.get("run", "")
+    log_run = int(run) if run.isdecimal() and 1 <= int(run) < task.attempt else None
     return render(
         request,
         "portal/task_monitoring.html",
@@ -485,6 +488,8 @@ def task_monitoring(request: HttpRequest, pk: int) -> HttpResponse:
             "backend_error": backend_error,
             "devices": devices,
             "preferred": list(task.preferred_clusters.all()),
+            "runs": range(1, task.attempt + 1),
+            "log_run": log_run,
             "nav": "compute-tasks",
         },
     )

@@ -119,6 +119,8 @@
     function tick() {
       if (document.hidden) { schedule(2000); return; }
       var url = pre.dataset.logFollowUrl + (cursor ? "?after=" + encodeURIComponent(cursor) : "?tail=200");
+      // An earlier run's log (?run=N on the page) is read whole and does not change any more.
+      if (pre.dataset.logAttempt && !cursor) { url += "&attempt=" + encodeURIComponent(pre.dataset.logAttempt); }
       fetch(url, {credentials: "same-origin", headers: {"Accept": "application/json"}})
         .then(function (r) { if (!r.ok) { throw new Error(r.status); } return r.json(); })
         .then(function (data) {

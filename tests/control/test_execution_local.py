@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import transaction
+from django.test import Client
 from django.utils import timezone
 
 from apps.clusters.backends import executor_for
@@ -128,6 +129,15 @@ def test_every_runs_log_stays_readable_through_the_api(world):
     assert (first["attempt"], first["attempts"]) == (1, 2) and "run 1" in first["text"] and first["external_id"]
     assert api.get(f"/api/v1/tasks/{task.pk}/logs/", {"attempt": 3}).status_code == 400
     assert client_for(world.outsider).get(f"/api/v1/tasks/{task.pk}/logs/").status_code == 404
+    # The page links every run; ?run=1 follows the first run's log instead of the latest.
+    page = Client()
+    page.force_login(world.viewer)
+    latest = page.get(f"/task-monitoring/{task.pk}/").content.decode()
+    assert '<a href="?run=1#logs">1</a>' in latest and "2 (latest)</strong>" in latest
+    assert "data-log-attempt" not in latest
+    earlier = page.get(f"/task-monitoring/{task.pk}/", {"run": "1"}).content.decode()
+    assert 'data-log-attempt="1"' in earlier and "Log of run 1" in earlier
+    assert "data-log-attempt" not in page.get(f"/task-monitoring/{task.pk}/", {"run": "9"}).content.decode()
     stop_task(task, world.member)
     reconcile_all()
     wait_objects_ended(world.cluster)
