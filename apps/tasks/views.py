@@ -31,6 +31,7 @@ from apps.queues import services as queue_services
 from apps.queues.choices import CLASS_RULES, PriorityClass
 from apps.queues.models import TaskQueue
 from apps.tasks import forms, live
+from apps.tasks.admission import wait_notice
 from apps.tasks.choices import ACTIVE, WAITING, EventKind, TaskKind, TaskStatus
 from apps.tasks.filtersets import TaskFilterSet
 from apps.tasks.models import Task, TaskEvent
@@ -431,6 +432,9 @@ def kind_create(request: HttpRequest, slug: str) -> HttpResponse:
         task = form.submit()
         if task is not None:
             messages.success(request, f"{page.noun.capitalize()} {task.name} submitted to queue {task.queue.name}.")
+            notice = wait_notice(task)
+            if notice:
+                messages.warning(request, notice)
             return redirect("portal:task-monitoring", pk=task.pk)
     vdc_ids = user_vdc_ids(request.user)
     devices, used = device_usage(vdc_ids)

@@ -214,6 +214,19 @@ class TaskDetailSerializer(TaskSerializer):
         fields = [*TaskSerializer.Meta.fields, "events"]
 
 
+class TaskCreatedSerializer(TaskDetailSerializer):
+    """A task just submitted, and what to expect of it."""
+
+    notice = serializers.CharField(
+        read_only=True,
+        help_text="Set when it can only start after others leave (tasks waiting ahead, its GPUs in use now); empty "
+        "otherwise",
+    )
+
+    class Meta(TaskDetailSerializer.Meta):
+        fields = [*TaskDetailSerializer.Meta.fields, "notice"]
+
+
 class StopSerializer(serializers.Serializer):
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
 
