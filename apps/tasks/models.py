@@ -244,7 +244,7 @@ class Task(models.Model):
         """
         errors: dict[str, str] = {}
         try:
-            validate_gpu_spec(self.gpu_spec, gpu_catalog)
+            validate_gpu_spec(self.gpu_spec, gpu_catalog, vdc_id=self.vdc_id)
         except ValidationError as exc:
             errors["gpu_spec"] = exc.messages[0]
         if (self.elastic_min is None) != (self.elastic_max is None):

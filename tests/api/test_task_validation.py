@@ -171,3 +171,13 @@ def test_a_submission_that_must_wait_for_others_says_so_and_one_that_can_start_d
     assert response.redirect_chain, response.context["form"].errors
     shown = [str(m) for m in response.context["messages"]]
     assert any(m.startswith("It can start only after others leave: 2 tasks wait ahead of it") for m in shown), shown
+
+
+def test_a_mistyped_model_is_answered_with_the_models_the_vdc_has(world):
+    # Issue 11 item 3: the hint named catalog models the VDC does not have (A10, A30 ... for "A10O").
+    answer = submit(world, gpu_spec="1(A10O)")
+    assert answer.status_code == 400
+    message = answer.data["gpu_spec"][0]
+    assert message.startswith("unknown GPU model 'A10O' in '1(A10O)'; did you mean A100-80G?")
+    assert message.endswith(f"(VDC {world.vdc.name} has A100-80G)")
+    assert not Task.objects.exists()
