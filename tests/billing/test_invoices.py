@@ -122,10 +122,17 @@ def test_admin_actions_add_credit_and_issue_invoices(client, world, account, met
     assert done.status_code == 302
     account.refresh_from_db()
     assert Transaction.objects.filter(kind="credit", amount=D("25"), created_by=world.admin).exists()
+    assert [str(m) for m in client.get(url).context["messages"]] == ["Added 25.00 CNY to each of 1 account(s)."]
     done = client.post(url, {"action": "generate_invoices", "_selected_action": [account.pk], "apply": "1",
                              "first_day": "2026-01-05", "last_day": "2026-01-05"})  # fmt: skip
     assert done.status_code == 302
     invoice = Invoice.objects.get(account=account)
+    # Issue 14: money in admin messages and lists has its currency and cents, never a raw Decimal.
+    shown = [str(m) for m in client.get(url).context["messages"]]
+    assert shown == [f"1 invoice(s) issued, {invoice.total:,.2f} CNY in all."], shown
+    listing = client.get(url).content.decode()
+    account.refresh_from_db()
+    assert f"{account.balance:,.2f} CNY" in listing and "0000" not in listing
     assert (invoice.period_start, invoice.period_end) == (T0.replace(hour=0), T0.replace(hour=0) + (at(days=1) - T0))
     assert invoice.total == sum(r.cost for r in UsageRecord.objects.all())
 
@@ -156,3 +163,12 @@ def test_each_gpu_models_use_is_billed_once_in_the_unit_it_is_priced_in():
     ]
     kept = {(r["resource_type"], r["gpu_model"]) for r in services.charged_rows(rows, "gpu_model", "amount")}
     assert kept == {("cpu", None), ("gpu", 1), ("gpu_eq", 2), ("gpu", 3)}
+
+
+def test_money_is_formatted_with_cents_grouping_and_currency_and_totals_per_currency():
+    from apps.billing.pricing import format_money, format_totals  # noqa: PLC0415
+
+    assert format_money(D("19.82270000000000000"), "CNY") == "19.82 CNY"
+    assert format_money(D("1234567.005"), "EUR") == "1,234,567.01 EUR"
+    assert format_totals([(D("1.5"), "CNY"), (D("2"), "EUR"), (D("0.25"), "CNY")]) == "1.75 CNY + 2.00 EUR"
+    assert format_totals([]) == "nothing"
