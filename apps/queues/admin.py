@@ -12,6 +12,7 @@ from apps.tasks.choices import ACTIVE, WAITING
 from apps.tasks.models import Task
 from apps.tasks.services import waiting_gpu_equivalents
 from apps.vdc.admin import ZERO, count_of, number, sum_of
+from apps.vdc.models import VDC
 
 
 class QueueChangeList(ChangeList):
@@ -57,6 +58,14 @@ class TaskQueueAdmin(admin.ModelAdmin):
 
     def get_changelist(self, request, **kwargs):
         return QueueChangeList
+
+    def get_changeform_initial_data(self, request):
+        # "Add queue" from a VDC: its default policy is the new queue's.
+        initial = super().get_changeform_initial_data(request)
+        vdc = VDC.objects.filter(pk=initial.get("vdc") or 0).first() if str(initial.get("vdc", "")).isdigit() else None
+        if vdc is not None:
+            initial.setdefault("policy", vdc.default_queue_policy)
+        return initial
 
     def get_queryset(self, request):
         tasks = Task.objects.filter(queue=OuterRef("pk"))

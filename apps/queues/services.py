@@ -3,9 +3,34 @@
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError
+from django.db import transaction
 
+from apps.queues.choices import PriorityClass
 from apps.queues.models import TaskQueue
 from apps.vdc.choices import QueuePolicy
+
+# The queues a new VDC starts with: one per priority class, named after it (editable afterwards).
+CLASS_QUEUES = (
+    (PriorityClass.HIGH, "Never preempted: for interactive and urgent work."),
+    (PriorityClass.MEDIUM, "Guaranteed for a window set by the expected duration, then preemptible by high work."),
+    (PriorityClass.LOW, "Runs on idle capacity; suspended when high or medium work needs it."),
+)
+
+
+def create_class_queues(vdc) -> list[TaskQueue]:
+    """Give a VDC its three class queues (high, medium, low), ordered by the VDC's default policy.
+
+    A name the VDC already uses is left alone, so calling it again adds only what is missing.
+    """
+    with transaction.atomic():
+        taken = set(TaskQueue.objects.filter(vdc=vdc).values_list("name", flat=True))
+        return [
+            TaskQueue.objects.create(
+                vdc=vdc, name=str(klass), priority_class=klass, policy=vdc.default_queue_policy, description=text
+            )
+            for klass, text in CLASS_QUEUES
+            if str(klass) not in taken
+        ]
 
 
 def set_queue_open(queue: TaskQueue, is_open: bool) -> TaskQueue:

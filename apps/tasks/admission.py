@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from django.db.models import Count
+from django.db.models import Count, Sum
 
 from apps.clusters import services as cluster_services
 from apps.clusters.backends import can_resize
@@ -154,22 +154,31 @@ def wait_notice(task) -> str:
                        f"queue {task.queue.name}")  # fmt: skip
     options = dict(candidate_models(request, gpu_catalog))
     if options:
-        devices = Device.objects.filter(
-            node__cluster__vdc=task.vdc_id, node__cluster__enabled=True, gpu_model__name__in=options
-        ).values_list("pk", "gpu_model__name")
-        held: set[int] = set()
-        placements = Task.objects.filter(vdc=task.vdc_id, status__in=ACTIVE).exclude(pk=task.pk)
-        for placement in placements.values_list("placement", flat=True):
-            for instance in placement or ():
-                held.update(d.get("id") for d in instance.get("devices", ()))
-        free, total = Counter(), Counter()
-        for pk, model in devices:
-            total[model] += 1
-            free[model] += pk not in held
+        # Two aggregates, whatever the number of tasks: cards per model, and what active tasks hold of each model
+        # (their GPU-equivalents over the model's exchange rate; a shared card counts its share).
+        total = Counter(
+            dict(
+                Device.objects.filter(
+                    node__cluster__vdc=task.vdc_id, node__cluster__enabled=True, gpu_model__name__in=options
+                )
+                .values_list("gpu_model__name")
+                .annotate(n=Count("pk"))
+            )
+        )
+        held = (
+            Task.objects.filter(vdc=task.vdc_id, status__in=ACTIVE)
+            .exclude(pk=task.pk)
+            .values_list("placement__0__gpu_model")
+            .annotate(eq=Sum("allocated_gpu"))
+        )
+        free = Counter(total)
+        for model, eq in held:
+            if model in total and eq:
+                free[model] -= math.ceil(eq / gpu_catalog.entry(model).exchange_rate)
         instances = _start_size(task)
         fits_now = any(free[m] >= max(1, math.ceil(count)) * instances for m, count in options.items())
         if total and not fits_now:
-            n_free, n_total = sum(free.values()), sum(total.values())
+            n_free, n_total = max(0, sum(free.values())), sum(total.values())
             reasons.append(f"{n_free} of the {n_total} GPUs it can use are free now")
     if not reasons:
         return ""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from django import forms
 from django.contrib import admin
 from django.db.models import DecimalField, F, Func, IntegerField, OuterRef, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
@@ -17,6 +18,7 @@ from django.utils.html import format_html
 
 from apps.clusters.choices import SUB_HEALTHY_SCORE, UNHEALTHY_SCORE
 from apps.clusters.models import Cluster, Device, Node
+from apps.queues.services import create_class_queues
 from apps.tasks.choices import ACTIVE, WAITING
 from apps.tasks.models import Task
 from apps.vdc.models import VDC, Membership, Project, ProjectQuota
@@ -126,6 +128,19 @@ class VDCQuotaInline(ProjectQuotaInline):
     verbose_name_plural = "project quotas"
 
 
+class VDCAddForm(forms.ModelForm):
+    class_queues = forms.BooleanField(
+        required=False,
+        initial=True,
+        label="Create its class queues",
+        help_text="A high, a medium and a low queue, ordered by the default queue policy (editable afterwards)",
+    )
+
+    class Meta:
+        model = VDC
+        fields = ("name",)  # the admin's fieldsets decide the rest
+
+
 @admin.register(VDC)
 class VDCAdmin(admin.ModelAdmin):
     list_display = (
@@ -148,6 +163,27 @@ class VDCAdmin(admin.ModelAdmin):
         ("Scheduling", {"fields": ("default_queue_policy", "cluster_selection_strategy", "node_scorer")}),
         ("History", {"fields": ("created_at", "updated_at")}),
     )
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        if obj is None:
+            kwargs["form"] = VDCAddForm
+        return super().get_form(request, obj, change=change, **kwargs)
+
+    def get_fieldsets(self, request, obj=None):
+        if obj is not None:
+            return self.fieldsets
+        scheduling = ("default_queue_policy", "class_queues", "cluster_selection_strategy", "node_scorer")
+        return tuple(
+            (name, {**opts, "fields": scheduling}) if name == "Scheduling" else (name, opts)
+            for name, opts in self.fieldsets
+        )
+
+    def save_model(self, request, obj, form, change) -> None:
+        super().save_model(request, obj, form, change)
+        if not change and form.cleaned_data.get("class_queues"):
+            created = create_class_queues(obj)
+            names = ", ".join(q.name for q in created)
+            self.message_user(request, f"Queues {names} created ({obj.get_default_queue_policy_display()}).")
 
     def get_queryset(self, request):
         nodes = Node.objects.filter(cluster__vdc=OuterRef("pk"), cluster__enabled=True)

@@ -276,3 +276,37 @@ def test_credentials_unreadable_under_a_new_key_are_reported_and_replaced(admin_
     assert _edit(admin_web, world.cluster, token=SECRET).status_code == 302
     world.cluster.refresh_from_db()
     assert world.cluster.get_credentials() == {"token": SECRET}
+
+
+def test_a_vdc_added_in_the_admin_gets_its_class_queues_unless_unticked(admin_web, world):
+    from apps.queues.models import TaskQueue  # noqa: PLC0415
+    from apps.vdc.models import VDC  # noqa: PLC0415
+
+    form = {"name": "west", "default_queue_policy": "backfill", "cluster_selection_strategy": "load_balancing",
+            "node_scorer": "fgd", "overcommit_ratio": "1.0", "enabled": "on", "class_queues": "on"}  # fmt: skip
+    form.update(
+        {
+            f"{prefix}-{k}": v
+            for prefix in ("clusters", "quotas")
+            for k, v in (
+                ("TOTAL_FORMS", "0"),
+                ("INITIAL_FORMS", "0"),
+                ("MIN_NUM_FORMS", "0"),
+                ("MAX_NUM_FORMS", "1000"),
+            )
+        }
+    )
+    page = admin_web.get(admin_url(VDC, "add")).content.decode()
+    assert 'name="class_queues"' in page and "checked" in page.split('name="class_queues"')[1][:80]
+    response = admin_web.post(admin_url(VDC, "add"), form)
+    assert response.status_code == 302, _errors(response)
+    west = VDC.objects.get(name="west")
+    assert sorted(TaskQueue.objects.filter(vdc=west).values_list("name", "policy")) == [
+        ("high", "backfill"),
+        ("low", "backfill"),
+        ("medium", "backfill"),
+    ]
+    del form["class_queues"]
+    form["name"] = "north"
+    assert admin_web.post(admin_url(VDC, "add"), form).status_code == 302
+    assert not TaskQueue.objects.filter(vdc__name="north").exists()

@@ -5,8 +5,9 @@ from __future__ import annotations
 from decimal import Decimal
 
 from apps.queues.api import views as queue_views
+from apps.queues.models import TaskQueue
 from apps.tasks.choices import ACTIVE, WAITING
-from apps.vdc.models import Membership, ProjectQuota
+from apps.vdc.models import VDC, Membership, ProjectQuota
 from tests.api.base import client_for
 from tests.factories import NodeFactory, ProjectFactory, TaskFactory, UserFactory, VDCFactory
 
@@ -146,3 +147,18 @@ def test_only_one_vdc_is_the_default(world):
 
 def test_queue_counts_use_the_task_status_groups():
     assert (set(queue_views.WAITING_STATUSES), set(queue_views.ACTIVE_STATUSES)) == (set(WAITING), set(ACTIVE))
+
+
+def test_a_new_vdc_gets_its_class_queues_ordered_by_its_default_policy(world):
+    # Issue 14: a new VDC had no queues, so its users saw an empty queue list.
+    admin = client_for(world.admin)
+    made = admin.post("/api/v1/vdcs/", {"name": "east", "default_queue_policy": "drf"}, format="json")
+    assert made.status_code == 201, made.data
+    queues = {q.name: (q.priority_class, q.policy) for q in TaskQueue.objects.filter(vdc_id=made.data["id"])}
+    assert queues == {"high": ("high", "drf"), "medium": ("medium", "drf"), "low": ("low", "drf")}
+    bare = admin.post("/api/v1/vdcs/", {"name": "bare", "class_queues": False}, format="json")
+    assert bare.status_code == 201 and not TaskQueue.objects.filter(vdc_id=bare.data["id"]).exists()
+    # A queue added later without a policy takes the VDC's default.
+    vdc = VDC.objects.get(name="east")
+    added = admin.post("/api/v1/queues/", {"vdc": vdc.pk, "name": "batch", "priority_class": "low"}, format="json")
+    assert added.status_code == 201 and added.data["policy"] == "drf"

@@ -24,6 +24,11 @@ class TaskQueueSerializer(ModelCleanMixin, serializers.ModelSerializer):
         ]  # fmt: skip
         read_only_fields = ["created_at", "updated_at"]
 
+    def create(self, validated_data: dict) -> TaskQueue:
+        # A queue created without a policy orders its tasks as its VDC's default says.
+        validated_data.setdefault("policy", validated_data["vdc"].default_queue_policy)
+        return super().create(validated_data)
+
     def update(self, instance: TaskQueue, validated_data: dict) -> TaskQueue:
         policy = validated_data.pop("policy", None)
         is_open = validated_data.pop("is_open", None)

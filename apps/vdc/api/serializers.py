@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
+from django.db import transaction
 from rest_framework import serializers
 from rest_framework.exceptions import PermissionDenied
 
+from apps.queues.services import create_class_queues
 from apps.vdc.api.common import ModelCleanMixin, SlugField
 from apps.vdc.api.permissions import visible_projects
 from apps.vdc.choices import Role
@@ -15,16 +17,34 @@ from apps.vdc.services import can_manage
 
 class VDCSerializer(serializers.ModelSerializer):
     effective_overcommit_ratio = serializers.DecimalField(max_digits=5, decimal_places=2, read_only=True)
+    class_queues = serializers.BooleanField(
+        write_only=True,
+        required=False,
+        default=True,
+        help_text="On create: also create its high, medium and low queues, ordered by default_queue_policy",
+    )
 
     class Meta:
         model = VDC
         fields = [
             "id", "name", "description", "total_cpu", "total_memory_gib", "total_gpu", "allow_overcommit",
             "overcommit_ratio", "effective_overcommit_ratio", "default_queue_policy", "cluster_selection_strategy",
-            "node_scorer", "is_default", "enabled", "created_at", "updated_at",
+            "node_scorer", "is_default", "enabled", "class_queues", "created_at", "updated_at",
         ]  # fmt: skip
         read_only_fields = ["created_at", "updated_at"]
         extra_kwargs = {"is_default": {"validators": []}}  # the model's message names no VDC; validate_is_default does
+
+    def create(self, validated_data: dict) -> VDC:
+        class_queues = validated_data.pop("class_queues", True)
+        with transaction.atomic():
+            vdc = super().create(validated_data)
+            if class_queues:
+                create_class_queues(vdc)
+        return vdc
+
+    def update(self, instance: VDC, validated_data: dict) -> VDC:
+        validated_data.pop("class_queues", None)
+        return super().update(instance, validated_data)
 
     def validate_is_default(self, value: bool) -> bool:
         current = VDC.objects.filter(is_default=True).exclude(pk=getattr(self.instance, "pk", None)).first()
