@@ -264,3 +264,36 @@ class ClusterStatsSerializer(serializers.Serializer):
     capacity = ResourceVectorSerializer()
     allocated = ResourceVectorSerializer()
     active_tasks = serializers.IntegerField()
+
+
+class LineupEntrySerializer(serializers.Serializer):
+    """One waiting task as you may see it; another project's task has no id, name, project or owner."""
+
+    position = serializers.IntegerField(allow_null=True, help_text="1-based place in the queue; null until ranked")
+    status = serializers.CharField()
+    request = serializers.CharField(source="resources", help_text='e.g. "2(A100), 8 CPU, 32 GiB"')
+    waiting_seconds = serializers.IntegerField(help_text="Time since submission")
+    waiting_for = serializers.CharField(help_text='The wait in words, e.g. "12 min"')
+    visible = serializers.BooleanField(help_text="A task of one of your projects (shown by name)")
+    mine = serializers.BooleanField(help_text="Your own task")
+    task = serializers.IntegerField(source="task_id", allow_null=True)
+    name = serializers.CharField(allow_null=True)
+    project = serializers.CharField(allow_null=True)
+    owner = serializers.CharField(allow_null=True)
+    estimated_start = serializers.DateTimeField(allow_null=True)
+    label = serializers.CharField(help_text="What pages show: the name, or an anonymised description")
+
+    def to_representation(self, instance):
+        data = super().to_representation(instance)
+        if not instance.visible:
+            data.update(task=None, name=None, project=None, owner=None, estimated_start=None)
+        else:
+            data["label"] = instance.name
+        return data
+
+
+class QueueLineupSerializer(serializers.Serializer):
+    queue = serializers.IntegerField()
+    waiting = serializers.IntegerField(help_text="Tasks waiting in the queue (all projects)")
+    shown = serializers.IntegerField(help_text="Entries below; the first ones of the queue and yours beyond them")
+    entries = LineupEntrySerializer(many=True)

@@ -16,10 +16,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from apps.clusters.api.views import clusters_of
-from apps.tasks import services
+from apps.queues.models import TaskQueue
+from apps.tasks import lineup, live, services
 from apps.tasks.api import stats
 from apps.tasks.api.serializers import (
     ClusterStatsSerializer,
+    QueueLineupSerializer,
     StopSerializer,
     TaskDetailSerializer,
     TaskEventSerializer,
@@ -30,7 +32,7 @@ from apps.tasks.api.serializers import (
 from apps.tasks.filtersets import TaskFilterSet
 from apps.tasks.models import Task, TaskEvent
 from apps.vdc.api.common import service_errors
-from apps.vdc.api.permissions import scope_to_projects, visible_vdcs
+from apps.vdc.api.permissions import scope_to_projects, scope_to_vdcs, visible_vdcs
 
 TASK_ORDERING = ["submitted_at", "started_at", "finished_at", "name", "status", "queue_position",
                  "estimated_start", "queue__priority_class", "allocated_gpu"]  # fmt: skip
@@ -138,6 +140,21 @@ class VDCResourcesView(generics.GenericAPIView):
     def get(self, request: Request, pk: int) -> Response:
         vdc = get_object_or_404(visible_vdcs(request.user), pk=pk)
         return Response(VDCResourcesSerializer(stats.vdc_resources(vdc)).data)
+
+
+class QueueLineupView(generics.GenericAPIView):
+    """``queues/{id}/lineup/``: who is ahead of you. The queue's first waiting tasks in order and yours beyond
+    them, with positions and estimated starts; another project's task shows only its request and wait."""
+
+    serializer_class = QueueLineupSerializer
+    filter_backends: list = []
+
+    def get(self, request: Request, pk: int) -> Response:
+        queue = get_object_or_404(scope_to_vdcs(TaskQueue.objects.all(), request.user), pk=pk)
+        waiting = live.queue_counts([queue.pk])[queue.pk]["waiting"]
+        entries = [e for e in lineup.lineups([queue.pk], request.user)[queue.pk] if isinstance(e, lineup.Entry)]
+        body = {"queue": queue.pk, "waiting": waiting, "shown": len(entries), "entries": entries}
+        return Response(QueueLineupSerializer(body).data)
 
 
 class ClusterStatsView(generics.GenericAPIView):
