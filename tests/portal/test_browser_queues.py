@@ -7,10 +7,13 @@ Screenshots land in test-artifacts/screenshots/ under the names the report walks
 from __future__ import annotations
 
 from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 from django.utils import timezone
 
+from apps.billing.models import Account
+from apps.billing.services import add_credit, generate_invoice, meter_usage, month_bounds, seed_demo_prices
 from apps.control.scheduling import run_cycle
 from apps.tasks.models import Task
 from apps.tasks.services import submit_task
@@ -197,8 +200,16 @@ def test_sort_and_bulk_stop_with_a_confirmation(db_thread, browser, live_server_
 
 
 def phone_world(world) -> int:
+    """Tasks running and waiting, prices, an hour of metered usage, a ledger and an invoice to show."""
+    seed_demo_prices()
     ids = busy_queue(world)
     submit(world.member, world.project, "a-training-job-with-a-rather-long-name-for-a-phone-screen", gpu_spec="1(A100)")
+    now = timezone.now()
+    meter_usage(now + timedelta(hours=1))
+    account = Account.objects.get(project=world.project)
+    add_credit(account, Decimal("250"), description="Top-up for the quarter's fine-tuning experiments, ticket 4711")
+    start, end = month_bounds(now)
+    generate_invoice(account, start, end)
     return ids["blocker"]
 
 
@@ -234,4 +245,6 @@ def test_phone_layout_has_no_sideways_overflow_and_keeps_queue_and_actions(
             stop = rows.first.locator("td.actions button").first
             assert stop.is_visible() and stop.bounding_box()["x"] + stop.bounding_box()["width"] <= PHONE["width"]
     assert all(width <= PHONE["width"] for width in widths.values()), widths
+    page.goto(f"{base}/billing/projects/{world.project.pk}/")
+    assert page.locator("text=Top-up for the quarter").count() == 1, "the billing page should show the seeded ledger"
     assert not violations, f"the Content Security Policy blocked: {violations}"
