@@ -683,6 +683,7 @@ def task_queues(request: HttpRequest) -> HttpResponse:
     for q in queues:
         q.counts = counts[q.pk]
         q.lineup = lines[q.pk]
+        q.mine = [e for e in q.lineup if isinstance(e, lineup.Entry) and e.mine]
         q.gpu_waiting = demand.get(q.pk, Decimal("0"))
         q.chart = activity_chart(history, q.pk)
     by_vdc: dict[int, list[TaskQueue]] = defaultdict(list)

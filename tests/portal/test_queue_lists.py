@@ -49,9 +49,12 @@ def test_queue_page_names_my_projects_tasks_and_anonymises_the_others(client, wo
     assert f'href="/task-monitoring/{theirs.pk}/"' not in html
     assert "another project&#x27;s task, 2(A100), 1 CPU, 1 GiB, waiting 0 min" in html
     lineup = html[html.index(f'data-lineup="{world.high.pk}"') :]
-    assert lineup.index("another project") < lineup.index("my-alpha-run") < lineup.index("olivia-alpha-run")
+    table = lineup[lineup.index("<table") :]
+    assert table.index("another project") < table.index("my-alpha-run") < table.index("olivia-alpha-run")
     assert f'<a href="/task-monitoring/{mine.pk}/">#{mine.pk} my-alpha-run</a>' in lineup
     assert "yours · alpha" in lineup and "olivia's · alpha" in lineup
+    place = re.search(rf'data-my-place="{mine.pk}">(.*?)</li>', lineup).group(1)
+    assert re.sub("<[^>]+>", "", place).startswith(f"Your #{mine.pk} my-alpha-run: position 2 of 3, estimated start ")
 
 
 def test_an_outsider_sees_only_their_own_task_by_name(client, world, line):
@@ -119,7 +122,9 @@ def test_a_long_queue_shows_its_head_and_my_tasks_beyond_it(client, world, djang
     lineup = html[html.index(f'data-lineup="{world.high.pk}"') :]
     assert lineup.count("data-lineup-other") == 20
     assert "20 more tasks waiting" in lineup
-    assert lineup.index("20 more tasks waiting") < lineup.index("late-alpha-run")
+    table = lineup[lineup.index("<table") :]
+    assert table.index("20 more tasks waiting") < table.index("late-alpha-run")
+    assert f"#{late.pk} late-alpha-run</a>: position 41 of 41, estimated start unknown" in lineup
     assert f"#{late.pk} late-alpha-run" in lineup
 
 
