@@ -268,9 +268,14 @@ def stop_task(task: Task, user, reason: str = "") -> Task:
     return task
 
 
+# The most tasks one bulk stop takes (the API's bound; the pages send at most a page of them).
+BULK_STOP_MAX = 500
+
+
 def stop_tasks(task_ids, user, reason: str = "") -> tuple[list[Task], int]:
     """Stop many tasks at once, as ``stop_task`` stops one: the ones the user may stop and that are not
-    finished yet. Returns them and how many of ``task_ids`` were left alone.
+    finished yet. Returns them and how many of ``task_ids`` were left alone (another project's, a viewer's,
+    finished or unknown); a user who may stop no project's tasks is refused.
 
     A fixed number of statements whatever the number of tasks (one locking read, one ``UPDATE ... FROM``
     through ``bulk_update_rows``, one insert of the events), so a page's worth of tasks stops inside the
@@ -278,6 +283,8 @@ def stop_tasks(task_ids, user, reason: str = "") -> tuple[list[Task], int]:
     """
     ids = sorted(set(task_ids))
     acting = None if is_platform_admin(user) else Membership.objects.filter(user=user, role__in=WRITE_ROLES)
+    if acting is not None and not acting.exists():
+        raise PermissionDenied("Only owners and members of a project can stop its tasks; viewers only read.")
     with transaction.atomic():
         tasks = Task.objects.select_for_update(of=("self",)).filter(pk__in=ids).exclude(status__in=FINAL)
         if acting is not None:

@@ -264,3 +264,20 @@ def test_bulk_stop_refuses_more_than_a_page(client, world):
     client.force_login(world.member)
     response = client.post(reverse("portal:tasks-stop-selected"), {"task": list(range(1, 60))}, follow=True)
     assert "Stop at most 50 tasks at once" in " ".join(str(m) for m in response.context["messages"])
+
+
+def test_bulk_stop_through_the_api(world):
+    mine = TaskFactory.create_batch(2, project=world.project, owner=world.member, vdc=world.vdc, queue=world.high,
+                                    status="queued")  # fmt: skip
+    theirs = TaskFactory(project=world.other_project, owner=world.outsider, vdc=world.vdc, queue=world.high,
+                         status="queued")  # fmt: skip
+    url = f"{API}tasks/stop-selected/"
+    ids = [t.pk for t in mine] + [theirs.pk, 999999]
+    assert client_for(world.viewer).post(url, {"ids": ids}, format="json").status_code == 403
+    response = client_for(world.member).post(url, {"ids": ids, "reason": "done for today"}, format="json")
+    assert response.status_code == 200
+    assert response.json() == {"stopped": [t.pk for t in mine], "left_alone": 2}
+    assert Task.objects.get(pk=theirs.pk).status == "queued"
+    assert TaskEvent.objects.get(task=mine[0], kind="stopped").message == "Stopped by max: done for today"
+    assert client_for(world.member).post(url, {"ids": []}, format="json").status_code == 400
+    assert client_for(world.member).post(url, {"ids": list(range(1, 502))}, format="json").status_code == 400

@@ -17,7 +17,7 @@ from apps.queues.models import TaskQueue
 from apps.tasks import validation as limits
 from apps.tasks.choices import TaskStatus
 from apps.tasks.models import Task, TaskEvent
-from apps.tasks.services import SUBMIT_FIELDS, submit_task
+from apps.tasks.services import BULK_STOP_MAX, SUBMIT_FIELDS, submit_task
 from apps.vdc.api.common import (
     CachedFieldsMixin,
     IdOrNameRelatedField,
@@ -210,6 +210,21 @@ class TaskDetailSerializer(TaskSerializer):
 
 class StopSerializer(serializers.Serializer):
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
+
+
+class BulkStopSerializer(serializers.Serializer):
+    ids = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=2**31 - 1), min_length=1, max_length=BULK_STOP_MAX,
+        help_text=f"Ids of the tasks to stop (at most {BULK_STOP_MAX})",
+    )  # fmt: skip
+    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
+
+
+class BulkStopResultSerializer(serializers.Serializer):
+    stopped = serializers.ListField(child=serializers.IntegerField(), help_text="Ids of the tasks stopped now")
+    left_alone = serializers.IntegerField(
+        help_text="Ids not stopped: already finished, unknown, or of a project where you may not stop tasks"
+    )
 
 
 class ResourceVectorSerializer(serializers.Serializer):

@@ -20,6 +20,8 @@ from apps.queues.models import TaskQueue
 from apps.tasks import lineup, live, services
 from apps.tasks.api import stats
 from apps.tasks.api.serializers import (
+    BulkStopResultSerializer,
+    BulkStopSerializer,
     ClusterStatsSerializer,
     QueueLineupSerializer,
     StopSerializer,
@@ -110,6 +112,17 @@ class TaskViewSet(
             # Deleted by another request since it was looked up.
             raise NotFound(f"Task {task.pk} no longer exists.")
         return Response(self._detail(task.pk))
+
+    @extend_schema(request=BulkStopSerializer, responses=BulkStopResultSerializer)
+    @action(detail=False, methods=["post"], url_path="stop-selected", serializer_class=BulkStopSerializer,
+            filterset_class=None)  # fmt: skip
+    def stop_selected(self, request: Request) -> Response:
+        """Stop many tasks in one call (the list page's "Stop selected"): those you may stop that are not
+        finished; the others are counted in ``left_alone``. Viewers get 403."""
+        body = BulkStopSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        stopped, left = services.stop_tasks(body.validated_data["ids"], request.user, body.validated_data["reason"])
+        return Response(BulkStopResultSerializer({"stopped": [t.pk for t in stopped], "left_alone": left}).data)
 
     @extend_schema(responses=TaskEventSerializer(many=True))
     @action(detail=True, methods=["get"], serializer_class=TaskEventSerializer, filterset_class=None)
