@@ -8,6 +8,7 @@ app_name = "portal"
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
     path("compute-tasks/", views.compute_tasks, name="compute-tasks"),
+    path("compute-tasks/stop-selected/", views.tasks_stop_selected, name="tasks-stop-selected"),
     path("compute-tasks/<int:pk>/stop/", views.task_stop, name="task-stop"),
     path("compute-tasks/<int:pk>/delete/", views.task_delete, name="task-delete"),
     path("task-monitoring/<int:pk>/", views.task_monitoring, name="task-monitoring"),

@@ -11,14 +11,17 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
-from django.db.models import Count, F, QuerySet, Sum
+from django.db.models import Case, Count, F, QuerySet, Sum, Value, When, Window
+from django.db.models.functions import Lower
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.defaultfilters import pluralize
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
@@ -30,16 +33,17 @@ from apps.clusters.models import Cluster, Device
 from apps.queues import services as queue_services
 from apps.queues.choices import CLASS_RULES, PriorityClass
 from apps.queues.models import TaskQueue
-from apps.tasks import forms, live
+from apps.tasks import forms, lineup, live
 from apps.tasks.admission import wait_notice
 from apps.tasks.choices import ACTIVE, WAITING, EventKind, TaskKind, TaskStatus
 from apps.tasks.filtersets import TaskFilterSet
 from apps.tasks.models import Task, TaskEvent
-from apps.tasks.services import delete_task, stop_task, waiting_gpu_equivalents
+from apps.tasks.services import delete_task, stop_task, stop_tasks, waiting_gpu_equivalents
 from apps.vdc.models import VDC, Membership, Project, ProjectQuota
 from apps.vdc.services import WRITE_ROLES, is_platform_admin
 
 PAGE_SIZE = 50
+DASHBOARD_TASKS = 20
 
 
 @dataclass(frozen=True)
@@ -303,12 +307,27 @@ def activity_chart(data: Activity, key=None) -> dict:
 # --- dashboard ------------------------------------------------------------------------------------
 
 
+def running_first(tasks: QuerySet[Task]) -> QuerySet[Task]:
+    """Tasks holding resources first (newest start first), then waiting ones in queue order: a flood of
+    queued tasks must not push a running one off the dashboard."""
+    holding = Case(When(status__in=ACTIVE, then=Value(0)), default=Value(1))
+    return tasks.order_by(
+        holding, F("started_at").desc(nulls_last=True), F("queue_position").asc(nulls_last=True), "submitted_at", "id"
+    )
+
+
+def unfinished_query(user) -> str:
+    """The compute-tasks filter of the user's own running and waiting tasks (the dashboard's "all" link)."""
+    return urlencode({"owner": user.pk, "status__in": ",".join((*ACTIVE, *WAITING)), "sort": "status"})
+
+
 @login_required
 def dashboard(request: HttpRequest) -> HttpResponse:
     user = request.user
-    mine = decorate(
-        visible_tasks(user).filter(owner=user, status__in=(*ACTIVE, *WAITING)).order_by("-submitted_at")[:20], user
-    )
+    unfinished = visible_tasks(user).filter(owner=user, status__in=(*ACTIVE, *WAITING))
+    # Every row carries the total (a window over the whole set), so "N more" costs no second query.
+    mine = decorate(running_first(unfinished.annotate(total=Window(Count("id"))))[:DASHBOARD_TASKS], user)
+    more = mine[0].total - len(mine) if mine else 0
     projects = list(Project.objects.for_user(user))
     quotas = list(ProjectQuota.objects.filter(project__in=projects).select_related("project", "vdc"))
     usage = {
@@ -359,6 +378,8 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "portal/dashboard.html",
         {
             "tasks": mine,
+            "more_tasks": more,
+            "more_url": f"{reverse('portal:compute-tasks')}?{unfinished_query(user)}",
             "quota_rows": quota_rows,
             "clusters": clusters,
             "chart": chart,
@@ -378,20 +399,66 @@ def _meter(label: str, used, guaranteed: Decimal, limit: Decimal) -> dict:
 # --- task lists -----------------------------------------------------------------------------------
 
 
+# Sortable columns (``?sort=name``, ``?sort=-name``): the expressions they order by, and the direction a
+# first click on the column picks (names and queues A to Z, statuses running first, newest submissions first).
+STATUS_RANK = Case(When(status__in=ACTIVE, then=Value(0)), When(status__in=WAITING, then=Value(1)), default=Value(2))
+SORTS = {
+    "name": ((Lower("name"),), ""),
+    "status": ((STATUS_RANK, F("status"), F("queue_position")), ""),
+    "queue": ((F("queue__name"), F("queue_position")), ""),
+    "submitted": ((F("submitted_at"),), "-"),
+}
+DEFAULT_SORT = "-submitted"
+
+
+def sort_key(value: str | None) -> str:
+    """The ``sort`` parameter if it names a sortable column (with an optional ``-``), else the default."""
+    return value if value and value.lstrip("-") in SORTS and value.count("-") <= 1 else DEFAULT_SORT
+
+
+def sorted_tasks(tasks: QuerySet[Task], sort: str) -> QuerySet[Task]:
+    """Order by a sortable column; ties by id in the same direction, so pages never repeat or skip a row."""
+    descending = sort.startswith("-")
+    exprs = (*SORTS[sort.lstrip("-")][0], F("id"))
+    return tasks.order_by(*(e.desc(nulls_last=True) if descending else e.asc(nulls_last=True) for e in exprs))
+
+
+def sort_links(query, sort: str) -> dict[str, dict]:
+    """Per sortable column: the URL that sorts by it (the other way when it is the current sort) and its arrow."""
+    links = {}
+    for name, (_exprs, first) in SORTS.items():
+        current = sort.lstrip("-") == name
+        target = ("" if sort.startswith("-") else "-") + name if current else first + name
+        params = query.copy()
+        params["sort"] = target
+        arrow = ("▼" if sort.startswith("-") else "▲") if current else ""
+        links[name] = {"url": "?" + params.urlencode(), "arrow": arrow, "current": current}
+    return links
+
+
 def _filtered_list(request: HttpRequest, base: QuerySet[Task]) -> dict:
-    """The filter choices, the filtered page of rows and the filterset (constant queries)."""
+    """The filter choices, the filtered and sorted page of rows and the filterset (constant queries)."""
     filterset = TaskFilterSet(request.GET or None, queryset=base)
     queryset = filterset.qs if filterset.is_bound and filterset.is_valid() else base
-    page = Paginator(queryset.order_by("-submitted_at", "-id"), PAGE_SIZE).get_page(request.GET.get("page"))
+    sort = sort_key(request.GET.get("sort"))
+    page = Paginator(sorted_tasks(queryset, sort), PAGE_SIZE).get_page(request.GET.get("page"))
     page.object_list = decorate(page.object_list, request.user)
     query = request.GET.copy()
     query.pop("page", None)
+    unsorted = query.copy()
+    unsorted.pop("sort", None)
     vdc_ids = user_vdc_ids(request.user)
+    projects = list(Project.objects.for_user(request.user).only("pk", "name"))
     return {
         "page": page,
         "tasks": page.object_list,
         "filterset": filterset,
         "query": query.urlencode(),
+        "filtered": bool(unsorted),
+        "sort": sort,
+        "sort_links": sort_links(unsorted, sort),
+        "bulk": any(task.user_can_act and not task.is_final for task in page.object_list),
+        "live_projects": [p.pk for p in projects],
         "selected": {k: request.GET.get(k, "") for k in ("kind", "status", "queue", "project", "cluster", "q")},
         "choices": {
             "kind": TaskKind.choices,
@@ -400,7 +467,7 @@ def _filtered_list(request: HttpRequest, base: QuerySet[Task]) -> dict:
                 (q.pk, f"{q.vdc.name} / {q.name}")
                 for q in TaskQueue.objects.filter(vdc__in=vdc_ids).select_related("vdc")
             ],
-            "project": [(p.pk, p.name) for p in Project.objects.for_user(request.user)],
+            "project": [(p.pk, p.name) for p in projects],
             "cluster": [
                 (c.pk, f"{c.vdc.name} / {c.name}")
                 for c in Cluster.objects.filter(vdc__in=vdc_ids).select_related("vdc")
@@ -586,6 +653,29 @@ def task_delete(request: HttpRequest, pk: int) -> HttpResponse:
     return redirect(_next_url(request, reverse("portal:compute-tasks"), exclude=f"/task-monitoring/{pk}/"))
 
 
+@login_required
+@require_POST
+def tasks_stop_selected(request: HttpRequest) -> HttpResponse:
+    """Stop the tasks ticked in a list (at most a page of them); viewers may not (403)."""
+    ids = sorted({int(v) for v in request.POST.getlist("task") if v.isdigit() and len(v) < 12})
+    default = reverse("portal:compute-tasks")
+    if not ids:
+        messages.error(request, "Select the tasks to stop first.")
+        return redirect(_next_url(request, default))
+    if len(ids) > PAGE_SIZE:
+        messages.error(request, f"Stop at most {PAGE_SIZE} tasks at once (a page of the list).")
+        return redirect(_next_url(request, default))
+    stopped, left = stop_tasks(ids, request.user, reason=request.POST.get("reason", "").strip()[:200])
+    if stopped:
+        names = ", ".join(f"#{t.pk}" for t in stopped)
+        messages.success(request, f"{len(stopped)} task{pluralize(len(stopped))} stopped: {names}.")
+    if left:
+        messages.error(
+            request, f"{left} selected task{pluralize(left)} not stopped: already finished, or not yours to stop."
+        )
+    return redirect(_next_url(request, default))
+
+
 def _next_url(request: HttpRequest, default: str, exclude: str = "") -> str:
     """Back to the page the action came from when it is one of ours."""
     target = request.POST.get("next", "")
@@ -606,8 +696,11 @@ def task_queues(request: HttpRequest) -> HttpResponse:
     counts = live.queue_counts(ids)
     demand = waiting_gpu_equivalents(ids)
     history = activity(Task.objects.filter(queue__in=ids), group="queue_id")
+    lines = lineup.lineups(ids, user, {qid: c["waiting"] for qid, c in counts.items()})
     for q in queues:
         q.counts = counts[q.pk]
+        q.lineup = lines[q.pk]
+        q.mine = [e for e in q.lineup if isinstance(e, lineup.Entry) and e.mine]
         q.gpu_waiting = demand.get(q.pk, Decimal("0"))
         q.chart = activity_chart(history, q.pk)
     by_vdc: dict[int, list[TaskQueue]] = defaultdict(list)

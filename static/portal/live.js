@@ -3,10 +3,25 @@
 (function () {
   "use strict";
   // Destructive actions (stop, delete) ask first: a form with data-confirm submits only once confirmed.
+  // A bulk form names its selection (data-confirm-count, a selector): "{n}" in the question is its size.
   document.addEventListener("submit", function (event) {
-    var question = event.target.dataset && event.target.dataset.confirm;
+    var data = event.target.dataset || {};
+    var question = data.confirm;
+    if (question && data.confirmCount) {
+      var n = document.querySelectorAll(data.confirmCount).length;
+      if (!n) { window.alert(data.confirmNone || "Nothing selected."); event.preventDefault(); return; }
+      question = question.replace("{n}", n);
+    }
     if (question && !window.confirm(question)) { event.preventDefault(); }
   }, true);
+  // "Select all on this page" ticks every visible box of its form.
+  document.addEventListener("change", function (event) {
+    var form = event.target.dataset && event.target.dataset.selectAll;
+    if (!form) { return; }
+    document.querySelectorAll("input[form=" + form + "][name=task]").forEach(function (box) {
+      if (!box.hidden) { box.checked = event.target.checked; }
+    });
+  });
   var body = document.body;
   var url = body.dataset.liveUrl;
   var statusDot = document.querySelector("[data-live-status]");
@@ -23,6 +38,10 @@
     }
     document.querySelectorAll("[data-live-task]").forEach(function (el) { add("task", el.dataset.liveTask); });
     document.querySelectorAll("[data-live-queue]").forEach(function (el) { add("queue", el.dataset.liveQueue); });
+    // Lists follow their projects, so a task submitted elsewhere shows up (the server filters the rows).
+    document.querySelectorAll("[data-live-projects]").forEach(function (el) {
+      el.dataset.liveProjects.split(" ").forEach(function (id) { add("project", id); });
+    });
     add("user", body.dataset.userId);
     return subs;
   }
@@ -32,7 +51,10 @@
   }
 
   function applyTask(msg) {
-    document.querySelectorAll('[data-live-task="' + msg.id + '"]').forEach(function (root) {
+    var rows = document.querySelectorAll('[data-live-task="' + msg.id + '"]');
+    // A task this list does not show yet: fetch the list again; its filters, sort and rights decide.
+    if (!rows.length && document.querySelector("[data-live-list]")) { scheduleRefresh(1000); }
+    rows.forEach(function (root) {
       var badge = root.querySelector('[data-field="status"]');
       var changed = badge && badge.dataset.status !== msg.status;
       if (badge) {
@@ -66,21 +88,32 @@
       setText(root, "running", msg.running);
       setText(root, "gpu_in_use", msg.gpu_in_use);
     });
+    // Who is ahead of whom is drawn by the server, which knows what this user may see of each task.
+    if (document.querySelector('[data-lineup="' + msg.id + '"]')) { scheduleRefresh(1000); }
   }
 
-  // The monitoring page redraws its timeline and usage sections from a fresh copy of itself.
-  function scheduleRefresh() {
-    clearTimeout(refreshTimer);
+  // Pages redraw their marked sections (the monitoring page's timeline and usage, a list's rows, a queue's
+  // line) from a fresh copy of themselves, at most once per delay however many pushes arrive meanwhile.
+  function scheduleRefresh(delay) {
+    if (refreshTimer) { return; }
     refreshTimer = setTimeout(function () {
-      fetch(window.location.pathname, {credentials: "same-origin"}).then(function (r) { return r.text(); })
+      refreshTimer = null;
+      fetch(window.location.pathname + window.location.search, {credentials: "same-origin"})
+        .then(function (r) { return r.text(); })
         .then(function (html) {
           var fresh = new DOMParser().parseFromString(html, "text/html");
+          var ticked = [];
+          document.querySelectorAll("input[name=task]:checked").forEach(function (box) { ticked.push(box.value); });
           document.querySelectorAll("[data-live-refresh]").forEach(function (el) {
             var other = fresh.querySelector('[data-live-refresh="' + el.dataset.liveRefresh + '"]');
             if (other) { el.innerHTML = other.innerHTML; }
           });
+          ticked.forEach(function (id) {
+            var box = document.querySelector('input[name=task][value="' + id + '"]');
+            if (box) { box.checked = true; }
+          });
         }).catch(function () {});
-    }, 300);
+    }, delay || 300);
   }
 
   function setStatus(state) { if (statusDot) { statusDot.dataset.liveStatus = state; } }

@@ -17,7 +17,7 @@ from apps.queues.models import TaskQueue
 from apps.tasks import validation as limits
 from apps.tasks.choices import FailureReason, TaskStatus
 from apps.tasks.models import Task, TaskEvent
-from apps.tasks.services import SUBMIT_FIELDS, submit_task
+from apps.tasks.services import BULK_STOP_MAX, SUBMIT_FIELDS, submit_task
 from apps.vdc.api.common import (
     CachedFieldsMixin,
     IdOrNameRelatedField,
@@ -231,6 +231,21 @@ class StopSerializer(serializers.Serializer):
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
 
 
+class BulkStopSerializer(serializers.Serializer):
+    ids = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=2**31 - 1), min_length=1, max_length=BULK_STOP_MAX,
+        help_text=f"Ids of the tasks to stop (at most {BULK_STOP_MAX})",
+    )  # fmt: skip
+    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
+
+
+class BulkStopResultSerializer(serializers.Serializer):
+    stopped = serializers.ListField(child=serializers.IntegerField(), help_text="Ids of the tasks stopped now")
+    left_alone = serializers.IntegerField(
+        help_text="Ids not stopped: already finished, unknown, or of a project where you may not stop tasks"
+    )
+
+
 class ResourceVectorSerializer(serializers.Serializer):
     cpu = serializers.DecimalField(max_digits=16, decimal_places=3)
     memory_gib = serializers.DecimalField(max_digits=16, decimal_places=3)
@@ -283,3 +298,36 @@ class ClusterStatsSerializer(serializers.Serializer):
     capacity = ResourceVectorSerializer()
     allocated = ResourceVectorSerializer()
     active_tasks = serializers.IntegerField()
+
+
+class LineupEntrySerializer(serializers.Serializer):
+    """One waiting task as you may see it; another project's task has no id, name, project or owner."""
+
+    position = serializers.IntegerField(allow_null=True, help_text="1-based place in the queue; null until ranked")
+    status = serializers.CharField()
+    request = serializers.CharField(source="resources", help_text='e.g. "2(A100), 8 CPU, 32 GiB"')
+    waiting_seconds = serializers.IntegerField(help_text="Time since submission")
+    waiting_for = serializers.CharField(help_text='The wait in words, e.g. "12 min"')
+    visible = serializers.BooleanField(help_text="A task of one of your projects (shown by name)")
+    mine = serializers.BooleanField(help_text="Your own task")
+    task = serializers.IntegerField(source="task_id", allow_null=True)
+    name = serializers.CharField(allow_null=True)
+    project = serializers.CharField(allow_null=True)
+    owner = serializers.CharField(allow_null=True)
+    estimated_start = serializers.DateTimeField(allow_null=True)
+    label = serializers.CharField(help_text="What pages show: the name, or an anonymised description")
+
+    def to_representation(self, instance):
+        data = super().to_representation(instance)
+        if not instance.visible:
+            data.update(task=None, name=None, project=None, owner=None, estimated_start=None)
+        else:
+            data["label"] = instance.name
+        return data
+
+
+class QueueLineupSerializer(serializers.Serializer):
+    queue = serializers.IntegerField()
+    waiting = serializers.IntegerField(help_text="Tasks waiting in the queue (all projects)")
+    shown = serializers.IntegerField(help_text="Entries below; the first ones of the queue and yours beyond them")
+    entries = LineupEntrySerializer(many=True)

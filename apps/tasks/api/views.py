@@ -16,11 +16,15 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from apps.clusters.api.views import clusters_of
-from apps.tasks import services
+from apps.queues.models import TaskQueue
+from apps.tasks import lineup, live, services
 from apps.tasks.admission import wait_notice
 from apps.tasks.api import stats
 from apps.tasks.api.serializers import (
+    BulkStopResultSerializer,
+    BulkStopSerializer,
     ClusterStatsSerializer,
+    QueueLineupSerializer,
     StopSerializer,
     TaskCreatedSerializer,
     TaskDetailSerializer,
@@ -32,7 +36,7 @@ from apps.tasks.api.serializers import (
 from apps.tasks.filtersets import TaskFilterSet
 from apps.tasks.models import Task, TaskEvent
 from apps.vdc.api.common import service_errors
-from apps.vdc.api.permissions import scope_to_projects, visible_vdcs
+from apps.vdc.api.permissions import scope_to_projects, scope_to_vdcs, visible_vdcs
 
 TASK_ORDERING = ["submitted_at", "started_at", "finished_at", "name", "status", "queue_position",
                  "estimated_start", "queue__priority_class", "allocated_gpu"]  # fmt: skip
@@ -112,6 +116,17 @@ class TaskViewSet(
             raise NotFound(f"Task {task.pk} no longer exists.")
         return Response(self._detail(task.pk))
 
+    @extend_schema(request=BulkStopSerializer, responses=BulkStopResultSerializer)
+    @action(detail=False, methods=["post"], url_path="stop-selected", serializer_class=BulkStopSerializer,
+            filterset_class=None)  # fmt: skip
+    def stop_selected(self, request: Request) -> Response:
+        """Stop many tasks in one call (the list page's "Stop selected"): those you may stop that are not
+        finished; the others are counted in ``left_alone``. Viewers get 403."""
+        body = BulkStopSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        stopped, left = services.stop_tasks(body.validated_data["ids"], request.user, body.validated_data["reason"])
+        return Response(BulkStopResultSerializer({"stopped": [t.pk for t in stopped], "left_alone": left}).data)
+
     @extend_schema(responses=TaskEventSerializer(many=True))
     @action(detail=True, methods=["get"], serializer_class=TaskEventSerializer, filterset_class=None)
     def events(self, request: Request, pk=None) -> Response:
@@ -141,6 +156,21 @@ class VDCResourcesView(generics.GenericAPIView):
     def get(self, request: Request, pk: int) -> Response:
         vdc = get_object_or_404(visible_vdcs(request.user), pk=pk)
         return Response(VDCResourcesSerializer(stats.vdc_resources(vdc)).data)
+
+
+class QueueLineupView(generics.GenericAPIView):
+    """``queues/{id}/lineup/``: who is ahead of you. The queue's first waiting tasks in order and yours beyond
+    them, with positions and estimated starts; another project's task shows only its request and wait."""
+
+    serializer_class = QueueLineupSerializer
+    filter_backends: list = []
+
+    def get(self, request: Request, pk: int) -> Response:
+        queue = get_object_or_404(scope_to_vdcs(TaskQueue.objects.all(), request.user), pk=pk)
+        waiting = live.queue_counts([queue.pk])[queue.pk]["waiting"]
+        entries = [e for e in lineup.lineups([queue.pk], request.user)[queue.pk] if isinstance(e, lineup.Entry)]
+        body = {"queue": queue.pk, "waiting": waiting, "shown": len(entries), "entries": entries}
+        return Response(QueueLineupSerializer(body).data)
 
 
 class ClusterStatsView(generics.GenericAPIView):
