@@ -46,9 +46,12 @@ class PriceBook:
     def __init__(self, rules: list[PriceRule], vdc_id: int | None):
         self.rules: dict[tuple[str, int | None], PriceRule] = {}
         # Global rules first, so a VDC's own rule replaces the global one for the same resource.
+        self.model_ids: dict[str, int] = {}  # GPU models with a price of their own, by name
         for rule in sorted(rules, key=lambda r: r.vdc_id is not None):
             if rule.vdc_id in (None, vdc_id):
                 self.rules[(rule.resource_type, rule.gpu_model_id)] = rule
+                if rule.gpu_model_id is not None:
+                    self.model_ids[rule.gpu_model.name] = rule.gpu_model_id
 
     def __bool__(self) -> bool:
         return bool(self.rules)
@@ -72,42 +75,46 @@ class PriceBook:
             return self.rules.get((ResourceType.GPU_EQUIVALENT, None))
         return self.rules.get((resource_type, None))
 
+    def card_price(self, model: str, exchange_rate: Decimal) -> Decimal | None:
+        """List price of one card-hour of a model: its own price, else its equivalents times the equivalents
+        price; None when neither applies."""
+        per_card = self.rule(ResourceType.GPU, self.model_ids.get(model))
+        if per_card is not None:
+            return per_card.price_per_hour
+        per_eq = self.rule(ResourceType.GPU_EQUIVALENT, self.model_ids.get(model))
+        return None if per_eq is None else per_eq.price_per_hour * exchange_rate
+
 
 def price_book(vdc: VDC | int | None) -> PriceBook:
     """The prices in force in a VDC (one query)."""
     vdc_id = vdc.pk if isinstance(vdc, VDC) else vdc
     rules = PriceRule.objects.filter(active=True).filter(Q(vdc__isnull=True) | Q(vdc_id=vdc_id))
-    return PriceBook(list(rules), vdc_id)
+    return PriceBook(list(rules.select_related("gpu_model")), vdc_id)
 
 
-def card_prices(vdc: VDC | int) -> dict[str, Decimal]:
-    """List price of one whole card-hour per GPU model in a VDC: the model's own price, else its equivalents
-    times the equivalents price. The same rule :func:`hourly_price_of_request` prices a request with."""
-    book = price_book(vdc)
-    if not book:
-        return {}
+def card_prices(book: PriceBook, gpu_catalog) -> dict[str, Decimal]:
+    """List price of one whole card-hour per GPU model of the catalog, by the same rule a request is priced."""
     out = {}
-    for model in GPUModel.objects.only("pk", "name", "exchange_rate"):
-        per_card = book.rule(ResourceType.GPU, model.pk)
-        per_eq = book.rule(ResourceType.GPU_EQUIVALENT, model.pk)
-        if per_card is not None:
-            out[model.name] = per_card.price_per_hour
-        elif per_eq is not None:
-            out[model.name] = money(per_eq.price_per_hour * model.exchange_rate)
+    for name in gpu_catalog.names:
+        price = book.card_price(name, gpu_catalog.entry(name).exchange_rate)
+        if price is not None:
+            out[name] = money(price)
     return out
 
 
-def hourly_price_of_request(vdc: VDC, cpu, memory_gib, gpu_spec: str, instances: int) -> Decimal | None:
+def hourly_price_of_request(
+    vdc: VDC, cpu, memory_gib, gpu_spec: str, instances: int, *, book: PriceBook | None = None, gpu_catalog=None
+) -> Decimal | None:
     """List price per hour of a request (before discounts), or None when no price applies to any part of it.
 
     Resources without a price cost nothing. A request several GPU models can satisfy ("any model",
     ``1(A100|H100)``, vendor-neutral) is priced on its cheapest candidate. Raises ValidationError for a
-    GPU spec that does not parse.
+    GPU spec that does not parse. Pages pricing many requests pass the VDC's ``book`` and the ``gpu_catalog``.
     """
-    book = price_book(vdc)
+    book = price_book(vdc) if book is None else book
     if not book:
         return None
-    gpu_catalog = cluster_services.catalog()
+    gpu_catalog = cluster_services.catalog() if gpu_catalog is None else gpu_catalog
     request = cluster_services.validate_gpu_spec(gpu_spec, gpu_catalog)
     total, priced = ZERO, False
     for resource_type, amount in ((ResourceType.CPU, cpu), (ResourceType.MEMORY, memory_gib)):
@@ -117,19 +124,12 @@ def hourly_price_of_request(vdc: VDC, cpu, memory_gib, gpu_spec: str, instances:
             priced = True
     candidates = candidate_models(request, gpu_catalog)
     if candidates:
-        ids = dict(GPUModel.objects.filter(name__in=[name for name, _ in candidates]).values_list("name", "pk"))
         options = []
         for name, _count in candidates:
-            eq = equivalents(request, gpu_catalog, name)
-            cards = eq / gpu_catalog.entry(name).exchange_rate
-            per_model = book.rule(ResourceType.GPU, ids.get(name))
-            per_eq = book.rule(ResourceType.GPU_EQUIVALENT, ids.get(name))
-            if per_model is not None:
-                options.append(per_model.price_per_hour * cards)
-            elif per_eq is not None:
-                options.append(per_eq.price_per_hour * eq)
-            else:
-                options.append(None)
+            rate = gpu_catalog.entry(name).exchange_rate
+            cards = equivalents(request, gpu_catalog, name) / rate
+            per_card = book.card_price(name, rate)
+            options.append(None if per_card is None else per_card * cards)
         if any(option is not None for option in options):
             priced = True
             total += min(option or ZERO for option in options)

@@ -26,7 +26,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from apps.billing.services import card_prices, hourly_price_of_request, price_book, task_costs
+from apps.billing.services import PriceBook, card_prices, hourly_price_of_request, price_book, task_costs
+from apps.clusters import services as cluster_services
 from apps.clusters.backends import executor_for
 from apps.clusters.executors.base import ExecutorError
 from apps.clusters.models import Cluster, Device
@@ -88,26 +89,28 @@ def decorate(tasks, user) -> list[Task]:
     rows = list(tasks)
     costs = task_costs([task.pk for task in rows])
     prices: dict[tuple, Decimal | None] = {}
-    currencies: dict[int, str | None] = {}
+    books: dict[int, PriceBook] = {}
+    gpu_catalog = cluster_services.catalog() if rows else None
     for task in rows:
         task.summary = live.status_summary(task)
         task.user_can_act = acting is None or task.project_id in acting
         task.cost = costs.get(task.pk)
         # Pages show many tasks of the same shape: each distinct request is priced once.
         key = (task.vdc_id, task.cpu, task.memory_gib, task.gpu_spec, task.instances)
+        if task.vdc_id not in books:
+            books[task.vdc_id] = price_book(task.vdc_id)
         if key not in prices:
-            prices[key] = hourly_price(task)
+            prices[key] = hourly_price(task, books[task.vdc_id], gpu_catalog)
         task.hourly_price = prices[key]
-        if task.vdc_id not in currencies:
-            currencies[task.vdc_id] = price_book(task.vdc_id).currency
-        task.currency = currencies[task.vdc_id] or ""
+        task.currency = books[task.vdc_id].currency or ""
     return rows
 
 
-def hourly_price(task: Task) -> Decimal | None:
+def hourly_price(task: Task, book: PriceBook | None = None, gpu_catalog=None) -> Decimal | None:
     """The list price per hour of the task's request; None when no price applies or its spec no longer parses."""
     try:
-        return hourly_price_of_request(task.vdc, task.cpu, task.memory_gib, task.gpu_spec, task.instances)
+        return hourly_price_of_request(task.vdc, task.cpu, task.memory_gib, task.gpu_spec, task.instances,
+                                       book=book, gpu_catalog=gpu_catalog)  # fmt: skip
     except ValidationError:
         return None
 
@@ -148,8 +151,10 @@ def free_by_model(devices: list[dict], used: set[int]) -> list[dict]:
         row["total"] += 1
         row["free"] += d["pk"] not in used
     # The list price of one card of each model, so the picker and the task's price agree (issue 11 item 9).
+    gpu_catalog = cluster_services.catalog() if rows else None
     for vdc_id in {vdc for vdc, _model in rows}:
-        prices, currency = card_prices(vdc_id), price_book(vdc_id).currency or ""
+        book = price_book(vdc_id)
+        prices, currency = card_prices(book, gpu_catalog), book.currency or ""
         for (vdc, model), row in rows.items():
             if vdc == vdc_id and model in prices:
                 row["card_price"], row["currency"] = prices[model], currency
