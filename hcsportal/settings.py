@@ -163,19 +163,22 @@ CELERY_TIMEZONE = "UTC"
 # layer's reads may take up to 30 s. Connects still fail after 0.5 s, and a push from a request or a cycle waits
 # at most HCS_LIVE_PUSH_TIMEOUT_S per message (apps.tasks.live): a dead or hung Redis costs it about a second.
 CHANNEL_LAYER_SOCKET_TIMEOUT_S = 30
+
+
+def channel_layer_host(address: str) -> dict:
+    """The channel layer's connection to the Redis at ``address`` (redis://, rediss:// or unix://)."""
+    host = {"address": address, "socket_connect_timeout": 0.5, "socket_timeout": CHANNEL_LAYER_SOCKET_TIMEOUT_S}
+    if not address.startswith("unix://"):
+        # TCP keepalive; a unix-socket connection refuses the option (TypeError), which broke every live socket
+        # on the embedded default's Redis.
+        host["socket_keepalive"] = True
+    return host
+
+
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {
-            "hosts": [
-                {
-                    "address": REDIS_URL,
-                    "socket_connect_timeout": 0.5,
-                    "socket_timeout": CHANNEL_LAYER_SOCKET_TIMEOUT_S,
-                    "socket_keepalive": True,
-                }
-            ]
-        },
+        "CONFIG": {"hosts": [channel_layer_host(REDIS_URL)]},
     }
 }
 # The longest a web request or a scheduling cycle waits on Redis for one live update (pages catch up on reconnect).

@@ -49,7 +49,9 @@ def _start_test_redis() -> None:
     atexit.register(lambda: (proc.terminate(), proc.wait(10), shutil.rmtree(workdir, ignore_errors=True)))
     settings.REDIS_URL = f"unix://{workdir / 'redis.sock'}"
     settings.CELERY_BROKER_URL = f"redis+socket://{workdir / 'redis.sock'}"
-    settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0]["address"] = settings.REDIS_URL
+    from hcsportal.settings import channel_layer_host  # noqa: PLC0415
+
+    settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0] = channel_layer_host(settings.REDIS_URL)
 
 
 def pytest_sessionstart(session):
