@@ -1,12 +1,20 @@
-"""The one live socket (``ws/live/``): authenticate, check each subscription, join groups, relay."""
+"""Sockets: the live one (``ws/live/``: authenticate, check each subscription, join groups, relay) and the
+Web Console (``ws/tasks/<id>/terminal/``: authenticate, check the role, relay a shell)."""
 
 from __future__ import annotations
 
-from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
+import asyncio
+import json
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import parse_qs
 
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
+
+from apps.clusters.executors.base import ExecutorError
+from apps.clusters.executors.terminal import clamp_size
 from apps.queues.models import TaskQueue
-from apps.tasks import live
+from apps.tasks import access, live
 from apps.tasks.models import Task
 from apps.vdc.api.permissions import visible_vdcs
 from apps.vdc.models import Project
@@ -71,3 +79,89 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
 
     async def live_message(self, event: dict) -> None:
         await self.send_json(event["payload"])
+
+
+# Terminal I/O blocks (a PTY, a Kubernetes exec stream): it runs in these threads, never on the event loop.
+_TERMINAL_THREADS = ThreadPoolExecutor(max_workers=32, thread_name_prefix="terminal")
+# Input frames larger than this are refused: a paste, not a file transfer.
+_MAX_INPUT_BYTES = 64 * 1024
+
+
+class TerminalConsumer(AsyncWebsocketConsumer):
+    """The Web Console: relays a shell in one instance of a running task (``?instance=N``) to the page.
+
+    Every refusal is an accepted socket closed at once with a 44xx code and the reason, so the page can
+    say why. Client frames are JSON: ``{"input": "..."}`` or ``{"resize": [rows, cols]}``; the shell's
+    output comes as binary frames.
+    """
+
+    terminal = None
+    pump: asyncio.Task | None = None
+
+    async def connect(self) -> None:
+        await self.accept()
+        user = self.scope.get("user")
+        task_id = int(self.scope["url_route"]["kwargs"]["task_id"])
+        query = parse_qs(self.scope.get("query_string", b"").decode())
+        try:
+            instance = int((query.get("instance") or ["0"])[0])
+            rows, cols = clamp_size(*(int((query.get(k) or [d])[0]) for k, d in (("rows", "24"), ("cols", "80"))))
+        except ValueError:
+            await self._refuse(access.CLOSE_BAD_REQUEST, "instance, rows and cols must be numbers")
+            return
+        try:
+            target = await database_sync_to_async(access.terminal_target)(user, task_id, instance)
+            self.terminal = await self._in_thread(
+                target.executor.open_terminal, target.external_id, target.instance, rows, cols
+            )
+        except access.Refused as refused:
+            await self._refuse(refused.code, str(refused))
+            return
+        except ExecutorError as exc:
+            await self._refuse(access.CLOSE_BACKEND, f"The backend could not open a terminal: {exc}")
+            return
+        await database_sync_to_async(access.record_terminal_opened)(task_id, user, instance)
+        self.pump = asyncio.create_task(self._relay_output(self.terminal))
+
+    async def _refuse(self, code: int, message: str) -> None:
+        await self.send(text_data=json.dumps({"type": "refused", "code": code, "message": message}))
+        await self.close(code=code, reason=message[:120])
+
+    @staticmethod
+    async def _in_thread(fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(_TERMINAL_THREADS, fn, *args)
+
+    async def _relay_output(self, terminal) -> None:
+        """Shell output to the page until the shell ends; then say so and close."""
+        while True:
+            data = await self._in_thread(terminal.read, 0.5)
+            if data is None:
+                continue
+            if not data:
+                break
+            await self.send(bytes_data=data)
+        await self.send(text_data=json.dumps({"type": "exit", "message": "The shell ended."}))
+        await self.close(code=1000)
+
+    async def receive(self, text_data=None, bytes_data=None) -> None:
+        if self.terminal is None:
+            return
+        try:
+            message = json.loads(text_data or bytes_data or b"")
+        except ValueError:
+            message = None
+        if isinstance(message, dict) and isinstance(message.get("input"), str):
+            data = message["input"].encode()
+            if len(data) <= _MAX_INPUT_BYTES:
+                await self._in_thread(self.terminal.write, data)
+        elif isinstance(message, dict) and isinstance(message.get("resize"), list) and len(message["resize"]) == 2:
+            try:
+                rows, cols = (int(n) for n in message["resize"])
+            except (TypeError, ValueError):
+                return
+            await self._in_thread(self.terminal.resize, rows, cols)
+
+    async def disconnect(self, code) -> None:
+        if self.terminal is not None:
+            self.pump.cancel()
+            await self._in_thread(self.terminal.close)

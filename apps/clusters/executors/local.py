@@ -22,8 +22,9 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .base import Executor, ExecutorError, JobPhase, JobSpec, JobState, platform_environment
+from .base import Executor, ExecutorError, JobPhase, JobSpec, JobState, Terminal, platform_environment
 from .sandbox import TRUSTED_ENV, Sandbox, check_env_names, device_nodes
+from .terminal import PtyTerminal
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
@@ -59,6 +60,37 @@ def _proc_start_time(pid: int) -> int | None:
     if fields[0] in ("Z", "X"):  # a zombie has finished; it only waits to be reaped
         return None
     return int(fields[19])
+
+
+def _children_of() -> dict[int, list[int]]:
+    """Every process's children, from one pass over /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    return children
+
+
+def _sandboxed_process(pid: int) -> int | None:
+    """A descendant of the job's wrapper that lives inside the job's sandbox (another PID namespace)."""
+    own = os.readlink("/proc/self/ns/pid")
+    children = _children_of()
+    todo = list(children.get(pid, ()))
+    while todo:
+        candidate = todo.pop(0)
+        try:
+            if os.readlink(f"/proc/{candidate}/ns/pid") != own:
+                return candidate
+        except OSError:
+            continue
+        todo += children.get(candidate, ())
+    return None
 
 
 def tail_lines(path: Path, tail: int) -> str:
@@ -376,6 +408,18 @@ class LocalExecutor(Executor):
                 state = self.status(job_dir.name)
                 states.append(dataclasses.replace(state, name=job_dir.name, labels=dict(job_labels)))
         return states
+
+    def open_terminal(self, external_id: str, instance: int = 0, rows: int = 24, cols: int = 80) -> Terminal:
+        """A shell inside the job's own sandbox (its namespaces, user, files and environment), on a PTY."""
+        if instance != 0:
+            raise ExecutorError(f"a local job has one instance (0), not {instance}", retryable=False)
+        meta = self._read_meta(self._job_dir(external_id))
+        if meta is None or not self._is_alive(external_id, meta):
+            raise ExecutorError("the job is not running", retryable=False)
+        inside = _sandboxed_process(meta["pid"])
+        if inside is None:
+            raise ExecutorError("the job's sandbox is not up yet; try again in a moment")
+        return PtyTerminal(self.sandbox.enter_argv(inside), rows, cols)
 
     def health(self) -> str:
         probe = self.base_dir / ".health-probe"

@@ -55,6 +55,12 @@ _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Where the job's environment lies inside the sandbox, and the shell that exports it and runs the command.
 _ENV_PATH = "/run/hcs-job.env"
 _EXPORT_AND_RUN = f'set -a; . {_ENV_PATH}; set +a; exec "$@"'
+# The Web Console's shell: the job's environment, its working directory, a terminal type, and the session
+# leader's controlling terminal set to the PTY it was given (so job control and Ctrl-C work).
+_INTERACTIVE_SHELL = (
+    f'set -a; . {_ENV_PATH}; set +a; export TERM=xterm-256color; cd "${{HCS_JOB_DIR:-$HOME}}" 2>/dev/null; '
+    "if command -v bash >/dev/null 2>&1; then exec setsid --ctty bash -i; fi; exec setsid --ctty sh -i"
+)
 
 # Device nodes a job needs for its cards, per vendor: nodes per card index, and shared control nodes.
 _DEVICE_NODES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -205,6 +211,24 @@ class Sandbox:
                      "--bounding-set=-all", "--inh-caps=-all", "--"]  # fmt: skip
         argv += ["env", "-i", "--default-signal=TERM,INT,HUP", "/bin/sh", "-c", _EXPORT_AND_RUN, "hcs-job", *command]
         return argv
+
+    def enter_argv(self, pid: int) -> list[str]:
+        """The command line of an interactive shell inside the running sandbox of process ``pid``.
+
+        The shell joins that sandbox's namespaces (so it sees the job's files, processes and network, and
+        nothing else), drops to the job's identity like the job did, and gets the job's environment from
+        the sandbox's own copy of it, never the portal's.
+        """
+        account = self.check()
+        argv = ["nsenter", f"--target={pid}", "--mount", "--uts", "--ipc", "--net", "--pid"]
+        if account is None:
+            # An unprivileged sandbox lives in a user namespace of the portal's uid: join it first.
+            argv += ["--user", "--preserve-credentials"]
+        argv.append("--")
+        if account is not None:
+            argv += ["setpriv", f"--reuid={account.pw_uid}", f"--regid={account.pw_gid}", "--clear-groups",
+                     "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", "--"]  # fmt: skip
+        return [*argv, "env", "-i", "/bin/sh", "-c", _INTERACTIVE_SHELL]
 
     def probe(self, scratch: Path) -> None:
         """Run ``true`` in a sandbox like a job's: raises ExecutorError with bubblewrap's message on failure."""

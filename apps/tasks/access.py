@@ -1,0 +1,68 @@
+"""Ways into running work (Web Console): who may open a shell in a task, and the timeline entry it leaves.
+
+The rules are the project's: owners, members and platform admins act on a task, viewers only read it,
+outsiders do not see it at all. A terminal runs commands as the job, so it is an action, not a read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db import transaction
+
+from apps.clusters.backends import executor_for
+from apps.clusters.executors.base import Executor
+from apps.tasks.choices import EventKind, TaskStatus
+from apps.tasks.models import Task
+from apps.tasks.services import record_event
+from apps.vdc.services import can_act, can_view
+
+# Close codes of the terminal socket (4000-4999 are the application's): the page shows the reason beside them.
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_FORBIDDEN = 4403
+CLOSE_NOT_FOUND = 4404
+CLOSE_NOT_RUNNING = 4409
+CLOSE_BAD_REQUEST = 4400
+CLOSE_BACKEND = 4502
+
+
+class Refused(Exception):
+    """The user may not open a terminal here; ``code`` is the socket's close code, the message says why."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class TerminalTarget:
+    """Where a terminal goes: the executor of the task's cluster and the job's id there."""
+
+    task_id: int
+    executor: Executor
+    external_id: str
+    instance: int
+
+
+def terminal_target(user, task_id: int, instance: int) -> TerminalTarget:
+    """Check that ``user`` may open a shell in instance ``instance`` of task ``task_id`` now; Refused otherwise."""
+    if user is None or not user.is_authenticated:
+        raise Refused(CLOSE_UNAUTHENTICATED, "Log in to open a terminal.")
+    task = Task.objects.select_related("project", "cluster").filter(pk=task_id).first()
+    if task is None or not can_view(user, task.project):
+        raise Refused(CLOSE_NOT_FOUND, "No such task.")
+    if not can_act(user, task.project):
+        raise Refused(CLOSE_FORBIDDEN, "Project viewers cannot open a terminal: it runs commands as the job.")
+    if task.status != TaskStatus.RUNNING or not task.external_id or task.cluster is None:
+        raise Refused(CLOSE_NOT_RUNNING, f"The task is {task.get_status_display().lower()}, not running.")
+    if not 0 <= instance < max(task.instances, 1):
+        raise Refused(CLOSE_BAD_REQUEST, f"The task has instances 0 to {max(task.instances, 1) - 1}.")
+    return TerminalTarget(task.pk, executor_for(task.cluster), task.external_id, instance)
+
+
+def record_terminal_opened(task_id: int, user, instance: int) -> None:
+    """The timeline says who opened a shell in the task, and in which instance."""
+    with transaction.atomic():
+        task = Task.objects.get(pk=task_id)
+        record_event(task, EventKind.STATUS, f"Web Console opened by {user.username} on instance {instance}",
+                     actor=user, data={"access": "terminal", "instance": instance})  # fmt: skip
