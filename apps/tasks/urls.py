@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from apps.tasks import views
+from apps.tasks import access_views, views
 
 app_name = "portal"
 urlpatterns = [
@@ -12,6 +12,7 @@ urlpatterns = [
     path("compute-tasks/<int:pk>/delete/", views.task_delete, name="task-delete"),
     path("task-monitoring/<int:pk>/", views.task_monitoring, name="task-monitoring"),
     path("task-monitoring/<int:pk>/logs/", views.task_logs, name="task-logs"),
+    path("task-monitoring/<int:pk>/terminal/", access_views.task_terminal, name="task-terminal"),
     path("price-estimate/", views.price_estimate, name="price-estimate"),
     path("task-queues/", views.task_queues, name="task-queues"),
     path("task-queues/<int:pk>/policy/", views.queue_policy, name="queue-policy"),

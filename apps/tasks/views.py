@@ -475,6 +475,7 @@ def task_monitoring(request: HttpRequest, pk: int) -> HttpResponse:
             "backend_error": backend_error,
             "devices": devices,
             "preferred": list(task.preferred_clusters.all()),
+            "instance_numbers": range(max(task.instances, 1)),
             "nav": "compute-tasks",
         },
     )

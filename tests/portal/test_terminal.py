@@ -30,7 +30,9 @@ def start_running_task(world, command: str = "echo job-started; sleep 120"):
     """A dev environment of the member's on the local cluster, running its command in the sandbox."""
     task = submit_task(world.member, project=world.project, queue="high", name="shell", kind="dev_env",
                        command=command, gpu_spec="1(A100)")  # fmt: skip
-    schedule_and_launch(world.vdc.pk, task)
+    task.refresh_from_db()
+    if task.status == "queued":  # with Celery eager (a live server), submitting already scheduled and launched it
+        schedule_and_launch(world.vdc.pk, task)
     return wait_status(task, "running")
 
 
