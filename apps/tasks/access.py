@@ -1,4 +1,5 @@
-"""Ways into running work (Web Console): who may open a shell in a task, and the timeline entry it leaves.
+"""Ways into running work (Web Console, Connect): who may open a shell in a task or reach one of its ports,
+and the timeline entry a shell leaves.
 
 The rules are the project's: owners, members and platform admins act on a task, viewers only read it,
 outsiders do not see it at all. A terminal runs commands as the job, so it is an action, not a read.
@@ -9,10 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.db import transaction
+from django.urls import reverse
 
 from apps.clusters.backends import executor_for
 from apps.clusters.executors.base import Executor
-from apps.tasks.choices import EventKind, TaskStatus
+from apps.clusters.executors.local import ide_port
+from apps.tasks.choices import EventKind, TaskKind, TaskStatus
 from apps.tasks.models import Task
 from apps.tasks.services import record_event
 from apps.vdc.services import can_act, can_view
@@ -58,6 +61,62 @@ def terminal_target(user, task_id: int, instance: int) -> TerminalTarget:
     if not 0 <= instance < max(task.instances, 1):
         raise Refused(CLOSE_BAD_REQUEST, f"The task has instances 0 to {max(task.instances, 1) - 1}.")
     return TerminalTarget(task.pk, executor_for(task.cluster), task.external_id, instance)
+
+
+TENSORBOARD_PORT = 6006
+
+
+def connectable_ports(task: Task) -> list[int]:
+    """Ports of a task the portal proxies: the task's own port, its IDE's, and TensorBoard's."""
+    ports = {TENSORBOARD_PORT}
+    if task.port:
+        ports.add(task.port)
+    if task.kind == TaskKind.DEV_ENV:
+        ports.add(task.port or ide_port(task.ide_type or "jupyter"))
+    return sorted(ports)
+
+
+def connect_url(task: Task, port: int, path: str = "") -> str:
+    """The portal's URL of ``port`` of the task (contract: ``/tasks/<id>/connect/<port>/<path>``)."""
+    return reverse("portal:task-connect", args=[task.pk, port, path])
+
+
+def ide_connect_url(task: Task) -> str:
+    """Where the Connect button of a dev environment goes: its IDE's port through the proxy."""
+    if task.kind != TaskKind.DEV_ENV:
+        return ""
+    port = task.port or ide_port(task.ide_type or "jupyter")
+    return connect_url(task, port) if port else ""
+
+
+@dataclass(frozen=True)
+class ConnectTarget:
+    """Where a proxied request goes: the executor of the task's cluster, the job's id there and the port."""
+
+    task_id: int
+    executor: Executor
+    external_id: str
+    port: int
+
+
+def connect_target(user, task_id: int, port: int) -> ConnectTarget:
+    """Check that ``user`` may reach ``port`` of task ``task_id`` (instance 0) now; Refused otherwise.
+
+    The codes are HTTP statuses here: 404 for tasks the user cannot see, 403 for viewers, 409 when not running.
+    """
+    if user is None or not user.is_authenticated:
+        raise Refused(401, "Log in to connect.")
+    task = Task.objects.select_related("project", "cluster").filter(pk=task_id).first()
+    if task is None or not can_view(user, task.project):
+        raise Refused(404, "No such task.")
+    if not can_act(user, task.project):
+        raise Refused(403, "Project viewers cannot connect to a task's services.")
+    if port not in connectable_ports(task):
+        allowed = ", ".join(map(str, connectable_ports(task)))
+        raise Refused(403, f"Port {port} is not a port of this task (its ports: {allowed}).")
+    if task.status != TaskStatus.RUNNING or not task.external_id or task.cluster is None:
+        raise Refused(409, f"The task is {task.get_status_display().lower()}, not running.")
+    return ConnectTarget(task.pk, executor_for(task.cluster), task.external_id, port)
 
 
 def record_terminal_opened(task_id: int, user, instance: int) -> None:

@@ -30,7 +30,7 @@ from apps.clusters.models import Cluster, Device
 from apps.queues import services as queue_services
 from apps.queues.choices import CLASS_RULES, PriorityClass
 from apps.queues.models import TaskQueue
-from apps.tasks import forms, live
+from apps.tasks import access, forms, live
 from apps.tasks.choices import ACTIVE, WAITING, EventKind, TaskKind, TaskStatus
 from apps.tasks.filtersets import TaskFilterSet
 from apps.tasks.models import Task, TaskEvent
@@ -476,6 +476,7 @@ def task_monitoring(request: HttpRequest, pk: int) -> HttpResponse:
             "devices": devices,
             "preferred": list(task.preferred_clusters.all()),
             "instance_numbers": range(max(task.instances, 1)),
+            "ide_url": access.ide_connect_url(task),
             "nav": "compute-tasks",
         },
     )

@@ -145,6 +145,16 @@ class NodeCondition:
     reason: str = ""
 
 
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the portal reaches a port of a running job instance: ``host``:``port``, through ``uds`` when set
+    (a unix socket on the portal host that forwards to the port, for jobs with no network of their own)."""
+
+    host: str
+    port: int
+    uds: str = ""
+
+
 class Terminal(abc.ABC):
     """An interactive shell inside one instance of a running job, as the job's own identity (the Web Console).
 
@@ -219,6 +229,13 @@ class Executor(abc.ABC):
         Backends that cannot reach into a running job refuse (not retryable).
         """
         raise ExecutorError(f"{type(self).__name__} cannot open a terminal", retryable=False)
+
+    def port_endpoint(self, external_id: str, instance: int, port: int) -> Endpoint:
+        """Where the portal reaches TCP ``port`` of instance ``instance`` of a running job (Connect, TensorBoard).
+
+        Backends whose jobs the portal cannot reach refuse (not retryable).
+        """
+        raise ExecutorError(f"{type(self).__name__} cannot reach a job's ports", retryable=False)
 
     def node_conditions(self) -> list[NodeCondition] | None:
         """The backend's view of its nodes, in one call; None when the backend has no such view (local)."""

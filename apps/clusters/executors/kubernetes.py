@@ -24,6 +24,7 @@ from apps.clusters.executors.base import (
     LABEL_ATTEMPT,
     LABEL_INSTALLATION,
     LABEL_TASK_UID,
+    Endpoint,
     Executor,
     ExecutorError,
     JobPhase,
@@ -475,19 +476,21 @@ class KubernetesExecutor(Executor):
             chunks.append(f"==> {pod_name} <==\n{text}" if len(pods) > 1 else text)
         return "\n".join(chunks)
 
+    def _instance_pods(self, external_id: str) -> list[dict]:
+        namespace, workload, name = m.parse_external_id(external_id)
+        if workload != m.WORKLOAD_POD:
+            return self._pods(namespace, name)
+        try:
+            return [self._read_workload(namespace, workload, name)]
+        except ExecutorError as exc:
+            if _status_code(exc) == 404:
+                raise ExecutorError(f"pod {namespace}/{name} not found", retryable=False)
+            raise
+
     def open_terminal(self, external_id: str, instance: int = 0, rows: int = 24, cols: int = 80) -> Terminal:
         """``exec`` with a TTY into the main container of the instance's pod, through the API server's stream."""
-        namespace, workload, name = m.parse_external_id(external_id)
-        if workload == m.WORKLOAD_POD:
-            try:
-                pods = [self._read_workload(namespace, workload, name)]
-            except ExecutorError as exc:
-                if _status_code(exc) == 404:
-                    raise ExecutorError(f"pod {namespace}/{name} not found", retryable=False)
-                raise
-        else:
-            pods = self._pods(namespace, name)
-        pod = instance_pod(pods, instance)
+        namespace, _, _ = m.parse_external_id(external_id)
+        pod = instance_pod(self._instance_pods(external_id), instance)
         try:
             ws = stream(self._apis["core"].connect_get_namespaced_pod_exec, **exec_arguments(pod, namespace))
         except (client.ApiException, OSError, ValueError) as exc:
@@ -495,6 +498,15 @@ class KubernetesExecutor(Executor):
         terminal = KubernetesTerminal(ws)
         terminal.resize(rows, cols)
         return terminal
+
+    def port_endpoint(self, external_id: str, instance: int, port: int) -> Endpoint:
+        """The port on the instance's pod IP (the portal must be able to route to pods: in-cluster, or a flat
+        network); the pod is chosen as for a terminal."""
+        pod = instance_pod(self._instance_pods(external_id), instance)
+        address = (pod.get("status") or {}).get("podIP")
+        if not address:
+            raise ExecutorError(f"pod {pod['metadata']['name']} has no IP yet", retryable=False)
+        return Endpoint(address, port)
 
     def stop(self, external_id: str) -> None:
         """Delete the workload; Foreground makes its pods go before it does. Services stay until delete()."""

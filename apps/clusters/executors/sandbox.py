@@ -230,6 +230,18 @@ class Sandbox:
                      "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", "--"]  # fmt: skip
         return [*argv, "env", "-i", "/bin/sh", "-c", _INTERACTIVE_SHELL]
 
+    def forward_argv(self, pid: int, socket_path: str, port: int) -> list[str]:
+        """A forwarder from a unix socket of the portal host to ``port`` on the loopback of process ``pid``'s sandbox.
+
+        It joins only the sandbox's network and PID namespaces (so it ends with the job), keeps the portal's
+        file tree for the socket, and connects to the job's port for each client.
+        """
+        self.check()
+        argv = ["nsenter", f"--target={pid}", "--net", "--pid"]
+        if not self.privileged:
+            argv += ["--user", "--preserve-credentials"]
+        return [*argv, "--", "socat", f"UNIX-LISTEN:{socket_path},fork,mode=600", f"TCP:127.0.0.1:{port}"]
+
     def probe(self, scratch: Path) -> None:
         """Run ``true`` in a sandbox like a job's: raises ExecutorError with bubblewrap's message on failure."""
         work_dir = scratch / ".sandbox-probe"

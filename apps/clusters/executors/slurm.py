@@ -29,7 +29,17 @@ from pathlib import Path
 
 import requests
 
-from .base import Executor, ExecutorError, JobPhase, JobSpec, JobState, NodeCondition, Terminal, platform_environment
+from .base import (
+    Endpoint,
+    Executor,
+    ExecutorError,
+    JobPhase,
+    JobSpec,
+    JobState,
+    NodeCondition,
+    Terminal,
+    platform_environment,
+)
 from .local import job_command, job_secrets, tail_lines
 from .sandbox import TRUSTED_ENV
 from .terminal import PtyTerminal
@@ -469,6 +479,17 @@ class SlurmExecutor(Executor):
         argv = srun_terminal_argv(self._job_id(external_id), self.user, node, run_as_root)
         return PtyTerminal(argv, rows, cols, env=env)
 
+    def port_endpoint(self, external_id: str, instance: int, port: int) -> Endpoint:
+        """The port on the node of the instance, at the address slurmctld knows the node by (its NodeAddr)."""
+        state = self.status(external_id)
+        if state.phase != JobPhase.RUNNING:
+            raise ExecutorError(f"Slurm job {external_id} is not running", retryable=False)
+        if instance >= len(state.nodes):
+            raise ExecutorError(f"Slurm job {external_id} has no instance {instance}", retryable=False)
+        node = state.nodes[instance]
+        address = next((n.get("address") for n in self.nodes() if n.get("name") == node), "") or node
+        return Endpoint(address, port)
+
     def delete(self, external_id: str) -> None:
         """Cancel the job and remove its output file; Slurm forgets the record after MinJobAge."""
         record = self._record(external_id)
@@ -503,6 +524,7 @@ class SlurmExecutor(Executor):
             out.append(
                 {
                     "name": node.get("name"),
+                    "address": node.get("address") or "",  # NodeAddr: where the node's ports are reached
                     "cpus": node.get("cpus") or 0,
                     "memory_gib": round((node.get("real_memory") or 0) / 1024, 2),
                     "state": node.get("state", ""),

@@ -1,0 +1,167 @@
+"""Connect (issue 11 item 4): a running task's declared port through the portal's authenticated reverse proxy,
+``/tasks/<id>/connect/<port>/<path>``; viewers, outsiders, anonymous users, undeclared ports and ended tasks are
+refused, and the portal's own credentials never reach the job.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.conf import settings
+from django.test import AsyncClient
+from django.urls import reverse
+
+from apps.tasks.access import connectable_ports
+from apps.tasks.services import stop_task, submit_task
+from tests.control.drive import schedule_and_launch, wait_status
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PORT = 8000
+# A small web service inside the job: serves its working directory and echoes the headers it got.
+SERVICE = r"""
+echo 'hello from the job' > index.html
+cat > serve.py <<'PY'
+import http.server, json
+class Handler(http.server.SimpleHTTPRequestHandler):
+    def do_GET(self):
+        if self.path.startswith("/headers"):
+            body = json.dumps(dict(self.headers)).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Set-Cookie", "sessionid=stolen; Path=/")
+            self.send_header("Set-Cookie", "app=1; Path=/")
+            self.end_headers()
+            self.wfile.write(body)
+        elif self.path.startswith("/go"):
+            self.send_response(302)
+            self.send_header("Location", "/index.html")
+            self.end_headers()
+        else:
+            super().do_GET()
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(201)
+        self.end_headers()
+        self.wfile.write(b"got " + body)
+http.server.ThreadingHTTPServer(("0.0.0.0", PORT_NUMBER), Handler).serve_forever()
+PY
+exec python3 serve.py
+""".replace("PORT_NUMBER", str(PORT))
+
+
+@pytest.fixture(autouse=True)
+def local_jobs_dir(settings, tmp_path):
+    settings.HCS_LOCAL_EXECUTOR_DIR = tmp_path / "local-jobs"
+
+
+def start_service(world):
+    task = submit_task(world.member, project=world.project, queue="high", name="web", kind="dev_env",
+                       command=SERVICE, gpu_spec="", port=PORT)  # fmt: skip
+    task.refresh_from_db()
+    if task.status == "queued":
+        schedule_and_launch(world.vdc.pk, task)
+    return wait_status(task, "running")
+
+
+def url(task, port=PORT, path=""):
+    return reverse("portal:task-connect", args=[task.pk, port, path])
+
+
+async def get_when_up(client, path, **kwargs):
+    """The service needs a moment after the job starts to listen."""
+    import asyncio  # noqa: PLC0415
+
+    for _ in range(50):
+        response = await client.get(path, **kwargs)
+        if response.status_code != 502:
+            return response
+        await asyncio.sleep(0.1)
+    return response
+
+
+@pytest.fixture
+def service(world):
+    task = start_service(world)
+    yield task
+    stop_task(task, world.member)
+    wait_status(task, {"stopped", "completed", "failed"})
+
+
+def body(response) -> bytes:
+    return b"".join(response.streaming_content) if response.streaming else response.content
+
+
+@pytest.mark.asyncio
+async def test_a_member_reaches_the_tasks_port_through_the_portal(world, service):
+    assert url(service, PORT, "index.html") == f"/tasks/{service.pk}/connect/{PORT}/index.html"
+    client = AsyncClient()
+    await client.aforce_login(world.member)
+    response = await get_when_up(client, url(service, PORT, "index.html"))
+    assert response.status_code == 200
+    assert b"".join([chunk async for chunk in response.streaming_content]) == b"hello from the job\n"
+
+
+@pytest.mark.asyncio
+async def test_the_job_never_gets_the_portals_session_or_token_and_cannot_set_the_portals_cookies(world, service):
+    client = AsyncClient()
+    await client.aforce_login(world.owner)
+    client.cookies["app"] = "mine"
+    response = await get_when_up(client, url(service, PORT, "headers"), headers={"Authorization": "Token secret"})
+    import json  # noqa: PLC0415
+
+    seen = json.loads(b"".join([chunk async for chunk in response.streaming_content]))
+    seen = {k.lower(): v for k, v in seen.items()}
+    assert settings.SESSION_COOKIE_NAME not in seen.get("cookie", "") and "app=mine" in seen["cookie"]
+    assert "authorization" not in seen
+    assert seen["x-forwarded-prefix"] == f"/tasks/{service.pk}/connect/{PORT}"
+    assert settings.SESSION_COOKIE_NAME not in response.cookies
+    assert response.cookies["app"]["path"] == f"/tasks/{service.pk}/connect/{PORT}/"
+
+
+@pytest.mark.asyncio
+async def test_redirects_and_posts_stay_under_the_prefix(world, service):
+    client = AsyncClient()
+    await client.aforce_login(world.member)
+    response = await get_when_up(client, url(service, PORT, "go"))
+    assert response.status_code == 302
+    assert response["Location"] == f"/tasks/{service.pk}/connect/{PORT}/index.html"
+    posted = await client.post(url(service, PORT, "echo"), data=b"abc", content_type="text/plain")
+    assert posted.status_code == 201
+    assert b"".join([chunk async for chunk in posted.streaming_content]) == b"got abc"
+
+
+@pytest.mark.parametrize(("role", "status"), [("viewer", 403), ("outsider", 404)])
+def test_viewers_and_outsiders_are_refused(world, service, client, role, status):
+    client.force_login(world.user(role))
+    response = client.get(url(service, PORT, "index.html"))
+    assert response.status_code == status
+
+
+def test_an_anonymous_visitor_is_sent_to_log_in(world, service, client):
+    response = client.get(url(service, PORT, "index.html"))
+    assert response.status_code == 302 and "/accounts/login/" in response["Location"]
+
+
+def test_only_the_tasks_declared_ports_are_reachable(world, service, client):
+    assert connectable_ports(service) == [6006, PORT]
+    client.force_login(world.member)
+    response = client.get(url(service, 5432, ""))
+    assert response.status_code == 403 and b"not a port of this task" in response.content
+
+
+def test_an_ended_task_is_not_reachable(world, client):
+    task = start_service(world)
+    stop_task(task, world.member)
+    wait_status(task, "stopped")
+    client.force_login(world.member)
+    assert client.get(url(task, PORT, "")).status_code == 409
+
+
+@pytest.mark.parametrize(("role", "shown"), [("member", True), ("owner", True), ("viewer", False)])
+def test_the_monitoring_page_of_a_running_dev_environment_has_connect_and_terminal_for_those_who_may(
+    world, service, client, role, shown
+):
+    client.force_login(world.user(role))
+    page = client.get(reverse("portal:task-monitoring", args=[service.pk])).content.decode()
+    assert (f'href="/tasks/{service.pk}/connect/{PORT}/"' in page) is shown
+    assert (f'href="/task-monitoring/{service.pk}/terminal/?instance=0"' in page) is shown
