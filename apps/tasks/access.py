@@ -13,7 +13,7 @@ from django.db import transaction
 from django.urls import reverse
 
 from apps.clusters.backends import executor_for
-from apps.clusters.executors.base import Executor
+from apps.clusters.executors.base import Executor, JobState
 from apps.clusters.executors.local import ide_port
 from apps.tasks.choices import EventKind, TaskKind, TaskStatus
 from apps.tasks.models import Task
@@ -87,6 +87,40 @@ def ide_connect_url(task: Task) -> str:
         return ""
     port = task.port or ide_port(task.ide_type or "jupyter")
     return connect_url(task, port) if port else ""
+
+
+@dataclass(frozen=True)
+class ServiceFacts:
+    """What an inference service's monitoring page shows: where to reach it and how many replicas run."""
+
+    proxied_url: str  # through the portal (every backend), for a browser or a script with the user's session
+    addresses: list[str]  # on the backend: the Ingress host, the in-cluster Service, the node's port
+    replicas: int  # running now
+    desired_replicas: int  # what the backend (or its autoscaler) is set to run
+
+
+def service_facts(task: Task, state: JobState | None, site_root: str) -> ServiceFacts | None:
+    """The endpoint and replicas of an inference task (None for other kinds), from the backend's own state when
+    it has one (a Deployment's ready and desired replicas, after its HPA)."""
+    if task.kind != TaskKind.INFERENCE:
+        return None
+    running = task.status == TaskStatus.RUNNING
+    proxied = site_root.rstrip("/") + connect_url(task, task.port) if task.port and running else ""
+    addresses = []
+    for obj in state.objects if state is not None else ():
+        if obj.get("kind") == "Ingress" and obj.get("host"):
+            addresses.append(f"http://{obj['host']}/")
+        elif obj.get("kind") == "Deployment" and obj.get("namespace") and task.port:
+            addresses.append(f"{obj['name']}.{obj['namespace']}.svc:{task.port} (in the cluster)")
+    if running and task.port and task.cluster is not None and task.cluster.cluster_type == "slurm":
+        addresses += [f"{node}:{task.port}" for node in task.node_names]
+    current = state.replicas if state is not None and state.replicas is not None else None
+    if current is None:
+        current = (task.replicas or task.instances) if running else 0
+    desired = state.desired_replicas if state is not None and state.desired_replicas is not None else None
+    if desired is None:
+        desired = (task.replicas or task.instances) if not task.is_final else 0
+    return ServiceFacts(proxied, addresses, current, desired)
 
 
 @dataclass(frozen=True)

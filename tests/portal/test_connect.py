@@ -165,3 +165,47 @@ def test_the_monitoring_page_of_a_running_dev_environment_has_connect_and_termin
     page = client.get(reverse("portal:task-monitoring", args=[service.pk])).content.decode()
     assert (f'href="/tasks/{service.pk}/connect/{PORT}/"' in page) is shown
     assert (f'href="/task-monitoring/{service.pk}/terminal/?instance=0"' in page) is shown
+
+
+def start_inference(world):
+    task = submit_task(world.member, project=world.project, queue="high", name="llm", kind="inference",
+                       command=SERVICE, gpu_spec="", port=PORT, image="local")  # fmt: skip
+    task.refresh_from_db()
+    if task.status == "queued":
+        schedule_and_launch(world.vdc.pk, task)
+    return wait_status(task, "running")
+
+
+def test_an_inference_services_page_shows_its_endpoint_replicas_and_a_test_box_for_members(world, client):
+    task = start_inference(world)
+    try:
+        client.force_login(world.member)
+        page = client.get(reverse("portal:task-monitoring", args=[task.pk])).content.decode()
+        assert f"http://testserver/tasks/{task.pk}/connect/{PORT}/</code>" in page
+        assert "1 running / 1 desired" in page
+        assert f'data-test-request="http://testserver/tasks/{task.pk}/connect/{PORT}/"' in page
+        client.force_login(world.viewer)
+        page = client.get(reverse("portal:task-monitoring", args=[task.pk])).content.decode()
+        assert "data-test-request" not in page and "1 running / 1 desired" in page
+    finally:
+        stop_task(task, world.member)
+        wait_status(task, "stopped")
+    client.force_login(world.member)
+    page = client.get(reverse("portal:task-monitoring", args=[task.pk])).content.decode()
+    assert "0 running / 0 desired" in page and "data-test-request" not in page
+
+
+def test_a_kubernetes_services_addresses_and_replicas_come_from_the_backends_state(world):
+    from apps.clusters.executors.base import JobPhase, JobState  # noqa: PLC0415
+    from apps.tasks.access import service_facts  # noqa: PLC0415
+    from apps.tasks.models import Task  # noqa: PLC0415
+
+    task = Task(pk=9, kind="inference", status="running", port=8000, instances=1, replicas=2)
+    state = JobState("ns/deployment/llm-9", JobPhase.RUNNING, replicas=2, desired_replicas=3, objects=(
+        {"kind": "Deployment", "name": "llm-9", "namespace": "team-a"},
+        {"kind": "Ingress", "name": "llm-9", "host": "llm-9.apps.example.com"},
+    ))  # fmt: skip
+    facts = service_facts(task, state, "https://portal.example.com/")
+    assert facts.proxied_url == "https://portal.example.com/tasks/9/connect/8000/"
+    assert facts.addresses == ["llm-9.team-a.svc:8000 (in the cluster)", "http://llm-9.apps.example.com/"]
+    assert (facts.replicas, facts.desired_replicas) == (2, 3)

@@ -69,3 +69,33 @@ def test_a_viewer_sees_no_terminal_button_and_the_page_says_why(db_thread, brows
     assert page.locator(ROWS).count() == 0
     shot(page, "terminal-03-viewer-refused")
     db_thread.run(lambda: (stop_task(task, live_world.member), wait_status(task, "stopped")))
+
+
+def test_an_inference_services_test_request_goes_through_the_portal_and_shows_the_answer(
+    db_thread, browser, live_server_url, live_world
+):
+    from tests.portal.test_connect import start_inference  # noqa: PLC0415
+
+    base = live_server_url
+    task = db_thread.run(start_inference, live_world)
+    page = browser.new_page(viewport={"width": 1366, "height": 900})
+    violations: list[str] = []
+    watch_policy(page, violations)
+    log_in(page, base, "max")
+    page.goto(f"{base}/task-monitoring/{task.pk}/")
+    assert "1 running / 1 desired" in page.locator("[data-field=replicas]").inner_text()
+    assert page.locator("[data-field=endpoint]").inner_text() == f"{base}/tasks/{task.pk}/connect/8000/"
+    form = page.locator("form[data-test-request]")
+    form.locator("input[name=path]").fill("v1/completions")
+    form.locator("textarea[name=body]").fill('{"prompt": "hi"}')
+    # The service needs a moment to listen after its job started: send until it answers.
+    for _ in range(50):
+        form.locator("button[type=submit]").click()
+        page.wait_for_function("() => !document.querySelector('[data-test-response]').textContent.endsWith('…')")
+        if page.locator("[data-test-response]").get_attribute("data-status") == "201":
+            break
+        time.sleep(0.2)
+    assert 'got {"prompt": "hi"}' in page.locator("[data-test-response]").inner_text()
+    shot(page, "service-01-test-request")
+    assert not violations, violations
+    db_thread.run(lambda: (stop_task(task, live_world.member), wait_status(task, "stopped")))
