@@ -95,6 +95,8 @@ class TerminalConsumer(AsyncWebsocketConsumer):
     output comes as binary frames.
     """
 
+    # No groups, so no channel layer: a terminal does not depend on Redis, nor load it with a receive loop.
+    channel_layer_alias = None
     terminal = None
     pump: asyncio.Task | None = None
 

@@ -10,9 +10,10 @@ from django.conf import settings
 from django.test import AsyncClient
 from django.urls import reverse
 
+from apps.control.scheduling import run_cycle
 from apps.tasks.access import connectable_ports
 from apps.tasks.services import stop_task, submit_task
-from tests.control.drive import schedule_and_launch, wait_status
+from tests.control.drive import launch, wait_status
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -59,7 +60,10 @@ def start_service(world):
                        command=SERVICE, gpu_spec="", port=PORT)  # fmt: skip
     task.refresh_from_db()
     if task.status == "queued":
-        schedule_and_launch(world.vdc.pk, task)
+        run_cycle(world.vdc.pk)  # with Celery eager (a live server) its launch already ran on commit
+        task.refresh_from_db()
+    if task.status == "scheduled":
+        launch(task)
     return wait_status(task, "running")
 
 
@@ -172,7 +176,10 @@ def start_inference(world):
                        command=SERVICE, gpu_spec="", port=PORT, image="local")  # fmt: skip
     task.refresh_from_db()
     if task.status == "queued":
-        schedule_and_launch(world.vdc.pk, task)
+        run_cycle(world.vdc.pk)  # with Celery eager (a live server) its launch already ran on commit
+        task.refresh_from_db()
+    if task.status == "scheduled":
+        launch(task)
     return wait_status(task, "running")
 
 
