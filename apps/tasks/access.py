@@ -8,12 +8,16 @@ outsiders do not see it at all. A terminal runs commands as the job, so it is an
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import quote
 
+from django.conf import settings
 from django.db import transaction
 from django.urls import reverse
+from websockets.asyncio.client import connect as ws_connect
+from websockets.asyncio.client import unix_connect
 
 from apps.clusters.backends import executor_for
-from apps.clusters.executors.base import Executor, JobState
+from apps.clusters.executors.base import Endpoint, Executor, JobState
 from apps.clusters.executors.local import ide_port
 from apps.tasks.choices import EventKind, TaskKind, TaskStatus
 from apps.tasks.models import Task
@@ -151,6 +155,33 @@ def connect_target(user, task_id: int, port: int) -> ConnectTarget:
     if task.status != TaskStatus.RUNNING or not task.external_id or task.cluster is None:
         raise Refused(409, f"The task is {task.get_status_display().lower()}, not running.")
     return ConnectTarget(task.pk, executor_for(task.cluster), task.external_id, port)
+
+
+# Path characters passed on as written (RFC 3986 pchar and "/").
+PATH_SAFE = "/:@!$&'()*+,;=-._~"
+
+
+def upstream_cookies(cookies: dict[str, str]) -> str:
+    """The browser's cookies minus the portal's session and CSRF cookies, as a Cookie header ("" for none)."""
+    portal_cookies = {settings.SESSION_COOKIE_NAME, settings.CSRF_COOKIE_NAME}
+    return "; ".join(f"{name}={value}" for name, value in cookies.items() if name not in portal_cookies)
+
+
+async def open_upstream_socket(endpoint: Endpoint, path: str, scope: dict):
+    """A WebSocket to ``path`` on the task's port, with the page's query, subprotocols and the service's own
+    cookies; no Origin (the service sees a direct client) and none of the portal's credentials."""
+    query = scope.get("query_string", b"").decode()
+    uri = f"ws://{endpoint.host}:{endpoint.port}/{quote(path, safe=PATH_SAFE)}" + (f"?{query}" if query else "")
+    cookie = upstream_cookies(scope.get("cookies") or {})
+    options = {
+        "additional_headers": {"Cookie": cookie} if cookie else None,
+        "subprotocols": scope.get("subprotocols") or None,
+        "open_timeout": 10,
+        "max_size": 16 * 2**20,
+    }
+    if endpoint.uds:
+        return await unix_connect(endpoint.uds, uri, **options)
+    return await ws_connect(uri, **options)
 
 
 def record_terminal_opened(task_id: int, user, instance: int) -> None:

@@ -63,7 +63,6 @@ _HOP_BY_HOP = frozenset({
     "upgrade", "host", "content-length",
 })  # fmt: skip
 _CONNECT_TIMEOUT = httpx.Timeout(30.0, read=300.0)
-_PATH_SAFE = "/:@!$&'()*+,;=-._~"  # RFC 3986 pchar and "/": the path goes on as the browser wrote it
 
 
 def connect_prefix(task_id: int, port: int) -> str:
@@ -74,15 +73,14 @@ def connect_prefix(task_id: int, port: int) -> str:
 def _upstream_headers(request: HttpRequest, prefix: str) -> dict[str, str]:
     """The browser's headers minus hop-by-hop ones and minus the portal's credentials (its session and CSRF
     cookies, an API token): the job never sees what would let it act as the user on the portal."""
-    portal_cookies = {settings.SESSION_COOKIE_NAME, settings.CSRF_COOKIE_NAME}
     headers = {
         name: value
         for name, value in request.headers.items()
         if name.lower() not in _HOP_BY_HOP and name.lower() not in ("cookie", "authorization")
     }
-    kept = [f"{name}={value}" for name, value in request.COOKIES.items() if name not in portal_cookies]
-    if kept:
-        headers["Cookie"] = "; ".join(kept)
+    cookie = access.upstream_cookies(request.COOKIES)
+    if cookie:
+        headers["Cookie"] = cookie
     headers.update({"X-Forwarded-Host": request.get_host(), "X-Forwarded-Proto": request.scheme,
                     "X-Forwarded-Prefix": prefix.rstrip("/")})  # fmt: skip
     return headers
@@ -143,7 +141,7 @@ async def task_connect(request: HttpRequest, pk: str, port: str, path: str) -> H
     prefix = connect_prefix(task_id, port_number)
     origin = f"http://{endpoint.host}:{endpoint.port}"
     query = request.META.get("QUERY_STRING", "")
-    url = f"{origin}/{quote(path, safe=_PATH_SAFE)}" + (f"?{query}" if query else "")
+    url = f"{origin}/{quote(path, safe=access.PATH_SAFE)}" + (f"?{query}" if query else "")
     transport = httpx.AsyncHTTPTransport(uds=endpoint.uds) if endpoint.uds else None
     client = httpx.AsyncClient(transport=transport, timeout=_CONNECT_TIMEOUT, follow_redirects=False)
     outgoing = client.build_request(request.method, url, headers=_upstream_headers(request, prefix),

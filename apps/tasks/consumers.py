@@ -4,12 +4,14 @@ Web Console (``ws/tasks/<id>/terminal/``: authenticate, check the role, relay a 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
+from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from apps.clusters.executors.base import ExecutorError
 from apps.clusters.executors.terminal import clamp_size
@@ -167,3 +169,54 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         if self.terminal is not None:
             self.pump.cancel()
             await self._in_thread(self.terminal.close)
+
+
+class ConnectSocketConsumer(AsyncWebsocketConsumer):
+    """Connect's WebSocket half: relays a socket of the page to the same path on the task's port.
+
+    Served under ``ws/tasks/<id>/connect/<port>/<path>`` and under the HTTP proxy's own prefix
+    (``tasks/<id>/connect/<port>/<path>``), where a proxied page's scripts open their sockets. Same rules as
+    the HTTP proxy; a refusal closes the handshake with 4000 + the HTTP status (4401, 4403, 4404, 4409, 4502).
+    """
+
+    channel_layer_alias = None
+    upstream = None
+    pump: asyncio.Task | None = None
+
+    async def connect(self) -> None:
+        kwargs = self.scope["url_route"]["kwargs"]
+        task_id, port = int(kwargs["task_id"]), int(kwargs["port"])
+        try:
+            target = await database_sync_to_async(access.connect_target)(self.scope.get("user"), task_id, port)
+            endpoint = await TerminalConsumer._in_thread(target.executor.port_endpoint, target.external_id, 0, port)
+            self.upstream = await access.open_upstream_socket(endpoint, kwargs.get("path", ""), self.scope)
+        except access.Refused as refused:
+            await self.close(code=4000 + refused.code)
+            return
+        except (ExecutorError, OSError, TimeoutError, InvalidHandshake):
+            await self.close(code=access.CLOSE_BACKEND)
+            return
+        await self.accept(subprotocol=self.upstream.subprotocol)
+        self.pump = asyncio.create_task(self._relay())
+
+    async def _relay(self) -> None:
+        try:
+            async for message in self.upstream:
+                if isinstance(message, bytes):
+                    await self.send(bytes_data=message)
+                else:
+                    await self.send(text_data=message)
+        except ConnectionClosed:
+            pass
+        await self.close()
+
+    async def receive(self, text_data=None, bytes_data=None) -> None:
+        if self.upstream is not None:
+            with contextlib.suppress(ConnectionClosed):
+                await self.upstream.send(text_data if text_data is not None else bytes_data)
+
+    async def disconnect(self, code) -> None:
+        if self.pump is not None:
+            self.pump.cancel()
+        if self.upstream is not None:
+            await self.upstream.close()

@@ -55,9 +55,9 @@ def local_jobs_dir(settings, tmp_path):
     settings.HCS_LOCAL_EXECUTOR_DIR = tmp_path / "local-jobs"
 
 
-def start_service(world):
+def start_service(world, command: str = SERVICE):
     task = submit_task(world.member, project=world.project, queue="high", name="web", kind="dev_env",
-                       command=SERVICE, gpu_spec="", port=PORT)  # fmt: skip
+                       command=command, gpu_spec="", port=PORT)  # fmt: skip
     task.refresh_from_db()
     if task.status == "queued":
         run_cycle(world.vdc.pk)  # with Celery eager (a live server) its launch already ran on commit
@@ -216,3 +216,75 @@ def test_a_kubernetes_services_addresses_and_replicas_come_from_the_backends_sta
     assert facts.proxied_url == "https://portal.example.com/tasks/9/connect/8000/"
     assert facts.addresses == ["llm-9.team-a.svc:8000 (in the cluster)", "http://llm-9.apps.example.com/"]
     assert (facts.replicas, facts.desired_replicas) == (2, 3)
+
+
+# A WebSocket echo server on the standard library alone (the sandbox has the system's Python, not the portal's).
+WS_ECHO = r"""
+cat > ws.py <<'PY'
+import base64, hashlib, socket, struct, threading
+def serve(conn):
+    request = b""
+    while b"\r\n\r\n" not in request:
+        request += conn.recv(4096)
+    lines = request.decode().split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
+    key = headers["sec-websocket-key"] + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+    accept = base64.b64encode(hashlib.sha1(key.encode()).digest())
+    conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                 b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n")
+    while True:
+        head = conn.recv(2)
+        if len(head) < 2 or head[0] & 0x0F == 8:
+            return
+        length = head[1] & 0x7F
+        if length == 126:
+            length = struct.unpack(">H", conn.recv(2))[0]
+        mask = conn.recv(4)
+        data = b""
+        while len(data) < length:
+            data += conn.recv(length - len(data))
+        data = bytes(b ^ mask[i % 4] for i, b in enumerate(data))
+        reply = ("echo " + lines[0].split()[1] + " " + data.decode() + " cookie=" + headers.get("cookie", "-")).encode()
+        conn.sendall(bytes([0x81, 126]) + struct.pack(">H", len(reply)) + reply)
+server = socket.create_server(("0.0.0.0", PORT_NUMBER))
+while True:
+    threading.Thread(target=serve, args=(server.accept()[0],), daemon=True).start()
+PY
+exec python3 ws.py
+""".replace("PORT_NUMBER", str(PORT))
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("prefix", ["ws/tasks", "tasks"])
+async def test_a_pages_websocket_is_relayed_to_the_tasks_port_without_the_portals_session(world, prefix):
+    import asyncio  # noqa: PLC0415
+
+    from channels.db import database_sync_to_async  # noqa: PLC0415
+    from channels.testing import WebsocketCommunicator  # noqa: PLC0415
+
+    from hcsportal.asgi import application  # noqa: PLC0415
+    from tests.portal.test_live import session_cookie  # noqa: PLC0415
+
+    task = await database_sync_to_async(start_service)(world, WS_ECHO)
+    try:
+        cookie = await database_sync_to_async(session_cookie)(world.member)
+        headers = [(b"origin", b"http://localhost"), (b"cookie", cookie + b"; app=7")]
+        for _ in range(50):
+            communicator = WebsocketCommunicator(application, f"/{prefix}/{task.pk}/connect/{PORT}/api/ws?x=1",
+                                                 headers=headers)  # fmt: skip
+            connected, code = await communicator.connect(timeout=10)
+            if connected:
+                break
+            await asyncio.sleep(0.1)  # the server is not listening yet
+        assert connected, code
+        await communicator.send_to(text_data="hello")
+        assert await communicator.receive_from(timeout=10) == "echo /api/ws?x=1 hello cookie=app=7"
+        await communicator.disconnect()
+
+        viewer_cookie = await database_sync_to_async(session_cookie)(world.viewer)
+        viewer_headers = [(b"origin", b"http://localhost"), (b"cookie", viewer_cookie)]
+        path = f"/{prefix}/{task.pk}/connect/{PORT}/api/ws"
+        viewer = WebsocketCommunicator(application, path, headers=viewer_headers)
+        assert await viewer.connect(timeout=10) == (False, 4403)
+    finally:
+        await database_sync_to_async(lambda: (stop_task(task, world.member), wait_status(task, "stopped")))()
