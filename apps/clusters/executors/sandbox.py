@@ -219,16 +219,26 @@ class Sandbox:
         nothing else), drops to the job's identity like the job did, and gets the job's environment from
         the sandbox's own copy of it, never the portal's.
         """
-        account = self.check()
-        argv = ["nsenter", f"--target={pid}", "--mount", "--uts", "--ipc", "--net", "--pid"]
-        if account is None:
-            # An unprivileged sandbox lives in a user namespace of the portal's uid: join it first.
-            argv += ["--user", "--preserve-credentials"]
-        argv.append("--")
-        if account is not None:
-            argv += ["setpriv", f"--reuid={account.pw_uid}", f"--regid={account.pw_gid}", "--clear-groups",
-                     "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", "--"]  # fmt: skip
+        account = self._joinable()
+        argv = ["nsenter", f"--target={pid}", "--mount", "--uts", "--ipc", "--net", "--pid", "--"]
+        argv += ["setpriv", f"--reuid={account.pw_uid}", f"--regid={account.pw_gid}", "--clear-groups",
+                 "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", "--"]  # fmt: skip
         return [*argv, "env", "-i", "/bin/sh", "-c", _INTERACTIVE_SHELL]
+
+    def _joinable(self) -> pwd.struct_passwd:
+        """The job user, when the portal may join its jobs' sandboxes (as root); ExecutorError otherwise.
+
+        An unprivileged portal's sandboxes live in user namespaces bubblewrap nests, which the portal's uid
+        cannot enter (nsenter: "reassociate to namespace failed: Operation not permitted").
+        """
+        account = self.check()
+        if account is None:
+            raise ExecutorError(
+                "reaching into a running local job (Web Console, Connect) needs the portal to run as root: "
+                "an unprivileged portal cannot join its jobs' sandboxes",
+                retryable=False,
+            )
+        return account
 
     def forward_argv(self, pid: int, socket_path: str, port: int) -> list[str]:
         """A forwarder from a unix socket of the portal host to ``port`` on the loopback of process ``pid``'s sandbox.
@@ -236,10 +246,8 @@ class Sandbox:
         It joins only the sandbox's network and PID namespaces (so it ends with the job), keeps the portal's
         file tree for the socket, and connects to the job's port for each client.
         """
-        self.check()
+        self._joinable()
         argv = ["nsenter", f"--target={pid}", "--net", "--pid"]
-        if not self.privileged:
-            argv += ["--user", "--preserve-credentials"]
         return [*argv, "--", "socat", f"UNIX-LISTEN:{socket_path},fork,mode=600", f"TCP:127.0.0.1:{port}"]
 
     def probe(self, scratch: Path) -> None:
