@@ -11,6 +11,7 @@ from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
+from django.conf import settings
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from apps.clusters.executors.base import ExecutorError
@@ -125,6 +126,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             await self._refuse(access.CLOSE_BACKEND, f"The backend could not open a terminal: {exc}")
             return
         await database_sync_to_async(access.record_terminal_opened)(task_id, user, instance)
+        self.last_activity = asyncio.get_running_loop().time()
         self.pump = asyncio.create_task(self._relay_output(self.terminal))
 
     async def _refuse(self, code: int, message: str) -> None:
@@ -136,15 +138,22 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         return await asyncio.get_running_loop().run_in_executor(_TERMINAL_THREADS, fn, *args)
 
     async def _relay_output(self, terminal) -> None:
-        """Shell output to the page until the shell ends; then say so and close."""
+        """Shell output to the page until the shell ends or the session idles out; then say so and close."""
+        loop = asyncio.get_running_loop()
+        limit = settings.HCS_TERMINAL_IDLE_TIMEOUT_S
+        message = "The shell ended."
         while True:
             data = await self._in_thread(terminal.read, 0.5)
             if data is None:
+                if loop.time() - self.last_activity > limit:
+                    message = f"Closed after {limit // 60} min without input or output."
+                    break
                 continue
             if not data:
                 break
+            self.last_activity = loop.time()
             await self.send(bytes_data=data)
-        await self.send(text_data=json.dumps({"type": "exit", "message": "The shell ended."}))
+        await self.send(text_data=json.dumps({"type": "exit", "message": message}))
         await self.close(code=1000)
 
     async def receive(self, text_data=None, bytes_data=None) -> None:
@@ -154,6 +163,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             message = json.loads(text_data or bytes_data or b"")
         except ValueError:
             message = None
+        self.last_activity = asyncio.get_running_loop().time()
         if isinstance(message, dict) and isinstance(message.get("input"), str):
             data = message["input"].encode()
             if len(data) <= _MAX_INPUT_BYTES:

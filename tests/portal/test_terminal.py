@@ -166,3 +166,16 @@ async def test_the_shell_ending_closes_the_socket(live_world):
         if message["type"] == "websocket.close":
             break
     await database_sync_to_async(finish)(task, live_world.member)
+
+
+async def test_an_idle_terminal_is_closed_after_the_idle_timeout(live_world, settings):
+    settings.HCS_TERMINAL_IDLE_TIMEOUT_S = 1
+    task = await database_sync_to_async(start_running_task)(live_world)
+    communicator, _ = await open_terminal(live_world.member, task.pk)
+    while True:
+        message = await communicator.receive_output(timeout=15)
+        if message.get("text"):
+            assert "without input or output" in json.loads(message["text"])["message"]
+        if message["type"] == "websocket.close":
+            break
+    await database_sync_to_async(finish)(task, live_world.member)
