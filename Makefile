@@ -2,13 +2,14 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt | sha1sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: venv run demo test lint bench bench-django bench-slurm bench-api slurm-up slurm-down clean
+.PHONY: venv run demo test lint bench bench-django bench-slurm bench-api bench-demo slurm-up slurm-down clean
 
-$(STAMP): requirements.txt requirements-dev.txt
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .  # the `hcs` command-line client
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
 venv: $(STAMP)
@@ -37,6 +38,9 @@ bench-slurm: venv  ## the portal vs raw sbatch on the dev Slurm cluster (needs D
 
 bench-api: venv  ## submit and list latency at 1/10/50 clients on the real web server (needs DATABASE_URL=postgres://... and REDIS_URL)
 	$(BIN)/python -m benchmarks.api_load
+
+bench-demo: venv  ## submit -> running on the demo as `make run` starts it (embedded default), next to raw bwrap
+	$(BIN)/python -m benchmarks.demo_submit
 
 slurm-up:  ## a real dev Slurm cluster on this host (installs Debian's slurm-wlm when missing)
 	bash scripts/dev_slurm.sh start

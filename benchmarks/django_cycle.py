@@ -1,4 +1,4 @@
-"""One scheduling cycle through Django on PostgreSQL at the reference scale (§13).
+"""One scheduling cycle through Django at the reference scale (§13), on PostgreSQL and on the embedded SQLite.
 
 Builds the synthetic VDC of ``benchmarks.synthetic`` (2,000 nodes, 16,000 GPUs, mixed models) as rows in a
 dedicated database ``hcs_bench`` on the server of ``DATABASE_URL``, queues 10,000 tasks of the same mixed
@@ -7,13 +7,20 @@ snapshot load, engine, and the atomic apply. It runs the same cycle at two task 
 number of SQL statements does not grow with tasks.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/test python -m benchmarks.django_cycle
+
+``--compare 1200`` instead runs a cycle of that many queued tasks on both databases, each in its own process
+(the embedded default's SQLite in a fresh state directory, and PostgreSQL), and prints them side by side.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import random
+import subprocess
 import sys
+import tempfile
 import time
 from datetime import timedelta
 from decimal import Decimal
@@ -26,17 +33,22 @@ from benchmarks.table import print_table
 CATALOG_NAMES = {"A100-80G": "A100-80G", "H100": "H100", "V100": "V100-32G", "T4": "T4", "Ascend910B": "Ascend910B"}
 
 
-def _setup_django() -> None:
-    url = os.environ.get("DATABASE_URL", "")
-    if not url.startswith(("postgres://", "postgresql://")):
-        sys.exit("set DATABASE_URL=postgres://... (the benchmark creates and uses a database hcs_bench there)")
-    import psycopg  # noqa: PLC0415
+def _setup_django(backend: str = "postgresql") -> None:
+    if backend == "sqlite":
+        # The embedded default: SQLite (WAL) in a fresh state directory.
+        os.environ.pop("DATABASE_URL", None)
+        os.environ["HCS_VAR_DIR"] = tempfile.mkdtemp(prefix="hcs-bench-sqlite-")
+    else:
+        url = os.environ.get("DATABASE_URL", "")
+        if not url.startswith(("postgres://", "postgresql://")):
+            sys.exit("set DATABASE_URL=postgres://... (the benchmark creates and uses a database hcs_bench there)")
+        import psycopg  # noqa: PLC0415
 
-    parsed = urlparse(url)
-    with psycopg.connect(url, autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = 'hcs_bench'").fetchone():
-            conn.execute("CREATE DATABASE hcs_bench")
-    os.environ["DATABASE_URL"] = urlunparse(parsed._replace(path="/hcs_bench"))
+        parsed = urlparse(url)
+        with psycopg.connect(url, autocommit=True) as conn:
+            if not conn.execute("SELECT 1 FROM pg_database WHERE datname = 'hcs_bench'").fetchone():
+                conn.execute("CREATE DATABASE hcs_bench")
+        os.environ["DATABASE_URL"] = urlunparse(parsed._replace(path="/hcs_bench"))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hcsportal.settings")
     import django  # noqa: PLC0415
 
@@ -68,11 +80,12 @@ def build(task_count: int):
     from apps.tasks.models import Task  # noqa: PLC0415
     from apps.vdc.models import VDC, Project, ProjectQuota  # noqa: PLC0415
 
-    with connection.cursor() as cursor:
-        tables = ", ".join(
-            m._meta.db_table for m in (Task, ProjectQuota, Project, TaskQueue, Device, Node, Cluster, VDC)
-        )
-        cursor.execute(f"TRUNCATE {tables}, tasks_taskevent, tasks_task_preferred_clusters CASCADE")
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            tables = ", ".join(
+                m._meta.db_table for m in (Task, ProjectQuota, Project, TaskQueue, Device, Node, Cluster, VDC)
+            )
+            cursor.execute(f"TRUNCATE {tables}, tasks_taskevent, tasks_task_preferred_clusters CASCADE")
     sync_catalog()
     models = {m.name: m for m in GPUModel.objects.all()}
     vdc = VDC.objects.create(name="bench", node_scorer="best_fit", cluster_selection_strategy="load_balancing")
@@ -178,5 +191,47 @@ def run(task_counts: tuple[int, ...] = (2_000, 10_000)) -> list[list]:
     return rows
 
 
+def _one(backend: str, count: int) -> None:
+    """Child process of ``--compare``: one cycle of ``count`` tasks on ``backend``, as a JSON line."""
+    _setup_django(backend)
+    c = cycle(build(count))
+    r = c["result"]
+    print(json.dumps({"backend": backend, "started": r.started, "waiting": r.waiting, "load": r.load_s,
+                      "engine": r.engine_s, "apply": r.apply_s, "queries": c["queries"]}))  # fmt: skip
+
+
+def compare(count: int) -> list[list]:
+    """The same cycle on SQLite and PostgreSQL, each in a fresh process; prints the table and returns its rows."""
+    rows = []
+    for backend in ("sqlite", "postgresql"):
+        out = subprocess.run(
+            [sys.executable, "-m", "benchmarks.django_cycle", "--one", backend, "--tasks", str(count)],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if out.returncode != 0:
+            sys.exit(f"{backend}: {out.stderr[-2000:]}")
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        total = r["load"] + r["engine"] + r["apply"]
+        rows.append([backend, r["started"], r["waiting"], r["load"] * 1000, r["engine"] * 1000, r["apply"] * 1000,
+                     total * 1000, r["queries"]])  # fmt: skip
+    print(f"One cycle of {count:,} queued tasks, VDC of 2,000 nodes / 16,000 GPUs; each database in its own process")
+    print_table(
+        ["database", "started", "left waiting", "load ms", "engine ms", "apply ms", "cycle ms", "SQL statements"],
+        rows,
+    )
+    print(f"SQLite / PostgreSQL cycle: {rows[0][6] / rows[1][6]:.2f}x (target: within 3x)")
+    return rows
+
+
 if __name__ == "__main__":
-    run()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--compare", type=int, metavar="TASKS", help="SQLite and PostgreSQL side by side")
+    parser.add_argument("--one", choices=("sqlite", "postgresql"), help=argparse.SUPPRESS)
+    parser.add_argument("--tasks", type=int, default=1200, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        _one(args.one, args.tasks)
+    elif args.compare:
+        compare(args.compare)
+    else:
+        run()

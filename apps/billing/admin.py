@@ -14,6 +14,7 @@ from apps.billing.admin_actions import add_credit, generate_invoices
 from apps.billing.admin_forms import PriceRuleAdminForm
 from apps.billing.choices import InvoiceStatus
 from apps.billing.models import Account, Invoice, InvoiceLine, PriceRule, Transaction, UsageRecord
+from apps.billing.pricing import format_money
 from apps.vdc.admin import ReadOnlyAdminMixin, count_of
 
 LEDGER_ROWS = 50
@@ -65,7 +66,7 @@ class InvoiceInline(ReadOnlyAdminMixin, admin.TabularInline):
 @admin.register(Account)
 class AccountAdmin(admin.ModelAdmin):
     list_display = (
-        "project", "balance", "credit_limit", "available", "currency", "enforce_budget", "is_exhausted",
+        "project", "balance_shown", "credit_limit_shown", "available", "enforce_budget", "is_exhausted",
     )  # fmt: skip
     list_filter = ("enforce_budget", "currency")
     search_fields = ("project__name",)
@@ -78,7 +79,15 @@ class AccountAdmin(admin.ModelAdmin):
 
     @admin.display(description="Available")
     def available(self, obj):
-        return obj.available if obj.pk else "-"
+        return format_money(obj.available, obj.currency) if obj.pk else "-"
+
+    @admin.display(description="Balance", ordering="balance")
+    def balance_shown(self, obj) -> str:
+        return format_money(obj.balance, obj.currency)
+
+    @admin.display(description="Credit limit", ordering="credit_limit")
+    def credit_limit_shown(self, obj) -> str:
+        return format_money(obj.credit_limit, obj.currency)
 
     @admin.display(description="Exhausted", boolean=True)
     def is_exhausted(self, obj) -> bool:
@@ -123,8 +132,7 @@ class InvoiceLineInline(ReadOnlyAdminMixin, admin.TabularInline):
 @admin.register(Invoice)
 class InvoiceAdmin(admin.ModelAdmin):
     list_display = (
-        "__str__", "account", "period_start", "period_end", "status", "total", "currency", "line_count",
-        "issued_at",
+        "__str__", "account", "period_start", "period_end", "status", "total_shown", "line_count", "issued_at",
     )  # fmt: skip
     list_filter = ("status", "currency", "account__project")
     search_fields = ("account__project__name",)
@@ -132,6 +140,10 @@ class InvoiceAdmin(admin.ModelAdmin):
     autocomplete_fields = ("account",)
     readonly_fields = ("total", "created_at", "issued_at")
     inlines = (InvoiceLineInline,)
+
+    @admin.display(description="Total", ordering="total")
+    def total_shown(self, obj) -> str:
+        return format_money(obj.total, obj.currency)
 
     def get_queryset(self, request):
         lines = InvoiceLine.objects.filter(invoice=OuterRef("pk"))

@@ -12,6 +12,7 @@ from django.template.response import TemplateResponse
 from django.utils import timezone
 
 from apps.billing import services
+from apps.billing.pricing import format_money, format_totals
 
 
 class CreditForm(forms.Form):
@@ -59,9 +60,12 @@ def add_credit(modeladmin, request, queryset):
     form = CreditForm(request.POST if "apply" in request.POST else None)
     if not form.is_valid():
         return _ask(modeladmin, request, queryset, form, "Add credit", "add_credit")
-    for account in queryset:
-        services.add_credit(account, form.cleaned_data["amount"], request.user, form.cleaned_data["description"])
-    modeladmin.message_user(request, f"Added {form.cleaned_data['amount']} to {queryset.count()} account(s).")
+    accounts = list(queryset)
+    amount = form.cleaned_data["amount"]
+    for account in accounts:
+        services.add_credit(account, amount, request.user, form.cleaned_data["description"])
+    each = " / ".join(sorted({format_money(amount, a.currency) for a in accounts}))
+    modeladmin.message_user(request, f"Added {each} to each of {len(accounts)} account(s).")
     return None
 
 
@@ -76,6 +80,6 @@ def generate_invoices(modeladmin, request, queryset):
         return _ask(modeladmin, request, queryset, form, "Issue invoices", "generate_invoices")
     start, end = form.bounds()
     invoices = services.generate_invoices(start, end, accounts=list(queryset))
-    total = sum((invoice.total for invoice in invoices), Decimal(0))
+    total = format_totals((invoice.total, invoice.currency) for invoice in invoices)
     modeladmin.message_user(request, f"{len(invoices)} invoice(s) issued, {total} in all.", messages.SUCCESS)
     return None

@@ -26,6 +26,19 @@ def money(amount: Decimal) -> Decimal:
     return amount.quantize(MONEY, rounding=ROUND_HALF_UP)
 
 
+def format_money(amount: Decimal, currency: str) -> str:
+    """An amount as people read it: cents, thousands grouped, its currency ("1,234.57 CNY")."""
+    return f"{Decimal(amount).quantize(Decimal('0.01'), rounding=ROUND_HALF_UP):,} {currency}"
+
+
+def format_totals(pairs: Iterable[tuple[Decimal, str]]) -> str:
+    """Amounts summed per currency ("19.82 CNY" or "19.82 CNY + 5.00 EUR"); "nothing" for none."""
+    totals: dict[str, Decimal] = {}
+    for amount, currency in pairs:
+        totals[currency] = totals.get(currency, ZERO) + Decimal(amount)
+    return " + ".join(format_money(v, c) for c, v in sorted(totals.items())) or "nothing"
+
+
 def tiered_cost(
     price_per_hour: Decimal, amount: Decimal, accumulated: Decimal, tiers: Iterable[Mapping] = ()
 ) -> Decimal:

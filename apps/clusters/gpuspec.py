@@ -45,6 +45,14 @@ class GPUSpecError(ValueError):
     """A GPU spec that does not follow the grammar; the message says what was expected."""
 
 
+class UnknownGPUModel(GPUSpecError):
+    """A model name the catalog does not know; ``token`` is the name as written, ``text`` the whole spec."""
+
+    def __init__(self, message: str, token: str, text: str):
+        super().__init__(message)
+        self.token, self.text = token, text
+
+
 @dataclass(frozen=True)
 class GPURequest:
     """The accelerator part of a resource request, as parsed from a GPU spec.
@@ -388,7 +396,7 @@ def _parse_models(item: str, text: str, catalog: Catalog | None) -> tuple[str, .
         resolved = catalog.resolve_all(token)
         if not resolved:
             known = ", ".join(catalog.suggestions(token)) or "none (the catalog is empty)"
-            raise GPUSpecError(f"unknown GPU model {token!r} in {text!r}; known models include {known}")
+            raise UnknownGPUModel(f"unknown GPU model {token!r} in {text!r}; known models include {known}", token, text)
         names.extend(resolved)
     return tuple(names)
 

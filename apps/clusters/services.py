@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import re
 import secrets
@@ -12,7 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.clusters.choices import ClusterStatus
-from apps.clusters.gpuspec import Catalog, GPURequest, GPUSpecError, parse_gpu_spec
+from apps.clusters.gpuspec import Catalog, GPURequest, GPUSpecError, UnknownGPUModel, parse_gpu_spec
 from apps.clusters.models import AgentToken, Cluster, Device, GPUModel, Node
 
 # XID errors accumulate over reports; the column holds a 32-bit count.
@@ -24,12 +25,41 @@ def catalog() -> Catalog:
     return Catalog(m.as_catalog_entry() for m in GPUModel.objects.filter(enabled=True))
 
 
-def validate_gpu_spec(text: str | None, gpu_catalog: Catalog | None = None) -> GPURequest:
-    """Parse a GPU spec against the catalog; a ValidationError carries the parser's message."""
+def validate_gpu_spec(text: str | None, gpu_catalog: Catalog | None = None, vdc_id: int | None = None) -> GPURequest:
+    """Parse a GPU spec against the catalog; a ValidationError carries the parser's message.
+
+    With ``vdc_id``, a mistyped model name is answered with the models that VDC has (the catalog knows many
+    the VDC does not): "unknown GPU model 'A10O' in '1(A10O)'; VDC demo has A100-80G, V100-32G".
+    """
     try:
         return parse_gpu_spec(text, gpu_catalog or catalog())
+    except UnknownGPUModel as exc:
+        if vdc_id is None:
+            raise ValidationError(str(exc), code="gpu_spec")
+        raise ValidationError(_unknown_in_vdc(exc, vdc_id), code="gpu_spec")
     except GPUSpecError as exc:
         raise ValidationError(str(exc), code="gpu_spec")
+
+
+def _unknown_in_vdc(exc: UnknownGPUModel, vdc_id: int) -> str:
+    from apps.vdc.models import VDC  # noqa: PLC0415 - the VDC app's models import this module
+
+    vdc = VDC.objects.filter(pk=vdc_id).first()
+    names = sorted(
+        set(
+            Device.objects.filter(node__cluster__vdc=vdc_id, node__cluster__enabled=True)
+            .values_list("gpu_model__name", flat=True)
+            .distinct()
+        )
+    )
+    if not names:
+        return f"unknown GPU model {exc.token!r} in {exc.text!r}; VDC {vdc} has no GPUs (leave the field empty)"
+    by_key = {name.lower().replace("-", ""): name for name in names}
+    close = difflib.get_close_matches(exc.token.lower().replace("-", ""), list(by_key), n=3, cutoff=0.4)
+    if close:
+        hint = "did you mean " + " or ".join(by_key[k] for k in close) + "?"
+        return f"unknown GPU model {exc.token!r} in {exc.text!r}; {hint} (VDC {vdc} has {', '.join(names)})"
+    return f"unknown GPU model {exc.token!r} in {exc.text!r}; VDC {vdc} has {', '.join(names)}"
 
 
 def set_cluster_enabled(cluster: Cluster, enabled: bool) -> Cluster:

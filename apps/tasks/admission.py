@@ -11,16 +11,19 @@ Whether the cluster has room now is the scheduler's business, never admission's.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from decimal import Decimal
 
 from django.db.models import Count
 
+from apps.clusters import services as cluster_services
 from apps.clusters.backends import can_resize
 from apps.clusters.choices import ClusterType
-from apps.clusters.gpuspec import Catalog, GPURequest, candidate_models
-from apps.clusters.models import Cluster
+from apps.clusters.gpuspec import Catalog, GPURequest, candidate_models, parse_gpu_spec
+from apps.clusters.models import Cluster, Device
+from apps.tasks.choices import ACTIVE, WAITING
 
 # Which field a refusal belongs to, in the order a message names them.
 _FIELDS = ("instances", "elastic_min", "command", "image", "gpu_spec", "cpu", "memory_gib")
@@ -132,3 +135,43 @@ def _why_not(task, request: GPURequest, gpu_catalog: Catalog, cluster: _ClusterV
     held = sorted({m for n in nodes for m in n.cards})
     wanted = ", ".join(f"{max(int(c), 1)} {m}" for m, c in options[:4]) or "a fitting model"
     return "gpu_spec", (f"no node has {wanted} per instance; its nodes hold {', '.join(held) or 'no GPUs'}")
+
+
+def wait_notice(task) -> str:
+    """A sentence for the submitter when an admitted task can only start after others leave; "" otherwise.
+
+    Counts, never names: tasks waiting ahead in its queue, and free cards of the models it accepts on the VDC's
+    enabled clusters against what it needs to start. The scheduler decides; this only sets expectations.
+    """
+    from apps.tasks.models import Task  # noqa: PLC0415 - the models' module imports the services that import this
+
+    gpu_catalog = cluster_services.catalog()
+    request = parse_gpu_spec(task.gpu_spec, gpu_catalog)
+    reasons = []
+    ahead = Task.objects.filter(queue=task.queue_id, status__in=WAITING, submitted_at__lt=task.submitted_at).count()
+    if ahead:
+        reasons.append(f"{ahead} task{'s' if ahead != 1 else ''} wait{'s' if ahead == 1 else ''} ahead of it in "
+                       f"queue {task.queue.name}")  # fmt: skip
+    options = dict(candidate_models(request, gpu_catalog))
+    if options:
+        devices = Device.objects.filter(
+            node__cluster__vdc=task.vdc_id, node__cluster__enabled=True, gpu_model__name__in=options
+        ).values_list("pk", "gpu_model__name")
+        held: set[int] = set()
+        placements = Task.objects.filter(vdc=task.vdc_id, status__in=ACTIVE).exclude(pk=task.pk)
+        for placement in placements.values_list("placement", flat=True):
+            for instance in placement or ():
+                held.update(d.get("id") for d in instance.get("devices", ()))
+        free, total = Counter(), Counter()
+        for pk, model in devices:
+            total[model] += 1
+            free[model] += pk not in held
+        instances = _start_size(task)
+        fits_now = any(free[m] >= max(1, math.ceil(count)) * instances for m, count in options.items())
+        if total and not fits_now:
+            n_free, n_total = sum(free.values()), sum(total.values())
+            reasons.append(f"{n_free} of the {n_total} GPUs it can use are free now")
+    if not reasons:
+        return ""
+    detail = "; ".join(reasons)
+    return f"It can start only after others leave: {detail}. Its page shows its position and estimated start."

@@ -124,7 +124,7 @@ def test_add_form_submits_through_the_service(admin_web, world):
 @pytest.mark.parametrize("spec", ["2x(V100)", "1(NoSuchCard)", "-1"])
 def test_add_form_rejects_a_malformed_gpu_spec_with_the_parser_message_and_writes_nothing(admin_web, world, spec):
     with pytest.raises(Exception) as parser:
-        validate_gpu_spec(spec)
+        validate_gpu_spec(spec, vdc_id=world.vdc.pk)  # the parser's message, its hints from the task's VDC
     response = admin_web.post(admin_url(Task, "add"), _submission(world, gpu_spec=spec))
     assert response.status_code == 200
     assert _errors(response)["gpu_spec"] == parser.value.messages

@@ -141,3 +141,43 @@ def test_cluster_host_path_prefixes_are_set_and_shown(world):
     response = client_for(world.admin).patch(url, {"allowed_host_paths": ["/data", "/scratch"]}, format="json")
     assert response.status_code == 200, response.data
     assert client_for(world.member).get(url).data["allowed_host_paths"] == ["/data", "/scratch"]
+
+
+def test_a_submission_that_must_wait_for_others_says_so_and_one_that_can_start_does_not(world, client):
+    # Issue 11 item 3: admitted, but it can run only after others leave: the submitter is told at once.
+    from apps.control.scheduling import run_cycle  # noqa: PLC0415
+
+    world.quota.limit_gpu = 16
+    world.quota.save()
+    first = submit(world, gpu_spec="6(A100)", name="big")
+    assert first.status_code == 201 and first.data["notice"] == ""
+    run_cycle(world.vdc.pk)
+    second = submit(world, gpu_spec="4(A100)", name="second", queue="low")
+    assert second.status_code == 201
+    assert second.data["notice"] == (
+        "It can start only after others leave: 2 of the 8 GPUs it can use are free now. "
+        "Its page shows its position and estimated start."
+    )
+    third = submit(world, gpu_spec="1(A100)", name="third", queue="low")
+    assert third.data["notice"].startswith("It can start only after others leave: 1 task waits ahead of it in queue")
+    assert "big" not in third.data["notice"] and "second" not in third.data["notice"]  # counts, never names
+    # The form says the same as a warning on the task's page.
+    client.force_login(world.member)
+    response = client.post("/training-jobs/new/", {
+        "name": "fourth", "project": world.project.pk, "vdc": world.vdc.pk, "queue": world.low.pk, "cpu": "1",
+        "memory_gib": "1", "gpu_spec": "4(A100)", "instances": "1", "command": "sleep 1", "framework": "pytorch",
+        "max_retries": "0", "kind": "training",
+    }, follow=True)  # fmt: skip
+    assert response.redirect_chain, response.context["form"].errors
+    shown = [str(m) for m in response.context["messages"]]
+    assert any(m.startswith("It can start only after others leave: 2 tasks wait ahead of it") for m in shown), shown
+
+
+def test_a_mistyped_model_is_answered_with_the_models_the_vdc_has(world):
+    # Issue 11 item 3: the hint named catalog models the VDC does not have (A10, A30 ... for "A10O").
+    answer = submit(world, gpu_spec="1(A10O)")
+    assert answer.status_code == 400
+    message = answer.data["gpu_spec"][0]
+    assert message.startswith("unknown GPU model 'A10O' in '1(A10O)'; did you mean A100-80G?")
+    assert message.endswith(f"(VDC {world.vdc.name} has A100-80G)")
+    assert not Task.objects.exists()

@@ -35,7 +35,9 @@ def test_invoice_total_is_the_sum_of_its_records_and_lines(world, account, meter
     assert invoice.total == sum(r.cost for r in records) == sum(line.amount for line in invoice.lines.all())
     a100 = GPUModel.objects.get(name="A100-80G").pk
     lines = {(line.resource_type, line.gpu_model_id): line for line in invoice.lines.all()}
-    assert set(lines) == {("cpu", None), ("memory", None), ("gpu", a100), ("gpu_eq", a100)}
+    # Issue 11 item 9: the A100 is priced per card, so its use is billed once, in card-hours; the free
+    # GPU-equivalents twin of the same hours is not a line next to it.
+    assert set(lines) == {("cpu", None), ("memory", None), ("gpu", a100)}
     assert lines[("gpu", a100)].quantity == D("2") * 5 + D("1") * 3  # card-hours of both tasks
     # Charged on the ledger exactly what was invoiced.
     charged = -sum(t.amount for t in Transaction.objects.filter(kind="charge"))
@@ -120,10 +122,17 @@ def test_admin_actions_add_credit_and_issue_invoices(client, world, account, met
     assert done.status_code == 302
     account.refresh_from_db()
     assert Transaction.objects.filter(kind="credit", amount=D("25"), created_by=world.admin).exists()
+    assert [str(m) for m in client.get(url).context["messages"]] == ["Added 25.00 CNY to each of 1 account(s)."]
     done = client.post(url, {"action": "generate_invoices", "_selected_action": [account.pk], "apply": "1",
                              "first_day": "2026-01-05", "last_day": "2026-01-05"})  # fmt: skip
     assert done.status_code == 302
     invoice = Invoice.objects.get(account=account)
+    # Issue 14: money in admin messages and lists has its currency and cents, never a raw Decimal.
+    shown = [str(m) for m in client.get(url).context["messages"]]
+    assert shown == [f"1 invoice(s) issued, {invoice.total:,.2f} CNY in all."], shown
+    listing = client.get(url).content.decode()
+    account.refresh_from_db()
+    assert f"{account.balance:,.2f} CNY" in listing and "0000" not in listing
     assert (invoice.period_start, invoice.period_end) == (T0.replace(hour=0), T0.replace(hour=0) + (at(days=1) - T0))
     assert invoice.total == sum(r.cost for r in UsageRecord.objects.all())
 
@@ -138,4 +147,28 @@ def test_invoice_csv_totals(client, world, account, metered):
     lines, total = body[:-1], body[-1]
     assert total[0] == "total" and D(total[4]) == invoice.total
     assert sum(D(row[4]) for row in lines) == invoice.total
-    assert {row[0] for row in lines} == {"cpu", "memory", "gpu", "gpu_eq"}
+    assert {row[0] for row in lines} == {"cpu", "memory", "gpu"}
+
+
+def test_each_gpu_models_use_is_billed_once_in_the_unit_it_is_priced_in():
+    # Issue 11 item 9: card-hours and GPU-equivalent hours of the same use never stand side by side.
+    rows = [
+        {"resource_type": "cpu", "gpu_model": None, "amount": D("1")},
+        {"resource_type": "gpu", "gpu_model": 1, "amount": D("12.96")},  # A100: priced per card
+        {"resource_type": "gpu_eq", "gpu_model": 1, "amount": D("0")},
+        {"resource_type": "gpu", "gpu_model": 2, "amount": D("0")},  # V100: priced in equivalents
+        {"resource_type": "gpu_eq", "gpu_model": 2, "amount": D("3.50")},
+        {"resource_type": "gpu", "gpu_model": 3, "amount": D("0")},  # no price at all: card-hours, once
+        {"resource_type": "gpu_eq", "gpu_model": 3, "amount": D("0")},
+    ]
+    kept = {(r["resource_type"], r["gpu_model"]) for r in services.charged_rows(rows, "gpu_model", "amount")}
+    assert kept == {("cpu", None), ("gpu", 1), ("gpu_eq", 2), ("gpu", 3)}
+
+
+def test_money_is_formatted_with_cents_grouping_and_currency_and_totals_per_currency():
+    from apps.billing.pricing import format_money, format_totals  # noqa: PLC0415
+
+    assert format_money(D("19.82270000000000000"), "CNY") == "19.82 CNY"
+    assert format_money(D("1234567.005"), "EUR") == "1,234,567.01 EUR"
+    assert format_totals([(D("1.5"), "CNY"), (D("2"), "EUR"), (D("0.25"), "CNY")]) == "1.75 CNY + 2.00 EUR"
+    assert format_totals([]) == "nothing"

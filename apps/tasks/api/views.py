@@ -17,10 +17,12 @@ from rest_framework.response import Response
 
 from apps.clusters.api.views import clusters_of
 from apps.tasks import services
+from apps.tasks.admission import wait_notice
 from apps.tasks.api import stats
 from apps.tasks.api.serializers import (
     ClusterStatsSerializer,
     StopSerializer,
+    TaskCreatedSerializer,
     TaskDetailSerializer,
     TaskEventSerializer,
     TaskSerializer,
@@ -79,7 +81,7 @@ class TaskViewSet(
         task = get_object_or_404(with_events(tasks_of(self.request.user)), pk=pk)
         return TaskDetailSerializer(task, context=self.get_serializer_context()).data
 
-    @extend_schema(request=TaskSerializer, responses={201: TaskDetailSerializer})
+    @extend_schema(request=TaskSerializer, responses={201: TaskCreatedSerializer})
     def create(self, request: Request, *args, **kwargs) -> Response:
         """Submit a task through the submission service (GPU spec, queue, quota and role rules)."""
         serializer = self.get_serializer(data=request.data)
@@ -88,7 +90,8 @@ class TaskViewSet(
         # Shown as the detail endpoint shows it, from the rows just written (the service keeps the submission
         # event and the preferred clusters on the task): nothing is loaded back.
         events = TaskEventSerializer(task.events.all(), many=True).data
-        return Response({**serializer.data, "events": events}, status=status.HTTP_201_CREATED)
+        body = {**serializer.data, "events": events, "notice": wait_notice(task)}
+        return Response(body, status=status.HTTP_201_CREATED)
 
     def perform_destroy(self, instance: Task) -> None:
         with service_errors():
