@@ -36,3 +36,26 @@ def test_an_unprivileged_portal_says_it_cannot_reach_into_its_jobs(monkeypatch):
         Sandbox(job_user="hcs-job").enter_argv(4242)
     with pytest.raises(ExecutorError, match="needs the portal to run as root"):
         Sandbox(job_user="hcs-job").forward_argv(4242, "/tmp/x.sock", 8888)
+
+
+def test_a_deleted_jobs_forwarder_sockets_go_with_it(tmp_path):
+    import time  # noqa: PLC0415
+
+    from apps.clusters.executors.base import JobSpec  # noqa: PLC0415
+    from apps.clusters.executors.local import LocalExecutor  # noqa: PLC0415
+
+    executor = LocalExecutor(tmp_path / "jobs", sandbox=Sandbox(job_user="hcs-job"))
+    job = executor.submit(JobSpec(task_id=1, attempt=1, name="fwd", project="p", owner="o", kind="training",
+                                  command="sleep 60"))  # fmt: skip
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            endpoint = executor.port_endpoint(job, 0, 8000)
+            break
+        except ExecutorError:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    assert os.path.exists(endpoint.uds) and oct(os.stat(endpoint.uds).st_mode)[-3:] == "600"
+    assert executor.port_endpoint(job, 0, 8000) == endpoint  # the running forwarder is reused
+    executor.delete(job)
+    assert not os.path.exists(endpoint.uds)

@@ -93,6 +93,11 @@ def _children_of() -> dict[int, list[int]]:
     return children
 
 
+def _socket_stem(job_dir: Path) -> str:
+    """The start of the names of a job's forwarder sockets: short, and the job's alone."""
+    return hashlib.sha256(str(job_dir).encode()).hexdigest()[:24]
+
+
 def _listening(socket_path: Path) -> bool:
     """Whether a forwarder answers on ``socket_path``."""
     with socket.socket(socket.AF_UNIX) as probe:
@@ -429,6 +434,10 @@ class LocalExecutor(Executor):
         self.kill(external_id)
         self._children.pop(external_id, None)
         shutil.rmtree(job_dir, ignore_errors=True)
+        # The forwarders ended with the job's namespaces; their sockets are left behind.
+        with contextlib.suppress(ExecutorError, OSError):
+            for socket_path in self._socket_dir().glob(f"{_socket_stem(job_dir)}-*.sock"):
+                socket_path.unlink(missing_ok=True)
 
     def list_by_owner(self, labels: dict[str, str]) -> list[JobState]:
         if not self.base_dir.is_dir():
@@ -469,7 +478,7 @@ class LocalExecutor(Executor):
             raise ExecutorError("the job is not running", retryable=False)
         if self.sandbox.network == NETWORK_HOST:
             return Endpoint("127.0.0.1", port)
-        socket_path = self._socket_dir() / f"{hashlib.sha256(str(job_dir).encode()).hexdigest()[:24]}-{int(port)}.sock"
+        socket_path = self._socket_dir() / f"{_socket_stem(job_dir)}-{int(port)}.sock"
         if not _listening(socket_path):
             socket_path.unlink(missing_ok=True)  # a forwarder that is gone left its socket behind
             self._start_forwarder(meta["pid"], socket_path, port)
