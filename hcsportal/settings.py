@@ -327,6 +327,8 @@ HCS_LOCAL_EXECUTOR_DIR = VAR_DIR / "local-jobs"
 HCS_LOCAL_JOB_USER = env_str("HCS_LOCAL_JOB_USER", "hcs-job")
 # "none": jobs have no network (they cannot reach the database, Redis or the portal); "host": the host's.
 HCS_LOCAL_JOB_NETWORK = env_choice("HCS_LOCAL_JOB_NETWORK", ("none", "host"), "none")
+# A Web Console with neither input nor output this long is closed (its shell hung up): sessions are bounded.
+HCS_TERMINAL_IDLE_TIMEOUT_S = env_int("HCS_TERMINAL_IDLE_TIMEOUT_S", 3600, minimum=10)
 
 LOGGING = {
     "version": 1,

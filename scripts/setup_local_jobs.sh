@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Prepares this host to run local-cluster jobs isolated from the portal (docs/local-jobs.md):
 #   - bubblewrap, the sandbox every local job runs in (Debian package "bubblewrap");
+#   - socat, which Connect uses to reach a port of a job that has no network (docs/console.md); optional;
 #   - when run as root: the unprivileged user local jobs run as ($HCS_LOCAL_JOB_USER, default hcs-job).
 # Idempotent; `make run` and the test suite call it. Without root it only checks and says what is missing.
 set -euo pipefail
@@ -20,6 +21,16 @@ if ! command -v bwrap >/dev/null; then
     else
         log "error: bubblewrap is not installed; as root: apt-get install bubblewrap"
         exit 1
+    fi
+fi
+
+if ! command -v socat >/dev/null; then
+    if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then
+        log "installing socat from Debian (Connect to local jobs' ports)"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends socat >/tmp/hcs-apt-socat.log 2>&1 \
+            || log "warning: apt-get install socat failed (see /tmp/hcs-apt-socat.log): Connect to local jobs will not work"
+    else
+        log "warning: socat is not installed: Connect to local jobs' ports will not work (apt-get install socat)"
     fi
 fi
 

@@ -83,6 +83,7 @@ def _remote_executor(cluster: Cluster) -> Executor:
             partition=cluster.namespace,
             output_dir=credentials.get("output_dir", ""),
             working_dir=credentials.get("working_dir", ""),
+            slurm_conf=credentials.get("slurm_conf", ""),
             # A Slurm site names its gres types itself: the cluster label slurm-gres.<MODEL> overrides the catalog.
             gres_types={k.removeprefix("slurm-gres."): v for k, v in labels.items() if k.startswith("slurm-gres.")},
         )

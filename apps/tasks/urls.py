@@ -1,8 +1,8 @@
 """User pages: dashboard, task lists and forms, monitoring, queues."""
 
-from django.urls import path
+from django.urls import path, re_path
 
-from apps.tasks import views
+from apps.tasks import access_views, views
 
 app_name = "portal"
 urlpatterns = [
@@ -13,6 +13,12 @@ urlpatterns = [
     path("compute-tasks/<int:pk>/delete/", views.task_delete, name="task-delete"),
     path("task-monitoring/<int:pk>/", views.task_monitoring, name="task-monitoring"),
     path("task-monitoring/<int:pk>/logs/", views.task_logs, name="task-logs"),
+    path("task-monitoring/<int:pk>/terminal/", access_views.task_terminal, name="task-terminal"),
+    re_path(
+        r"^tasks/(?P<pk>[0-9]+)/connect/(?P<port>[0-9]{1,5})/(?P<path>.*)$",
+        access_views.task_connect,
+        name="task-connect",
+    ),  # fmt: skip
     path("price-estimate/", views.price_estimate, name="price-estimate"),
     path("task-queues/", views.task_queues, name="task-queues"),
     path("task-queues/<int:pk>/policy/", views.queue_policy, name="queue-policy"),

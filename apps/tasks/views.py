@@ -34,7 +34,7 @@ from apps.clusters.models import Cluster, Device
 from apps.queues import services as queue_services
 from apps.queues.choices import CLASS_RULES, PriorityClass
 from apps.queues.models import TaskQueue
-from apps.tasks import forms, lineup, live
+from apps.tasks import access, forms, lineup, live
 from apps.tasks.admission import wait_notice
 from apps.tasks.choices import ACTIVE, WAITING, EventKind, TaskKind, TaskStatus
 from apps.tasks.filtersets import TaskFilterSet
@@ -537,10 +537,11 @@ def task_monitoring(request: HttpRequest, pk: int) -> HttpResponse:
     events = list(task.events.select_related("actor"))
     for event in events:
         event.details = _event_details(event)
-    backend_objects, backend_error = [], ""
+    backend_objects, backend_error, backend_state = [], "", None
     if task.external_id and task.cluster is not None:
         try:
-            backend_objects = list(executor_for(task.cluster).status(task.external_id).objects)
+            backend_state = executor_for(task.cluster).status(task.external_id)
+            backend_objects = list(backend_state.objects)
         except ExecutorError as exc:
             backend_error = str(exc)
     # A finished task's placement stays on record (billing reads it), but it holds nothing any more.
@@ -566,6 +567,9 @@ def task_monitoring(request: HttpRequest, pk: int) -> HttpResponse:
             "preferred": list(task.preferred_clusters.all()),
             "runs": range(1, task.attempt + 1),
             "log_run": log_run,
+            "instance_numbers": range(max(task.instances, 1)),
+            "ide_url": access.ide_connect_url(task),
+            "service": access.service_facts(task, backend_state, request.build_absolute_uri("/")),
             "nav": "compute-tasks",
         },
     )

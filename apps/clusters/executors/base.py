@@ -175,6 +175,39 @@ class NodeCondition:
     reason: str = ""
 
 
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the portal reaches a port of a running job instance: ``host``:``port``, through ``uds`` when set
+    (a unix socket on the portal host that forwards to the port, for jobs with no network of their own)."""
+
+    host: str
+    port: int
+    uds: str = ""
+
+
+class Terminal(abc.ABC):
+    """An interactive shell inside one instance of a running job, as the job's own identity (the Web Console).
+
+    Calls block; callers off an event loop run them in threads. Output is raw terminal bytes.
+    """
+
+    @abc.abstractmethod
+    def read(self, timeout: float) -> bytes | None:
+        """The shell's next output; None when nothing came within ``timeout`` seconds, b"" once it ended."""
+
+    @abc.abstractmethod
+    def write(self, data: bytes) -> None:
+        """Keystrokes (or pasted text) for the shell."""
+
+    @abc.abstractmethod
+    def resize(self, rows: int, cols: int) -> None:
+        """The terminal's new size, so full-screen programs redraw to fit."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """End the shell (hang up) and free what it holds; safe to call twice."""
+
+
 class Executor(abc.ABC):
     """Runs jobs on one cluster. Implementations: local processes, Slurm (slurmrestd), Kubernetes."""
 
@@ -246,6 +279,20 @@ class Executor(abc.ABC):
         raise ExecutorError(f"{type(self).__name__} cannot resize a running job", retryable=False)
 
     supports_resize = False
+
+    def open_terminal(self, external_id: str, instance: int = 0, rows: int = 24, cols: int = 80) -> Terminal:
+        """A shell in instance ``instance`` of a running job, with the job's identity, files and environment.
+
+        Backends that cannot reach into a running job refuse (not retryable).
+        """
+        raise ExecutorError(f"{type(self).__name__} cannot open a terminal", retryable=False)
+
+    def port_endpoint(self, external_id: str, instance: int, port: int) -> Endpoint:
+        """Where the portal reaches TCP ``port`` of instance ``instance`` of a running job (Connect, TensorBoard).
+
+        Backends whose jobs the portal cannot reach refuse (not retryable).
+        """
+        raise ExecutorError(f"{type(self).__name__} cannot reach a job's ports", retryable=False)
 
     def node_conditions(self) -> list[NodeCondition] | None:
         """The backend's view of its nodes, in one call; None when the backend has no such view (local)."""

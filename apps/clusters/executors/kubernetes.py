@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 import urllib3
 import yaml
 from kubernetes import client, config
+from kubernetes.stream import stream
+from kubernetes.stream.ws_client import RESIZE_CHANNEL
 
 from apps.clusters.executors import k8s_manifests as m
 from apps.clusters.executors.base import (
@@ -24,6 +26,7 @@ from apps.clusters.executors.base import (
     LABEL_INSTALLATION,
     LABEL_TASK_UID,
     LOG_CHUNK_BYTES,
+    Endpoint,
     Executor,
     ExecutorError,
     Failure,
@@ -32,7 +35,9 @@ from apps.clusters.executors.base import (
     JobState,
     LogChunk,
     NodeCondition,
+    Terminal,
 )
+from apps.clusters.executors.terminal import clamp_size
 
 T = TypeVar("T")
 
@@ -593,6 +598,38 @@ class KubernetesExecutor(Executor):
                 chunks.append(f"==> {pod_name} <==\n{text}" if len(pods) > 1 else text)
         return LogChunk("\n".join(chunks), json.dumps(marks), more)
 
+    def _instance_pods(self, external_id: str) -> list[dict]:
+        namespace, workload, name = m.parse_external_id(external_id)
+        if workload != m.WORKLOAD_POD:
+            return self._pods(namespace, name)
+        try:
+            return [self._read_workload(namespace, workload, name)]
+        except ExecutorError as exc:
+            if _status_code(exc) == 404:
+                raise ExecutorError(f"pod {namespace}/{name} not found", retryable=False)
+            raise
+
+    def open_terminal(self, external_id: str, instance: int = 0, rows: int = 24, cols: int = 80) -> Terminal:
+        """``exec`` with a TTY into the main container of the instance's pod, through the API server's stream."""
+        namespace, _, _ = m.parse_external_id(external_id)
+        pod = instance_pod(self._instance_pods(external_id), instance)
+        try:
+            ws = stream(self._apis["core"].connect_get_namespaced_pod_exec, **exec_arguments(pod, namespace))
+        except (client.ApiException, OSError, ValueError) as exc:
+            raise ExecutorError(f"cannot exec into pod {namespace}/{pod['metadata']['name']}: {exc}", retryable=False)
+        terminal = KubernetesTerminal(ws)
+        terminal.resize(rows, cols)
+        return terminal
+
+    def port_endpoint(self, external_id: str, instance: int, port: int) -> Endpoint:
+        """The port on the instance's pod IP (the portal must be able to route to pods: in-cluster, or a flat
+        network); the pod is chosen as for a terminal."""
+        pod = instance_pod(self._instance_pods(external_id), instance)
+        address = (pod.get("status") or {}).get("podIP")
+        if not address:
+            raise ExecutorError(f"pod {pod['metadata']['name']} has no IP yet", retryable=False)
+        return Endpoint(address, port)
+
     def stop(self, external_id: str) -> None:
         """Delete the workload; Foreground makes its pods go before it does. Services stay until delete()."""
         namespace, workload, name = m.parse_external_id(external_id)
@@ -688,6 +725,70 @@ class KubernetesExecutor(Executor):
         """The API server's version, or ExecutorError when it cannot be reached."""
         version = _call(client.VersionApi(self.api_client).get_code)
         return f"Kubernetes {version.git_version} ({self.api_client.configuration.host})"
+
+
+_EXEC_SHELL = "export TERM=xterm-256color; if command -v bash >/dev/null 2>&1; then exec bash -i; fi; exec sh -i"
+
+
+def instance_pod(pods: list[dict], instance: int) -> dict:
+    """The running pod of instance ``instance``: an indexed Job's pod of that completion index, else the
+    instance-th running pod by name (a Deployment's replicas, a Volcano Job's tasks)."""
+    running = [pod for pod in pods if (pod.get("status") or {}).get("phase") == "Running"]
+    indexed = [p for p in running if m.JOB_INDEX_ANNOTATION in ((p.get("metadata") or {}).get("annotations") or {})]
+    if indexed:
+        for pod in indexed:
+            if pod["metadata"]["annotations"][m.JOB_INDEX_ANNOTATION] == str(instance):
+                return pod
+    elif 0 <= instance < len(running):
+        return sorted(running, key=lambda pod: pod["metadata"]["name"])[instance]
+    raise ExecutorError(f"instance {instance} has no running pod", retryable=False)
+
+
+def exec_arguments(pod: dict, namespace: str) -> dict:
+    """Keyword arguments of ``stream(connect_get_namespaced_pod_exec, ...)`` for an interactive shell."""
+    return {
+        "name": pod["metadata"]["name"],
+        "namespace": namespace,
+        "container": m.CONTAINER_NAME,
+        "command": ["/bin/sh", "-c", _EXEC_SHELL],
+        "stdin": True,
+        "stdout": True,
+        "stderr": True,
+        "tty": True,
+        "binary": True,
+        "_preload_content": False,
+    }
+
+
+class KubernetesTerminal(Terminal):
+    """The Web Console over the API server's exec stream (a WebSocket with one channel per stream)."""
+
+    def __init__(self, ws) -> None:
+        self.ws = ws
+
+    def read(self, timeout: float) -> bytes | None:
+        if not self.ws.is_open():
+            return b""
+        try:
+            self.ws.update(timeout=timeout)
+        except Exception:  # noqa: BLE001 - any transport failure ends the session the same way
+            return b""
+        data = self.ws.read_stdout() + self.ws.read_stderr()
+        if data:
+            return data
+        return None if self.ws.is_open() else b""
+
+    def write(self, data: bytes) -> None:
+        if self.ws.is_open():
+            self.ws.write_stdin(data)
+
+    def resize(self, rows: int, cols: int) -> None:
+        rows, cols = clamp_size(rows, cols)
+        if self.ws.is_open():
+            self.ws.write_channel(RESIZE_CHANNEL, json.dumps({"Width": cols, "Height": rows}))
+
+    def close(self) -> None:
+        self.ws.close()
 
 
 def _desired_replicas(workload: str, obj: dict) -> int | None:

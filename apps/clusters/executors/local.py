@@ -10,21 +10,37 @@ reports the exit code of those that ended while nobody was watching.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import hashlib
 import json
 import math
 import os
 import re
 import shutil
 import signal
+import socket
+import stat
 import subprocess
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .base import Executor, ExecutorError, Failure, JobPhase, JobSpec, JobState, platform_environment
+from .base import (
+    Endpoint,
+    Executor,
+    ExecutorError,
+    Failure,
+    JobPhase,
+    JobSpec,
+    JobState,
+    Terminal,
+    platform_environment,
+)
 from .logfile import LogChunk, read_log_file
-from .sandbox import TRUSTED_ENV, Sandbox, check_env_names, device_nodes
+from .sandbox import NETWORK_HOST, TRUSTED_ENV, Sandbox, check_env_names, device_nodes
+from .terminal import PtyTerminal
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
@@ -62,6 +78,52 @@ def _proc_start_time(pid: int) -> int | None:
     return int(fields[19])
 
 
+def _children_of() -> dict[int, list[int]]:
+    """Every process's children, from one pass over /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    return children
+
+
+def _socket_stem(job_dir: Path) -> str:
+    """The start of the names of a job's forwarder sockets: short, and the job's alone."""
+    return hashlib.sha256(str(job_dir).encode()).hexdigest()[:24]
+
+
+def _listening(socket_path: Path) -> bool:
+    """Whether a forwarder answers on ``socket_path``."""
+    with socket.socket(socket.AF_UNIX) as probe:
+        try:
+            probe.connect(str(socket_path))
+        except OSError:
+            return False
+    return True
+
+
+def _sandboxed_process(pid: int) -> int | None:
+    """A descendant of the job's wrapper that lives inside the job's sandbox (another PID namespace)."""
+    own = os.readlink("/proc/self/ns/pid")
+    children = _children_of()
+    todo = list(children.get(pid, ()))
+    while todo:
+        candidate = todo.pop(0)
+        try:
+            if os.readlink(f"/proc/{candidate}/ns/pid") != own:
+                return candidate
+        except OSError:
+            continue
+        todo += children.get(candidate, ())
+    return None
+
+
 def tail_lines(path: Path, tail: int) -> str:
     """The last ``tail`` lines of a file, read from its end so large logs stay cheap."""
     if tail <= 0:
@@ -96,6 +158,12 @@ _IDES = {
     "vscode": (8080, "code-server", "code-server --bind-addr 0.0.0.0:{port} --auth password", "PASSWORD"),
 }
 _IDE_ALIASES = {"jupyterlab": "jupyter", "code-server": "vscode"}
+
+
+def ide_port(ide: str) -> int | None:
+    """The port an IDE listens on unless the task sets one (the same on every backend); None for no IDE."""
+    name = _IDE_ALIASES.get((ide or "").lower(), (ide or "").lower())
+    return _IDES[name][0] if name in _IDES else None
 
 
 def _ide(spec: JobSpec) -> tuple[int, str, str, str]:
@@ -366,6 +434,10 @@ class LocalExecutor(Executor):
         self.kill(external_id)
         self._children.pop(external_id, None)
         shutil.rmtree(job_dir, ignore_errors=True)
+        # The forwarders ended with the job's namespaces; their sockets are left behind.
+        with contextlib.suppress(ExecutorError, OSError):
+            for socket_path in self._socket_dir().glob(f"{_socket_stem(job_dir)}-*.sock"):
+                socket_path.unlink(missing_ok=True)
 
     def list_by_owner(self, labels: dict[str, str]) -> list[JobState]:
         if not self.base_dir.is_dir():
@@ -382,6 +454,62 @@ class LocalExecutor(Executor):
                 state = self.status(job_dir.name)
                 states.append(dataclasses.replace(state, name=job_dir.name, labels=dict(job_labels)))
         return states
+
+    def open_terminal(self, external_id: str, instance: int = 0, rows: int = 24, cols: int = 80) -> Terminal:
+        """A shell inside the job's own sandbox (its namespaces, user, files and environment), on a PTY."""
+        if instance != 0:
+            raise ExecutorError(f"a local job has one instance (0), not {instance}", retryable=False)
+        meta = self._read_meta(self._job_dir(external_id))
+        if meta is None or not self._is_alive(external_id, meta):
+            raise ExecutorError("the job is not running", retryable=False)
+        inside = _sandboxed_process(meta["pid"])
+        if inside is None:
+            raise ExecutorError("the job's sandbox is not up yet; try again in a moment")
+        return PtyTerminal(self.sandbox.enter_argv(inside), rows, cols)
+
+    def port_endpoint(self, external_id: str, instance: int, port: int) -> Endpoint:
+        """The job's port: on the host's loopback when jobs share its network, else through a unix socket that
+        a forwarder inside the job's network namespace (started on first use, ending with the job) serves."""
+        if instance != 0:
+            raise ExecutorError(f"a local job has one instance (0), not {instance}", retryable=False)
+        job_dir = self._job_dir(external_id)
+        meta = self._read_meta(job_dir)
+        if meta is None or not self._is_alive(external_id, meta):
+            raise ExecutorError("the job is not running", retryable=False)
+        if self.sandbox.network == NETWORK_HOST:
+            return Endpoint("127.0.0.1", port)
+        socket_path = self._socket_dir() / f"{_socket_stem(job_dir)}-{int(port)}.sock"
+        if not _listening(socket_path):
+            socket_path.unlink(missing_ok=True)  # a forwarder that is gone left its socket behind
+            self._start_forwarder(meta["pid"], socket_path, port)
+        return Endpoint("127.0.0.1", port, uds=str(socket_path))
+
+    @staticmethod
+    def _socket_dir() -> Path:
+        """A private directory with a short path for forwarder sockets (unix socket paths are limited to 107
+        bytes, which a job directory may exceed); only the portal's user may enter it."""
+        path = Path(tempfile.gettempdir()) / f"hcs-ports-{os.geteuid()}"
+        with contextlib.suppress(FileExistsError):
+            path.mkdir(mode=0o700)
+        info = path.lstat()
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
+            raise ExecutorError(f"{path} is not a private directory of the portal's user", retryable=False)
+        return path
+
+    def _start_forwarder(self, job_pid: int, socket_path: Path, port: int) -> None:
+        inside = _sandboxed_process(job_pid)
+        if inside is None:
+            raise ExecutorError("the job's sandbox is not up yet; try again in a moment")
+        if not shutil.which("socat", path=TRUSTED_ENV["PATH"]):
+            raise ExecutorError("reaching a local job's port needs socat: apt-get install socat", retryable=False)
+        subprocess.Popen(self.sandbox.forward_argv(inside, str(socket_path), port), stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=TRUSTED_ENV,
+                         start_new_session=True)  # fmt: skip
+        deadline = time.monotonic() + 5
+        while not socket_path.exists():  # another worker's forwarder may win the bind; either serves
+            if time.monotonic() > deadline:
+                raise ExecutorError(f"the forwarder to port {port} of the job did not start")
+            time.sleep(0.02)
 
     def health(self) -> str:
         probe = self.base_dir / ".health-probe"

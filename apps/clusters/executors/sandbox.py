@@ -55,6 +55,12 @@ _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Where the job's environment lies inside the sandbox, and the shell that exports it and runs the command.
 _ENV_PATH = "/run/hcs-job.env"
 _EXPORT_AND_RUN = f'set -a; . {_ENV_PATH}; set +a; exec "$@"'
+# The Web Console's shell: the job's environment, its working directory, a terminal type, and the session
+# leader's controlling terminal set to the PTY it was given (so job control and Ctrl-C work).
+_INTERACTIVE_SHELL = (
+    f'set -a; . {_ENV_PATH}; set +a; export TERM=xterm-256color; cd "${{HCS_JOB_DIR:-$HOME}}" 2>/dev/null; '
+    "if command -v bash >/dev/null 2>&1; then exec setsid --ctty bash -i; fi; exec setsid --ctty sh -i"
+)
 
 # Device nodes a job needs for its cards, per vendor: nodes per card index, and shared control nodes.
 _DEVICE_NODES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -205,6 +211,44 @@ class Sandbox:
                      "--bounding-set=-all", "--inh-caps=-all", "--"]  # fmt: skip
         argv += ["env", "-i", "--default-signal=TERM,INT,HUP", "/bin/sh", "-c", _EXPORT_AND_RUN, "hcs-job", *command]
         return argv
+
+    def enter_argv(self, pid: int) -> list[str]:
+        """The command line of an interactive shell inside the running sandbox of process ``pid``.
+
+        The shell joins that sandbox's namespaces (so it sees the job's files, processes and network, and
+        nothing else), drops to the job's identity like the job did, and gets the job's environment from
+        the sandbox's own copy of it, never the portal's.
+        """
+        account = self._joinable()
+        argv = ["nsenter", f"--target={pid}", "--mount", "--uts", "--ipc", "--net", "--pid", "--"]
+        argv += ["setpriv", f"--reuid={account.pw_uid}", f"--regid={account.pw_gid}", "--clear-groups",
+                 "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", "--"]  # fmt: skip
+        return [*argv, "env", "-i", "/bin/sh", "-c", _INTERACTIVE_SHELL]
+
+    def _joinable(self) -> pwd.struct_passwd:
+        """The job user, when the portal may join its jobs' sandboxes (as root); ExecutorError otherwise.
+
+        An unprivileged portal's sandboxes live in user namespaces bubblewrap nests, which the portal's uid
+        cannot enter (nsenter: "reassociate to namespace failed: Operation not permitted").
+        """
+        account = self.check()
+        if account is None:
+            raise ExecutorError(
+                "reaching into a running local job (Web Console, Connect) needs the portal to run as root: "
+                "an unprivileged portal cannot join its jobs' sandboxes",
+                retryable=False,
+            )
+        return account
+
+    def forward_argv(self, pid: int, socket_path: str, port: int) -> list[str]:
+        """A forwarder from a unix socket of the portal host to ``port`` on the loopback of process ``pid``'s sandbox.
+
+        It joins only the sandbox's network and PID namespaces (so it ends with the job), keeps the portal's
+        file tree for the socket, and connects to the job's port for each client.
+        """
+        self._joinable()
+        argv = ["nsenter", f"--target={pid}", "--net", "--pid"]
+        return [*argv, "--", "socat", f"UNIX-LISTEN:{socket_path},fork,mode=600", f"TCP:127.0.0.1:{port}"]
 
     def probe(self, scratch: Path) -> None:
         """Run ``true`` in a sandbox like a job's: raises ExecutorError with bubblewrap's message on failure."""

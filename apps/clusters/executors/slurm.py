@@ -19,16 +19,32 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import pwd
 import shlex
+import shutil
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import requests
 
-from .base import Executor, ExecutorError, Failure, JobPhase, JobSpec, JobState, NodeCondition, platform_environment
+from .base import (
+    Endpoint,
+    Executor,
+    ExecutorError,
+    Failure,
+    JobPhase,
+    JobSpec,
+    JobState,
+    NodeCondition,
+    Terminal,
+    platform_environment,
+)
 from .local import job_command, job_secrets, tail_lines
 from .logfile import LogChunk, read_log_file
+from .sandbox import TRUSTED_ENV
+from .terminal import PtyTerminal
 
 _PHASES = {
     "PENDING": JobPhase.PENDING,
@@ -108,6 +124,25 @@ def decode_exit_code(wait_status: int | None) -> int | None:
         return None
     signal_number = wait_status & 0x7F
     return 128 + signal_number if signal_number else (wait_status >> 8) & 0xFF
+
+
+_SHELL = "export TERM=xterm-256color; if command -v bash >/dev/null 2>&1; then exec bash -i; fi; exec sh -i"
+
+
+def srun_terminal_argv(job_id: int, user: str, node: str = "", run_as_root: bool = False) -> list[str]:
+    """``srun`` starting an interactive shell as a step of job ``job_id`` (on ``node``), as ``user``.
+
+    ``--overlap`` lets the step share the resources the job's own steps hold; ``--pty`` gives it the
+    terminal ``srun`` itself runs on. A portal running as root becomes ``user`` first (Slurm accepts a
+    step only from the job's owner); otherwise it must already be that user.
+    """
+    argv = ["srun", f"--jobid={job_id}", "--overlap", "--pty", "--nodes=1", "--ntasks=1", "--quiet"]
+    if node:
+        argv.append(f"--nodelist={node}")
+    argv += ["/bin/sh", "-c", _SHELL]
+    if run_as_root:
+        argv = ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--", *argv]
+    return argv
 
 
 def _timestamp(value: int | None) -> datetime | None:
@@ -196,6 +231,7 @@ class SlurmExecutor(Executor):
         working_dir: str = "",
         timeout: float = 10.0,
         gres_types: dict[str, str] | None = None,
+        slurm_conf: str = "",
     ):
         """``gres_types`` maps catalog model names to this site's gres types where they differ from the
         catalog's (a Slurm site names its gres types itself)."""
@@ -207,6 +243,7 @@ class SlurmExecutor(Executor):
         self.output_dir = output_dir
         self.working_dir = working_dir or output_dir or "/tmp"
         self.timeout = timeout
+        self.slurm_conf = slurm_conf  # where this host's slurm.conf is, for srun (Web Console); "" for the default
         self._session = requests.Session()
         # The last job listing and when it was asked for, for ``update_time`` (reused while nothing changes).
         self._listing: tuple[int, list[dict]] | None = None
@@ -440,6 +477,41 @@ class SlurmExecutor(Executor):
         if errors:
             raise self._fail(body, errors, f"cannot cancel Slurm job {external_id}")
 
+    def open_terminal(self, external_id: str, instance: int = 0, rows: int = 24, cols: int = 80) -> Terminal:
+        """An interactive step in the job's allocation (``srun --overlap --pty``) on the instance's node."""
+        state = self.status(external_id)
+        if state.phase != JobPhase.RUNNING:
+            raise ExecutorError(f"Slurm job {external_id} is not running", retryable=False)
+        if instance < len(state.nodes):
+            node = state.nodes[instance]
+        elif instance == 0:
+            node = ""
+        else:
+            raise ExecutorError(f"Slurm job {external_id} has no instance {instance}", retryable=False)
+        if not shutil.which("srun", path=TRUSTED_ENV["PATH"]):
+            raise ExecutorError("srun is not installed on the portal host: the Web Console of Slurm jobs needs "
+                                "Slurm's client commands and munge there", retryable=False)  # fmt: skip
+        run_as_root = os.geteuid() == 0
+        if not run_as_root and pwd.getpwuid(os.geteuid()).pw_name != self.user:
+            raise ExecutorError(f"the portal runs as {pwd.getpwuid(os.geteuid()).pw_name}, not as the jobs' user "
+                                f"{self.user}: srun cannot open a step in their jobs", retryable=False)  # fmt: skip
+        env = dict(TRUSTED_ENV, TERM="xterm-256color")
+        if self.slurm_conf:
+            env["SLURM_CONF"] = self.slurm_conf
+        argv = srun_terminal_argv(self._job_id(external_id), self.user, node, run_as_root)
+        return PtyTerminal(argv, rows, cols, env=env)
+
+    def port_endpoint(self, external_id: str, instance: int, port: int) -> Endpoint:
+        """The port on the node of the instance, at the address slurmctld knows the node by (its NodeAddr)."""
+        state = self.status(external_id)
+        if state.phase != JobPhase.RUNNING:
+            raise ExecutorError(f"Slurm job {external_id} is not running", retryable=False)
+        if instance >= len(state.nodes):
+            raise ExecutorError(f"Slurm job {external_id} has no instance {instance}", retryable=False)
+        node = state.nodes[instance]
+        address = next((n.get("address") for n in self.nodes() if n.get("name") == node), "") or node
+        return Endpoint(address, port)
+
     def delete(self, external_id: str) -> None:
         """Cancel the job and remove its output file; Slurm forgets the record after MinJobAge."""
         record = self._record(external_id)
@@ -474,6 +546,7 @@ class SlurmExecutor(Executor):
             out.append(
                 {
                     "name": node.get("name"),
+                    "address": node.get("address") or "",  # NodeAddr: where the node's ports are reached
                     "cpus": node.get("cpus") or 0,
                     "memory_gib": round((node.get("real_memory") or 0) / 1024, 2),
                     "state": node.get("state", ""),

@@ -108,8 +108,9 @@ class Command(BaseCommand):
             },
         )  # fmt: skip
         cluster.set_credentials(
-            {"token": env["SLURM_JWT"], "user": env["SLURM_USER"], "output_dir": env["SLURM_OUTPUT_DIR"]}
-        )
+            {"token": env["SLURM_JWT"], "user": env["SLURM_USER"], "output_dir": env["SLURM_OUTPUT_DIR"],
+             "slurm_conf": env["SLURM_CONF"]}  # srun (the Web Console) finds the dev cluster through it
+        )  # fmt: skip
         cluster.save()
         nodes = import_slurm_nodes(cluster)
         self.stdout.write(f"Registered Slurm cluster slurm-dev with {len(nodes)} nodes.")
