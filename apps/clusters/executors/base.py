@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import enum
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -119,6 +120,9 @@ class JobSpec:
     task_uid: str = ""  # the task's uid (hex): names what outlives an attempt, such as its checkpoint directory
     # Where the job finds its checkpoint directory; each executor fills it in (see ``checkpoint_mount``).
     checkpoint_dir: str = ""
+
+
+TASK_UID_RE = re.compile(r"^[0-9a-f]{32}$")
 
 
 def wants_checkpoints(spec: JobSpec) -> bool:
@@ -257,6 +261,7 @@ class Executor(abc.ABC):
 
     supports_resize = False
 
+    @abc.abstractmethod
     def remove_checkpoints(self, task_uid: str, project: str) -> None:
         """Remove the checkpoint directory of a deleted task, if this backend keeps one; no error when none is left.
 

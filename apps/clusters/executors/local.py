@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from .base import (
+    TASK_UID_RE,
     Executor,
     ExecutorError,
     JobPhase,
@@ -35,7 +36,6 @@ from .base import (
 from .sandbox import TRUSTED_ENV, Sandbox, check_env_names, device_nodes
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
-_TASK_UID_RE = re.compile(r"^[0-9a-f]{32}$")
 # Under the base directory, beside the job directories (a dot-name is never a job's): one per task.
 _CHECKPOINTS = ".checkpoints"
 
@@ -172,7 +172,7 @@ class LocalExecutor(Executor):
 
     def checkpoint_dir(self, task_uid: str) -> Path:
         """The host directory of a task's checkpoints, kept across its attempts until the task is deleted."""
-        if not _TASK_UID_RE.match(task_uid):
+        if not TASK_UID_RE.match(task_uid):
             raise ExecutorError(f"invalid task uid: {task_uid!r}", retryable=False)
         return self.base_dir / _CHECKPOINTS / task_uid
 

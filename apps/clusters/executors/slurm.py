@@ -17,16 +17,29 @@ Written against Slurm 22.05's ``v0.0.38`` API. Notes on that API that shaped thi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import re
 import shlex
+import shutil
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import requests
 
-from .base import Executor, ExecutorError, JobPhase, JobSpec, JobState, NodeCondition, platform_environment
+from .base import (
+    TASK_UID_RE,
+    Executor,
+    ExecutorError,
+    JobPhase,
+    JobSpec,
+    JobState,
+    NodeCondition,
+    platform_environment,
+    wants_checkpoints,
+)
 from .local import job_command, job_secrets, tail_lines
 
 _PHASES = {
@@ -66,6 +79,8 @@ _STATE_MESSAGES = {
 }
 
 _ACTIVE = (JobPhase.PENDING, JobPhase.RUNNING, JobPhase.UNKNOWN)
+# Project names are slugs; anything else never becomes part of a path.
+_PROJECT_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]*$")
 
 ESLURM_INVALID_JOB_ID = 2017
 # Slurm errnos worth another try: communication and socket errors, "try again" answers,
@@ -187,9 +202,11 @@ class SlurmExecutor(Executor):
         working_dir: str = "",
         timeout: float = 10.0,
         gres_types: dict[str, str] | None = None,
+        checkpoint_root: str = "",
     ):
         """``gres_types`` maps catalog model names to this site's gres types where they differ from the
-        catalog's (a Slurm site names its gres types itself)."""
+        catalog's (a Slurm site names its gres types itself). ``checkpoint_root`` is a directory every node
+        shares: training tasks keep their checkpoints in ``<root>/<project>/<task uid>``."""
         self.endpoint = endpoint.rstrip("/")
         self.gres_types = dict(gres_types or {})
         self.user = user
@@ -198,6 +215,7 @@ class SlurmExecutor(Executor):
         self.output_dir = output_dir
         self.working_dir = working_dir or output_dir or "/tmp"
         self.timeout = timeout
+        self.checkpoint_root = checkpoint_root
         self._session = requests.Session()
         # The last job listing and when it was asked for, for ``update_time`` (reused while nothing changes).
         self._listing: tuple[int, list[dict]] | None = None
@@ -291,12 +309,15 @@ class SlurmExecutor(Executor):
             # Slurm sets CUDA_VISIBLE_DEVICES for gres gpus; vendors' runtimes read their own name.
             prelude.append(f'export {spec.gpu_model.visible_devices_env}="${{CUDA_VISIBLE_DEVICES:-}}"')
         body = job_command(spec)
+        # Kept across attempts: the first one creates it; the batch host creates it once for every rank.
+        setup = ['mkdir -p "$HCS_CHECKPOINT_DIR"'] if spec.checkpoint_dir else []
         if spec.instances <= 1:
-            lines = [guard, *prelude, "export HCS_RANK=0 HCS_WORLD_SIZE=1", body]
+            lines = [guard, *setup, *prelude, "export HCS_RANK=0 HCS_WORLD_SIZE=1", body]
             return "#!/bin/bash\n" + "\n".join(lines) + "\n"
         rank_script = "\n".join([*prelude, "export HCS_RANK=$SLURM_PROCID HCS_WORLD_SIZE=$SLURM_NTASKS", body])
         lines = [
             guard,
+            *setup,
             'export HCS_MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
             f"exec srun --kill-on-bad-exit=1 /bin/bash -c {shlex.quote(rank_script)}",
         ]
@@ -305,8 +326,25 @@ class SlurmExecutor(Executor):
     def _output_path(self, name: str) -> str:
         return str(Path(self.output_dir) / f"{name}.out") if self.output_dir else ""
 
+    def checkpoint_dir(self, task_uid: str, project: str) -> str:
+        """The shared directory of a task's checkpoints, ``<root>/<project>/<task uid>``; "" without a root."""
+        if not self.checkpoint_root:
+            return ""
+        if not TASK_UID_RE.match(task_uid) or not _PROJECT_RE.match(project):
+            raise ExecutorError(f"invalid task uid or project: {task_uid!r}, {project!r}", retryable=False)
+        return str(Path(self.checkpoint_root) / project / task_uid)
+
+    def _with_checkpoints(self, spec: JobSpec) -> JobSpec:
+        """The spec with its checkpoint directory: the task's checkpoint_path as it is (the user's own directory
+        on the shared file system), else the one under the cluster's checkpoint root."""
+        if not wants_checkpoints(spec):
+            return spec
+        path = str(spec.settings.get("checkpoint_path") or "") or self.checkpoint_dir(spec.task_uid, spec.project)
+        return dataclasses.replace(spec, checkpoint_dir=path)
+
     def job_description(self, spec: JobSpec) -> dict:
         """The ``job/submit`` request body for a spec (public so tests and the admin can show it)."""
+        spec = self._with_checkpoints(spec)
         partition = spec.namespace or self.partition
         job: dict = {
             "name": spec.name,
@@ -426,6 +464,16 @@ class SlurmExecutor(Executor):
         output = (record or {}).get("standard_output") or ""
         if output and self.output_dir and Path(output).parent == Path(self.output_dir):
             Path(output).unlink(missing_ok=True)
+
+    def remove_checkpoints(self, task_uid: str, project: str) -> None:
+        """Remove the task's directory under the checkpoint root, where this host mounts the shared root (as for
+        logs); a task's own checkpoint_path is the user's and stays."""
+        directory = self.checkpoint_dir(task_uid, project)
+        if not directory:
+            return
+        shutil.rmtree(directory, ignore_errors=True)
+        if Path(directory).exists():
+            raise ExecutorError(f"cannot remove the checkpoint directory {directory}")
 
     def list_by_owner(self, labels: dict[str, str]) -> list[JobState]:
         states = []
