@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from urllib.parse import urlparse
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -78,4 +79,14 @@ def env_choice(name: str, choices: tuple[str, ...], default: str) -> str:
     value = raw.strip().lower()
     if value not in choices:
         raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}, got {raw!r}")
+    return value
+
+
+def env_timezone(name: str, default: str) -> str:
+    """An IANA time zone name (``Asia/Shanghai``, ``UTC``) that this machine's zone database knows."""
+    value = os.environ.get(name, default).strip()
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ImproperlyConfigured(f"{name} must be an IANA time zone name such as UTC or Asia/Shanghai, got {value!r}")
     return value

@@ -16,7 +16,7 @@ from cryptography.fernet import Fernet
 from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
-from hcsportal.env import env_bool, env_choice, env_int, env_list, env_str, env_url
+from hcsportal.env import env_bool, env_choice, env_int, env_list, env_str, env_timezone, env_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("HCS_VAR_DIR", str(BASE_DIR / "var")))
@@ -296,7 +296,8 @@ METRICS_ALLOWED_IPS = env_list("METRICS_ALLOWED_IPS", [])
 
 # --- i18n, static ------------------------------------------------------------------------------
 LANGUAGE_CODE = "en-us"
-TIME_ZONE = "UTC"
+# The zone pages show times in (always with its name: "14:05:00 CST"); stored times are UTC whatever it is.
+TIME_ZONE = env_timezone("HCS_TIME_ZONE", "UTC")
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "/static/"

@@ -53,6 +53,12 @@ class PriceBook:
     def __bool__(self) -> bool:
         return bool(self.rules)
 
+    @property
+    def currency(self) -> str | None:
+        """The currency its prices are in; None when it has no price or (misconfigured) several currencies."""
+        currencies = {rule.currency for rule in self.rules.values()}
+        return currencies.pop() if len(currencies) == 1 else None
+
     def rule(self, resource_type: str, gpu_model_id: int | None = None) -> PriceRule | None:
         """The rule that prices a usage record: a GPU model's own price wins over the equivalents price.
 
@@ -72,6 +78,23 @@ def price_book(vdc: VDC | int | None) -> PriceBook:
     vdc_id = vdc.pk if isinstance(vdc, VDC) else vdc
     rules = PriceRule.objects.filter(active=True).filter(Q(vdc__isnull=True) | Q(vdc_id=vdc_id))
     return PriceBook(list(rules), vdc_id)
+
+
+def card_prices(vdc: VDC | int) -> dict[str, Decimal]:
+    """List price of one whole card-hour per GPU model in a VDC: the model's own price, else its equivalents
+    times the equivalents price. The same rule :func:`hourly_price_of_request` prices a request with."""
+    book = price_book(vdc)
+    if not book:
+        return {}
+    out = {}
+    for model in GPUModel.objects.only("pk", "name", "exchange_rate"):
+        per_card = book.rule(ResourceType.GPU, model.pk)
+        per_eq = book.rule(ResourceType.GPU_EQUIVALENT, model.pk)
+        if per_card is not None:
+            out[model.name] = per_card.price_per_hour
+        elif per_eq is not None:
+            out[model.name] = money(per_eq.price_per_hour * model.exchange_rate)
+    return out
 
 
 def hourly_price_of_request(vdc: VDC, cpu, memory_gib, gpu_spec: str, instances: int) -> Decimal | None:
@@ -454,7 +477,7 @@ def generate_invoice(account: Account, start: datetime, end: datetime) -> Invoic
                 quantity=r["quantity"],
                 amount=r["amount"],
             )  # fmt: skip
-            for r in rows
+            for r in charged_rows(rows, "gpu_model", "amount")
         ]
         InvoiceLine.objects.bulk_create(lines)
         invoice.total = sum((line.amount for line in lines), ZERO)
@@ -484,6 +507,29 @@ def close_invoice(invoice: Invoice) -> Invoice:
 # --- Reports for pages -------------------------------------------------------------------------
 
 
+def charged_rows(rows, model_key: str, cost_key: str) -> list[dict]:
+    """Rows of usage per resource with each GPU model's use once, in the unit it was charged in.
+
+    GPU use is metered twice, in cards of its model and in GPU-equivalents, and only one of the two is
+    priced (:meth:`PriceBook.rule`). A bill that listed both would read "1.08 card-hours" next to
+    "1.35 GPU-equivalent hours" for the same hour on the same card, so the uncharged twin is left out: the
+    equivalents line when the model's card line carries the cost (or neither does), the card line when the
+    equivalents line does. Totals do not change; only free twins go.
+    """
+    rows = list(rows)
+    eq_cost = {r[model_key]: r[cost_key] or ZERO for r in rows if r["resource_type"] == ResourceType.GPU_EQUIVALENT}
+    card_cost = {r[model_key]: r[cost_key] or ZERO for r in rows if r["resource_type"] == ResourceType.GPU}
+    out = []
+    for r in rows:
+        model, cost = r[model_key], r[cost_key] or ZERO
+        if r["resource_type"] == ResourceType.GPU_EQUIVALENT and model in card_cost and not cost:
+            continue
+        if r["resource_type"] == ResourceType.GPU and not cost and eq_cost.get(model):
+            continue
+        out.append(r)
+    return out
+
+
 def usage_by_resource(project: Project, since: datetime | None = None) -> list[dict]:
     """Quantity and cost per resource (GPU per model) of a project, optionally since a moment."""
     records = UsageRecord.objects.filter(project=project)
@@ -503,7 +549,7 @@ def usage_by_resource(project: Project, since: datetime | None = None) -> list[d
             "unit": UNITS[r["resource_type"]],
             "cost": r["cost"],
         }
-        for r in rows
+        for r in charged_rows(rows, "gpu_model__name", "cost")
     ]
 
 

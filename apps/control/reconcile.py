@@ -44,7 +44,7 @@ from apps.clusters.models import Cluster
 from apps.control.jobspec import job_spec
 from apps.control.models import HOLDING, BackendObject, CheckpointStore, Installation, ObjectState
 from apps.control.triggers import request_cycle, request_reconcile
-from apps.tasks.choices import ACTIVE, FINAL, EventKind, TaskStatus
+from apps.tasks.choices import ACTIVE, FINAL, EventKind, FailureReason, TaskStatus
 from apps.tasks.models import Task
 from apps.tasks.services import (
     adopt_instances,
@@ -224,6 +224,7 @@ def _fail_task(task_id: int, attempt: int, message: str) -> None:
     previous = task.status
     task.status = TaskStatus.FAILED
     task.status_message = message
+    task.failure_reason = FailureReason.LAUNCH
     task.finished_at = timezone.now()
     task.save()
     record_event(task, EventKind.BACKEND_ERROR, message, from_status=previous, to_status=task.status)
@@ -469,6 +470,9 @@ def apply_state(obj: BackendObject, state: JobState) -> int:
         if new in FINAL:
             task.finished_at = state.finished_at or timezone.now()
             task.exit_code = state.exit_code
+        if new == TaskStatus.FAILED:
+            fallback = FailureReason.EXIT_CODE if state.exit_code else FailureReason.BACKEND
+            task.failure_reason = state.failure or fallback
         kind = {
             TaskStatus.RUNNING: EventKind.STARTED, TaskStatus.COMPLETED: EventKind.COMPLETED,
             TaskStatus.FAILED: EventKind.FAILED, TaskStatus.STOPPED: EventKind.STOPPED,

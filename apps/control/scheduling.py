@@ -101,7 +101,7 @@ SNAPSHOT_FIELDS = (
     "elastic_max", "expected_duration", "preemptible", "required_labels", "status", "status_message",
     "pending_reason", "pending_message", "queue_position", "estimated_start", "cluster_id", "placement",
     "allocated_gpu", "replicas", "external_id", "attempt", "window", "submitted_at", "started_at", "finished_at",
-    "updated_at", "uid", "exit_code",
+    "updated_at", "uid", "exit_code", "failure_reason",
 )  # fmt: skip
 
 
@@ -495,6 +495,7 @@ def _apply(loader: SnapshotLoader, decisions: em.Decisions, now: datetime) -> Cy
         task.started_at = now
         task.finished_at = None
         task.exit_code = None
+        task.failure_reason = ""
         if s.window_s is not None:
             task.window = timedelta(seconds=s.window_s)
         task.queue_position = task.estimated_start = None
@@ -534,7 +535,8 @@ def _apply(loader: SnapshotLoader, decisions: em.Decisions, now: datetime) -> Cy
     waiting_changed: list[Task] = []
     for w in decisions.waiting:
         task = tasks[w.task_id]
-        new = (w.position, _from_epoch(w.estimated_start), w.reason[:32], w.message)
+        start = _from_epoch(w.estimated_start)
+        new = (w.position, start, w.reason[:32], _pending_message(task, w, tasks.get(w.blocked_by), start, now))
         if (task.queue_position, task.estimated_start, task.pending_reason, task.pending_message) != new:
             task.queue_position, task.estimated_start, task.pending_reason, task.pending_message = new
             waiting_changed.append(task)
@@ -549,7 +551,7 @@ def _apply(loader: SnapshotLoader, decisions: em.Decisions, now: datetime) -> Cy
     state_fields = [
         "status", "status_message", "window", "cluster", "placement", "allocated_gpu", "replicas", "external_id",
         "attempt", "started_at", "finished_at", "queue_position", "estimated_start", "pending_reason",
-        "pending_message", "updated_at", "exit_code",
+        "pending_message", "updated_at", "exit_code", "failure_reason",
     ]  # fmt: skip
     for task in changed.values():
         task.updated_at = now
@@ -596,17 +598,38 @@ _PREEMPTION_REASONS = {
 }
 
 
+def _named_for(task: Task, other: Task | None) -> str:
+    """How ``task``'s people may read about ``other``: by name within the project, anonymous outside it."""
+    if other is None:
+        return "another task"
+    klass = other.queue.get_priority_class_display().lower()
+    if other.project_id == task.project_id:
+        return f"task #{other.pk} “{other.name}” ({klass} class)"
+    return f"a {klass}-class task of another project"
+
+
+def _clock(when: datetime, now: datetime) -> str:
+    """A time of day with its zone (and the date when it is not today), in the server's zone."""
+    local, today = timezone.localtime(when), timezone.localtime(now)
+    return local.strftime("%H:%M:%S %Z" if local.date() == today.date() else "%Y-%m-%d %H:%M:%S %Z")
+
+
+def _pending_message(task: Task, w: em.Waiting, blocker: Task | None, start: datetime | None, now: datetime) -> str:
+    """The engine's reason, made precise where capacity decides: which running task is waited for, until when."""
+    if w.reason != em.Reason.INSUFFICIENT_CAPACITY or blocker is None or start is None or "any node" in w.message:
+        return w.message
+    who = _named_for(task, blocker)
+    if w.until_window_end:
+        return f"waiting for {who}'s guaranteed window, which ends {_clock(start, now)}; it may be preempted then"
+    return f"not enough free capacity; enough frees up when {who} is expected to end, {_clock(start, now)}"
+
+
 def preemption_message(task: Task, by: Task | None, reason: str, new_window_s: float | None) -> str:
     """What the preempted task's people read: who took its resources and why, and what happens next.
 
     The other task is named only within the same project; another project's task stays anonymous.
     """
-    if by is None:
-        who = "another task"
-    elif by.project_id == task.project_id:
-        who = f"task #{by.pk} “{by.name}” ({by.queue.get_priority_class_display().lower()} class)"
-    else:
-        who = f"a {by.queue.get_priority_class_display().lower()}-class task of another project"
+    who = _named_for(task, by)
     verb = "Suspended" if task.queue.priority_class == PriorityClass.LOW else "Preempted"
     text = f"{verb} for {who}: {_PREEMPTION_REASONS.get(reason, reason)}."
     if new_window_s is not None:

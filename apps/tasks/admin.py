@@ -32,7 +32,7 @@ CANCEL_REASON = "cancelled by an admin"
 STATE_FIELDS = (
     "status", "status_message", "pending_reason", "pending_message", "queue_position", "estimated_start",
     "cluster", "placement_table", "allocated_gpu", "replicas", "external_id", "attempt", "window",
-    "submitted_at", "started_at", "finished_at", "updated_at",
+    "submitted_at", "started_at", "finished_at", "updated_at", "exit_code", "failure_reason",
 )  # fmt: skip
 # Checked against queue rules and quotas at submission; changing them afterwards would bypass the checks.
 SUBMITTED_FIELDS = (
@@ -90,7 +90,7 @@ class TaskAdmin(admin.ModelAdmin):
         "queue_position", "estimated_start", "submitted_at",
     )  # fmt: skip
     list_display_links = ("id", "name")
-    list_filter = ("status", "kind", "queue__priority_class", "vdc", "cluster", "project")
+    list_filter = ("status", "failure_reason", "kind", "queue__priority_class", "vdc", "cluster", "project")
     search_fields = ("name", "owner__username", "external_id")
     search_help_text = "Name, owner, backend id, or a task id (e.g. 42 or #42)."
     list_select_related = ("project", "queue", "cluster")

@@ -21,14 +21,19 @@ def bulk_update_rows(model: type[models.Model], objs: Sequence[models.Model], fi
         return
     meta = model._meta
     columns = [meta.get_field(name) for name in fields]
+    deferred = {f.attname for f in columns} & objs[0].get_deferred_fields()
+    if deferred:
+        # Reading one would query the database in the middle of the COPY below, on the same connection: a hang.
+        raise ValueError(f"bulk_update_rows: {', '.join(sorted(deferred))} not loaded on the {model.__name__} rows")
+    rows = [[obj.pk, *(f.get_db_prep_save(getattr(obj, f.attname), connection) for f in columns)] for obj in objs]
     names = ", ".join(connection.ops.quote_name(f.column) for f in columns)
     table = connection.ops.quote_name(meta.db_table)
     pk = connection.ops.quote_name(meta.pk.column)
     with connection.cursor() as cursor:
         cursor.execute(f"CREATE TEMP TABLE _bulk_rows ON COMMIT DROP AS SELECT {pk}, {names} FROM {table} WITH NO DATA")
         with cursor.copy(f"COPY _bulk_rows ({pk}, {names}) FROM STDIN") as copy:
-            for obj in objs:
-                copy.write_row([obj.pk, *(f.get_db_prep_save(getattr(obj, f.attname), connection) for f in columns)])
+            for row in rows:
+                copy.write_row(row)
         assignments = ", ".join(
             f"{connection.ops.quote_name(f.column)} = _bulk_rows.{connection.ops.quote_name(f.column)}" for f in columns
         )

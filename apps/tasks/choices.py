@@ -30,6 +30,17 @@ ACTIVE = (TaskStatus.SCHEDULED, TaskStatus.STARTING, TaskStatus.RUNNING)
 FINAL = (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.STOPPED)
 
 
+class FailureReason(models.TextChoices):
+    """Why a task's last run failed (``Task.failure_reason``); the values of the executors' ``Failure``."""
+
+    EXIT_CODE = "exit_code", "Its command exited with an error"
+    WALL_TIME = "wall_time", "Wall-time limit reached"
+    OUT_OF_MEMORY = "out_of_memory", "Out of memory"
+    LAUNCH = "launch_failed", "The backend could not start it"
+    NODE = "node_failure", "Node failure"
+    BACKEND = "backend", "The backend failed it"
+
+
 class IDEType(models.TextChoices):
     JUPYTER = "jupyter", "Jupyter Lab"
     VSCODE = "vscode", "VS Code (code-server)"

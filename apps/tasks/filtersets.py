@@ -44,6 +44,7 @@ class TaskFilterSet(BaseFilterSet):
             "expected_duration": NUMBER,
             "wall_time": NUMBER,
             "exit_code": NUMBER,
+            "failure_reason": ["exact", "in"],
             "preemptible": ["exact"],
             "preferred_clusters": ["exact"],
             "image": ["exact", "icontains"],

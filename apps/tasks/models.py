@@ -15,7 +15,17 @@ from apps.clusters.crypto import decrypt_text, encrypt_text
 from apps.clusters.models import Cluster
 from apps.clusters.services import validate_gpu_spec
 from apps.queues.models import TaskQueue
-from apps.tasks.choices import ACTIVE, FINAL, WAITING, EventKind, Framework, IDEType, TaskKind, TaskStatus
+from apps.tasks.choices import (
+    ACTIVE,
+    FINAL,
+    WAITING,
+    EventKind,
+    FailureReason,
+    Framework,
+    IDEType,
+    TaskKind,
+    TaskStatus,
+)
 from apps.tasks.validation import task_errors
 from apps.vdc.models import VDC, Project
 
@@ -91,6 +101,12 @@ class Task(models.Model):
         "queues",
     )
     exit_code = models.IntegerField(null=True, blank=True, help_text="The last run's exit code, once it ended")
+    failure_reason = models.CharField(
+        max_length=16,
+        choices=FailureReason.choices,
+        blank=True,
+        help_text="Why the last run failed (empty if it did not)",
+    )
     wall_time = models.DurationField(
         null=True,
         blank=True,

@@ -23,7 +23,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from apps.billing.services import hourly_price_of_request, task_costs
+from apps.billing.services import card_prices, hourly_price_of_request, price_book, task_costs
 from apps.clusters.backends import executor_for
 from apps.clusters.executors.base import ExecutorError
 from apps.clusters.models import Cluster, Device
@@ -83,6 +83,7 @@ def decorate(tasks, user) -> list[Task]:
     rows = list(tasks)
     costs = task_costs([task.pk for task in rows])
     prices: dict[tuple, Decimal | None] = {}
+    currencies: dict[int, str | None] = {}
     for task in rows:
         task.summary = live.status_summary(task)
         task.user_can_act = acting is None or task.project_id in acting
@@ -92,6 +93,9 @@ def decorate(tasks, user) -> list[Task]:
         if key not in prices:
             prices[key] = hourly_price(task)
         task.hourly_price = prices[key]
+        if task.vdc_id not in currencies:
+            currencies[task.vdc_id] = price_book(task.vdc_id).currency
+        task.currency = currencies[task.vdc_id] or ""
     return rows
 
 
@@ -138,6 +142,12 @@ def free_by_model(devices: list[dict], used: set[int]) -> list[dict]:
         )  # fmt: skip
         row["total"] += 1
         row["free"] += d["pk"] not in used
+    # The list price of one card of each model, so the picker and the task's price agree (issue 11 item 9).
+    for vdc_id in {vdc for vdc, _model in rows}:
+        prices, currency = card_prices(vdc_id), price_book(vdc_id).currency or ""
+        for (vdc, model), row in rows.items():
+            if vdc == vdc_id and model in prices:
+                row["card_price"], row["currency"] = prices[model], currency
     return sorted(rows.values(), key=lambda r: (r["vdc"], r["model"]))
 
 
@@ -465,6 +475,9 @@ def task_monitoring(request: HttpRequest, pk: int) -> HttpResponse:
     devices = list(devices)
     for device in devices:
         device.share_percent = shares.get(device.pk, 100)
+    # Every run keeps its log (issue 11 item 6): ?run=N shows an earlier one, the latest by default.
+    run = request.GET.get("run", "")
+    log_run = int(run) if run.isdecimal() and 1 <= int(run) < task.attempt else None
     return render(
         request,
         "portal/task_monitoring.html",
@@ -475,6 +488,8 @@ def task_monitoring(request: HttpRequest, pk: int) -> HttpResponse:
             "backend_error": backend_error,
             "devices": devices,
             "preferred": list(task.preferred_clusters.all()),
+            "runs": range(1, task.attempt + 1),
+            "log_run": log_run,
             "nav": "compute-tasks",
         },
     )
@@ -533,8 +548,10 @@ def price_estimate(request: HttpRequest) -> JsonResponse:
         price = hourly_price_of_request(vdc, cpu, memory, request.GET.get("gpu_spec", ""), instances) if vdc else None
     except (ArithmeticError, ValueError, ValidationError) as exc:
         message = " ".join(exc.messages) if isinstance(exc, ValidationError) else "Expected numbers."
-        return JsonResponse({"hourly_price": None, "error": message})
-    return JsonResponse({"hourly_price": f"{price:.2f}" if price is not None else None, "error": ""})
+        return JsonResponse({"hourly_price": None, "currency": None, "error": message})
+    currency = price_book(vdc).currency if price is not None else None
+    return JsonResponse({"hourly_price": f"{price:.2f}" if price is not None else None, "currency": currency,
+                         "error": ""})  # fmt: skip
 
 
 @login_required

@@ -110,10 +110,37 @@
     };
   }
 
+  // Follows the log through the API's cursor: each read returns only what the run wrote since the last one,
+  // appended; when the run ends the cursor is dropped, so the next read shows the latest run's tail again.
+  function followLog(pre, note) {
+    var cursor = null;
+    var MAX_CHARS = 2000000;
+    function schedule(ms) { setTimeout(tick, ms); }
+    function tick() {
+      if (document.hidden) { schedule(2000); return; }
+      var url = pre.dataset.logFollowUrl + (cursor ? "?after=" + encodeURIComponent(cursor) : "?tail=200");
+      // An earlier run's log (?run=N on the page) is read whole and does not change any more.
+      if (pre.dataset.logAttempt && !cursor) { url += "&attempt=" + encodeURIComponent(pre.dataset.logAttempt); }
+      fetch(url, {credentials: "same-origin", headers: {"Accept": "application/json"}})
+        .then(function (r) { if (!r.ok) { throw new Error(r.status); } return r.json(); })
+        .then(function (data) {
+          var atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 20;
+          if (cursor) { pre.textContent += data.text; } else { pre.textContent = data.text; }
+          if (pre.textContent.length > MAX_CHARS) { pre.textContent = pre.textContent.slice(-MAX_CHARS / 2); }
+          if (note) { note.textContent = pre.textContent ? "" : data.note; }
+          if (atBottom) { pre.scrollTop = pre.scrollHeight; }
+          cursor = data.running || data.more ? data.cursor : null;
+          schedule(data.more ? 0 : data.running ? 1000 : 5000);
+        }).catch(function () { schedule(5000); });
+    }
+    tick();
+  }
+
   function pollLog() {
     var pre = document.querySelector("[data-log-url]");
     if (!pre) { return; }
     var note = document.querySelector("[data-log-note]");
+    if (pre.dataset.logFollowUrl) { followLog(pre, note); return; }
     function tick() {
       if (document.hidden) { return; }
       fetch(pre.dataset.logUrl, {credentials: "same-origin"}).then(function (r) { return r.json(); })

@@ -29,7 +29,12 @@
   if (queue) { queue.addEventListener("change", sync); }
   if (vdc) { vdc.addEventListener("change", sync); }
   document.querySelectorAll("[data-gpu-pick]").forEach(function (button) {
-    button.addEventListener("click", function () { gpu.value = "1(" + button.dataset.gpuPick + ")"; gpu.focus(); });
+    button.addEventListener("click", function () {
+      gpu.value = "1(" + button.dataset.gpuPick + ")";
+      // Set from a script, the field fires no event by itself: the price would stay the old request's.
+      gpu.dispatchEvent(new Event("input", {bubbles: true}));
+      gpu.focus();
+    });
   });
   var price = document.querySelector("[data-price-url]");
   var priceTimer = null;
@@ -44,7 +49,7 @@
       fetch(price.dataset.priceUrl + "?" + params.toString(), {credentials: "same-origin"})
         .then(function (r) { return r.json(); })
         .then(function (data) {
-          price.querySelector("[data-price]").textContent = data.hourly_price === null ? "—" : data.hourly_price;
+          price.querySelector("[data-price]").textContent = data.hourly_price === null ? "—" : data.hourly_price + (data.currency ? " " + data.currency : "");
           price.querySelector("[data-price-note]").textContent = data.error || (data.hourly_price === null ? "no price applies" : "list price, before discounts");
         }).catch(function () {});
     }, 250);

@@ -35,7 +35,9 @@ def test_invoice_total_is_the_sum_of_its_records_and_lines(world, account, meter
     assert invoice.total == sum(r.cost for r in records) == sum(line.amount for line in invoice.lines.all())
     a100 = GPUModel.objects.get(name="A100-80G").pk
     lines = {(line.resource_type, line.gpu_model_id): line for line in invoice.lines.all()}
-    assert set(lines) == {("cpu", None), ("memory", None), ("gpu", a100), ("gpu_eq", a100)}
+    # Issue 11 item 9: the A100 is priced per card, so its use is billed once, in card-hours; the free
+    # GPU-equivalents twin of the same hours is not a line next to it.
+    assert set(lines) == {("cpu", None), ("memory", None), ("gpu", a100)}
     assert lines[("gpu", a100)].quantity == D("2") * 5 + D("1") * 3  # card-hours of both tasks
     # Charged on the ledger exactly what was invoiced.
     charged = -sum(t.amount for t in Transaction.objects.filter(kind="charge"))
@@ -138,4 +140,19 @@ def test_invoice_csv_totals(client, world, account, metered):
     lines, total = body[:-1], body[-1]
     assert total[0] == "total" and D(total[4]) == invoice.total
     assert sum(D(row[4]) for row in lines) == invoice.total
-    assert {row[0] for row in lines} == {"cpu", "memory", "gpu", "gpu_eq"}
+    assert {row[0] for row in lines} == {"cpu", "memory", "gpu"}
+
+
+def test_each_gpu_models_use_is_billed_once_in_the_unit_it_is_priced_in():
+    # Issue 11 item 9: card-hours and GPU-equivalent hours of the same use never stand side by side.
+    rows = [
+        {"resource_type": "cpu", "gpu_model": None, "amount": D("1")},
+        {"resource_type": "gpu", "gpu_model": 1, "amount": D("12.96")},  # A100: priced per card
+        {"resource_type": "gpu_eq", "gpu_model": 1, "amount": D("0")},
+        {"resource_type": "gpu", "gpu_model": 2, "amount": D("0")},  # V100: priced in equivalents
+        {"resource_type": "gpu_eq", "gpu_model": 2, "amount": D("3.50")},
+        {"resource_type": "gpu", "gpu_model": 3, "amount": D("0")},  # no price at all: card-hours, once
+        {"resource_type": "gpu_eq", "gpu_model": 3, "amount": D("0")},
+    ]
+    kept = {(r["resource_type"], r["gpu_model"]) for r in services.charged_rows(rows, "gpu_model", "amount")}
+    assert kept == {("cpu", None), ("gpu", 1), ("gpu_eq", 2), ("gpu", 3)}

@@ -1,11 +1,14 @@
 """Execution on the local cluster: a placed task runs as a real process, its status follows, and the
 reconciler keeps the backend and the database in line when workers, Redis or the backend fail."""
 
+import base64
+import json
 import time
 from datetime import timedelta
 
 import pytest
 from django.db import transaction
+from django.test import Client
 from django.utils import timezone
 
 from apps.clusters.backends import executor_for
@@ -68,15 +71,19 @@ def test_failing_command_marks_the_task_failed_with_its_exit_code(world, client)
     task = scheduled(world, "exit 3")
     launch(task)
     task = wait_status(task, "failed")
-    assert task.exit_code == 3
-    assert client_for(world.viewer).get(f"/api/v1/tasks/{task.pk}/").data["exit_code"] == 3
+    assert (task.exit_code, task.failure_reason) == (3, "exit_code")
+    body = client_for(world.viewer).get(f"/api/v1/tasks/{task.pk}/").data
+    assert (body["exit_code"], body["failure_reason"]) == (3, "exit_code")
+    assert client_for(world.viewer).get("/api/v1/tasks/", {"failure_reason": "exit_code"}).data["count"] == 1
     client.force_login(world.viewer)
-    assert '<dd data-field="exit_code">3</dd>' in client.get(f"/task-monitoring/{task.pk}/").content.decode()
+    page = client.get(f"/task-monitoring/{task.pk}/").content.decode()
+    assert '<dd data-field="exit_code">3</dd>' in page
+    assert '<dd data-field="failure_reason">Its command exited with an error</dd>' in page
     with transaction.atomic():
         requeue_task(Task.objects.select_for_update().get(pk=task.pk), "a new run (test)")
     run_cycle(world.vdc.pk)
     task.refresh_from_db()
-    assert task.attempt == 2 and task.exit_code is None  # a new run has no exit code yet
+    assert task.attempt == 2 and task.exit_code is None and task.failure_reason == ""  # a new run: none yet
 
 
 def test_an_expected_duration_is_an_estimate_and_never_stops_the_job(world):
@@ -90,6 +97,7 @@ def test_a_wall_time_limit_stops_the_job_and_says_so(world):
     launch(task)
     task = wait_status(task, "failed", timeout=40)
     assert "wall-time limit reached" in task.status_message
+    assert task.failure_reason == "wall_time"
 
 
 def test_the_queues_default_wall_time_applies_to_tasks_that_set_none(world):
@@ -121,6 +129,15 @@ def test_every_runs_log_stays_readable_through_the_api(world):
     assert (first["attempt"], first["attempts"]) == (1, 2) and "run 1" in first["text"] and first["external_id"]
     assert api.get(f"/api/v1/tasks/{task.pk}/logs/", {"attempt": 3}).status_code == 400
     assert client_for(world.outsider).get(f"/api/v1/tasks/{task.pk}/logs/").status_code == 404
+    # The page links every run; ?run=1 follows the first run's log instead of the latest.
+    page = Client()
+    page.force_login(world.viewer)
+    latest = page.get(f"/task-monitoring/{task.pk}/").content.decode()
+    assert '<a href="?run=1#logs">1</a>' in latest and "2 (latest)</strong>" in latest
+    assert "data-log-attempt" not in latest
+    earlier = page.get(f"/task-monitoring/{task.pk}/", {"run": "1"}).content.decode()
+    assert 'data-log-attempt="1"' in earlier and "Log of run 1" in earlier
+    assert "data-log-attempt" not in page.get(f"/task-monitoring/{task.pk}/", {"run": "9"}).content.decode()
     stop_task(task, world.member)
     reconcile_all()
     wait_objects_ended(world.cluster)
@@ -416,3 +433,46 @@ def test_jobs_on_a_cluster_disabled_meanwhile_are_still_followed(world, monkeypa
     assert queued == [world.cluster.pk]
     task.refresh_from_db()
     executor_for(world.cluster).kill(task.external_id)
+
+
+def test_a_log_follower_reads_every_line_once_from_before_the_start_to_the_end(world):
+    command = 'for n in 1 2 3 4 5 6; do echo "line $n"; sleep 0.6; done'
+    task = submit_task(world.member, project=world.project, queue="high", kind="training", name="counter",
+                       command=command, gpu_spec="1(A100)")  # fmt: skip
+    api = client_for(world.viewer)
+    url = f"/api/v1/tasks/{task.pk}/logs/"
+    body = api.get(url).data
+    assert (body["attempt"], body["running"], body["status"], body["text"]) == (0, True, "queued", "")
+    run_cycle(world.vdc.pk)
+    body = api.get(url, {"after": body["cursor"]}).data
+    assert body["attempt"] == 1 and body["running"] and "never reached a backend" in body["note"]
+    launch(task)
+    pieces, deadline = [], time.monotonic() + 40
+    while body["running"] or body["more"]:
+        assert time.monotonic() < deadline, f"the follower never saw the run end: {body}"
+        reconcile_all()  # what beat does every 2 s
+        body = api.get(url, {"after": body["cursor"]}).data
+        pieces.append(body["text"])
+        time.sleep(0.2)
+    assert "".join(pieces) == "".join(f"line {n}\n" for n in range(1, 7))
+    assert len([p for p in pieces if p]) >= 2, "the output should have come as it was written"
+    assert (body["status"], body["running"], body["more"]) == ("completed", False, False)
+    assert api.get(url, {"after": body["cursor"]}).data["text"] == ""
+    assert api.get(url, {"tail": 2}).data["text"] == "line 5\nline 6\n"
+
+
+def test_a_log_cursor_is_checked(world):
+    task = scheduled(world, "echo one; echo two")
+    launch(task)
+    wait_status(task, "completed")
+    api = client_for(world.member)
+    url = f"/api/v1/tasks/{task.pk}/logs/"
+    cursor = api.get(url, {"tail": 1}).data["cursor"]
+    assert api.get(url, {"after": cursor}).data["text"] == ""
+    assert api.get(url, {"after": "not-a-cursor"}).status_code == 400
+    forged = base64.urlsafe_b64encode(json.dumps([1, "{}"]).encode()).decode()
+    assert api.get(url, {"after": forged}).json() == {
+        "after": ["Expected the cursor of an earlier answer (its `cursor` field)."]
+    }
+    assert api.get(url, {"after": cursor, "attempt": 2}).status_code == 400
+    assert client_for(world.outsider).get(url, {"after": cursor}).status_code == 404

@@ -178,3 +178,59 @@ def test_an_estimate_beyond_what_a_date_holds_is_left_empty(world):
     run_cycle(world.vdc.pk)
     waiting.refresh_from_db()
     assert waiting.status == "queued" and waiting.estimated_start is None
+
+
+def _clock(when):
+    return timezone.localtime(when).strftime("%H:%M:%S %Z")
+
+
+def test_a_waiting_task_is_told_which_running_task_it_waits_for_and_until_when(world):
+    # Issue 11 item 7: not just "not enough free capacity".
+    world.quota.limit_gpu = 16
+    world.quota.save()
+    running = submit(world, gpu_spec="8(A100)", name="pretrain", expected_duration=timedelta(minutes=30))
+    run_cycle(world.vdc.pk)
+    waiting = submit(world, gpu_spec="4(A100)", name="next", queue="low")
+    run_cycle(world.vdc.pk)
+    running.refresh_from_db()
+    waiting.refresh_from_db()
+    expected_end = running.started_at + timedelta(minutes=30)
+    assert abs((waiting.estimated_start - expected_end).total_seconds()) < 2
+    assert waiting.pending_reason == "insufficient_capacity"
+    assert waiting.pending_message == (
+        f"not enough free capacity; enough frees up when task #{running.pk} “pretrain” (high class) is expected "
+        f"to end, {_clock(waiting.estimated_start)}"
+    )
+    assert _clock(waiting.estimated_start).endswith(" UTC")
+
+
+def test_a_high_task_waits_for_a_medium_tasks_guaranteed_window_not_its_end(world):
+    world.quota.limit_gpu = 16
+    world.quota.save()
+    medium = submit(world, gpu_spec="8(A100)", name="finetune", queue="medium", expected_duration=timedelta(hours=2))
+    run_cycle(world.vdc.pk)
+    # A requeued medium task runs with a halved window: protected for 10 minutes, expected to run 2 hours.
+    Task.objects.filter(pk=medium.pk).update(window=timedelta(minutes=10))
+    high = submit(world, gpu_spec="8(A100)", name="urgent")
+    run_cycle(world.vdc.pk)
+    medium.refresh_from_db()
+    high.refresh_from_db()
+    assert medium.status == "scheduled", "inside its window a medium task is never preempted"
+    window_end = medium.started_at + timedelta(minutes=10)
+    assert abs((high.estimated_start - window_end).total_seconds()) < 2
+    assert high.pending_message == (
+        f"waiting for task #{medium.pk} “finetune” (medium class)'s guaranteed window, which ends "
+        f"{_clock(high.estimated_start)}; it may be preempted then"
+    )
+
+
+def test_the_running_task_waited_for_stays_anonymous_across_projects(world):
+    other = submit_task(world.outsider, project=world.other_project, queue="high", kind="training",
+                        name="secret-project-run", gpu_spec="8(A100)", command="sleep 1",
+                        expected_duration=timedelta(minutes=20))  # fmt: skip
+    run_cycle(world.vdc.pk)
+    waiting = submit(world, gpu_spec="2(A100)", name="mine", queue="low")
+    run_cycle(world.vdc.pk)
+    waiting.refresh_from_db()
+    assert "a high-class task of another project is expected to end" in waiting.pending_message
+    assert "secret-project-run" not in waiting.pending_message and f"#{other.pk}" not in waiting.pending_message

@@ -262,6 +262,7 @@ def test_job_over_its_time_limit_is_ended_and_fails_with_the_reason(executor, ma
     state = wait_for(executor, job_id, FINAL, timeout=5)
 
     assert (state.phase, state.message, state.exit_code) == (JobPhase.FAILED, "wall-time limit reached", 124)
+    assert state.failure == "wall_time"
     assert executor.logs(job_id) == "started\n"
 
 

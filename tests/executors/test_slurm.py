@@ -76,6 +76,9 @@ def test_timeout_and_out_of_memory_say_why_the_job_failed():
 
     assert (timeout.phase, timeout.message, timeout.exit_code) == (JobPhase.FAILED, "wall-time limit reached", 143)
     assert (oom.phase, oom.message) == (JobPhase.FAILED, "out of memory")
+    assert (timeout.failure, oom.failure) == ("wall_time", "out_of_memory")
+    assert job_state({"job_id": 7, "job_state": "FAILED", "exit_code": 2}).failure == "exit_code"
+    assert job_state({"job_id": 8, "job_state": "COMPLETED", "exit_code": 0}).failure == ""
 
 
 def test_pending_job_reports_slurms_reason_and_no_times():

@@ -495,3 +495,27 @@ def test_secret_variables_go_into_a_secret_owned_by_the_workload(executor, emula
     assert "s3cr3t" not in str(job)
     executor.delete(external_id)
     assert not stored(emulator, "v1/secrets")
+
+
+def test_following_logs_reads_from_the_last_timestamp_seen_and_drops_what_was_seen(executor, emulator):
+    s = spec(kind="dev_env", command="sleep 1d")
+    ext_id = executor.submit(s)
+    answer = ["2026-11-23T10:00:00.5Z step 1\n2026-11-23T10:00:01Z step 2\n2026-11-23T10:00:01Z step 2b\n"]
+    log = emulator[f"get /api/v1/namespaces/{NS}/pods/{s.name}/log"]
+    log << (lambda: answer[0])
+    first = executor.read_logs(ext_id, tail=10)
+    assert first.text == "step 1\nstep 2\nstep 2b\n" and not first.more
+    assert (log[0].params["timestamps"], log[0].params["tailLines"]) == ("true", "10")
+
+    # The API answers from since_seconds on: the lines at and before the last timestamp seen come again.
+    answer[0] = "2026-11-23T10:00:01Z step 2\n2026-11-23T10:00:01Z step 2b\n2026-11-23T10:00:01.000000001Z step 3\n"
+    second = executor.read_logs(ext_id, after=first.cursor)
+    assert second.text == "step 3\n"
+    assert "tailLines" not in log[1].params and int(log[1].params["sinceSeconds"]) >= 60
+    answer[0] = "2026-11-23T10:00:01.000000001Z step 3\n"
+    assert executor.read_logs(ext_id, after=second.cursor).text == ""
+    answer[0] = "2026-11-23T10:00:00.5Z step 1\n"
+    assert executor.read_logs(ext_id, after="").text == "step 1\n"  # from the start: no since_seconds
+    assert "sinceSeconds" not in log[3].params and "tailLines" not in log[3].params
+    with pytest.raises(ValueError):
+        executor.read_logs(ext_id, after="o12")

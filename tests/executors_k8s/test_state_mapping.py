@@ -54,6 +54,20 @@ def test_failed_job_reports_the_first_nonzero_exit_code_of_its_pods():
     bad = {"status": {"containerStatuses": [{"name": "main", "state": {"terminated": {"exitCode": 137}}}]}}
     state = job_state(ID, job, [ok, bad])
     assert (state.phase, state.message, state.exit_code) == (JobPhase.FAILED, "DeadlineExceeded", 137)
+    assert state.failure == "wall_time"
+
+
+def test_failure_reasons_of_pods_and_jobs():
+    oom = {"containerStatuses": [{"name": "main", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}
+    assert pod_state(ID, pod("Failed", **oom)).failure == "out_of_memory"
+    crashed = {"containerStatuses": [{"name": "main", "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]}
+    assert pod_state(ID, pod("Failed", **crashed)).failure == "exit_code"
+    evicted = pod_state(ID, pod("Failed", reason="Evicted"))
+    assert evicted.failure == "backend"
+    bad_image = {"containerStatuses": [{"name": "main", "state": {"waiting": {"reason": "InvalidImageName"}}}]}
+    assert pod_state(ID, pod("Pending", **bad_image)).failure == "launch_failed"
+    failed_job = {"status": {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]}}
+    assert job_state(ID, failed_job, [{"status": oom}]).failure == "out_of_memory"
 
 
 def test_suspended_job_is_pending():

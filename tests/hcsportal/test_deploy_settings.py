@@ -80,3 +80,10 @@ def test_templates_keep_to_the_policy(template):
     text = template.read_text()
     for pattern, what in INLINE:
         assert not pattern.search(text), f"{template.relative_to(ROOT)} has {what}, which the policy blocks"
+
+
+def test_a_time_zone_the_machine_does_not_know_stops_start_up_naming_the_variable(tmp_path):
+    result = run_manage(tmp_path, "check", HCS_TIME_ZONE="Mars/Olympus_Mons")
+    assert result.returncode != 0
+    assert "HCS_TIME_ZONE must be an IANA time zone name" in result.stderr
+    assert run_manage(tmp_path, "check", HCS_TIME_ZONE="Asia/Shanghai").returncode == 0

@@ -1,9 +1,11 @@
 """The pages render for each role, create forms submit through the service, and errors land on fields."""
 
 from datetime import timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from apps.control.scheduling import run_cycle
 from apps.tasks.models import Task
@@ -222,3 +224,14 @@ def test_stopping_a_colleagues_task_asks_first_and_names_its_owner(client, world
     client.force_login(world.owner)
     own = client.get(reverse("portal:task-monitoring", args=[task.pk])).content.decode()
     assert f'data-confirm="Stop dev environment #{task.pk} “notebook”?' in own
+
+
+def test_times_on_the_monitoring_page_carry_their_zone(client, world, settings):
+    # Issue 11 item 7: never a bare time; the portal shows its configured zone (HCS_TIME_ZONE) by name.
+    settings.TIME_ZONE = "Asia/Shanghai"
+    task = submit_task(world.member, project=world.project, queue="high", name="t", kind="training",
+                       gpu_spec="1(A100)", command="sleep 1")  # fmt: skip
+    client.force_login(world.member)
+    page = client.get(f"/task-monitoring/{task.pk}/").content.decode()
+    local = timezone.localtime(task.submitted_at, ZoneInfo("Asia/Shanghai"))
+    assert f"{local:%Y-%m-%d %H:%M:%S} CST" in page  # submitted, and the timeline's first event

@@ -43,7 +43,7 @@ def test_price_estimate_for_the_create_form(client, world, prices):
     client.force_login(world.member)
     url = reverse("portal:price-estimate")
     query = {"vdc": world.vdc.pk, "cpu": "2", "memory_gib": "8", "gpu_spec": "1(A100)", "instances": "1"}
-    assert client.get(url, query).json() == {"hourly_price": "11.00", "error": ""}
+    assert client.get(url, query).json() == {"hourly_price": "11.00", "currency": "CNY", "error": ""}
     bad = client.get(url, {**query, "gpu_spec": "1(A100"}).json()
     assert bad["hourly_price"] is None and bad["error"]
 

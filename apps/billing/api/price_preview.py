@@ -74,11 +74,10 @@ class PricePreviewView(APIView):
             )
         except DjangoValidationError as exc:
             raise serializers.ValidationError({"gpu_spec": exc.messages})
-        currencies = {rule.currency for rule in price_book(vdc).rules.values()}
         body = {
             "vdc": vdc.name,
             "hourly_price": price,
-            "currency": currencies.pop() if len(currencies) == 1 else None,
+            "currency": price_book(vdc).currency,
             "instances": values["instances"],
         }
         return Response(PricePreviewSerializer(body).data)

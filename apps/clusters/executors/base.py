@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import enum
+import json
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -54,6 +55,17 @@ class JobPhase(enum.StrEnum):
     PREEMPTED = "preempted"
     LOST = "lost"  # the backend no longer knows the job (node died, process vanished)
     UNKNOWN = "unknown"
+
+
+class Failure(enum.StrEnum):
+    """Why a job failed, as far as its backend tells (``JobState.failure``); the task keeps it as a field."""
+
+    EXIT_CODE = "exit_code"  # the job's own command ended with a non-zero exit code
+    WALL_TIME = "wall_time"  # stopped at its wall-time limit
+    OUT_OF_MEMORY = "out_of_memory"  # killed for using more memory than it asked for
+    LAUNCH = "launch_failed"  # the backend could not start it (refused submit, bad image, bad configuration)
+    NODE = "node_failure"  # its node failed (boot failure, node lost for good)
+    BACKEND = "backend"  # the backend failed it for another reason: the message says which
 
 
 @dataclass(frozen=True)
@@ -205,6 +217,24 @@ class JobState:
     desired_replicas: int | None = None  # instances the backend is set to run (a Deployment's, after its HPA)
     restarts: int = 0  # times the backend restarted the job by itself (Slurm's requeue after a node failure)
     nodes: tuple[str, ...] = ()  # the node of each running instance, where the backend can tell
+    failure: str = ""  # a Failure when phase is FAILED and the backend says why
+
+
+# The most output one read of a log returns; a follower asks again at once when ``LogChunk.more`` says so.
+LOG_CHUNK_BYTES = 1 << 20
+# How many of the last lines the tail-comparison fallback compares (backends without offsets).
+_FALLBACK_TAIL = 10_000
+_FALLBACK_ANCHOR = 3
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    """Output of a job read from a cursor: the text, the cursor that continues after it, and whether more
+    output was already written past this chunk (the read stopped at ``LOG_CHUNK_BYTES``)."""
+
+    text: str
+    cursor: str
+    more: bool = False
 
 
 @dataclass(frozen=True)
@@ -234,6 +264,33 @@ class Executor(abc.ABC):
     @abc.abstractmethod
     def logs(self, external_id: str, tail: int = 200) -> str:
         """The last ``tail`` lines of the job's output, or "" when none is readable."""
+
+    def read_logs(self, external_id: str, *, after: str | None = None, tail: int = 200) -> LogChunk:
+        """Output for a follower: ``after`` None reads the last ``tail`` lines; ``after`` "" the output from the
+        start; any other ``after`` (a cursor this executor returned) the output written since. Raises
+        ValueError for a cursor it cannot read.
+
+        This fallback, for backends that cannot read from an offset, compares tails: the cursor holds the
+        last lines seen and the output after them in the last 10,000 lines is new. When those lines are no
+        longer in the tail (more than 10,000 lines came since), the whole tail is returned; a repeated block
+        of identical lines can make it resume at the wrong repetition. Only whole lines are returned.
+        """
+        lines = self.logs(external_id, tail=_FALLBACK_TAIL).splitlines(keepends=True)
+        if lines and not lines[-1].endswith("\n"):
+            lines.pop()  # a line still being written: it comes whole with a later read
+        if after is None:
+            new = lines[-tail:] if tail > 0 else []
+        elif after == "":
+            new = lines
+        else:
+            try:
+                anchor = json.loads(after)
+            except ValueError:
+                raise ValueError("not a tail cursor") from None
+            if not isinstance(anchor, list) or not all(isinstance(line, str) for line in anchor):
+                raise ValueError("not a tail cursor")
+            new = _after_anchor(lines, anchor)
+        return LogChunk("".join(new), json.dumps(lines[-_FALLBACK_ANCHOR:]))
 
     @abc.abstractmethod
     def stop(self, external_id: str) -> None:
@@ -275,3 +332,13 @@ class Executor(abc.ABC):
     @abc.abstractmethod
     def health(self) -> str:
         """Raise ExecutorError when the backend cannot be reached; return a short status line otherwise."""
+
+
+def _after_anchor(lines: list[str], anchor: list[str]) -> list[str]:
+    """The lines after the last occurrence of ``anchor`` (the last lines a follower saw); all when absent."""
+    if not anchor:
+        return lines
+    for start in range(len(lines) - len(anchor), -1, -1):
+        if lines[start : start + len(anchor)] == anchor:
+            return lines[start + len(anchor) :]
+    return lines

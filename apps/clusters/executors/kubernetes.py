@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import urllib3
@@ -22,12 +23,15 @@ from apps.clusters.executors.base import (
     LABEL_ATTEMPT,
     LABEL_INSTALLATION,
     LABEL_TASK_UID,
+    LOG_CHUNK_BYTES,
     TASK_UID_RE,
     Executor,
     ExecutorError,
+    Failure,
     JobPhase,
     JobSpec,
     JobState,
+    LogChunk,
     NodeCondition,
     checkpoint_mount,
     wants_checkpoints,
@@ -95,6 +99,71 @@ def _call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         raise ExecutorError(f"Kubernetes API unreachable: {exc}", retryable=True) from exc
 
 
+# Seconds read before the last line a follower saw, for clock skew between the portal host and the nodes.
+_LOG_SKEW_S = 60
+
+
+def _log_marks(cursor: str) -> dict[str, list]:
+    """A follower's cursor: pod name -> [second "YYYY-MM-DDTHH:MM:SS", nanoseconds, lines seen at that time]."""
+    try:
+        marks = json.loads(cursor)
+    except ValueError:
+        raise ValueError("not a Kubernetes log cursor") from None
+    if not isinstance(marks, dict) or not all(
+        isinstance(mark, list) and len(mark) == 3 and isinstance(mark[0], str) and _stamp_key(f"{mark[0]}Z")
+        and all(isinstance(n, int) and not isinstance(n, bool) for n in mark[1:])
+        for mark in marks.values()
+    ):  # fmt: skip
+        raise ValueError("not a Kubernetes log cursor")
+    return marks
+
+
+def _stamp_key(stamp: str) -> tuple[str, int] | None:
+    """The kubelet's RFC 3339 timestamp (UTC, up to nanoseconds) as a sortable (second, nanoseconds) pair."""
+    if not stamp.endswith("Z"):
+        return None
+    second, _, fraction = stamp[:-1].partition(".")
+    try:
+        datetime.strptime(second, "%Y-%m-%dT%H:%M:%S")
+    except ValueError:
+        return None
+    if fraction and not (fraction.isdigit() and len(fraction) <= 9):
+        return None
+    return second, int(fraction.ljust(9, "0")) if fraction else 0
+
+
+def _since_seconds(mark: list) -> int:
+    """``since_seconds`` that reaches back to a mark's time, with the skew margin."""
+    at = datetime.strptime(mark[0], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
+    return max(0, math.ceil((datetime.now(UTC) - at).total_seconds())) + _LOG_SKEW_S
+
+
+def _lines_after(raw: str, mark: list | None, *, whole_only: bool) -> tuple[str, list | None]:
+    """The lines of a timestamped log after ``mark`` (without their timestamps), and the new mark.
+
+    ``whole_only``: the read was cut at its byte limit, so its last line may be cut too; it is left for the
+    next read.
+    """
+    lines = raw.splitlines(keepends=True)
+    if whole_only and lines and not lines[-1].endswith("\n"):
+        lines.pop()
+    skip_key, skip_count = ((mark[0], mark[1]), mark[2]) if mark else (None, 0)
+    last_key, last_count = skip_key, skip_count
+    skipped, out = 0, []
+    for line in lines:
+        stamp, _, text = line.partition(" ")
+        key = _stamp_key(stamp) or last_key  # a line without a timestamp continues the one before
+        if skip_key and key and key < skip_key:
+            continue
+        if key == skip_key and skipped < skip_count:
+            skipped += 1
+            continue
+        out.append(text)
+        last_key, last_count = key, (last_count + 1 if key == last_key else 1)
+    new_mark = [last_key[0], last_key[1], last_count] if last_key else mark
+    return "".join(out), new_mark
+
+
 def _status_code(exc: ExecutorError) -> int | None:
     cause = exc.__cause__
     return cause.status if isinstance(cause, client.ApiException) else None
@@ -132,6 +201,17 @@ def _terminated(pod: dict) -> dict:
     return {}
 
 
+def _failure(reason: str, pods: list[dict]) -> Failure:
+    """Why a Pod or Job failed: its deadline, a container killed for memory, else its own exit code."""
+    if reason == "DeadlineExceeded":
+        return Failure.WALL_TIME
+    if any(_terminated(p).get("reason") == "OOMKilled" for p in pods):
+        return Failure.OUT_OF_MEMORY
+    if any(_terminated(p).get("exitCode") not in (None, 0) for p in pods):
+        return Failure.EXIT_CODE
+    return Failure.BACKEND
+
+
 def pod_state(ext_id: str, pod: dict) -> JobState:
     """A dev-env Pod's phase (and any pod's, for messages) as a JobState."""
     status = pod.get("status") or {}
@@ -146,8 +226,9 @@ def pod_state(ext_id: str, pod: dict) -> JobState:
     if phase == "Pending":
         problem = _pod_problem(pod)
         waiting_reason = problem.split(":", 1)[0]
-        result = JobPhase.FAILED if waiting_reason in _WAITING_REASONS_FAILED else JobPhase.PENDING
-        return JobState(ext_id, result, problem, started)
+        if waiting_reason in _WAITING_REASONS_FAILED:
+            return JobState(ext_id, JobPhase.FAILED, problem, started, failure=Failure.LAUNCH)
+        return JobState(ext_id, JobPhase.PENDING, problem, started)
     if phase == "Running":
         return JobState(ext_id, JobPhase.RUNNING, _pod_problem(pod), started)
     if phase == "Succeeded":
@@ -157,7 +238,9 @@ def pod_state(ext_id: str, pod: dict) -> JobState:
             return JobState(ext_id, JobPhase.PREEMPTED, disruption.get("message") or "", started, finished, exit_code)
         reason = status.get("reason") or terminated.get("reason") or "Failed"
         message = status.get("message") or terminated.get("message") or ""
-        return JobState(ext_id, JobPhase.FAILED, f"{reason}: {message}".rstrip(": "), started, finished, exit_code)
+        failure = _failure(reason, [pod])
+        return JobState(ext_id, JobPhase.FAILED, f"{reason}: {message}".rstrip(": "), started, finished, exit_code,
+                        failure=failure)  # fmt: skip
     return JobState(ext_id, JobPhase.UNKNOWN, f"pod phase {phase}", started)
 
 
@@ -184,7 +267,13 @@ def job_state(ext_id: str, job: dict, pods: list[dict]) -> JobState:
         exit_codes = [_terminated(p).get("exitCode") for p in pods]
         exit_code = next((c for c in exit_codes if c not in (None, 0)), None)
         return JobState(
-            ext_id, JobPhase.FAILED, message, started, _parse_time(failed.get("lastTransitionTime")), exit_code
+            ext_id,
+            JobPhase.FAILED,
+            message,
+            started,
+            _parse_time(failed.get("lastTransitionTime")),
+            exit_code,
+            failure=_failure(failed.get("reason") or "", pods),
         )
     completions = (job.get("spec") or {}).get("completions") or 1
     if (status.get("succeeded") or 0) >= completions:
@@ -209,7 +298,8 @@ def deployment_state(ext_id: str, deployment: dict, pods: list[dict]) -> JobStat
         return JobState(ext_id, JobPhase.CANCELLED, "being deleted")
     progressing = conditions.get("Progressing") or {}
     if progressing.get("status") == "False" and progressing.get("reason") == "ProgressDeadlineExceeded":
-        return JobState(ext_id, JobPhase.FAILED, f"ProgressDeadlineExceeded: {progressing.get('message') or ''}")
+        return JobState(ext_id, JobPhase.FAILED, f"ProgressDeadlineExceeded: {progressing.get('message') or ''}",
+                        failure=Failure.LAUNCH)  # fmt: skip
     _, problem = _pods_summary(pods)
     replica_failure = conditions.get("ReplicaFailure") or {}
     if replica_failure.get("status") == "True":
@@ -499,6 +589,38 @@ class KubernetesExecutor(Executor):
                 continue
             chunks.append(f"==> {pod_name} <==\n{text}" if len(pods) > 1 else text)
         return "\n".join(chunks)
+
+    def read_logs(self, external_id: str, *, after: str | None = None, tail: int = 200) -> LogChunk:
+        """Each pod's output since the last line a follower saw: the log call has no offset, so lines are read
+        with their timestamps, from ``since_seconds`` before the last one seen (plus a margin for clock skew
+        between this host and the node), and the lines up to that timestamp that were already seen are
+        dropped. Pods are headed by name when there are several.
+        """
+        seen = _log_marks(after) if after else {}
+        namespace, _, name = m.parse_external_id(external_id)
+        pods = self._pods(namespace, name)
+        chunks, marks, more = [], dict(seen), False
+        for pod in pods:
+            pod_name = pod["metadata"]["name"]
+            options = {"container": m.CONTAINER_NAME, "timestamps": True, "limit_bytes": LOG_CHUNK_BYTES}
+            if after is None:
+                options["tail_lines"] = int(tail)
+            elif pod_name in seen:
+                options["since_seconds"] = _since_seconds(seen[pod_name])
+            try:
+                raw = _call(self._apis["core"].read_namespaced_pod_log, pod_name, namespace, **options)
+            except ExecutorError as exc:
+                if _status_code(exc) in (400, 404):  # container not started yet, or pod just went
+                    continue
+                raise
+            cut = len((raw or "").encode()) >= LOG_CHUNK_BYTES
+            text, mark = _lines_after(raw or "", seen.get(pod_name), whole_only=cut)
+            if mark:
+                marks[pod_name] = mark
+            more = more or cut
+            if text:
+                chunks.append(f"==> {pod_name} <==\n{text}" if len(pods) > 1 else text)
+        return LogChunk("\n".join(chunks), json.dumps(marks), more)
 
     def stop(self, external_id: str) -> None:
         """Delete the workload; Foreground makes its pods go before it does. Services stay until delete()."""

@@ -26,6 +26,7 @@ from .base import (
     TASK_UID_RE,
     Executor,
     ExecutorError,
+    Failure,
     JobPhase,
     JobSpec,
     JobState,
@@ -33,6 +34,7 @@ from .base import (
     platform_environment,
     wants_checkpoints,
 )
+from .logfile import LogChunk, read_log_file
 from .sandbox import TRUSTED_ENV, Sandbox, check_env_names, device_nodes
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
@@ -318,15 +320,16 @@ class LocalExecutor(Executor):
             stopped = stop_file.exists() and stop_file.stat().st_mtime_ns <= exit_file.stat().st_mtime_ns
             exit_code = int(exit_file.read_text().strip())
             finished_at = datetime.fromtimestamp(exit_file.stat().st_mtime, UTC)
+            failure = ""
             if stopped:
                 phase, message = JobPhase.CANCELLED, "stopped"
             elif exit_code == 0:
                 phase, message = JobPhase.SUCCEEDED, ""
             elif self._hit_time_limit(meta, exit_code, started_at, finished_at):
-                phase, message = JobPhase.FAILED, "wall-time limit reached"
+                phase, message, failure = JobPhase.FAILED, "wall-time limit reached", Failure.WALL_TIME
             else:
-                phase, message = JobPhase.FAILED, f"exit code {exit_code}"
-            return JobState(external_id, phase, message, started_at, finished_at, exit_code)
+                phase, message, failure = JobPhase.FAILED, f"exit code {exit_code}", Failure.EXIT_CODE
+            return JobState(external_id, phase, message, started_at, finished_at, exit_code, failure=failure)
         if self._is_alive(external_id, meta):
             return JobState(external_id, JobPhase.RUNNING, started_at=started_at)
         if exit_file.exists():  # the command ended between the two checks above
@@ -351,6 +354,10 @@ class LocalExecutor(Executor):
 
     def logs(self, external_id: str, tail: int = 200) -> str:
         return tail_lines(self._job_dir(external_id) / "output.log", tail)
+
+    def read_logs(self, external_id: str, *, after: str | None = None, tail: int = 200) -> LogChunk:
+        """From a byte offset in ``output.log``: a follower reads only what was written since."""
+        return read_log_file(self._job_dir(external_id) / "output.log", after=after, tail=tail)
 
     def stop(self, external_id: str) -> None:
         """SIGTERM the job's process group and return; the wrapper SIGKILLs what is left after the grace period."""

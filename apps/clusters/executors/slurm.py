@@ -33,6 +33,7 @@ from .base import (
     TASK_UID_RE,
     Executor,
     ExecutorError,
+    Failure,
     JobPhase,
     JobSpec,
     JobState,
@@ -41,6 +42,7 @@ from .base import (
     wants_checkpoints,
 )
 from .local import job_command, job_secrets, tail_lines
+from .logfile import LogChunk, read_log_file
 
 _PHASES = {
     "PENDING": JobPhase.PENDING,
@@ -76,6 +78,13 @@ _STATE_MESSAGES = {
     "DEADLINE": "deadline reached before the job could finish",
     "NODE_FAIL": "node failure",
     "PREEMPTED": "preempted by Slurm",
+}
+
+_STATE_FAILURES = {
+    "TIMEOUT": Failure.WALL_TIME,
+    "DEADLINE": Failure.WALL_TIME,
+    "OUT_OF_MEMORY": Failure.OUT_OF_MEMORY,
+    "BOOT_FAIL": Failure.NODE,
 }
 
 _ACTIVE = (JobPhase.PENDING, JobPhase.RUNNING, JobPhase.UNKNOWN)
@@ -167,6 +176,7 @@ def job_state(record: dict) -> JobState:
         labels=_labels(record),
         restarts=int(record.get("restart_cnt") or 0),
         nodes=nodes,
+        failure=_STATE_FAILURES.get(base_state, Failure.EXIT_CODE) if phase == JobPhase.FAILED else "",
     )
 
 
@@ -449,6 +459,18 @@ class SlurmExecutor(Executor):
             return tail_lines(Path(path), tail)
         except OSError:
             return ""
+
+    def read_logs(self, external_id: str, *, after: str | None = None, tail: int = 200) -> LogChunk:
+        """From a byte offset in the job's output file (slurmrestd has no log call: the file is read where
+        this host mounts the shared output directory, as :meth:`logs` does)."""
+        record = self._record(external_id)
+        path = (record or {}).get("standard_output") or ""
+        if not path or "%" in path:
+            return LogChunk("", after or "")
+        try:
+            return read_log_file(Path(path), after=after, tail=tail)
+        except OSError:
+            return LogChunk("", after or "")
 
     def stop(self, external_id: str) -> None:
         """Cancel the job: Slurm sends SIGTERM, then SIGKILL after the cluster's KillWait."""

@@ -3,12 +3,17 @@
 from rest_framework import serializers
 
 from apps.control.models import BackendObject
+from apps.tasks.choices import TaskStatus
 
 
 class TaskLogQuerySerializer(serializers.Serializer):
     attempt = serializers.IntegerField(required=False, min_value=1, help_text="Which run; default: the latest")
     tail = serializers.IntegerField(required=False, min_value=1, max_value=10_000, default=200,
-                                    help_text="How many lines from the end")  # fmt: skip
+                                    help_text="How many lines from the end (when no `after` is given)")  # fmt: skip
+    after = serializers.CharField(
+        required=False, max_length=65_536, trim_whitespace=False,
+        help_text="Follow: the `cursor` of an earlier answer; only the output written since is returned",
+    )  # fmt: skip
 
 
 class TaskLogSerializer(serializers.Serializer):
@@ -19,6 +24,12 @@ class TaskLogSerializer(serializers.Serializer):
     external_id = serializers.CharField(allow_blank=True, help_text="The backend's id of the run's job")
     text = serializers.CharField(allow_blank=True, help_text="The last lines of the run's output")
     note = serializers.CharField(allow_blank=True, help_text="Why there is no text, when there is none")
+    cursor = serializers.CharField(help_text="Pass as `after` to get only the output written after this text")
+    more = serializers.BooleanField(help_text="More output is already there: ask again with `cursor` at once")
+    running = serializers.BooleanField(
+        help_text="The run is waiting to start or still going: more output may come. False once it ended."
+    )
+    status = serializers.ChoiceField(choices=TaskStatus.choices, help_text="The task's status")
 
 
 class BackendObjectSerializer(serializers.ModelSerializer):

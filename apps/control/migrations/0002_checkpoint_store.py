@@ -9,7 +9,7 @@ class Migration(migrations.Migration):
     dependencies = [
         ('clusters', '0007_cluster_checkpoints'),
         ('control', '0001_initial'),
-        ('tasks', '0007_tensorboard_dir'),
+        ('tasks', '0008_tensorboard_dir'),
     ]
 
     operations = [

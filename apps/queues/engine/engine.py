@@ -137,6 +137,10 @@ class Run:
         n = len(self.placements)
         return Resources(self.task.cpu * n, self.task.memory_gib * n, self.alt[3] * n)
 
+    def window_end(self) -> float | None:
+        """When the medium guarantee of this run ends (None without one)."""
+        return None if self.window_s is None else self.started_at + self.window_s
+
     def expected_end(self) -> float | None:
         """When the task should finish, from its expected duration."""
         d = self.task.expected_duration_s
@@ -761,14 +765,31 @@ class Scheduler:
         ``cyc.waiting`` is in the order the cycle considered the tasks, which is the order
         the positions count in and the order estimated starts are handed out in.
         """
-        estimates = estimate_starts(self, cyc.now, [(t, d, r) for t, d, r, _m in cyc.waiting])
+        estimates, blockers = estimate_starts(self, cyc.now, [(t, d, r) for t, d, r, _m in cyc.waiting])
+        by_seq = {run.seq: run for run in self.running.values()} if blockers else {}
         out = []
         position: dict = {}
         for t, _d, reason, message in cyc.waiting:
             pos = position.get(t.queue_id, 0) + 1
             position[t.queue_id] = pos
-            out.append(Waiting(t.id, t.queue_id, pos, estimates.get(t.id), reason, message))
+            start, blocker, at_window = estimates.get(t.id), by_seq.get(blockers.get(t.id)), False
+            if blocker is not None and start is not None and self._class_of(t) == HIGH:
+                # A high task may preempt medium work once its guaranteed window is over: that can come first.
+                window_end = blocker.window_end()
+                if (
+                    blocker.rank == CLASS_RANK[MEDIUM]
+                    and blocker.task.preemptible
+                    and window_end is not None
+                    and window_end < start
+                ):
+                    start, at_window = max(window_end, cyc.now), True
+            blocked_by = blocker.task.id if blocker is not None else None
+            out.append(Waiting(t.id, t.queue_id, pos, start, reason, message, blocked_by, at_window))
         return out
+
+    def _class_of(self, task: Task) -> str:
+        q = self.queues.get(task.queue_id)
+        return q.priority_class if q is not None else LOW
 
 
 def _start_size(task: Task) -> int:

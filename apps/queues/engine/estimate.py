@@ -71,8 +71,10 @@ class _Pool:
             self.ahead += need
 
 
-def estimate_starts(sched, now: float, waiting: list) -> dict:
-    """Map task id -> estimated start (or None) for ``waiting`` = [(task, demand, reason)] in order."""
+def estimate_starts(sched, now: float, waiting: list) -> tuple[dict, dict]:
+    """For ``waiting`` = [(task, demand, reason)] in order: task id -> estimated start (or None), and task id ->
+    the ``seq`` of the running task whose release completes what it needs (absent when free capacity or a
+    queued task's release does)."""
     free: dict = {}
     for cv in sched.clusters.values():
         if not cv.usable:
@@ -89,6 +91,7 @@ def estimate_starts(sched, now: float, waiting: list) -> dict:
         pool.releases = list(releases)
         pool.ahead = sched.release_total.get(key, 0.0)
     out: dict = {}
+    blockers: dict = {}
     needs_of: dict = {}
     for task, d, reason in waiting:
         if d is None or reason in UNPREDICTABLE:
@@ -117,6 +120,8 @@ def estimate_starts(sched, now: float, waiting: list) -> dict:
             out[task.id] = None
             continue
         t, j, acc, need, pool = best
+        if j > pool.ptr and pool.releases[j - 1][1] != _QUEUED_SEQ:
+            blockers[task.id] = pool.releases[j - 1][1]
         pool.commit(t, j, acc, need, task.expected_duration_s)
         out[task.id] = t
-    return out
+    return out, blockers

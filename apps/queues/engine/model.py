@@ -320,6 +320,10 @@ class Waiting:
     estimated_start: float | None
     reason: str
     message: str
+    # The running task whose expected end (or, for a high task, guaranteed window end) frees what this one
+    # needs, as far as the estimate can tell; None when free capacity or queued work decides.
+    blocked_by: Id | None = None
+    until_window_end: bool = False  # blocked_by's guaranteed window ends then, and this task may preempt it
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from apps.clusters.api.views import clusters_of
 from apps.clusters.models import Cluster
 from apps.queues.models import TaskQueue
 from apps.tasks import validation as limits
-from apps.tasks.choices import TaskStatus
+from apps.tasks.choices import FailureReason, TaskStatus
 from apps.tasks.models import Task, TaskEvent
 from apps.tasks.services import SUBMIT_FIELDS, submit_task
 from apps.vdc.api.common import (
@@ -30,7 +30,7 @@ from apps.vdc.models import VDC, Project
 STATE_FIELDS = (
     "uid", "status", "status_message", "queue_position", "estimated_start", "pending_reason", "pending_message",
     "cluster", "cluster_name", "placement", "allocated_gpu", "replicas", "attempt", "window", "external_id",
-    "submitted_at", "started_at", "finished_at", "updated_at", "exit_code",
+    "submitted_at", "started_at", "finished_at", "updated_at", "exit_code", "failure_reason",
 )  # fmt: skip
 
 
@@ -171,6 +171,12 @@ class TaskSerializer(CachedFieldsMixin, serializers.ModelSerializer):
     env = EnvField(required=False)
     secret_env = SecretEnvField(required=False, write_only=True)
     secret_env_names = serializers.ListField(child=serializers.CharField(), read_only=True)
+    failure_reason = serializers.ChoiceField(
+        choices=FailureReason.choices,
+        allow_blank=True,
+        read_only=True,
+        help_text="Why the last run failed (empty if it did not)",
+    )
     required_labels = LabelsField(required=False)
     volumes = VolumesField(required=False)
 

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('tasks', '0006_task_exit_code'),
+        ('tasks', '0007_failure_reason'),
     ]
 
     operations = [

@@ -1,0 +1,151 @@
+"""``hcs``: submit, list, follow and stop HCS Portal tasks from a shell, through the REST API.
+
+Exit status: 0 done; 1 the API refused (its field errors are printed); 2 a usage, login or connection
+problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from hcs_cli import commands, config
+from hcs_cli.client import ApiError, Client, ConnectionFailed
+
+KINDS = ("dev_env", "training", "inference", "fine_tuning")
+STATUSES = ("pending", "queued", "scheduled", "starting", "running", "preempted", "suspended", "completed",
+            "failed", "stopped")  # fmt: skip
+
+
+def _submit_parser(sub) -> None:
+    p = sub.add_parser(
+        "submit",
+        help="submit a task",
+        description="Submit a task. Everything after `--` is the command, e.g. `hcs submit -p alpha -q high "
+        "--gpu '1(A100)' -- python train.py --lr 0.1`.",
+    )
+    p.add_argument("-p", "--project", required=True, help="project name or id")
+    p.add_argument("--vdc", help="VDC name or id (default: the default VDC)")
+    p.add_argument("-q", "--queue", help="queue name within the VDC, or id")
+    p.add_argument("-k", "--kind", choices=KINDS, default="training")
+    p.add_argument("-n", "--name", required=True)
+    p.add_argument(
+        "-g",
+        "--gpu",
+        dest="gpu_spec",
+        metavar="SPEC",
+        help="GPU spec: 2(V100), 1(A100|H100), 0.5(vgpu), 1(16G,50%%), vram=16Gi,tflops-fp16=100, 0",
+    )
+    p.add_argument("--cpu", help="cores per instance")
+    p.add_argument("--memory", dest="memory_gib", metavar="GIB", help="memory per instance, GiB")
+    p.add_argument("-i", "--instances", type=int, help="instances started together (a gang)")
+    p.add_argument("--elastic-min", type=int)
+    p.add_argument("--elastic-max", type=int)
+    p.add_argument(
+        "-d",
+        "--expected-duration",
+        metavar="DURATION",
+        help="an estimate (10m, 2h, 1h30m, 02:00:00): queue estimates and the medium window",
+    )
+    p.add_argument("-t", "--wall-time", metavar="DURATION", help="hard limit: the job is stopped after it")
+    p.add_argument("--image")
+    p.add_argument("-c", "--command", help="the command as one string (or give it after --)")
+    p.add_argument("-e", "--env", action="append", metavar="KEY=VALUE", help="environment variable (repeat)")
+    p.add_argument(
+        "--secret-env",
+        action="append",
+        metavar="KEY=VALUE",
+        help="secret variable: given to the job, never shown back (repeat)",
+    )
+    p.add_argument("-l", "--label", action="append", metavar="KEY=VALUE", help="required cluster label (repeat)")
+    p.add_argument("--preemptible", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--framework", help="training: pytorch, deepspeed, tensorflow, mindspore, jax")
+    p.add_argument("--model-path")
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--checkpoint-path")
+    p.add_argument("--max-retries", type=int)
+    p.add_argument("--ide", dest="ide_type", help="dev environment: jupyter or vscode")
+    p.add_argument("--port", type=int, help="inference: the port the server listens on")
+    p.add_argument("--max-tokens", type=int)
+    p.add_argument("--temperature")
+    p.add_argument("--autoscale-min", type=int)
+    p.add_argument("--autoscale-max", type=int)
+    p.add_argument("--autoscale-cpu-percent", type=int)
+    p.add_argument("--autoscale-gpu-percent", type=int)
+    p.add_argument("--json", action="store_true", help="print the created task as JSON")
+    p.add_argument("argv", nargs="*", metavar="COMMAND", help="the command, after --")
+    p.set_defaults(handler=commands.submit)
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="hcs", description=__doc__.split("\n\n")[0].removeprefix("``hcs``: "))
+    top.add_argument("--url", help="the portal (default: HCS_URL, else the one of `hcs login`)")
+    sub = top.add_subparsers(dest="command_name", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("login", help="log in and keep an API token", description="Trade a username and "
+                       "password for an API token, kept in $XDG_CONFIG_HOME/hcs/config.json (mode 0600).")  # fmt: skip
+    p.add_argument("--url", default=argparse.SUPPRESS, help="the portal, e.g. https://portal.example")
+    p.add_argument("-u", "--username")
+    p.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
+    p.set_defaults(handler=commands.login, anonymous=True)
+
+    p = sub.add_parser("logout", help="forget the kept token")
+    p.set_defaults(handler=commands.logout, anonymous=True)
+
+    _submit_parser(sub)
+
+    p = sub.add_parser("ls", help="list tasks")
+    p.add_argument("-s", "--status", help=f"one or more, comma-separated: {','.join(STATUSES)}")
+    p.add_argument("-p", "--project", help="project name or id")
+    p.add_argument("-k", "--kind", choices=KINDS)
+    p.add_argument("-q", "--queue", help="queue name")
+    p.add_argument("--limit", type=int, default=200, help="at most this many tasks (default 200)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=commands.ls)
+
+    p = sub.add_parser("status", help="a task's details, pending reason, estimated start and timeline")
+    p.add_argument("id", type=int)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=commands.status)
+
+    p = sub.add_parser("logs", help="a run's output; -f follows it until the run ends")
+    p.add_argument("id", type=int)
+    p.add_argument("-a", "--attempt", type=int, help="which run (default: the latest)")
+    p.add_argument("-n", "--tail", type=int, default=200, help="lines from the end to start with (default 200)")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing new output until the run ends")
+    p.set_defaults(handler=commands.logs)
+
+    p = sub.add_parser("stop", help="stop a task")
+    p.add_argument("id", type=int)
+    p.add_argument("-r", "--reason", default="", help="kept in the task's timeline")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=commands.stop)
+
+    p = sub.add_parser("queue", help="queues with their counts, and your waiting tasks with their positions")
+    p.add_argument("--vdc", help="only this VDC (name)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=commands.queue)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        if getattr(args, "anonymous", False):
+            return args.handler(args)
+        settings = config.load(args.url)
+        return args.handler(args, Client(settings.url, settings.token))
+    except ApiError as exc:
+        for line in exc.lines():
+            print(f"hcs: {line}", file=sys.stderr)
+        return 1
+    except (config.ConfigError, ConnectionFailed, argparse.ArgumentTypeError) as exc:
+        print(f"hcs: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
