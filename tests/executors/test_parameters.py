@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 
 from apps.clusters.executors.base import parameter_environment
-from apps.clusters.executors.slurm import SlurmExecutor
+from apps.clusters.executors.slurm import MAKE_CHECKPOINT_DIR, SlurmExecutor
 
 from .conftest import build_spec
 
@@ -46,13 +46,13 @@ def test_slurm_training_jobs_keep_checkpoints_under_the_clusters_shared_root():
     assert env["HCS_CHECKPOINT_DIR"] == f"/shared/ckpt/vision/{UID}" and env["HCS_EPOCHS"] == "5"
     lines = body["script"].splitlines()
     # Created by the job itself (the portal host need not reach the nodes), before the command runs.
-    assert lines.index('mkdir -p "$HCS_CHECKPOINT_DIR"') < lines.index("echo hello")
+    assert lines.index(MAKE_CHECKPOINT_DIR) < lines.index("echo hello")
 
 
 def test_slurm_gang_jobs_create_the_checkpoint_directory_once_before_the_ranks_start():
     spec = build_spec(kind="training", task_uid=UID, instances=2)
     script = slurm(checkpoint_root="/shared/ckpt").job_description(spec)["script"]
-    assert script.index('mkdir -p "$HCS_CHECKPOINT_DIR"') < script.index("exec srun")
+    assert script.index(MAKE_CHECKPOINT_DIR) < script.index("exec srun")
 
 
 def test_slurm_checkpoint_path_is_the_users_own_shared_directory():

@@ -318,11 +318,11 @@ class Executor(abc.ABC):
 
     supports_resize = False
 
-    @abc.abstractmethod
-    def remove_checkpoints(self, task_uid: str, project: str) -> None:
+    def remove_checkpoints(self, task_uid: str, project: str) -> None:  # noqa: B027 - nothing to remove by default
         """Remove the checkpoint directory of a deleted task, if this backend keeps one; no error when none is left.
 
-        Called by the reconciler once the task is deleted and none of its jobs runs on this cluster any more.
+        Called by the reconciler once the task is deleted and none of its jobs runs on this cluster any more. A
+        backend that keeps no checkpoints has nothing to remove; the three executors override it.
         """
 
     def node_conditions(self) -> list[NodeCondition] | None:

@@ -88,6 +88,11 @@ _STATE_FAILURES = {
 }
 
 _ACTIVE = (JobPhase.PENDING, JobPhase.RUNNING, JobPhase.UNKNOWN)
+# A job that cannot keep checkpoints would lose its work at the next preemption without a word: it fails instead.
+MAKE_CHECKPOINT_DIR = (
+    'mkdir -p "$HCS_CHECKPOINT_DIR" || { echo "hcs: cannot create the checkpoint directory $HCS_CHECKPOINT_DIR" >&2; '
+    "exit 1; }"
+)
 # Project names are slugs; anything else never becomes part of a path.
 _PROJECT_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]*$")
 
@@ -320,7 +325,7 @@ class SlurmExecutor(Executor):
             prelude.append(f'export {spec.gpu_model.visible_devices_env}="${{CUDA_VISIBLE_DEVICES:-}}"')
         body = job_command(spec)
         # Kept across attempts: the first one creates it; the batch host creates it once for every rank.
-        setup = ['mkdir -p "$HCS_CHECKPOINT_DIR"'] if spec.checkpoint_dir else []
+        setup = [MAKE_CHECKPOINT_DIR] if spec.checkpoint_dir else []
         if spec.instances <= 1:
             lines = [guard, *setup, *prelude, "export HCS_RANK=0 HCS_WORLD_SIZE=1", body]
             return "#!/bin/bash\n" + "\n".join(lines) + "\n"
