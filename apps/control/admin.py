@@ -32,7 +32,7 @@ class BackendObjectAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 class CheckpointStoreAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Training tasks' checkpoint directories per cluster; a deleted task's is removed by the reconciler."""
 
-    list_display = ("task_uid", "task", "project", "cluster", "message", "created_at")
+    list_display = ("task_uid", "task", "project", "cluster", "message", "failed_at", "created_at")
     list_filter = ("cluster", "cluster__vdc")
     search_fields = ("task_uid", "project", "task__name", "message")
     list_select_related = ("cluster", "task")

@@ -54,5 +54,6 @@ class CheckpointStoreFilterSet(BaseFilterSet):
             "task": ["exact", "in"],
             "task_uid": ["exact"],
             "project": ["exact"],
+            "failed_at": TIME,
             "created_at": TIME,
         }

@@ -109,6 +109,7 @@ class CheckpointStore(models.Model):
     task_uid = models.UUIDField(help_text="The task's uid, which names its checkpoint directory on the backend")
     project = models.CharField(max_length=64, help_text="The task's project, part of the directory's path on Slurm")
     message = models.TextField(blank=True, help_text="Why the last removal failed, if it did")
+    failed_at = models.DateTimeField(null=True, blank=True, help_text="When the last removal failed")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.db import transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from apps.clusters.backends import executor_for
@@ -58,6 +58,8 @@ log = logging.getLogger(__name__)
 
 # While a submit or resize call is in flight, a listing that lacks the object proves nothing.
 LEASE = timedelta(seconds=60)
+# A checkpoint directory that could not be removed is tried again after this long, not at every pass.
+CHECKPOINT_RETRY = timedelta(seconds=60)
 # Retryable launch failures wait this long before the next try (doubling up to the maximum).
 RETRY_BASE_S, RETRY_MAX_S = 2, 60
 
@@ -275,15 +277,17 @@ def reconcile_cluster(cluster_id: int) -> ReconcileResult:
 
 def remove_deleted_checkpoints(cluster: Cluster, executor: Executor, result: ReconcileResult) -> None:
     """Remove the checkpoint directories of deleted tasks once none of their jobs is left on the cluster
-    (a job being cancelled may still write); a failure is kept on the store and retried at the next pass."""
+    (a job being cancelled may still write); a failure is kept on the store and retried a minute later."""
     running = BackendObject.objects.filter(cluster=cluster, task_uid=OuterRef("task_uid")).exclude(
         state=ObjectState.ENDED
     )
-    for store in CheckpointStore.objects.filter(cluster=cluster, task__isnull=True).exclude(Exists(running)):
+    now = timezone.now()
+    due = Q(failed_at__isnull=True) | Q(failed_at__lt=now - CHECKPOINT_RETRY)
+    for store in CheckpointStore.objects.filter(due, cluster=cluster, task__isnull=True).exclude(Exists(running)):
         try:
             executor.remove_checkpoints(store.task_uid.hex, store.project)
         except ExecutorError as exc:
-            CheckpointStore.objects.filter(pk=store.pk).update(message=str(exc)[:2000])
+            CheckpointStore.objects.filter(pk=store.pk).update(message=str(exc)[:2000], failed_at=now)
             result.errors.append(f"checkpoints of {store.task_uid.hex}: {exc}")
             continue
         store.delete()

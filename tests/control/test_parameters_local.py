@@ -4,10 +4,13 @@ directory goes when the task is deleted."""
 
 import os
 import time
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from apps.clusters.backends import executor_for
+from apps.clusters.executors.base import ExecutorError
 from apps.control.models import CheckpointStore
 from apps.control.scheduling import run_cycle
 from apps.tasks.models import Task
@@ -151,3 +154,27 @@ def test_a_checkpoint_path_names_where_the_job_finds_the_directory(world):
     wait_status(task, "completed")
     assert "dir=/workspace/ckpt" in log_of(task)
     assert (executor_for(world.cluster).checkpoint_dir(task.uid.hex) / "state").read_text() == "saved\n"
+
+
+def test_a_failed_removal_is_kept_on_the_store_and_tried_again_a_minute_later(world, monkeypatch):
+    task = started(world, "high", name="stuck", epochs=1, command=TRAIN)
+    wait_status(task, "completed")
+    executor = executor_for(world.cluster)
+    kept = executor.checkpoint_dir(task.uid.hex)
+    calls = []
+
+    def refuse(task_uid, project):
+        calls.append(task_uid)
+        raise ExecutorError("permission denied (test)")
+
+    monkeypatch.setattr(executor, "remove_checkpoints", refuse)
+    delete_task(task, world.member)
+    reconcile_all()
+    reconcile_all()  # within the minute: not tried again
+    store = CheckpointStore.objects.get(task_uid=task.uid)
+    assert calls == [task.uid.hex] and "permission denied" in store.message and store.failed_at is not None
+
+    monkeypatch.undo()
+    CheckpointStore.objects.filter(pk=store.pk).update(failed_at=timezone.now() - timedelta(minutes=2))
+    reconcile_all()
+    assert not kept.exists() and not CheckpointStore.objects.filter(pk=store.pk).exists()
