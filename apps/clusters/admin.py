@@ -73,6 +73,15 @@ class ClusterAdmin(admin.ModelAdmin):
         ),
         ("Volumes", {"fields": ("allowed_host_paths",)}),
         (
+            "Checkpoints",
+            {
+                "fields": ("checkpoint_root", ("checkpoint_storage_class", "checkpoint_size_gib")),
+                "description": "Where training tasks keep the checkpoint directory that survives their requeues on "
+                "this cluster: a shared root on Slurm, a volume per task on Kubernetes (local clusters keep it "
+                "under their job directory). It is removed when the task is deleted.",
+            },
+        ),
+        (
             "Health",
             {
                 "fields": ("status", "status_message", "last_heartbeat", "missed_heartbeats"),

@@ -46,7 +46,8 @@ def executor_for(cluster: Cluster) -> Executor:
                 _local_executors[base_dir] = LocalExecutor(base_dir, sandbox=sandbox)
             return _local_executors[base_dir]
     key = (cluster.pk, cluster.cluster_type, cluster.endpoint, cluster.api_version, cluster.namespace,
-           cluster.credentials_encrypted, json.dumps(cluster.labels or {}, sort_keys=True))  # fmt: skip
+           cluster.credentials_encrypted, json.dumps(cluster.labels or {}, sort_keys=True), cluster.checkpoint_root,
+           cluster.checkpoint_storage_class, cluster.checkpoint_size_gib)  # fmt: skip
     with _lock:
         cached = _remote_executors.get(key)
         if cached is not None:
@@ -86,6 +87,7 @@ def _remote_executor(cluster: Cluster) -> Executor:
             slurm_conf=credentials.get("slurm_conf", ""),
             # A Slurm site names its gres types itself: the cluster label slurm-gres.<MODEL> overrides the catalog.
             gres_types={k.removeprefix("slurm-gres."): v for k, v in labels.items() if k.startswith("slurm-gres.")},
+            checkpoint_root=cluster.checkpoint_root,
         )
     if cluster.cluster_type == ClusterType.KUBERNETES:
         from apps.clusters.executors.kubernetes import KubernetesExecutor  # noqa: PLC0415
@@ -98,5 +100,7 @@ def _remote_executor(cluster: Cluster) -> Executor:
             ingress_domain=cluster.labels.get("ingress-domain") if cluster.labels else None,
             ca_cert=credentials.get("ca_cert"),
             verify_ssl=bool(credentials.get("verify_ssl", True)),
+            checkpoint_storage_class=cluster.checkpoint_storage_class,
+            checkpoint_size_gib=cluster.checkpoint_size_gib,
         )
     raise ExecutorError(f"cluster {cluster.name}: unknown cluster type {cluster.cluster_type!r}", retryable=False)

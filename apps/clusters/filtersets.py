@@ -54,6 +54,9 @@ class ClusterFilterSet(BaseFilterSet):
             "cost_weight": NUMBER,
             "max_tasks_per_user": NUMBER,
             "max_total_tasks": NUMBER,
+            "checkpoint_root": ["exact"],
+            "checkpoint_storage_class": ["exact"],
+            "checkpoint_size_gib": NUMBER,
             "created_at": TIME,
             "updated_at": TIME,
         }

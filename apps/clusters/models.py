@@ -38,6 +38,15 @@ def validate_host_path_prefixes(value) -> None:
             raise ValidationError("Expected prefixes narrower than / (the node's whole file tree), e.g. /data.")
 
 
+def validate_checkpoint_root(value: str) -> None:
+    """A checkpoint root is a plain absolute directory, never ``/`` itself."""
+    problem = path_problem(value)
+    if problem:
+        raise ValidationError(f"{problem[0].upper()}{problem[1:]}, e.g. /shared/checkpoints.")
+    if value == "/":
+        raise ValidationError("Expected a directory narrower than /, e.g. /shared/checkpoints.")
+
+
 class GPUModel(models.Model):
     """A catalog entry: one accelerator model of one vendor and what it is worth.
 
@@ -150,6 +159,24 @@ class Cluster(models.Model):
         blank=True,
         validators=[validate_host_path_prefixes],
         help_text="Node directories tasks may mount as host paths (this path or below it), e.g. /data; empty: none",
+    )
+    checkpoint_root = models.CharField(
+        max_length=255,
+        blank=True,
+        validators=[validate_checkpoint_root],
+        help_text="Slurm: a directory shared by every node (and mounted at the same path on the portal host); "
+        "training tasks keep checkpoints in <root>/<project>/<task uid>. Empty: no checkpoint directory",
+    )
+    checkpoint_storage_class = models.CharField(
+        max_length=253,
+        blank=True,
+        help_text="Kubernetes: storage class of each training task's checkpoint volume; empty: the cluster's default",
+    )
+    checkpoint_size_gib = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(1_000_000)],
+        help_text="Kubernetes: size of each training task's checkpoint volume (GiB); empty: no checkpoint volume",
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

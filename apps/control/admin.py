@@ -2,7 +2,7 @@
 
 from django.contrib import admin
 
-from apps.control.models import BackendObject, Installation, ObjectState
+from apps.control.models import BackendObject, CheckpointStore, Installation, ObjectState
 from apps.vdc.admin import GREEN, GREY, ORANGE, ReadOnlyAdminMixin, badge
 
 STATE_COLOURS = {ObjectState.PENDING: ORANGE, ObjectState.ACTIVE: GREEN, ObjectState.ENDED: GREY}
@@ -26,6 +26,16 @@ class BackendObjectAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.display(description="Cancelling", boolean=True)
     def cancelling(self, obj: BackendObject) -> bool:
         return obj.cancel_requested_at is not None and obj.state != ObjectState.ENDED
+
+
+@admin.register(CheckpointStore)
+class CheckpointStoreAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Training tasks' checkpoint directories per cluster; a deleted task's is removed by the reconciler."""
+
+    list_display = ("task_uid", "task", "project", "cluster", "message", "failed_at", "created_at")
+    list_filter = ("cluster", "cluster__vdc")
+    search_fields = ("task_uid", "project", "task__name", "message")
+    list_select_related = ("cluster", "task")
 
 
 @admin.register(Installation)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import django_filters
 
-from apps.control.models import BackendObject, Installation
+from apps.control.models import BackendObject, CheckpointStore, Installation
 from apps.vdc.filtersets import NAME, NUMBER, TIME, BaseFilterSet
 
 
@@ -41,3 +41,19 @@ class InstallationFilterSet(BaseFilterSet):
     class Meta(BaseFilterSet.Meta):
         model = Installation
         fields = {"id": ["exact"], "uid": ["exact"], "created_at": TIME}
+
+
+class CheckpointStoreFilterSet(BaseFilterSet):
+    search_fields = ("project", "message")
+
+    class Meta(BaseFilterSet.Meta):
+        model = CheckpointStore
+        fields = {
+            "id": ["exact", "in"],
+            "cluster": ["exact", "in"],
+            "task": ["exact", "in"],
+            "task_uid": ["exact"],
+            "project": ["exact"],
+            "failed_at": TIME,
+            "created_at": TIME,
+        }

@@ -58,6 +58,7 @@ def job_spec(task: Task, installation: str) -> JobSpec:
     settings = {
         "ide": task.ide_type, "framework": task.framework, "model_path": task.model_path, "epochs": task.epochs,
         "batch_size": task.batch_size, "checkpoint_path": task.checkpoint_path, "retries": task.max_retries,
+        "tensorboard_dir": task.tensorboard_dir,
         "port": task.port, "max_tokens": task.max_tokens,
         "temperature": float(task.temperature) if task.temperature is not None else None,
         "autoscale_min": task.autoscale_min, "autoscale_max": task.autoscale_max,
@@ -95,4 +96,5 @@ def job_spec(task: Task, installation: str) -> JobSpec:
         labels=owner_labels(task, installation),
         settings={k: v for k, v in settings.items() if v not in (None, "")},
         backend_flavour=task.queue.backend_flavour,
+        task_uid=task.uid.hex,
     )

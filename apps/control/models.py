@@ -95,3 +95,28 @@ class BackendObject(models.Model):
             and task.cluster_id == self.cluster_id
             and task.status in ACTIVE
         )
+
+
+class CheckpointStore(models.Model):
+    """A training task's checkpoint directory on one cluster, kept across its attempts there.
+
+    Recorded before the first job that may write it is submitted, and kept until the backend removed the
+    directory after the task was deleted: the reconciler removes the stores of deleted tasks.
+    """
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="checkpoint_stores")
+    task = models.ForeignKey(Task, null=True, blank=True, on_delete=models.SET_NULL, related_name="checkpoint_stores")
+    task_uid = models.UUIDField(help_text="The task's uid, which names its checkpoint directory on the backend")
+    project = models.CharField(max_length=64, help_text="The task's project, part of the directory's path on Slurm")
+    message = models.TextField(blank=True, help_text="Why the last removal failed, if it did")
+    failed_at = models.DateTimeField(null=True, blank=True, help_text="When the last removal failed")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "task_uid"], name="checkpointstore_one_per_cluster"),
+        ]
+
+    def __str__(self) -> str:
+        return f"checkpoints of {self.task_uid.hex} on {self.cluster_id}"

@@ -10,7 +10,9 @@ attempt) and acts on each difference idempotently:
 - wanted and on the backend: follow its phase into the task's status, and its size into the task's replicas;
 - not wanted and still running there: cancel it, again at every pass, until the backend confirms it gone;
 - on the backend with this installation's label but tracked by no object (a crash, a restored database):
-  it belongs to no live attempt, so it is recorded and cancelled.
+  it belongs to no live attempt, so it is recorded and cancelled;
+- a deleted training task's checkpoint directory (a :class:`CheckpointStore`) whose jobs are all gone from
+  the cluster: removed, and forgotten once the backend removed it.
 
 Network calls happen outside transactions; every write re-reads its rows under lock and applies only if
 they are still in the state the call was made for, so a slow backend never overwrites a newer decision.
@@ -23,11 +25,13 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.db import transaction
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from apps.clusters.backends import executor_for
 from apps.clusters.choices import ClusterStatus
 from apps.clusters.executors.base import (
+    CHECKPOINT_KINDS,
     LABEL_ATTEMPT,
     LABEL_INSTALLATION,
     LABEL_TASK_UID,
@@ -38,7 +42,7 @@ from apps.clusters.executors.base import (
 )
 from apps.clusters.models import Cluster
 from apps.control.jobspec import job_spec
-from apps.control.models import HOLDING, BackendObject, Installation, ObjectState
+from apps.control.models import HOLDING, BackendObject, CheckpointStore, Installation, ObjectState
 from apps.control.triggers import request_cycle, request_reconcile
 from apps.tasks.choices import ACTIVE, FINAL, EventKind, FailureReason, TaskStatus
 from apps.tasks.models import Task
@@ -54,6 +58,8 @@ log = logging.getLogger(__name__)
 
 # While a submit or resize call is in flight, a listing that lacks the object proves nothing.
 LEASE = timedelta(seconds=60)
+# A checkpoint directory that could not be removed is tried again after this long, not at every pass.
+CHECKPOINT_RETRY = timedelta(seconds=60)
 # Retryable launch failures wait this long before the next try (doubling up to the maximum).
 RETRY_BASE_S, RETRY_MAX_S = 2, 60
 
@@ -81,6 +87,7 @@ class ReconcileResult:
     ended: int = 0
     untracked: int = 0
     resized: int = 0
+    checkpoints_removed: int = 0
     errors: list[str] = field(default_factory=list)
 
 
@@ -140,6 +147,11 @@ def launch_object(object_id: int) -> int | None:
         obj.submit_attempts += 1
         obj.save(update_fields=["lease_until", "submit_attempts"])
         task = obj.task
+        if task.kind in CHECKPOINT_KINDS:
+            # Recorded before any job can write it, so that deleting the task removes it from every cluster.
+            CheckpointStore.objects.get_or_create(
+                cluster_id=obj.cluster_id, task_uid=obj.task_uid, defaults={"task": task, "project": task.project.name}
+            )
     try:
         executor = executor_for(obj.cluster)
         external_id = executor.submit(job_spec(task, Installation.current().uid.hex), fresh=obj.submit_attempts == 1)
@@ -257,9 +269,29 @@ def reconcile_cluster(cluster_id: int) -> ReconcileResult:
                 _untracked(cluster, state, executor, result)
             except ExecutorError as exc:
                 result.errors.append(f"{state.name}: {exc}")
+    remove_deleted_checkpoints(cluster, executor, result)
     if result.cancelled or result.ended:
         transaction.on_commit(request_cycle)
     return result
+
+
+def remove_deleted_checkpoints(cluster: Cluster, executor: Executor, result: ReconcileResult) -> None:
+    """Remove the checkpoint directories of deleted tasks once none of their jobs is left on the cluster
+    (a job being cancelled may still write); a failure is kept on the store and retried a minute later."""
+    running = BackendObject.objects.filter(cluster=cluster, task_uid=OuterRef("task_uid")).exclude(
+        state=ObjectState.ENDED
+    )
+    now = timezone.now()
+    due = Q(failed_at__isnull=True) | Q(failed_at__lt=now - CHECKPOINT_RETRY)
+    for store in CheckpointStore.objects.filter(due, cluster=cluster, task__isnull=True).exclude(Exists(running)):
+        try:
+            executor.remove_checkpoints(store.task_uid.hex, store.project)
+        except ExecutorError as exc:
+            CheckpointStore.objects.filter(pk=store.pk).update(message=str(exc)[:2000], failed_at=now)
+            result.errors.append(f"checkpoints of {store.task_uid.hex}: {exc}")
+            continue
+        store.delete()
+        result.checkpoints_removed += 1
 
 
 def _reconcile_object(obj: BackendObject, state: JobState | None, executor: Executor, result, now) -> None:

@@ -59,7 +59,7 @@ REQUEST_FIELDSETS = (
                 "ide_type",
                 ("framework", "model_path"),
                 ("epochs", "batch_size"),
-                "checkpoint_path",
+                ("checkpoint_path", "tensorboard_dir"),
                 "max_retries",
                 ("port", "max_tokens", "temperature"),
                 ("autoscale_min", "autoscale_max"),

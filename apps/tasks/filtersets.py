@@ -54,6 +54,7 @@ class TaskFilterSet(BaseFilterSet):
             "epochs": NUMBER,
             "batch_size": NUMBER,
             "checkpoint_path": ["exact"],
+            "tensorboard_dir": ["exact"],
             "max_retries": NUMBER,
             "port": ["exact"],
             "max_tokens": NUMBER,

@@ -141,7 +141,12 @@ class TaskForm(forms.Form):
         min_value=1, max_value=limits.MAX_INSTANCES, initial=1, help_text="Started all at once on one cluster (gang)."
     )
     image = forms.CharField(max_length=255, required=False)
-    command = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}))
+    command = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="Runs in a shell. The settings above reach it as variables: $HCS_EPOCHS, $HCS_BATCH_SIZE, "
+        "$HCS_MODEL_PATH, $HCS_CHECKPOINT_DIR, $HCS_PORT, $HCS_MAX_TOKENS, $HCS_TEMPERATURE ... (only those set).",
+    )
     env = forms.CharField(
         required=False, label="Environment variables", widget=forms.Textarea(attrs={"rows": 3}),
         help_text="One KEY=VALUE per line.",
@@ -254,7 +259,7 @@ class TrainingForm(TaskForm):
     task_kind = TaskKind.TRAINING
     kind_title = "Training settings"
     basic_fields = ("name", "project", "kind", "framework", "model_path", "image")
-    kind_fields = ("epochs", "batch_size", "checkpoint_path", "max_retries")
+    kind_fields = ("epochs", "batch_size", "checkpoint_path", "tensorboard_dir", "max_retries")
 
     kind = forms.ChoiceField(
         choices=[(TaskKind.TRAINING, TaskKind.TRAINING.label), (TaskKind.FINE_TUNING, TaskKind.FINE_TUNING.label)],
@@ -264,7 +269,19 @@ class TrainingForm(TaskForm):
     model_path = forms.CharField(max_length=255, required=False, help_text="e.g. /models/llama-7b or s3://bucket/m")
     epochs = forms.IntegerField(min_value=1, max_value=limits.MAX_EPOCHS, required=False)
     batch_size = forms.IntegerField(min_value=1, max_value=limits.MAX_BATCH_SIZE, required=False)
-    checkpoint_path = forms.CharField(max_length=255, required=False, help_text="Checkpoints are saved here.")
+    checkpoint_path = forms.CharField(
+        max_length=255,
+        required=False,
+        help_text="Your job finds its checkpoint directory in $HCS_CHECKPOINT_DIR (here, or /hcs/checkpoint when "
+        "empty). It survives preemption and requeues on the same cluster: save there and resume from it.",
+    )
+    tensorboard_dir = forms.CharField(
+        max_length=255,
+        required=False,
+        label="TensorBoard log dir",
+        help_text="Write TensorBoard logs here ($HCS_TENSORBOARD_DIR) and serve TensorBoard on $HCS_TENSORBOARD_PORT "
+        "(6006); the task page links it while the job runs.",
+    )
     max_retries = forms.IntegerField(min_value=0, max_value=limits.MAX_RETRIES, initial=0, label="Retries on failure")
 
     def __init__(self, *args, **kwargs):

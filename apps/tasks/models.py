@@ -131,7 +131,17 @@ class Task(models.Model):
     model_path = models.CharField(max_length=255, blank=True)
     epochs = models.PositiveIntegerField(null=True, blank=True)
     batch_size = models.PositiveIntegerField(null=True, blank=True)
-    checkpoint_path = models.CharField(max_length=255, blank=True)
+    checkpoint_path = models.CharField(
+        max_length=255,
+        blank=True,
+        help_text="Where the job finds its checkpoint directory ($HCS_CHECKPOINT_DIR); empty: /hcs/checkpoint",
+    )
+    tensorboard_dir = models.CharField(
+        max_length=255,
+        blank=True,
+        verbose_name="TensorBoard log dir",
+        help_text="The job writes TensorBoard logs here and serves TensorBoard on port 6006; the task page links it",
+    )
     max_retries = models.PositiveSmallIntegerField(default=0)
     port = models.PositiveIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(65535)]

@@ -33,8 +33,8 @@ from apps.vdc.services import WRITE_ROLES, can_act, can_view, is_platform_admin
 SUBMIT_FIELDS = (
     "name", "kind", "cpu", "memory_gib", "gpu_spec", "instances", "elastic_min", "elastic_max",
     "expected_duration", "wall_time", "preemptible", "required_labels", "image", "command", "env", "volumes",
-    "ide_type", "framework", "model_path", "epochs", "batch_size", "checkpoint_path", "max_retries",
-    "port", "max_tokens", "temperature", "autoscale_min", "autoscale_max", "autoscale_cpu_percent",
+    "ide_type", "framework", "model_path", "epochs", "batch_size", "checkpoint_path", "tensorboard_dir",
+    "max_retries", "port", "max_tokens", "temperature", "autoscale_min", "autoscale_max", "autoscale_cpu_percent",
     "autoscale_gpu_percent",
 )  # fmt: skip
 

@@ -78,7 +78,10 @@ NUMBER_BOUNDS: tuple[tuple[str, Any, Any], ...] = (
     ("max_tokens", 1, MAX_TOKENS),
     ("max_retries", 0, MAX_RETRIES),
 )
-TEXT_FIELDS = ("name", "gpu_spec", "image", "command", "model_path", "checkpoint_path")
+TEXT_FIELDS = ("name", "gpu_spec", "image", "command", "model_path", "checkpoint_path", "tensorboard_dir")
+# Trees a checkpoint directory may not be mounted over: the system's programs and the job's runtime.
+CHECKPOINT_RESERVED = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/sys", "/proc",
+                       "/dev", "/run", "/tmp", "/var/tmp")  # fmt: skip
 
 
 def task_errors(task) -> dict[str, str]:
@@ -112,10 +115,26 @@ def task_errors(task) -> dict[str, str]:
         message = check(getattr(task, field))
         if message:
             errors[field] = message
+    message = checkpoint_path_error(task.checkpoint_path)
+    if message and "checkpoint_path" not in errors:
+        errors["checkpoint_path"] = message
     message = volumes_error(task.volumes, lambda: approved_host_paths(task.vdc_id))
     if message:
         errors["volumes"] = message
     return errors
+
+
+def checkpoint_path_error(path) -> str | None:
+    """A checkpoint path is where the job finds its checkpoint directory: a plain absolute path outside the
+    system's trees (it is mounted there on local and Kubernetes clusters), or empty for /hcs/checkpoint."""
+    if not path or not isinstance(path, str):
+        return None
+    problem = path_problem(path)
+    if problem:
+        return f"{problem[0].upper()}{problem[1:]} (a directory such as /workspace/checkpoints)."
+    if path == "/" or any(path == tree or path.startswith(tree + "/") for tree in CHECKPOINT_RESERVED):
+        return f"Expected a directory outside /, {', '.join(CHECKPOINT_RESERVED)}, e.g. /workspace/checkpoints."
+    return None
 
 
 def _is_number(value) -> bool:

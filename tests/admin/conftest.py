@@ -15,7 +15,7 @@ from rest_framework.authtoken.models import Token
 
 from apps.billing.models import Account, Invoice, InvoiceLine, PriceRule, Transaction, UsageRecord
 from apps.clusters.models import GPUModel
-from apps.control.models import BackendObject, Installation
+from apps.control.models import BackendObject, CheckpointStore, Installation
 from apps.tasks.models import TaskEvent
 from tests.factories import TaskFactory
 
@@ -75,6 +75,7 @@ def every_model(world):
     Group.objects.create(name="operators")
     Token.objects.create(user=world.admin)
     Installation.current()
+    CheckpointStore.objects.create(cluster=world.cluster, task=task, task_uid=task.uid, project=task.project.name)
     BackendObject.objects.create(cluster=world.cluster, task=task, task_uid=task.uid, attempt=1, name="hcs-job-1",
                                  state="active", external_id="hcs-job-1", devices=[1, 2])  # fmt: skip
     login = {"ip_address": "203.0.113.7", "user_agent": "curl", "http_accept": "*/*", "path_info": "/accounts/login/"}

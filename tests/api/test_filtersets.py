@@ -37,6 +37,7 @@ EXEMPT = {
     "tasks.TaskEvent": {"message", "data"},
     "billing.PriceRule": {"discount_tiers"},
     "control.BackendObject": {"message", "devices"},
+    "control.CheckpointStore": {"message"},
 }
 
 

@@ -45,15 +45,18 @@ probes = {
 script = 'probe() { if sh -c "$2" >/dev/null 2>&1; then echo "LEAK $1"; else echo "safe $1"; fi; }\n'
 script += "\n".join(f"probe {name} {shlex.quote(check)}" for name, check in probes.items())
 script += '\necho ok > "$HOME/f" && echo "control $(cat $HOME/f) uid=$(id -u)"\n'
+script += 'echo saved > "$HCS_CHECKPOINT_DIR/state"\n'
 executor = LocalExecutor(os.path.join(home, "jobs"), grace_period_s=1)
 executor.health()
+uid = "0" * 32
 job = executor.submit(JobSpec(task_id=1, attempt=1, name="job-1", project="p", owner="o", kind="training",
-                              command=script))
+                              command=script, task_uid=uid))
 deadline = time.monotonic() + 20
 while executor.status(job).phase in (JobPhase.PENDING, JobPhase.RUNNING) and time.monotonic() < deadline:
     time.sleep(0.1)
+kept = executor.checkpoint_dir(uid) / "state"
 print(json.dumps({"phase": executor.status(job).phase.value, "log": executor.logs(job), "uid": os.getuid(),
-                  "probes": list(probes)}))
+                  "probes": list(probes), "checkpoint": kept.read_text() if kept.exists() else None}))
 """
 
 
@@ -86,6 +89,7 @@ def test_a_job_of_a_portal_running_as_a_normal_user_cannot_reach_the_portal(tmp_
         assert f"safe {name}" in report["log"], report["log"]
     # The job keeps the portal's uid (there is no other identity to take) yet sees none of its things.
     assert f"control ok uid={account.pw_uid}" in report["log"]
+    assert report["checkpoint"] == "saved\n"  # its checkpoint directory is mounted writable there too
 
 
 def test_the_sandbox_refuses_to_start_without_bubblewrap(tmp_path):

@@ -11,6 +11,7 @@ RESOURCES = {
     "v1/pods": "Pod",
     "v1/services": "Service",
     "v1/secrets": "Secret",
+    "v1/persistentvolumeclaims": "PersistentVolumeClaim",
     "networking.k8s.io/v1/ingresses": "Ingress",
     "autoscaling/v2/horizontalpodautoscalers": "HorizontalPodAutoscaler",
     "batch/v1/jobs": "Job",

@@ -42,7 +42,8 @@ class ClusterSerializer(ModelCleanMixin, serializers.ModelSerializer):
             "id", "vdc", "vdc_name", "name", "description", "cluster_type", "endpoint", "api_version",
             "credentials", "has_credentials", "namespace", "status", "status_message", "last_heartbeat",
             "missed_heartbeats", "enabled", "is_schedulable", "priority", "weight", "cost_weight", "labels",
-            "max_tasks_per_user", "max_total_tasks", "allowed_host_paths", "created_at", "updated_at",
+            "max_tasks_per_user", "max_total_tasks", "allowed_host_paths", "checkpoint_root",
+            "checkpoint_storage_class", "checkpoint_size_gib", "created_at", "updated_at",
         ]  # fmt: skip
         read_only_fields = [
             "status", "status_message", "last_heartbeat", "missed_heartbeats", "enabled", "created_at", "updated_at"

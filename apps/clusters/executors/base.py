@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import enum
 import json
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -21,6 +22,18 @@ LABEL_TASK_UID = "hcs.io/task-uid"
 LABEL_ATTEMPT = "hcs.io/attempt"
 LABEL_TASK_ID = "hcs.io/task-id"
 LABEL_PROJECT = "hcs.io/project"
+
+# Kinds that get a checkpoint directory kept across their attempts on a cluster (docs/tasks.md).
+CHECKPOINT_KINDS = ("training", "fine_tuning")
+# Where a job finds its checkpoint directory on backends that mount it (local, Kubernetes), unless the task's
+# checkpoint_path names another place.
+CHECKPOINT_MOUNT = "/hcs/checkpoint"
+# The port a job serves TensorBoard on when its task sets a TensorBoard log directory; the portal's
+# connect route (/tasks/<id>/connect/<port>/) proxies it.
+TENSORBOARD_PORT = 6006
+# Ports a service listens on when its task sets none: the IDEs' own defaults, and the inference default.
+IDE_DEFAULT_PORTS = {"jupyter": 8888, "vscode": 8080}
+DEFAULT_INFERENCE_PORT = 8000
 
 
 class ExecutorError(Exception):
@@ -116,6 +129,63 @@ class JobSpec:
     labels: dict[str, str] = field(default_factory=dict)
     settings: dict = field(default_factory=dict)  # kind-specific: ide, port, replicas, hpa targets ...
     backend_flavour: str = "default"  # "volcano" for Volcano queues on Kubernetes
+    task_uid: str = ""  # the task's uid (hex): names what outlives an attempt, such as its checkpoint directory
+    # Where the job finds its checkpoint directory; each executor fills it in (see ``checkpoint_mount``).
+    checkpoint_dir: str = ""
+
+
+TASK_UID_RE = re.compile(r"^[0-9a-f]{32}$")
+
+
+def wants_checkpoints(spec: JobSpec) -> bool:
+    """Whether the job gets a checkpoint directory that survives its task's requeues on this cluster."""
+    return spec.kind in CHECKPOINT_KINDS and bool(spec.task_uid)
+
+
+def checkpoint_mount(spec: JobSpec) -> str:
+    """Where backends that mount the checkpoint directory put it: the task's checkpoint_path, else /hcs/checkpoint."""
+    return str(spec.settings.get("checkpoint_path") or CHECKPOINT_MOUNT)
+
+
+def service_port(spec: JobSpec) -> int | None:
+    """The port the job's service listens on: the task's, else its IDE's or the inference default; None for
+    batch jobs that set none."""
+    if spec.settings.get("port"):
+        return int(spec.settings["port"])
+    if spec.kind == "dev_env":
+        return IDE_DEFAULT_PORTS.get(str(spec.settings.get("ide", "jupyter")).lower())
+    if spec.kind == "inference":
+        return DEFAULT_INFERENCE_PORT
+    return None
+
+
+# The task's declared parameters as the job sees them: JobSpec.settings key -> variable (docs/tasks.md).
+PARAMETER_VARIABLES = {
+    "ide": "HCS_IDE",
+    "framework": "HCS_FRAMEWORK",
+    "model_path": "HCS_MODEL_PATH",
+    "epochs": "HCS_EPOCHS",
+    "batch_size": "HCS_BATCH_SIZE",
+    "max_tokens": "HCS_MAX_TOKENS",
+    "temperature": "HCS_TEMPERATURE",
+    "tensorboard_dir": "HCS_TENSORBOARD_DIR",
+}
+
+
+def parameter_environment(spec: JobSpec) -> dict[str, str]:
+    """The task's parameters that are set, as ``HCS_*`` variables: one naming for every backend."""
+    env = {
+        variable: str(spec.settings[key])
+        for key, variable in PARAMETER_VARIABLES.items()
+        if spec.settings.get(key) not in (None, "")
+    }
+    if (port := service_port(spec)) is not None:
+        env["HCS_PORT"] = str(port)
+    if spec.checkpoint_dir:
+        env["HCS_CHECKPOINT_DIR"] = spec.checkpoint_dir
+    if "HCS_TENSORBOARD_DIR" in env:
+        env["HCS_TENSORBOARD_PORT"] = str(TENSORBOARD_PORT)
+    return env
 
 
 def platform_environment(spec: JobSpec) -> dict[str, str]:
@@ -126,6 +196,7 @@ def platform_environment(spec: JobSpec) -> dict[str, str]:
         "HCS_JOB_NAME": spec.name,
         "HCS_PROJECT": spec.project,
         "HCS_OWNER": spec.owner,
+        **parameter_environment(spec),
     }
 
 
@@ -293,6 +364,13 @@ class Executor(abc.ABC):
         Backends whose jobs the portal cannot reach refuse (not retryable).
         """
         raise ExecutorError(f"{type(self).__name__} cannot reach a job's ports", retryable=False)
+
+    def remove_checkpoints(self, task_uid: str, project: str) -> None:  # noqa: B027 - nothing to remove by default
+        """Remove the checkpoint directory of a deleted task, if this backend keeps one; no error when none is left.
+
+        Called by the reconciler once the task is deleted and none of its jobs runs on this cluster any more. A
+        backend that keeps no checkpoints has nothing to remove; the three executors override it.
+        """
 
     def node_conditions(self) -> list[NodeCondition] | None:
         """The backend's view of its nodes, in one call; None when the backend has no such view (local)."""

@@ -14,12 +14,15 @@ from dataclasses import dataclass, field
 
 from apps.clusters.executors.base import (
     LABEL_ATTEMPT,
+    LABEL_INSTALLATION,
     LABEL_PROJECT,
     LABEL_TASK_ID,
+    LABEL_TASK_UID,
     DeviceSlot,
     ExecutorError,
     GPUModelSpec,
     JobSpec,
+    platform_environment,
 )
 from apps.clusters.hostpaths import is_approved
 
@@ -31,6 +34,9 @@ LABEL_KIND = "hcs.io/kind"
 LABEL_NAME = "hcs.io/name"
 # Only on the workload object itself, so owner listings do not count a Job's pods as jobs.
 LABEL_WORKLOAD = "hcs.io/workload"
+# On a task's checkpoint volume claim, which outlives its attempts (so it carries no attempt or name label).
+LABEL_CHECKPOINT = "hcs.io/checkpoint"
+CHECKPOINT_VOLUME = "hcs-checkpoint"
 
 WORKLOAD_POD = "pod"
 WORKLOAD_JOB = "job"
@@ -372,6 +378,40 @@ def secret_manifest(spec: JobSpec, namespace: str) -> dict | None:
     }
 
 
+def checkpoint_claim_name(task_uid: str) -> str:
+    """The name of a task's checkpoint volume claim: one per task (not per attempt) in the namespace."""
+    return f"hcs-ckpt-{task_uid}"
+
+
+def checkpoint_claim_manifest(spec: JobSpec, namespace: str, size_gib: int, storage_class: str = "") -> dict:
+    """The PersistentVolumeClaim that keeps a training task's checkpoints across its attempts on the cluster.
+
+    It is owned by no workload, so deleting an attempt's objects leaves it; the portal deletes it with the
+    task. Several instances (possibly on several nodes) share it, which needs ReadWriteMany.
+    """
+    labels = {
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_CHECKPOINT: "true",
+        LABEL_TASK_ID: str(spec.task_id),
+        LABEL_PROJECT: sanitize_label_value(spec.project),
+    }
+    for key in (LABEL_INSTALLATION, LABEL_TASK_UID):
+        if key in spec.labels:
+            labels[key] = sanitize_label_value(spec.labels[key])
+    claim: dict = {
+        "accessModes": ["ReadWriteMany" if spec.instances > 1 else "ReadWriteOnce"],
+        "resources": {"requests": {"storage": f"{int(size_gib)}Gi"}},
+    }
+    if storage_class:
+        claim["storageClassName"] = storage_class
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": _metadata(checkpoint_claim_name(spec.task_uid), namespace, labels),
+        "spec": claim,
+    }
+
+
 def _volume_source(number: int, volume: object, approved: tuple[str, ...]) -> dict:
     """The Kubernetes source of one of the task's volumes; a host path only under an approved prefix.
 
@@ -453,11 +493,12 @@ def container(
     env_before: dict[str, str] | None = None,
 ) -> dict:
     """The task's one container: resources, then env: the defaults a task may change (rendezvous), the task's
-    own, and the vendor's device variables last (a task never widens the cards it sees). Secret variables
+    own, the platform's (``HCS_*``: identity, parameters, checkpoint directory), and the vendor's device
+    variables last (a task never widens the cards it sees). Secret variables
     are references to the task's Secret (:func:`secret_manifest`), never values."""
     vendor = accelerator_env(spec)
     secret_names = [key for key in spec.secret_env if key not in vendor]
-    env = {**(env_before or {}), **spec.env, **vendor}
+    env = {**(env_before or {}), **spec.env, **platform_environment(spec), **vendor}
     for key in secret_names:
         env.pop(key, None)
     secret = object_name(spec)

@@ -26,6 +26,7 @@ from apps.clusters.executors.base import (
     LABEL_INSTALLATION,
     LABEL_TASK_UID,
     LOG_CHUNK_BYTES,
+    TASK_UID_RE,
     Endpoint,
     Executor,
     ExecutorError,
@@ -36,6 +37,8 @@ from apps.clusters.executors.base import (
     LogChunk,
     NodeCondition,
     Terminal,
+    checkpoint_mount,
+    wants_checkpoints,
 )
 from apps.clusters.executors.terminal import clamp_size
 
@@ -48,6 +51,7 @@ _TYPED = {
     "Pod": ("core", "pod"),
     "Service": ("core", "service"),
     "Secret": ("core", "secret"),
+    "PersistentVolumeClaim": ("core", "persistent_volume_claim"),
     "Ingress": ("networking", "ingress"),
     "HorizontalPodAutoscaler": ("autoscaling", "horizontal_pod_autoscaler"),
     "Job": ("batch", "job"),
@@ -345,11 +349,16 @@ class KubernetesExecutor(Executor):
         ingress_class: str | None = None,
         ca_cert: str | None = None,
         verify_ssl: bool = True,
+        checkpoint_storage_class: str = "",
+        checkpoint_size_gib: int | None = None,
     ):
         """Connect with, in this order: a ready ApiClient, a kubeconfig (path, YAML text or dict),
         host (+ bearer token, CA as a path or PEM text), or the in-cluster service account / the
-        default kubeconfig."""
+        default kubeconfig. With ``checkpoint_size_gib``, every training task gets a checkpoint volume claim
+        of that size (of ``checkpoint_storage_class``, else the cluster's default class)."""
         self.api_client = api_client or _make_api_client(host, token, kubeconfig, ca_cert, verify_ssl)
+        self.checkpoint_storage_class = checkpoint_storage_class
+        self.checkpoint_size_gib = checkpoint_size_gib
         self.namespace = namespace
         self.ingress_domain = ingress_domain
         self.ingress_class = ingress_class
@@ -444,8 +453,25 @@ class KubernetesExecutor(Executor):
 
     # --- Executor -----------------------------------------------------------------------
 
+    def _with_checkpoints(self, spec: JobSpec) -> JobSpec:
+        """The spec with its checkpoint volume mounted where the job finds it, on clusters that provide one."""
+        if not wants_checkpoints(spec) or not self.checkpoint_size_gib:
+            return spec
+        path = checkpoint_mount(spec)
+        volume = {"name": m.CHECKPOINT_VOLUME, "mount_path": path, "claim_name": m.checkpoint_claim_name(spec.task_uid)}
+        return dataclasses.replace(spec, checkpoint_dir=path, volumes=(*spec.volumes, volume))
+
+    def checkpoint_claim(self, spec: JobSpec) -> dict | None:
+        """The task's checkpoint volume claim, or None when the task or the cluster has none."""
+        if not wants_checkpoints(spec) or not self.checkpoint_size_gib:
+            return None
+        return m.checkpoint_claim_manifest(
+            spec, spec.namespace or self.namespace, self.checkpoint_size_gib, self.checkpoint_storage_class
+        )
+
     def manifests(self, spec: JobSpec) -> list[dict]:
         """The objects submit() creates for this spec, in order."""
+        spec = self._with_checkpoints(spec)
         return m.build_manifests(
             spec,
             spec.namespace or self.namespace,
@@ -467,6 +493,9 @@ class KubernetesExecutor(Executor):
         secret = m.secret_manifest(spec, namespace)
         if secret is not None:
             self._create_or_existing(secret, namespace, workload, name)
+        claim = self.checkpoint_claim(spec)
+        if claim is not None:  # kept from an earlier attempt, or made now; owned by no workload
+            self._create_or_existing(claim, namespace, workload, name)
         owner = self._create_or_existing(manifests[0], namespace, workload, name)
         uid = (owner.get("metadata") or {}).get("uid")
         owner_references = [
@@ -642,6 +671,12 @@ class KubernetesExecutor(Executor):
         for kind in (m.WORKLOAD_VCJOB, *_DELETE_ORDER):
             for obj in self._list(kind, namespace, selector):
                 self._delete(kind, namespace, obj["metadata"]["name"], "Background")
+
+    def remove_checkpoints(self, task_uid: str, project: str) -> None:
+        """Delete the task's checkpoint volume claim (its volume goes by the storage class's reclaim policy)."""
+        if not TASK_UID_RE.match(task_uid):
+            raise ExecutorError(f"invalid task uid: {task_uid!r}", retryable=False)
+        self._delete("PersistentVolumeClaim", self.namespace, m.checkpoint_claim_name(task_uid), "Background")
 
     def list_by_owner(self, labels: dict[str, str]) -> list[JobState]:
         """States of the workloads (Pods, Jobs, Volcano Jobs, Deployments) carrying all ``labels``.

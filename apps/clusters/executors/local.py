@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from .base import (
+    TASK_UID_RE,
     Endpoint,
     Executor,
     ExecutorError,
@@ -36,13 +37,17 @@ from .base import (
     JobSpec,
     JobState,
     Terminal,
+    checkpoint_mount,
     platform_environment,
+    wants_checkpoints,
 )
 from .logfile import LogChunk, read_log_file
 from .sandbox import NETWORK_HOST, TRUSTED_ENV, Sandbox, check_env_names, device_nodes
 from .terminal import PtyTerminal
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+# Under the base directory, beside the job directories (a dot-name is never a job's): one per task.
+_CHECKPOINTS = ".checkpoints"
 
 # The wrapper runs, outside the sandbox and as the portal, the sandboxed command line ($3...) and
 # records its exit status in $1/exit_code. A stop sends TERM to the job's process group: the command
@@ -205,7 +210,8 @@ class LocalExecutor(Executor):
     """Runs each job as ``/bin/sh -c command`` in a sandbox (:mod:`.sandbox`), in its own session on this host.
 
     ``base_dir/<name>/`` belongs to the portal (job.json, output.log, exit_code); the job sees only
-    ``base_dir/<name>/work/``, its working directory and HOME.
+    ``base_dir/<name>/work/``, its working directory and HOME, and for a training task
+    ``base_dir/.checkpoints/<task uid>/``, its checkpoint directory, kept across the task's attempts.
     """
 
     def __init__(self, base_dir: Path | str, grace_period_s: float = 10.0, sandbox: Sandbox | None = None):
@@ -225,6 +231,12 @@ class LocalExecutor(Executor):
     def work_dir(self, external_id: str) -> Path:
         """The job's working directory (HOME, ``$HCS_JOB_DIR``): the only part of the host it may write."""
         return self._job_dir(external_id) / "work"
+
+    def checkpoint_dir(self, task_uid: str) -> Path:
+        """The host directory of a task's checkpoints, kept across its attempts until the task is deleted."""
+        if not TASK_UID_RE.match(task_uid):
+            raise ExecutorError(f"invalid task uid: {task_uid!r}", retryable=False)
+        return self.base_dir / _CHECKPOINTS / task_uid
 
     @staticmethod
     def _read_meta(job_dir: Path) -> dict | None:
@@ -275,7 +287,15 @@ class LocalExecutor(Executor):
             command = ["timeout", "--foreground", "-k", self._grace(), str(spec.time_limit_s), *command]
         indexes = [slot.index for slot in self._devices(spec)] if spec.gpu_model is not None else []
         devices = device_nodes(spec.gpu_model.vendor, indexes) if indexes else []
-        return self.sandbox.argv(work_dir, devices, env_fd, command)
+        binds = [(self.checkpoint_dir(spec.task_uid), spec.checkpoint_dir)] if spec.checkpoint_dir else []
+        return self.sandbox.argv(work_dir, devices, env_fd, command, binds)
+
+    def _with_checkpoints(self, spec: JobSpec) -> JobSpec:
+        """The spec with its checkpoint directory (created when missing) where the job sees it."""
+        if not wants_checkpoints(spec):
+            return spec
+        self.sandbox.prepare_kept(self.checkpoint_dir(spec.task_uid))
+        return dataclasses.replace(spec, checkpoint_dir=checkpoint_mount(spec))
 
     # -- Executor interface ---------------------------------------------------------------------
 
@@ -302,6 +322,7 @@ class LocalExecutor(Executor):
         started_at = datetime.now(UTC)
         work_dir = job_dir / "work"
         try:
+            spec = self._with_checkpoints(spec)
             self.sandbox.prepare(work_dir)
             with (
                 self.sandbox.env_file(self._environment(spec, work_dir)) as env,
@@ -439,6 +460,12 @@ class LocalExecutor(Executor):
             for socket_path in self._socket_dir().glob(f"{_socket_stem(job_dir)}-*.sock"):
                 socket_path.unlink(missing_ok=True)
 
+    def remove_checkpoints(self, task_uid: str, project: str) -> None:
+        directory = self.checkpoint_dir(task_uid)
+        shutil.rmtree(directory, ignore_errors=True)
+        if directory.exists():
+            raise ExecutorError(f"cannot remove the checkpoint directory {directory}")
+
     def list_by_owner(self, labels: dict[str, str]) -> list[JobState]:
         if not self.base_dir.is_dir():
             return []
@@ -520,5 +547,5 @@ class LocalExecutor(Executor):
         except OSError as exc:
             raise ExecutorError(f"local job directory {self.base_dir} is not writable: {exc}")
         self.sandbox.probe(self.base_dir)
-        jobs = sum(1 for entry in self.base_dir.iterdir() if entry.is_dir())
+        jobs = sum(1 for entry in self.base_dir.iterdir() if entry.is_dir() and _NAME_RE.match(entry.name))
         return f"local executor ready: {self.base_dir} ({jobs} job directories), {self.sandbox.describe()}"

@@ -150,6 +150,15 @@ class Sandbox:
         if account is not None:
             os.chown(work_dir, account.pw_uid, account.pw_gid)
 
+    def prepare_kept(self, directory: Path) -> None:
+        """Create (or keep) a directory that outlives one job, such as a task's checkpoints: owned by the identity
+        jobs run as, private to it; its parents stay the portal's and private to it."""
+        directory.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        directory.mkdir(mode=0o700, exist_ok=True)
+        account = self.job_account()
+        if account is not None:
+            os.chown(directory, account.pw_uid, account.pw_gid)
+
     def describe(self) -> str:
         who = f"user {self.job_user}" if self.privileged else "the portal's uid in a user namespace"
         net = "no network" if self.network == NETWORK_NONE else "the host's network"
@@ -177,12 +186,20 @@ class Sandbox:
         file.seek(0)
         return file
 
-    def argv(self, work_dir: Path, devices: Sequence[str], env_fd: int, command: Sequence[str]) -> list[str]:
+    def argv(
+        self,
+        work_dir: Path,
+        devices: Sequence[str],
+        env_fd: int,
+        command: Sequence[str],
+        binds: Sequence[tuple[Path, str]] = (),
+    ) -> list[str]:
         """The command line that runs ``command`` in the sandbox with exactly the environment of ``env_fd``
         (a descriptor from :meth:`env_file`, inherited by the process).
 
         ``devices`` are paths relative to ``dev_dir`` (``nvidia0``, ``dri/renderD128``); those that exist
-        are the only device nodes beyond /dev's basics the job sees.
+        are the only device nodes beyond /dev's basics the job sees. ``binds`` are (host directory, path in
+        the sandbox) pairs the job may also write, such as its task's checkpoint directory.
         """
         account = self.check()
         argv = [
@@ -205,7 +222,12 @@ class Sandbox:
         # The working directory keeps its host path; its parents exist in the sandbox only as empty, searchable dirs.
         for parent in reversed(work_dir.parents[:-1]):
             argv += ["--perms", "0755", "--dir", str(parent)]
-        argv += ["--bind", str(work_dir), str(work_dir), "--chdir", str(work_dir), "--"]
+        argv += ["--bind", str(work_dir), str(work_dir)]
+        for host, inside in binds:
+            for parent in reversed(Path(inside).parents[:-1]):  # searchable, or the job cannot reach it
+                argv += ["--perms", "0755", "--dir", str(parent)]
+            argv += ["--bind", str(host), inside]
+        argv += ["--chdir", str(work_dir), "--"]
         if account is not None:
             argv += ["setpriv", f"--reuid={account.pw_uid}", f"--regid={account.pw_gid}", "--clear-groups",
                      "--bounding-set=-all", "--inh-caps=-all", "--"]  # fmt: skip

@@ -17,10 +17,12 @@ Written against Slurm 22.05's ``v0.0.38`` API. Notes on that API that shaped thi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
 import pwd
+import re
 import shlex
 import shutil
 import time
@@ -30,6 +32,7 @@ from pathlib import Path
 import requests
 
 from .base import (
+    TASK_UID_RE,
     Endpoint,
     Executor,
     ExecutorError,
@@ -40,6 +43,7 @@ from .base import (
     NodeCondition,
     Terminal,
     platform_environment,
+    wants_checkpoints,
 )
 from .local import job_command, job_secrets, tail_lines
 from .logfile import LogChunk, read_log_file
@@ -90,6 +94,13 @@ _STATE_FAILURES = {
 }
 
 _ACTIVE = (JobPhase.PENDING, JobPhase.RUNNING, JobPhase.UNKNOWN)
+# A job that cannot keep checkpoints would lose its work at the next preemption without a word: it fails instead.
+MAKE_CHECKPOINT_DIR = (
+    'mkdir -p "$HCS_CHECKPOINT_DIR" || { echo "hcs: cannot create the checkpoint directory $HCS_CHECKPOINT_DIR" >&2; '
+    "exit 1; }"
+)
+# Project names are slugs; anything else never becomes part of a path.
+_PROJECT_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]*$")
 
 ESLURM_INVALID_JOB_ID = 2017
 # Slurm errnos worth another try: communication and socket errors, "try again" answers,
@@ -232,9 +243,11 @@ class SlurmExecutor(Executor):
         timeout: float = 10.0,
         gres_types: dict[str, str] | None = None,
         slurm_conf: str = "",
+        checkpoint_root: str = "",
     ):
         """``gres_types`` maps catalog model names to this site's gres types where they differ from the
-        catalog's (a Slurm site names its gres types itself)."""
+        catalog's (a Slurm site names its gres types itself). ``checkpoint_root`` is a directory every node
+        shares: training tasks keep their checkpoints in ``<root>/<project>/<task uid>``."""
         self.endpoint = endpoint.rstrip("/")
         self.gres_types = dict(gres_types or {})
         self.user = user
@@ -244,6 +257,7 @@ class SlurmExecutor(Executor):
         self.working_dir = working_dir or output_dir or "/tmp"
         self.timeout = timeout
         self.slurm_conf = slurm_conf  # where this host's slurm.conf is, for srun (Web Console); "" for the default
+        self.checkpoint_root = checkpoint_root
         self._session = requests.Session()
         # The last job listing and when it was asked for, for ``update_time`` (reused while nothing changes).
         self._listing: tuple[int, list[dict]] | None = None
@@ -337,12 +351,15 @@ class SlurmExecutor(Executor):
             # Slurm sets CUDA_VISIBLE_DEVICES for gres gpus; vendors' runtimes read their own name.
             prelude.append(f'export {spec.gpu_model.visible_devices_env}="${{CUDA_VISIBLE_DEVICES:-}}"')
         body = job_command(spec)
+        # Kept across attempts: the first one creates it; the batch host creates it once for every rank.
+        setup = [MAKE_CHECKPOINT_DIR] if spec.checkpoint_dir else []
         if spec.instances <= 1:
-            lines = [guard, *prelude, "export HCS_RANK=0 HCS_WORLD_SIZE=1", body]
+            lines = [guard, *setup, *prelude, "export HCS_RANK=0 HCS_WORLD_SIZE=1", body]
             return "#!/bin/bash\n" + "\n".join(lines) + "\n"
         rank_script = "\n".join([*prelude, "export HCS_RANK=$SLURM_PROCID HCS_WORLD_SIZE=$SLURM_NTASKS", body])
         lines = [
             guard,
+            *setup,
             'export HCS_MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
             f"exec srun --kill-on-bad-exit=1 /bin/bash -c {shlex.quote(rank_script)}",
         ]
@@ -351,8 +368,25 @@ class SlurmExecutor(Executor):
     def _output_path(self, name: str) -> str:
         return str(Path(self.output_dir) / f"{name}.out") if self.output_dir else ""
 
+    def checkpoint_dir(self, task_uid: str, project: str) -> str:
+        """The shared directory of a task's checkpoints, ``<root>/<project>/<task uid>``; "" without a root."""
+        if not self.checkpoint_root:
+            return ""
+        if not TASK_UID_RE.match(task_uid) or not _PROJECT_RE.match(project):
+            raise ExecutorError(f"invalid task uid or project: {task_uid!r}, {project!r}", retryable=False)
+        return str(Path(self.checkpoint_root) / project / task_uid)
+
+    def _with_checkpoints(self, spec: JobSpec) -> JobSpec:
+        """The spec with its checkpoint directory: the task's checkpoint_path as it is (the user's own directory
+        on the shared file system), else the one under the cluster's checkpoint root."""
+        if not wants_checkpoints(spec):
+            return spec
+        path = str(spec.settings.get("checkpoint_path") or "") or self.checkpoint_dir(spec.task_uid, spec.project)
+        return dataclasses.replace(spec, checkpoint_dir=path)
+
     def job_description(self, spec: JobSpec) -> dict:
         """The ``job/submit`` request body for a spec (public so tests and the admin can show it)."""
+        spec = self._with_checkpoints(spec)
         partition = spec.namespace or self.partition
         job: dict = {
             "name": spec.name,
@@ -519,6 +553,16 @@ class SlurmExecutor(Executor):
         output = (record or {}).get("standard_output") or ""
         if output and self.output_dir and Path(output).parent == Path(self.output_dir):
             Path(output).unlink(missing_ok=True)
+
+    def remove_checkpoints(self, task_uid: str, project: str) -> None:
+        """Remove the task's directory under the checkpoint root, where this host mounts the shared root (as for
+        logs); a task's own checkpoint_path is the user's and stays."""
+        directory = self.checkpoint_dir(task_uid, project)
+        if not directory:
+            return
+        shutil.rmtree(directory, ignore_errors=True)
+        if Path(directory).exists():
+            raise ExecutorError(f"cannot remove the checkpoint directory {directory}")
 
     def list_by_owner(self, labels: dict[str, str]) -> list[JobState]:
         states = []

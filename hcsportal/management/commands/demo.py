@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from datetime import timedelta
 from decimal import Decimal
+from pathlib import Path
 
 import psutil
 from django.conf import settings
@@ -98,6 +100,10 @@ class Command(BaseCommand):
         if result.returncode != 0:
             raise CommandError(f"dev_slurm.sh start failed:\n{result.stderr[-2000:]}")
         env = dict(line.split("=", 1) for line in result.stdout.splitlines() if line.startswith("SLURM_"))
+        # Training tasks keep their checkpoints here (docs/tasks.md); the jobs' user creates a directory per task.
+        checkpoint_root = Path(env["SLURM_OUTPUT_DIR"]).parent / "checkpoints"
+        checkpoint_root.mkdir(mode=0o755, exist_ok=True)
+        shutil.chown(checkpoint_root, user=env["SLURM_USER"])
         cluster, _ = Cluster.objects.update_or_create(
             vdc=vdc,
             name="slurm-dev",
@@ -105,6 +111,7 @@ class Command(BaseCommand):
                 "cluster_type": "slurm", "endpoint": env["SLURM_REST_URL"], "api_version": env["SLURM_API_VERSION"],
                 "namespace": env["SLURM_PARTITION"], "description": "Dev Slurm cluster on this host (fake GPUs)",
                 "labels": {"backend": "slurm", "slurm-gres.A100-80G": "a100", "slurm-gres.V100-32G": "v100"},
+                "checkpoint_root": str(checkpoint_root),
             },
         )  # fmt: skip
         cluster.set_credentials(
