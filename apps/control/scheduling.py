@@ -327,6 +327,7 @@ class SnapshotLoader:
             },
             enforce=q.enforce,
             budget_exhausted=budget_exhausted,
+            priority=q.priority,
         )
 
     def placement_json(self, placements: tuple[em.InstancePlacement, ...]) -> list[dict]:

@@ -152,7 +152,11 @@ class ProjectQuota(models.Model):
     max_training_tasks = models.PositiveIntegerField(null=True, blank=True)
     max_inference_tasks = models.PositiveIntegerField(null=True, blank=True)
     max_dev_env_tasks = models.PositiveIntegerField(null=True, blank=True)
-    priority = models.IntegerField(default=0)
+    priority = models.IntegerField(
+        default=0,
+        help_text="Higher goes first within each queue (ahead of earlier tasks of lower-priority projects) and is "
+        "preempted last within its class; equal priorities keep submit order",
+    )
     enforce = models.BooleanField(default=True, help_text="Off makes the quota advisory")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

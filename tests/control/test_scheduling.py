@@ -234,3 +234,17 @@ def test_the_running_task_waited_for_stays_anonymous_across_projects(world):
     waiting.refresh_from_db()
     assert "a high-class task of another project is expected to end" in waiting.pending_message
     assert "secret-project-run" not in waiting.pending_message and f"#{other.pk}" not in waiting.pending_message
+
+
+def test_a_projects_quota_priority_reaches_the_engine(world):
+    # Issue 14: the admin's quota priority changed nothing.
+    from apps.vdc.models import ProjectQuota  # noqa: PLC0415
+
+    mine = submit(world, gpu_spec="8(A100)", name="mine", queue="low")
+    ProjectQuota.objects.filter(project=world.other_project).update(priority=10)
+    theirs = submit_task(world.outsider, project=world.other_project, queue="low", kind="training",
+                         name="theirs", gpu_spec="8(A100)", command="sleep 1")  # fmt: skip
+    run_cycle(world.vdc.pk)
+    mine.refresh_from_db()
+    theirs.refresh_from_db()
+    assert (theirs.status, mine.status) == ("scheduled", "queued")

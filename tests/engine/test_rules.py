@@ -496,3 +496,34 @@ def test_non_preemptible_low_task_is_not_a_victim():
     low = task("low", "low", preemptible=False)
     d = schedule(snap([node("n1", cards=1)], [task("hi")], [running(low, [("n1", [0])])]))
     assert preempted(d) == []
+
+
+def test_quota_priority_orders_a_queue_ahead_of_submit_time():
+    # Issue 14: ProjectQuota.priority reached no decision. A higher-priority project goes first in its queue.
+    quotas = [ProjectQuota("p1", priority=0), ProjectQuota("p2", priority=5)]
+    tasks = [task("early-p1", project="p1", submit_time=0), task("late-p2", project="p2", submit_time=9)]
+    d = schedule(snap([node("n1", cards=1)], tasks, quotas=quotas))
+    assert started(d) == ["late-p2"]
+    # Equal priorities keep submit order.
+    even = [ProjectQuota("p1", priority=3), ProjectQuota("p2", priority=3)]
+    assert started(schedule(snap([node("n1", cards=1)], tasks, quotas=even))) == ["early-p1"]
+
+
+def test_quota_priority_breaks_drf_ties():
+    qs = [Queue("high", "high", policy="drf")]
+    quotas = [ProjectQuota("p1", priority=0), ProjectQuota("p2", priority=1)]
+    tasks = [task("a", project="p1", submit_time=0), task("b", project="p2", submit_time=5)]
+    d = schedule(snap([node("n1", cards=1)], tasks, quotas=quotas, qs=qs))
+    assert started(d) == ["b"]  # both shares 0: the higher priority goes first
+
+
+def test_a_lower_priority_projects_low_work_is_preempted_first():
+    quotas = [ProjectQuota("p1", priority=2), ProjectQuota("p2", priority=0), ProjectQuota("p3")]
+    important = running(task("important", "low", project="p1"), [("n1", [0])], started_at=90)
+    ordinary = running(task("ordinary", "low", project="p2"), [("n1", [1])], started_at=10)
+    # Without priorities the task that lost least work (important: started later) would go.
+    d = schedule(snap([node("n1", cards=2)], [task("hi", project="p3")], [important, ordinary], quotas=quotas))
+    assert preempted(d) == ["ordinary"]
+    plain = [ProjectQuota("p1"), ProjectQuota("p2"), ProjectQuota("p3")]
+    assert preempted(schedule(snap([node("n1", cards=2)], [task("hi", project="p3")], [important, ordinary],
+                                   quotas=plain))) == ["important"]  # fmt: skip

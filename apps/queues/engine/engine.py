@@ -193,6 +193,7 @@ class Scheduler:
         self.queues = {q.id: q for q in snapshot.queues}
         self.queue_rank = {q.id: i for i, q in enumerate(snapshot.queues)}
         self.quotas = {q.project_id: q for q in snapshot.quotas}
+        self.has_priorities = any(q.priority for q in snapshot.quotas)
 
         by_cluster: dict = {c.id: [] for c in snapshot.clusters}
         self.nodes: list[NodeState] = []
@@ -393,6 +394,11 @@ class Scheduler:
         self.total_usage = plus(self.total_usage, u)
         self.clusters[run.cluster_id].used_gpu += u.gpu
 
+    def priority_of(self, project_id) -> int:
+        """The project's quota priority (0 without a quota)."""
+        quota = self.quotas.get(project_id)
+        return quota.priority if quota is not None else 0
+
     def share_of(self, project_id) -> float:
         """The project's DRF dominant share of the VDC."""
         return dominant_share(self.proj_usage.get(project_id, ZERO), self.cap or self.capacity)
@@ -450,7 +456,8 @@ class Scheduler:
         for cls in (HIGH, MEDIUM, LOW):
             queues = [q for q in self.queues.values() if q.priority_class == cls and q.id in by_queue]
             queues.sort(key=lambda q: (-q.weight, self.queue_rank[q.id]))
-            iters = [(q, queue_order(q.policy, by_queue[q.id], self.share_of)) for q in queues]
+            priority_of = self.priority_of if self.has_priorities else None
+            iters = [(q, queue_order(q.policy, by_queue[q.id], self.share_of, priority_of)) for q in queues]
             while iters:
                 alive = []
                 for q, it in iters:

@@ -155,6 +155,9 @@ class ProjectQuota:
     max_per_kind: Mapping[str, int] = field(default_factory=dict)
     enforce: bool = True
     budget_exhausted: bool = False
+    # Higher goes first within a queue (ahead of earlier submissions of lower-priority projects), and its running
+    # work is the last chosen when capacity is preempted or reclaimed. 0 for every project: submit order.
+    priority: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,8 @@ released one by one until P fits; then each unit is put back if P still fits wit
 so the set is minimal (no victim can be spared). A single-instance task is tried on the
 few nodes whose cheapest candidates are cheapest; a whole-card gang on the cheapest set of
 nodes that can each be cleared for one more instance (worked out on copies of the nodes).
-Plans are compared by (highest victim class, victims, shrinks, work lost). If P does not
+Plans are compared by (highest victim class, highest victim project priority, victims, shrinks,
+work lost); within a class, lower-priority projects' tasks are released first. If P does not
 fit even with every candidate gone, nothing is preempted.
 """
 
@@ -78,7 +79,7 @@ def _units(sched, task, q, cls: str, d: Demand, alts, cyc, reclaim_p: bool, recl
         lo = run.elastic_min()
         if lo is not None and len(run.claims) > lo:
             for j in range(len(run.claims) - 1, lo - 1, -1):
-                units.append(((0, run.rank, 0.0, run.seq, -j), "shrink", run, run.claims[j]))
+                units.append(((0, run.rank, 0, 0.0, run.seq, -j), "shrink", run, run.claims[j]))
         if run.rank == CLASS_RANK[HIGH] or not run.task.preemptible:
             continue
         if run.rank == CLASS_RANK[MEDIUM] and run.window_s is not None and now < run.started_at + run.window_s:
@@ -98,7 +99,8 @@ def _units(sched, task, q, cls: str, d: Demand, alts, cyc, reclaim_p: bool, recl
         if reason is None:
             continue
         work = (now - run.started_at) * max(run.alt[3], 0.001) * len(run.claims)
-        units.append(((1, run.rank, work, run.seq, 0), reason, run, None))
+        # Within a class, lower-priority projects' work goes first (quota priority), then the least work lost.
+        units.append(((1, run.rank, sched.priority_of(run.task.project_id), work, run.seq, 0), reason, run, None))
     units.sort(key=lambda u: u[0])
     return units
 
@@ -193,9 +195,10 @@ def _try(sched, cv, d: Demand, alts, units: list):
     shrinks = [u for u in kept if u[1] == "shrink" and id(u[2]) not in gone]
     cost = (
         max((u[2].rank for u in evicted), default=-1),
+        max((u[0][2] for u in evicted), default=0),  # the highest project priority it preempts
         len(evicted),
         len(shrinks),
-        sum(u[0][2] for u in evicted),
+        sum(u[0][3] for u in evicted),
     )
     return cost, shrinks, evicted
 
@@ -241,9 +244,9 @@ def plan(sched, task, q, cls: str, d: Demand, alts, cands, cyc) -> Plan | None:
             cost, shrinks, evicted = result
             if best is None or cost < best.cost:
                 best = Plan(cv, trial_alts, [(u[2], u[3]) for u in shrinks], [(u[2], u[1]) for u in evicted], cost)
-        if best is not None and best.cost[0] <= 0 and best.cost[1] <= 1:
-            # One low victim (or shrinking alone): other clusters could at most lose a little
-            # less work, which is not worth trial placements on every cluster.
+        if best is not None and best.cost[0] <= 0 and best.cost[1] <= 0 and best.cost[2] <= 1:
+            # One low victim of no priority (or shrinking alone): other clusters could at most lose a
+            # little less work, which is not worth trial placements on every cluster.
             break
     if best is None:
         cyc.preempt_failed.add(fkey)
