@@ -11,7 +11,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.db.models import DecimalField, F, Func, IntegerField, OuterRef, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.utils.html import format_html
@@ -178,6 +178,13 @@ class VDCAdmin(admin.ModelAdmin):
             for name, opts in self.fieldsets
         )
 
+    def save_formset(self, request, form, formset, change) -> None:
+        super().save_formset(request, form, formset, change)
+        for quota in formset.new_objects + [obj for obj, _fields in formset.changed_objects]:
+            if isinstance(quota, ProjectQuota):
+                for warning in quota.warnings():
+                    self.message_user(request, warning, messages.WARNING)
+
     def save_model(self, request, obj, form, change) -> None:
         super().save_model(request, obj, form, change)
         if not change and form.cleaned_data.get("class_queues"):
@@ -332,6 +339,11 @@ class ProjectQuotaAdmin(admin.ModelAdmin):
         ),
         ("History", {"fields": ("created_at", "updated_at")}),
     )
+
+    def save_model(self, request, obj, form, change) -> None:
+        super().save_model(request, obj, form, change)
+        for warning in obj.warnings():
+            self.message_user(request, warning, messages.WARNING)
 
     def get_queryset(self, request):
         active = Task.objects.filter(project=OuterRef("project"), vdc=OuterRef("vdc"), status__in=ACTIVE)

@@ -188,6 +188,21 @@ class ProjectQuota(models.Model):
             "dev_env": self.max_dev_env_tasks,
         }.get(kind)
 
+    def warnings(self) -> list[str]:
+        """Settings that are allowed but cannot take effect: limits above everything the VDC has."""
+        capacity = self.vdc.capacity()
+        units = {"cpu": "cores", "memory_gib": "GiB", "gpu": "GPU-equivalents"}
+        out = []
+        for r in self.RESOURCES:
+            limit = getattr(self, f"limit_{r}")
+            if limit is not None and limit > capacity[r]:
+                out.append(
+                    f"The {r.replace('_gib', '')} limit {Decimal(limit).normalize():f} is more than all of VDC "
+                    f"{self.vdc} has ({Decimal(capacity[r]).normalize():f} {units[r]}): it cannot be reached, so "
+                    "it limits nothing."
+                )
+        return out
+
     def clean(self) -> None:
         errors: dict[str, str] = {}
         for r in self.RESOURCES:

@@ -310,3 +310,22 @@ def test_a_vdc_added_in_the_admin_gets_its_class_queues_unless_unticked(admin_we
     form["name"] = "north"
     assert admin_web.post(admin_url(VDC, "add"), form).status_code == 302
     assert not TaskQueue.objects.filter(vdc__name="north").exists()
+
+
+def test_a_quota_limit_above_the_vdcs_capacity_is_saved_with_a_warning(admin_web, world):
+    # Issue 14: a project's limit could exceed the VDC's total capacity without a word.
+    response = _edit(admin_web, world.quota, limit_gpu="100")
+    assert response.status_code == 302
+    shown = [str(m) for m in admin_web.get(admin_url(world.quota)).context["messages"]]
+    expected = "The gpu limit 100 is more than all of VDC main has (8 GPU-equivalents)"
+    assert any(m.startswith(expected) for m in shown), shown
+    within = _edit(admin_web, world.quota, limit_gpu="8")
+    assert within.status_code == 302
+    assert not [m for m in admin_web.get(admin_url(world.quota)).context["messages"] if "more than" in str(m)]
+    # The same from the VDC's quota inline.
+    data = form_data(admin_web.get(admin_url(world.vdc)))
+    index = next(k.split("-")[1] for k, v in data.items() if k.endswith("-id") and v == world.quota.pk)
+    data[f"quotas-{index}-limit_cpu"] = "100000"
+    assert admin_web.post(admin_url(world.vdc), data).status_code == 302
+    shown = [str(m) for m in admin_web.get(admin_url(world.vdc)).context["messages"]]
+    assert any(m.startswith("The cpu limit 100000 is more than all of VDC main has (64 cores)") for m in shown)
