@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.contrib import admin, messages
+from django.contrib.admin.models import CHANGE, LogEntry
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.utils.html import format_html, format_html_join
 
@@ -10,7 +11,7 @@ from apps.queues.models import TaskQueue
 from apps.tasks.admin_forms import TaskChangeForm, TaskSubmitForm
 from apps.tasks.choices import TaskStatus
 from apps.tasks.models import Task, TaskEvent
-from apps.tasks.services import delete_task, stop_task
+from apps.tasks.services import delete_task, stop_tasks
 from apps.vdc.admin import GREEN, GREY, ORANGE, RED, ReadOnlyAdminMixin, badge
 from apps.vdc.admin_forms import JSONDocumentField
 
@@ -201,19 +202,22 @@ class TaskAdmin(admin.ModelAdmin):
 
     @admin.action(description="Cancel (stop) selected tasks", permissions=["change"])
     def cancel(self, request, queryset) -> None:
-        stopped = 0
-        for task in queryset.select_related("project"):
-            try:
-                stop_task(task, request.user, CANCEL_REASON)
-            except Task.DoesNotExist:
-                self.message_user(request, f"{task}: deleted meanwhile", messages.WARNING)
-            except (ValidationError, PermissionDenied) as exc:
-                self.message_user(request, f"{task}: {_reason(exc)}", messages.ERROR)
-            else:
-                self.log_change(request, task, CANCEL_REASON)
-                stopped += 1
+        """Stop them all in one transaction of a fixed number of statements (``stop_tasks``): 1,000 tasks stop
+        inside the request, all or none, and the message says which were left alone and why."""
+        selected = dict(queryset.values_list("pk", "status"))
+        stopped, _left = stop_tasks(list(selected), request.user, CANCEL_REASON)
+        done = set(selected) - {task.pk for task in stopped}
+        finished = Task.objects.filter(pk__in=done).order_by("pk")
+        for task in finished[:10]:
+            self.message_user(request, f"{task}: Task is already {task.get_status_display().lower()}; nothing to "
+                              "stop.", messages.ERROR)  # fmt: skip
+        if len(done) > 10:
+            self.message_user(request, f"… and {len(done) - 10} more already finished.", messages.ERROR)
         if stopped:
-            self.message_user(request, f"{stopped} task(s) stopped.", messages.SUCCESS)
+            LogEntry.objects.log_actions(
+                request.user.pk, stopped, CHANGE, change_message=CANCEL_REASON, single_object=False
+            )
+            self.message_user(request, f"{len(stopped)} task(s) stopped.", messages.SUCCESS)
 
 
 def _reason(exc: Exception) -> str:
