@@ -90,7 +90,10 @@ def build(task_count: int):
     models = {m.name: m for m in GPUModel.objects.all()}
     vdc = VDC.objects.create(name="bench", node_scorer="best_fit", cluster_selection_strategy="load_balancing")
     clusters = Cluster.objects.bulk_create(
-        [Cluster(vdc=vdc, name=f"c{i}", cluster_type="kubernetes", endpoint="https://k8s.invalid") for i in range(4)]
+        [
+            Cluster(vdc=vdc, name=f"c{i}", cluster_type="kubernetes", endpoint="https://k8s.invalid", status="healthy")
+            for i in range(4)
+        ]
     )
     synthetic_nodes = synthetic.nodes()
     nodes = Node.objects.bulk_create(

@@ -36,6 +36,7 @@ class ClusterFactory(factory.django.DjangoModelFactory):
     vdc = factory.SubFactory(VDCFactory)
     name = factory.Sequence(lambda n: f"cluster-{n}")
     cluster_type = "local"
+    status = "healthy"  # as after its first health check (a new cluster is "unknown" until then)
 
 
 class NodeFactory(factory.django.DjangoModelFactory):

@@ -18,6 +18,7 @@ CLUSTER_COLOURS = {
     ClusterStatus.DEGRADED: ORANGE,
     ClusterStatus.UNAVAILABLE: RED,
     ClusterStatus.MAINTENANCE: GREY,
+    ClusterStatus.UNKNOWN: GREY,
 }
 NODE_COLOURS = {NodeStatus.READY: GREEN, NodeStatus.DRAINING: ORANGE, NodeStatus.DOWN: RED}
 
@@ -42,7 +43,7 @@ class ClusterAdmin(admin.ModelAdmin):
     list_select_related = ("vdc",)
     autocomplete_fields = ("vdc",)
     inlines = (NodeInline,)
-    actions = ("enable", "disable", "maintenance_on", "maintenance_off")
+    actions = ("check_now", "enable", "disable", "maintenance_on", "maintenance_off")
     readonly_fields = (
         "credentials_state", "status", "status_message", "last_heartbeat", "missed_heartbeats",
         "created_at", "updated_at",
@@ -153,6 +154,18 @@ class ClusterAdmin(admin.ModelAdmin):
             change(cluster)
             self.log_change(request, cluster, done)
         self.message_user(request, f"{len(clusters)} cluster(s) {done}.", messages.SUCCESS)
+
+    @admin.action(description="Test connection: health-check selected clusters now", permissions=["change"])
+    def check_now(self, request, queryset) -> None:
+        """The control plane's health check, run at once: the backend's answer (or error) for each cluster."""
+        from apps.control.health import check_cluster_health  # noqa: PLC0415 - control builds on clusters
+
+        for cluster in queryset:
+            checked = check_cluster_health(cluster)
+            level = messages.SUCCESS if checked.status == ClusterStatus.HEALTHY else messages.WARNING
+            text = f"{checked.name}: {checked.get_status_display()}: {checked.status_message or 'no message'}"
+            self.message_user(request, text, level)
+            self.log_change(request, checked, f"health checked: {checked.get_status_display()}")
 
     @admin.action(description="Enable selected clusters", permissions=["change"])
     def enable(self, request, queryset) -> None:

@@ -10,6 +10,7 @@ class ClusterType(models.TextChoices):
 
 
 class ClusterStatus(models.TextChoices):
+    UNKNOWN = "unknown", "Not checked yet"  # a new cluster, until its first health check (it takes no work)
     HEALTHY = "healthy", "Healthy"
     DEGRADED = "degraded", "Degraded"
     UNAVAILABLE = "unavailable", "Unavailable"

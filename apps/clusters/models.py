@@ -139,7 +139,7 @@ class Cluster(models.Model):
     api_version = models.CharField(max_length=16, blank=True, help_text="Slurm REST API version, e.g. v0.0.38")
     credentials_encrypted = models.TextField(blank=True, editable=False)
     namespace = models.CharField(max_length=64, blank=True, help_text="Kubernetes namespace or Slurm partition")
-    status = models.CharField(max_length=16, choices=ClusterStatus.choices, default=ClusterStatus.HEALTHY)
+    status = models.CharField(max_length=16, choices=ClusterStatus.choices, default=ClusterStatus.UNKNOWN)
     status_message = models.TextField(blank=True)
     last_heartbeat = models.DateTimeField(null=True, blank=True)
     missed_heartbeats = models.PositiveIntegerField(default=0)

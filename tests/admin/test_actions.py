@@ -103,3 +103,19 @@ def test_cancelling_a_thousand_tasks_takes_as_many_statements_as_ten(admin_web, 
     assert cancel(1000) <= ten + 2
     assert TaskEvent.objects.filter(kind="stopped").count() == 1010
     assert LogEntry.objects.filter(change_message="cancelled by an admin").count() == 1010
+
+
+def test_a_new_cluster_is_unknown_until_checked_and_test_connection_checks_it(admin_web, world, tmp_path, settings):
+    # Issue 14: a new cluster showed "Healthy" before it was ever checked.
+    settings.HCS_LOCAL_EXECUTOR_DIR = tmp_path / "jobs"
+    fresh = Cluster.objects.create(vdc=world.vdc, name="fresh", cluster_type="local")
+    assert fresh.status == "unknown" and not fresh.is_schedulable
+    messages = _act(admin_web, Cluster, "check_now", [fresh])
+    fresh.refresh_from_db()
+    assert fresh.status == "healthy" and fresh.last_heartbeat is not None
+    assert messages == [f"fresh: Healthy: {fresh.status_message}"]
+    broken = Cluster.objects.create(vdc=world.vdc, name="broken", cluster_type="slurm",
+                                    endpoint="http://127.0.0.1:9", api_version="v0.0.38")  # fmt: skip
+    messages = _act(admin_web, Cluster, "check_now", [broken])
+    broken.refresh_from_db()
+    assert broken.status == "degraded" and messages[-1].startswith("broken: Degraded: "), messages

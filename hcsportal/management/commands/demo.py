@@ -16,8 +16,10 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from apps.billing.services import seed_demo_prices
+from apps.clusters.choices import ClusterStatus
 from apps.clusters.models import Cluster, Device, GPUModel, Node
 from apps.clusters.services import import_slurm_nodes
+from apps.control.health import check_cluster_health
 from apps.queues.models import TaskQueue
 from apps.vdc.models import VDC, Membership, Project, ProjectQuota
 from hcsportal.env import env_bool
@@ -91,6 +93,8 @@ class Command(BaseCommand):
                     ],  # fmt: skip
                 },
             )
+        if cluster.status == ClusterStatus.UNKNOWN:
+            check_cluster_health(cluster)  # the demo's first tasks need not wait for the beat's first check
 
     def _slurm_cluster(self, vdc: VDC) -> None:
         """Start the dev Slurm cluster (installing Slurm when missing) and register it with its nodes."""
@@ -120,6 +124,7 @@ class Command(BaseCommand):
         )  # fmt: skip
         cluster.save()
         nodes = import_slurm_nodes(cluster)
+        check_cluster_health(cluster)
         self.stdout.write(f"Registered Slurm cluster slurm-dev with {len(nodes)} nodes.")
 
     def _queues(self, vdc: VDC) -> None:
