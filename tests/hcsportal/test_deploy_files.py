@@ -1,0 +1,72 @@
+"""The deployment descriptions under deploy/ (docs/deploy.md): parsed, checked against the official Kubernetes
+client's models field by field, and consistent with what the portal reads and serves."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+MODELS = {
+    ("v1", "ConfigMap"): "V1ConfigMap", ("v1", "Service"): "V1Service", ("batch/v1", "Job"): "V1Job",
+    ("apps/v1", "Deployment"): "V1Deployment",
+}  # fmt: skip
+
+
+def _manifests() -> list[dict]:
+    return [doc for doc in yaml.safe_load_all((DEPLOY / "kubernetes" / "portal.yaml").read_text()) if doc]
+
+
+def _strip_nones(value):
+    if isinstance(value, dict):
+        return {k: _strip_nones(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_strip_nones(v) for v in value]
+    return value
+
+
+@pytest.mark.parametrize("doc", _manifests(), ids=lambda d: f"{d['kind']}-{d['metadata']['name']}")
+def test_every_manifest_is_a_valid_object_of_its_kind(doc):
+    api = client.ApiClient()
+    model = api._ApiClient__deserialize(doc, MODELS[(doc["apiVersion"], doc["kind"])])  # required fields checked
+    # A misspelled or misplaced field is dropped by the model: the round trip must give the document back.
+    assert _strip_nones(api.sanitize_for_serialization(model)) == _strip_nones(doc)
+
+
+def test_kubernetes_runs_one_beat_probes_what_the_web_serves_and_reads_what_settings_read():
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in _manifests()}
+    beat = docs[("Deployment", "hcs-portal-beat")]["spec"]
+    assert beat["replicas"] == 1 and beat["strategy"]["type"] == "Recreate"
+    web = docs[("Deployment", "hcs-portal-web")]["spec"]["template"]["spec"]["containers"][0]
+    probes = (web["livenessProbe"]["httpGet"]["path"], web["readinessProbe"]["httpGet"]["path"])
+    assert probes == ("/healthz", "/readyz")
+    settings_source = (ROOT / "hcsportal" / "settings.py").read_text()
+    for name in docs[("ConfigMap", "hcs-portal")]["data"]:
+        assert f'"{name}"' in settings_source, f"{name} is not read by hcsportal/settings.py"
+
+
+def test_compose_has_the_roles_and_one_beat_with_shared_keys():
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    services = compose["services"]
+    assert {"postgres", "redis", "migrate", "web", "worker", "beat"} <= set(services)
+    assert services["beat"]["deploy"]["replicas"] == 1
+    env = services["web"]["environment"]
+    for name in ("DATABASE_URL", "REDIS_URL", "SECRET_KEY", "HCS_CREDENTIALS_KEY"):
+        assert name in env
+    settings_source = (ROOT / "hcsportal" / "settings.py").read_text()
+    for name in env:
+        assert f'"{name}"' in settings_source, f"{name} is not read by hcsportal/settings.py"
+    assert "/readyz" in str(services["web"]["healthcheck"]["test"])
+
+
+def test_the_image_runs_the_modules_the_manifests_name():
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    text = dockerfile + (DEPLOY / "compose.yaml").read_text() + (DEPLOY / "kubernetes" / "portal.yaml").read_text()
+    assert "hcsportal.asgi:application" in text and (ROOT / "hcsportal" / "asgi.py").exists()
+    assert re.search(r"celery_app\b", text) and (ROOT / "celery_app" / "__init__.py").exists()
+    assert "requirements.txt" in dockerfile
