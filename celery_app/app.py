@@ -26,6 +26,8 @@ app.conf.beat_schedule = {
     "reconcile": {"task": "apps.control.jobs.reconcile_all", "schedule": 2.0, "options": {"expires": 2}},
     # Backend probe and node states (Slurm nodes, Kubernetes conditions) per cluster.
     "cluster-health": {"task": "apps.control.jobs.check_clusters", "schedule": 10.0, "options": {"expires": 10}},
+    # New, resized and removed nodes and cards, read from each backend (admin: "Discover nodes" runs it now).
+    "node-discovery": {"task": "apps.control.jobs.discover_nodes", "schedule": 300.0, "options": {"expires": 300}},
     "prune-backend-objects": {
         "task": "apps.control.jobs.prune_backend_objects",
         "schedule": 3600.0,

@@ -8,6 +8,7 @@ from django.db.models import OuterRef
 from apps.clusters import services
 from apps.clusters.admin_forms import ClusterAdminForm, DeviceAdminForm, GPUModelAdminForm, NodeAdminForm
 from apps.clusters.choices import ClusterStatus, NodeStatus
+from apps.clusters.executors.base import ExecutorError
 from apps.clusters.models import Cluster, Device, GPUModel, Node
 from apps.tasks.choices import ACTIVE
 from apps.tasks.models import Task
@@ -43,7 +44,7 @@ class ClusterAdmin(admin.ModelAdmin):
     list_select_related = ("vdc",)
     autocomplete_fields = ("vdc",)
     inlines = (NodeInline,)
-    actions = ("check_now", "enable", "disable", "maintenance_on", "maintenance_off")
+    actions = ("check_now", "discover", "enable", "disable", "maintenance_on", "maintenance_off")
     readonly_fields = (
         "credentials_state", "status", "status_message", "last_heartbeat", "missed_heartbeats",
         "created_at", "updated_at",
@@ -166,6 +167,18 @@ class ClusterAdmin(admin.ModelAdmin):
             text = f"{checked.name}: {checked.get_status_display()}: {checked.status_message or 'no message'}"
             self.message_user(request, text, level)
             self.log_change(request, checked, f"health checked: {checked.get_status_display()}")
+
+    @admin.action(description="Discover nodes: read nodes and cards from the backend now", permissions=["change"])
+    def discover(self, request, queryset) -> None:
+        for cluster in queryset:
+            try:
+                found = services.discover_nodes(cluster)
+            except ExecutorError as exc:
+                self.message_user(request, f"{cluster.name}: nodes could not be read: {exc}", messages.ERROR)
+                continue
+            level = messages.WARNING if found.notes or found.gone else messages.SUCCESS
+            self.message_user(request, f"{cluster.name}: {found.summary()}", level)
+            self.log_change(request, cluster, f"nodes discovered: {found.summary()}")
 
     @admin.action(description="Enable selected clusters", permissions=["change"])
     def enable(self, request, queryset) -> None:

@@ -6,13 +6,14 @@ import difflib
 import hashlib
 import re
 import secrets
+from dataclasses import dataclass, field
 from decimal import Decimal
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from apps.clusters.choices import ClusterStatus
+from apps.clusters.choices import ClusterStatus, ClusterType
 from apps.clusters.gpuspec import Catalog, GPURequest, GPUSpecError, UnknownGPUModel, parse_gpu_spec
 from apps.clusters.models import AgentToken, Cluster, Device, GPUModel, Node
 
@@ -174,30 +175,101 @@ def sync_catalog() -> int:
 
 
 def import_slurm_nodes(cluster: Cluster) -> list[Node]:
-    """Create or update the cluster's nodes and GPUs from what slurmrestd reports.
+    """Create or update a Slurm cluster's nodes and GPUs from what slurmrestd reports (see :func:`discover_nodes`)."""
+    return discover_nodes(cluster).nodes
 
-    A gres type maps to the catalog model whose ``slurm-gres.<MODEL>`` cluster label names it, else to
-    the model whose catalog gres type it is.
-    """
-    from apps.clusters.backends import executor_for  # noqa: PLC0415 - backends import this module's models
 
+# Node labels that name the GPU product (GPU feature discovery of each vendor's device plugin).
+PRODUCT_LABELS = ("nvidia.com/gpu.product", "amd.com/gpu.product-name", "huawei.com/npu.product")
+
+
+@dataclass
+class Discovery:
+    """What a discovery found: the nodes it created or updated, nodes the portal has that the backend no longer
+    reports (kept: their tasks decide), and what it could not map (an unknown GPU model)."""
+
+    nodes: list[Node] = field(default_factory=list)
+    created: int = 0
+    gone: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        text = f"{len(self.nodes)} node(s) ({self.created} new), {self.cards} card(s)"
+        if self.gone:
+            text += f"; not reported any more: {', '.join(self.gone)}"
+        return text + "".join(f"; {note}" for note in self.notes)
+
+    @property
+    def cards(self) -> int:
+        return sum(node.devices.count() for node in self.nodes)
+
+
+def _model_resolver(cluster: Cluster):
+    """reported GPU resource (+ the node's labels) -> catalog model, or None: Slurm gres types through the cluster's
+    ``slurm-gres.<MODEL>`` labels or the catalog's gres types; Kubernetes resources through the node's product label,
+    else the one catalog model of that resource name."""
+    models = {m.name: m for m in GPUModel.objects.all()}
     by_gres = {
         v: k.removeprefix("slurm-gres.") for k, v in (cluster.labels or {}).items() if k.startswith("slurm-gres.")
     }
-    models = {m.name: m for m in GPUModel.objects.all()}
-    by_gres.update({m.slurm_gres_type: m.name for m in models.values() if m.slurm_gres_type not in by_gres})
-    nodes = []
+    by_gres.update({m.slurm_gres_type: m.name for m in models.values() if m.slurm_gres_type and m.slurm_gres_type
+                    not in by_gres})  # fmt: skip
+    by_resource: dict[str, list[GPUModel]] = {}
+    for m in models.values():
+        by_resource.setdefault(m.resource_name, []).append(m)
+    gpu_catalog = catalog()
+
+    def resolve(resource: str, labels: dict) -> GPUModel | None:
+        if cluster.cluster_type == ClusterType.SLURM:
+            return models.get(by_gres.get(resource, ""))
+        candidates = by_resource.get(resource, [])
+        for key in PRODUCT_LABELS:
+            product = labels.get(key, "").upper().removeprefix("NVIDIA-")
+            if not product:
+                continue
+            # "A100-SXM4-80GB": the family from the first part, the variant from the memory it names.
+            named = set(gpu_catalog.resolve_all(product.split("-")[0]))
+            fitting = [m for m in candidates if m.name in named]
+            sized = [m for m in fitting if m.vram_gib and f"{int(m.vram_gib)}GB" in product.replace("GIB", "GB")]
+            if sized or fitting:
+                return (sized or fitting)[0]
+        return candidates[0] if len(candidates) == 1 else None
+
+    return resolve
+
+
+def discover_nodes(cluster: Cluster) -> Discovery:
+    """Create or update the cluster's nodes (cores, memory) and their cards from what its backend reports.
+
+    Slurm: slurmrestd's nodes and gres; Kubernetes: the nodes' allocatable resources through the official client;
+    local: this host (its cards come from the node agent). Cards of a model the portal cannot name are not
+    invented: the discovery says so ("new model: add it to the catalog"). Nodes the backend no longer reports
+    are listed, not deleted.
+    """
+    from apps.clusters.backends import executor_for  # noqa: PLC0415 - backends import this module's models
+
+    reported = executor_for(cluster).nodes()
+    resolve = _model_resolver(cluster)
+    result = Discovery()
     with transaction.atomic():
-        for reported in executor_for(cluster).nodes():
-            node, _ = Node.objects.update_or_create(
+        for entry in reported:
+            node, created = Node.objects.update_or_create(
                 cluster=cluster,
-                name=reported["name"],
-                defaults={"cpu": Decimal(reported["cpus"]), "memory_gib": Decimal(str(reported["memory_gib"]))},
+                name=entry["name"],
+                defaults={"cpu": Decimal(str(entry["cpus"])), "memory_gib": Decimal(str(entry["memory_gib"]))},
             )
+            result.created += created
+            result.nodes.append(node)
+            if entry.get("gpus") is None:
+                continue  # the backend cannot tell: the node agent reports this node's cards
             index = 0
-            for gres_type, count in sorted(reported["gres"].items()):
-                model = models.get(by_gres.get(gres_type, ""))
+            for resource, count in sorted(entry["gpus"].items()):
+                model = resolve(resource, entry.get("labels") or {})
                 if model is None:
+                    accelerator = any(word in resource for word in ("gpu", "npu", "dcu", "mlu"))
+                    if cluster.cluster_type == ClusterType.SLURM or accelerator:
+                        result.notes.append(f"{node.name}: {count} x {resource} of a model the catalog does not name "
+                                            "(new model: add it to the GPU catalog or label the cluster)")  # fmt: skip
                     continue
                 for _ in range(count):
                     Device.objects.update_or_create(
@@ -205,5 +277,6 @@ def import_slurm_nodes(cluster: Cluster) -> list[Node]:
                     )
                     index += 1
             node.devices.filter(index__gte=index).delete()
-            nodes.append(node)
-    return nodes
+        names = {entry["name"] for entry in reported}
+        result.gone = sorted(set(cluster.nodes.values_list("name", flat=True)) - names)
+    return result

@@ -105,6 +105,23 @@ def prune_backend_objects() -> None:
 
 
 @shared_task(ignore_result=True)
+def discover_nodes() -> None:
+    """Beat: re-read every schedulable cluster's nodes and cards (new nodes, resized ones, cards that changed)."""
+    from apps.clusters.executors.base import ExecutorError  # noqa: PLC0415
+    from apps.clusters.models import Cluster  # noqa: PLC0415
+    from apps.clusters.services import discover_nodes as discover  # noqa: PLC0415
+
+    for cluster in Cluster.objects.schedulable():
+        try:
+            found = discover(cluster)
+        except ExecutorError as exc:
+            log.warning("node discovery on %s failed: %s", cluster.name, exc)
+            continue
+        if found.created or found.gone or found.notes:
+            log.info("node discovery on %s: %s", cluster.name, found.summary())
+
+
+@shared_task(ignore_result=True)
 def check_clusters() -> None:
     """Beat: health-check every enabled cluster and read its nodes' states."""
     from apps.clusters.models import Cluster  # noqa: PLC0415

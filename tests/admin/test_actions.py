@@ -119,3 +119,15 @@ def test_a_new_cluster_is_unknown_until_checked_and_test_connection_checks_it(ad
     messages = _act(admin_web, Cluster, "check_now", [broken])
     broken.refresh_from_db()
     assert broken.status == "degraded" and messages[-1].startswith("broken: Degraded: "), messages
+
+
+def test_discover_nodes_reads_the_local_host(admin_web, world, tmp_path, settings):
+    import os  # noqa: PLC0415
+
+    settings.HCS_LOCAL_EXECUTOR_DIR = tmp_path / "jobs"
+    messages = _act(admin_web, Cluster, "discover", [world.cluster])
+    host = world.cluster.nodes.get(name=os.uname().nodename)
+    assert host.cpu == os.cpu_count() and host.memory_gib > 1
+    # The host's cards come from the node agent: discovery leaves the world's node and its cards alone.
+    assert world.node.devices.count() == 8
+    assert messages == [f"{world.cluster.name}: 1 node(s) (1 new), 0 card(s); not reported any more: gpu-node-1"]

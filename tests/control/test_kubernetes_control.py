@@ -236,3 +236,38 @@ def test_node_conditions_and_cordons_reach_the_snapshot(k8s):
     run_cycle(world.vdc.pk)
     waiting.refresh_from_db()
     assert waiting.status == "scheduled"
+
+
+def test_discover_nodes_reads_nodes_cores_memory_and_cards_from_the_api(k8s):
+    # Issue 14: Kubernetes clusters had no node discovery; their nodes and cards were typed in by hand.
+    from apps.clusters.services import discover_nodes  # noqa: PLC0415
+
+    k8s.emulator.objects["v1/nodes", None, "k8s-node-2"] = {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "k8s-node-2", "labels": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "allocatable": {"cpu": "63500m", "memory": "515437416Ki", "nvidia.com/gpu": "8", "pods": "110"},
+            "addresses": [{"type": "InternalIP", "address": "10.0.0.12"}],
+        },
+    }  # fmt: skip
+    k8s.emulator.objects["v1/nodes", None, "k8s-node-3"] = {
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": "k8s-node-3"},
+        "status": {"allocatable": {"cpu": "32", "memory": "128Gi", "example.com/npu-x": "4"}},
+    }  # fmt: skip
+    found = discover_nodes(k8s.k8s_cluster)
+    nodes = {n.name: n for n in found.nodes}
+    assert set(nodes) == {"k8s-node-1", "k8s-node-2", "k8s-node-3"} and found.created == 2
+    new = nodes["k8s-node-2"]
+    assert (new.cpu, round(new.memory_gib)) == (Decimal("63.5"), 492)
+    assert [d.gpu_model.name for d in new.devices.order_by("index")] == ["A100-80G"] * 8
+    assert found.notes == ["k8s-node-3: 4 x example.com/npu-x of a model the catalog does not name "
+                           "(new model: add it to the GPU catalog or label the cluster)"]  # fmt: skip
+    assert not nodes["k8s-node-3"].devices.exists()
+    # Discovered cards take work: an 8-card task fits only on the new node.
+    k8s.quota.limit_gpu = 16
+    k8s.quota.save()
+    task = submit(k8s, gpu_spec="8(A100)", name="big", queue="high")
+    run_cycle(k8s.vdc.pk)
+    task.refresh_from_db()
+    assert task.status == "scheduled" and task.placement[0]["node_name"] == "k8s-node-2"

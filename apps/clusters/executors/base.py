@@ -372,6 +372,12 @@ class Executor(abc.ABC):
         backend that keeps no checkpoints has nothing to remove; the three executors override it.
         """
 
+    def nodes(self) -> list[dict]:
+        """The backend's nodes for discovery: ``name``, ``address``, ``cpus``, ``memory_gib`` and ``gpus`` (GPU-like
+        resources, e.g. ``{"nvidia.com/gpu": 8}`` or Slurm gres types ``{"a100": 8}``; None when the backend
+        cannot tell, and the node agent reports them), plus ``labels`` where the backend has them."""
+        raise ExecutorError(f"{type(self).__name__} cannot list its nodes", retryable=False)
+
     def node_conditions(self) -> list[NodeCondition] | None:
         """The backend's view of its nodes, in one call; None when the backend has no such view (local)."""
         return None

@@ -19,6 +19,7 @@ import yaml
 from kubernetes import client, config
 from kubernetes.stream import stream
 from kubernetes.stream.ws_client import RESIZE_CHANNEL
+from kubernetes.utils import parse_quantity
 
 from apps.clusters.executors import k8s_manifests as m
 from apps.clusters.executors.base import (
@@ -739,6 +740,24 @@ class KubernetesExecutor(Executor):
         else:
             raise ExecutorError(f"a {workload} cannot be resized (elastic tasks run as Jobs or Deployments)",
                                 retryable=False)  # fmt: skip
+
+    def nodes(self) -> list[dict]:
+        """Every node's allocatable cores, memory and extended resources (GPU-like: ``vendor/resource: count``)."""
+        out = []
+        for node in (self._to_dict(item) for item in _call(self._apis["core"].list_node).items or []):
+            status = node.get("status") or {}
+            allocatable = status.get("allocatable") or status.get("capacity") or {}
+            addresses = {a.get("type"): a.get("address") for a in status.get("addresses") or []}
+            gpus = {k: int(parse_quantity(v)) for k, v in allocatable.items() if "/" in k and int(parse_quantity(v))}
+            out.append({
+                "name": node["metadata"]["name"],
+                "address": addresses.get("InternalIP") or addresses.get("Hostname") or "",
+                "cpus": float(parse_quantity(allocatable.get("cpu", "0"))),
+                "memory_gib": round(float(parse_quantity(allocatable.get("memory", "0"))) / 2**30, 2),
+                "gpus": gpus,
+                "labels": (node["metadata"].get("labels") or {}),
+            })  # fmt: skip
+        return out
 
     def node_conditions(self) -> list[NodeCondition]:
         """Node conditions and cordons: not Ready is down, cordoned (unschedulable) takes nothing new."""

@@ -538,6 +538,12 @@ class LocalExecutor(Executor):
                 raise ExecutorError(f"the forwarder to port {port} of the job did not start")
             time.sleep(0.02)
 
+    def nodes(self) -> list[dict]:
+        """This host: its cores and memory. Its cards come from the node agent (NVML), not from here."""
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+        return [{"name": os.uname().nodename or "localhost", "address": "127.0.0.1", "cpus": os.cpu_count() or 1,
+                 "memory_gib": round(memory, 2), "gpus": None, "labels": {}}]  # fmt: skip
+
     def health(self) -> str:
         probe = self.base_dir / ".health-probe"
         try:

@@ -597,6 +597,7 @@ class SlurmExecutor(Executor):
                     "state_flags": [str(f).upper() for f in node.get("state_flags") or []],
                     "reason": node.get("reason") or "",
                     "gres": gres,
+                    "gpus": gres,
                 }
             )
         return out
