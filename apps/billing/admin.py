@@ -13,7 +13,7 @@ from django.forms.models import BaseInlineFormSet
 from apps.billing.admin_actions import add_credit, generate_invoices
 from apps.billing.admin_forms import PriceRuleAdminForm
 from apps.billing.choices import InvoiceStatus
-from apps.billing.models import Account, Invoice, InvoiceLine, PriceRule, Transaction, UsageRecord
+from apps.billing.models import Account, Invoice, InvoiceLine, InvoiceRun, PriceRule, Transaction, UsageRecord
 from apps.billing.pricing import format_money
 from apps.vdc.admin import ReadOnlyAdminMixin, count_of
 
@@ -167,3 +167,18 @@ class InvoiceLineAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_filter = ("resource_type", "gpu_model", "invoice__status")
     search_fields = ("invoice__account__project__name", "gpu_model__name")
     list_select_related = ("invoice__account__project", "gpu_model")
+
+
+@admin.register(InvoiceRun)
+class InvoiceRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Invoice runs an admin started ("Issue invoices" on accounts): how far each got and how it ended."""
+
+    list_display = ("__str__", "status", "progress", "issued", "created_by", "created_at", "finished_at")
+    list_filter = ("status",)
+    fields = ("period_start", "period_end", "status", "progress", "issued", "message", "created_by", "created_at",
+              "finished_at")  # fmt: skip
+    readonly_fields = fields
+
+    @admin.display(description="Accounts done")
+    def progress(self, obj) -> str:
+        return f"{obj.done} / {len(obj.accounts)}"

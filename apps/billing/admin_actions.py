@@ -8,11 +8,16 @@ from decimal import Decimal
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.db import transaction
 from django.template.response import TemplateResponse
+from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import format_html
 
+from apps.billing import jobs as billing_jobs
 from apps.billing import services
-from apps.billing.pricing import format_money, format_totals
+from apps.billing.models import InvoiceRun
+from apps.billing.pricing import format_money
 
 
 class CreditForm(forms.Form):
@@ -79,7 +84,15 @@ def generate_invoices(modeladmin, request, queryset):
     if not form.is_valid():
         return _ask(modeladmin, request, queryset, form, "Issue invoices", "generate_invoices")
     start, end = form.bounds()
-    invoices = services.generate_invoices(start, end, accounts=list(queryset))
-    total = format_totals((invoice.total, invoice.currency) for invoice in invoices)
-    modeladmin.message_user(request, f"{len(invoices)} invoice(s) issued, {total} in all.", messages.SUCCESS)
+    # A worker issues them, account by account; the run shows how far it got and how it ended.
+    run = InvoiceRun.objects.create(period_start=start, period_end=end, created_by=request.user,
+                                    accounts=list(queryset.order_by("pk").values_list("pk", flat=True)))  # fmt: skip
+    transaction.on_commit(lambda: billing_jobs.run_invoice_run.delay(run.pk))
+    url = reverse("admin:billing_invoicerun_change", args=[run.pk])
+    modeladmin.message_user(
+        request,
+        format_html('{}: {} account(s), issued in the background. <a href="{}">Follow it</a>.', run,
+                    len(run.accounts), url),
+        messages.SUCCESS,
+    )  # fmt: skip
     return None

@@ -36,3 +36,11 @@ def generate_monthly_invoices() -> None:
     this_month, _ = month_bounds(timezone.now())
     last_month, _ = month_bounds(this_month - timedelta(days=1))
     generate_invoices(last_month, this_month)
+
+
+@shared_task(ignore_result=True)
+def run_invoice_run(run_id: int) -> None:
+    """Issue an admin's invoice run in the background (progress on the run, admin: Billing > Invoice runs)."""
+    from apps.billing.services import run_invoice_run as run  # noqa: PLC0415
+
+    run(run_id)

@@ -306,3 +306,34 @@ class VDCAlerts(VDC):
         verbose_name = "alerts of a VDC"
         verbose_name_plural = "alerts"
         default_permissions = ("view",)
+
+
+class InvoiceRun(models.Model):
+    """An admin's "Issue invoices" over many accounts, run by a worker: its progress and how it ended.
+
+    Each account's invoice is its own transaction (idempotent per period), so a run that fails part-way has
+    issued exactly the invoices it counts and names the accounts it could not invoice.
+    """
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        DONE = "done", "Done"
+        FAILED = "failed", "Done with failures"
+
+    period_start = models.DateTimeField()
+    period_end = models.DateTimeField()
+    accounts = models.JSONField(default=list, help_text="Ids of the accounts to invoice")
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.QUEUED)
+    done = models.PositiveIntegerField(default=0, help_text="Accounts handled so far")
+    issued = models.PositiveIntegerField(default=0, help_text="Invoices issued (or found issued) so far")
+    message = models.TextField(blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"Invoice run #{self.pk} {self.period_start:%Y-%m-%d}..{self.period_end:%Y-%m-%d}"

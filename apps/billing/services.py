@@ -22,8 +22,17 @@ from django.db.models.functions import TruncDate
 from django.utils import timezone
 
 from apps.billing.choices import UNITS, InvoiceStatus, ResourceType, TransactionKind
-from apps.billing.models import Account, Invoice, InvoiceLine, PriceRule, Transaction, UsageMeter, UsageRecord
-from apps.billing.pricing import ZERO, money, quantity, tiered_cost
+from apps.billing.models import (
+    Account,
+    Invoice,
+    InvoiceLine,
+    InvoiceRun,
+    PriceRule,
+    Transaction,
+    UsageMeter,
+    UsageRecord,
+)
+from apps.billing.pricing import ZERO, format_totals, money, quantity, tiered_cost
 from apps.clusters import services as cluster_services
 from apps.clusters.gpuspec import candidate_models, equivalents
 from apps.clusters.models import Device, GPUModel
@@ -493,6 +502,38 @@ def generate_invoices(start: datetime, end: datetime, accounts=None) -> list[Inv
         with_usage = UsageRecord.objects.filter(invoice__isnull=True, period_start__lt=end).values("project_id")
         accounts = Account.objects.filter(project_id__in=with_usage)
     return [generate_invoice(account, start, end) for account in accounts]
+
+
+def run_invoice_run(run_id: int) -> InvoiceRun:
+    """Issue the invoices of an :class:`InvoiceRun`, account by account, recording progress as it goes.
+
+    An account that fails is named in the run's message and the others still get theirs; running it again
+    (a retried job) issues only what is missing, as each invoice is idempotent per period.
+    """
+    run = InvoiceRun.objects.get(pk=run_id)
+    InvoiceRun.objects.filter(pk=run_id).update(status=InvoiceRun.Status.RUNNING)
+    accounts = {a.pk: a for a in Account.objects.filter(pk__in=run.accounts).select_related("project")}
+    failures: list[str] = []
+    totals: list[tuple[Decimal, str]] = []
+    for done, account_id in enumerate(run.accounts, start=1):
+        account = accounts.get(account_id)
+        try:
+            if account is None:
+                raise ValueError("the account no longer exists")
+            invoice = generate_invoice(account, run.period_start, run.period_end)
+            totals.append((invoice.total, invoice.currency))
+        except Exception as exc:  # noqa: BLE001 - one account's failure is reported, the others still invoiced
+            log.exception("invoice run %s: account %s failed", run_id, account_id)
+            failures.append(f"{account.project if account else f'account {account_id}'}: {exc}")
+        InvoiceRun.objects.filter(pk=run_id).update(done=done, issued=len(totals))
+    run.refresh_from_db()
+    run.status = InvoiceRun.Status.FAILED if failures else InvoiceRun.Status.DONE
+    run.message = f"{len(totals)} invoice(s) issued, {format_totals(totals)} in all." + (
+        f" Not invoiced: {'; '.join(failures)}." if failures else ""
+    )
+    run.finished_at = timezone.now()
+    run.save(update_fields=["status", "message", "finished_at"])
+    return run
 
 
 def close_invoice(invoice: Invoice) -> Invoice:

@@ -13,7 +13,7 @@ from django.urls import reverse
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
-from apps.billing.models import Account, Invoice, InvoiceLine, PriceRule, Transaction, UsageRecord
+from apps.billing.models import Account, Invoice, InvoiceLine, InvoiceRun, PriceRule, Transaction, UsageRecord
 from apps.clusters.models import GPUModel
 from apps.control.models import BackendObject, CheckpointStore, Installation
 from apps.tasks.models import TaskEvent
@@ -72,6 +72,7 @@ def every_model(world):
     InvoiceLine.objects.create(
         invoice=invoice, resource_type="gpu", gpu_model=a100, quantity=Decimal("2"), amount=Decimal("25")
     )
+    InvoiceRun.objects.create(period_start=start, period_end=end, accounts=[account.pk], created_by=world.admin)
     Group.objects.create(name="operators")
     Token.objects.create(user=world.admin)
     Installation.current()

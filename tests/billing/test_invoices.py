@@ -9,7 +9,7 @@ from decimal import Decimal
 import pytest
 
 from apps.billing import services
-from apps.billing.models import ImmutablePeriodError, Invoice, Transaction, UsageRecord
+from apps.billing.models import Account, ImmutablePeriodError, Invoice, InvoiceRun, Transaction, UsageRecord
 from apps.clusters.models import GPUModel
 from tests.billing.conftest import T0, at, start_task
 
@@ -112,7 +112,11 @@ def test_add_credit_writes_the_ledger(world, account):
         services.add_credit(account, D("-5"))
 
 
-def test_admin_actions_add_credit_and_issue_invoices(client, world, account, metered):
+def test_admin_actions_add_credit_and_issue_invoices(client, world, account, metered, monkeypatch,
+                                                      django_capture_on_commit_callbacks):  # fmt: skip
+    from celery_app.app import app as celery  # noqa: PLC0415
+
+    monkeypatch.setitem(celery.conf, "task_always_eager", True)  # the worker's part, run here
     client.force_login(world.admin)
     url = "/admin/billing/account/"
     page = client.post(url, {"action": "add_credit", "_selected_action": [account.pk]})
@@ -123,18 +127,44 @@ def test_admin_actions_add_credit_and_issue_invoices(client, world, account, met
     account.refresh_from_db()
     assert Transaction.objects.filter(kind="credit", amount=D("25"), created_by=world.admin).exists()
     assert [str(m) for m in client.get(url).context["messages"]] == ["Added 25.00 CNY to each of 1 account(s)."]
-    done = client.post(url, {"action": "generate_invoices", "_selected_action": [account.pk], "apply": "1",
-                             "first_day": "2026-01-05", "last_day": "2026-01-05"})  # fmt: skip
+    # Issue 14: invoice runs are a worker's job with progress, not a request that may time out half-way.
+    with django_capture_on_commit_callbacks(execute=True):
+        done = client.post(url, {"action": "generate_invoices", "_selected_action": [account.pk], "apply": "1",
+                                 "first_day": "2026-01-05", "last_day": "2026-01-05"})  # fmt: skip
     assert done.status_code == 302
-    invoice = Invoice.objects.get(account=account)
-    # Issue 14: money in admin messages and lists has its currency and cents, never a raw Decimal.
+    run = InvoiceRun.objects.get()
     shown = [str(m) for m in client.get(url).context["messages"]]
-    assert shown == [f"1 invoice(s) issued, {invoice.total:,.2f} CNY in all."], shown
+    assert shown[0].startswith(f"{run}: 1 account(s), issued in the background.")
+    invoice = Invoice.objects.get(account=account)
+    assert (run.status, run.done, run.issued) == ("done", 1, 1)
+    # Money in admin messages and lists has its currency and cents, never a raw Decimal.
+    assert run.message == f"1 invoice(s) issued, {invoice.total:,.2f} CNY in all."
+    page = client.get(f"/admin/billing/invoicerun/{run.pk}/change/").content.decode()
+    assert "1 / 1" in page and run.message in page
     listing = client.get(url).content.decode()
     account.refresh_from_db()
     assert f"{account.balance:,.2f} CNY" in listing and "0000" not in listing
     assert (invoice.period_start, invoice.period_end) == (T0.replace(hour=0), T0.replace(hour=0) + (at(days=1) - T0))
     assert invoice.total == sum(r.cost for r in UsageRecord.objects.all())
+
+
+def test_an_invoice_run_names_the_accounts_it_could_not_invoice_and_invoices_the_others(world, account, metered,
+                                                                                         monkeypatch):  # fmt: skip
+    other = Account.objects.create(project=world.other_project)
+    run = InvoiceRun.objects.create(period_start=T0, period_end=at(days=1), accounts=[other.pk, 999999, account.pk])
+    real = services.generate_invoice
+
+    def flaky(acct, start, end):
+        if acct.pk == other.pk:
+            raise RuntimeError("ledger locked")
+        return real(acct, start, end)
+
+    monkeypatch.setattr(services, "generate_invoice", flaky)
+    run = services.run_invoice_run(run.pk)
+    assert (run.status, run.done, run.issued) == ("failed", 3, 1)
+    assert "Not invoiced: beta: ledger locked; account 999999: the account no longer exists." in run.message
+    assert Invoice.objects.filter(account=account).count() == 1
+    assert services.run_invoice_run(run.pk).issued == 1  # again: nothing issued twice
 
 
 def test_invoice_csv_totals(client, world, account, metered):
