@@ -1,0 +1,57 @@
+"""Issue 14 in Chromium: an operator selects every queued task of a filtered admin list and cancels them in one
+action; the clusters list tests a connection. Screenshots kept as artifacts."""
+
+from __future__ import annotations
+
+import pytest
+
+from apps.clusters.models import Cluster
+from apps.tasks.models import Task
+from tests.factories import TaskFactory
+from tests.portal.test_browser import PASSWORD, shot, watch_policy
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def admin_login(page, base: str) -> None:
+    page.goto(f"{base}/admin/login/?next=/admin/")
+    page.fill("#id_username", "admin")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_url(f"{base}/admin/")
+
+
+def test_select_all_and_cancel_four_hundred_queued_tasks(db_thread, browser, live_server_url, live_world):
+    world = live_world
+
+    def queue_many():
+        TaskFactory.create_batch(400, project=world.project, owner=world.member, vdc=world.vdc, queue=world.low,
+                                 status="queued")  # fmt: skip
+        TaskFactory(project=world.project, owner=world.member, vdc=world.vdc, queue=world.high, status="running")
+
+    db_thread.run(queue_many)
+    page = browser.new_page(viewport={"width": 1366, "height": 900})
+    violations: list[str] = []
+    watch_policy(page, violations)
+    admin_login(page, live_server_url)
+    page.goto(f"{live_server_url}/admin/tasks/task/?status__exact=queued")
+    page.check("#action-toggle")
+    page.click(".question a")  # "Select all 400 tasks"
+    page.select_option("select[name=action]", "cancel")
+    page.click("button[name=index]")
+    page.wait_for_selector(".messagelist")
+    assert "400 task(s) stopped." in page.locator(".messagelist").inner_text()
+    shot(page, "admin-01-bulk-cancel-400")
+    counts = db_thread.run(lambda: (Task.objects.filter(status="stopped").count(),
+                                    Task.objects.filter(status="running").count()))  # fmt: skip
+    assert counts == (400, 1)  # all of the filtered list, and nothing outside it
+
+    page.goto(f"{live_server_url}/admin/clusters/cluster/")
+    page.check(f"input[name=_selected_action][value='{world.cluster.pk}']")
+    page.select_option("select[name=action]", "check_now")
+    page.click("button[name=index]")
+    page.wait_for_selector(".messagelist")
+    shown = page.locator(".messagelist").inner_text().lower()
+    assert f"{world.cluster.name}: healthy: local executor ready" in shown
+    shot(page, "admin-02-test-connection")
+    assert db_thread.run(lambda: Cluster.objects.get(pk=world.cluster.pk).last_heartbeat) is not None
