@@ -23,10 +23,6 @@ from apps.tasks.choices import ACTIVE, WAITING
 from apps.tasks.models import Task
 from apps.vdc.models import VDC, Membership, Project, ProjectQuota
 
-admin.site.site_header = "HCS Portal administration"
-admin.site.site_title = "HCS Portal administration"
-admin.site.index_title = "Platform administration"
-
 ZERO = Decimal("0")
 DECIMAL = DecimalField(max_digits=20, decimal_places=4)
 GREEN, ORANGE, RED, GREY = "#2e7d32", "#ef6c00", "#c62828", "#616161"
