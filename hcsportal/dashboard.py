@@ -65,8 +65,28 @@ class ClusterUse:
 
 
 @dataclass
+class QueueBacklog:
+    """A queue now: tasks waiting and running, the oldest and the average wait (s), GPU-equivalents held."""
+
+    name: str
+    waiting: int
+    running: int
+    oldest_wait_s: float
+    average_wait_s: float
+    allocated: Decimal
+
+    @property
+    def oldest_wait(self) -> str:
+        return human_duration(self.oldest_wait_s) if self.waiting else "-"
+
+    @property
+    def average_wait(self) -> str:
+        return human_duration(self.average_wait_s) if self.waiting else "-"
+
+
+@dataclass
 class VDCUse:
-    """A VDC's clusters summed, and its cards per model."""
+    """A VDC's clusters summed, its cards per model, and its queues' backlog."""
 
     name: str
     capacity: Decimal = ZERO
@@ -74,6 +94,7 @@ class VDCUse:
     used: Decimal = ZERO
     clusters: list[ClusterUse] = field(default_factory=list)
     models: list[ModelUse] = field(default_factory=list)
+    queues: list[QueueBacklog] = field(default_factory=list)
 
 
 @dataclass
@@ -143,12 +164,15 @@ def operator_dashboard(now: datetime | None = None) -> Dashboard:
         vdc.capacity += cluster.capacity
         vdc.allocated += cluster.allocated
         vdc.used += cluster.used
+    for q in sorted(state.queues, key=lambda q: (q.vdc, q.name)):
+        backlog = QueueBacklog(q.name, q.waiting, q.running, q.oldest_wait_s, q.average_wait_s, q.allocated["gpu"])
+        vdcs.setdefault(q.vdc, VDCUse(q.vdc)).queues.append(backlog)
     for vdc in vdcs.values():
         vdc.models = _merge_models([c.models for c in vdc.clusters if c.enabled])
     projects = _projects(state.projects, now)
     return Dashboard(
         now=now,
-        vdcs=list(vdcs.values()),
+        vdcs=sorted(vdcs.values(), key=lambda v: v.name),
         alerts=evaluate(state, now),
         activity=activity(Task.objects.all(), hours=TREND_HOURS, buckets=TREND_BUCKETS),
         waits=wait_trend(now),

@@ -64,6 +64,14 @@ def test_figures_per_vdc_cluster_and_model(busy_world):
     assert [(m.model, m.cards, m.held) for m in vdc.models] == [("A100-80G", 9, Decimal("2"))]
 
 
+def test_queue_backlog_per_vdc(busy_world):
+    [vdc] = operator_dashboard().vdcs
+    queues = {q.name: q for q in vdc.queues}
+    assert (queues["high"].running, queues["high"].waiting, queues["high"].allocated) == (1, 0, Decimal("2"))
+    low = queues["low"]
+    assert low.waiting == 1 and low.oldest_wait == "2 h 00 min" and queues["medium"].oldest_wait == "-"
+
+
 def test_top_projects_by_use_and_by_wait(busy_world):
     d = operator_dashboard()
     assert [(p.name, p.held, p.eq_hours_month) for p in d.top_use] == [("alpha", Decimal("2"), Decimal("3.5"))]
@@ -92,7 +100,7 @@ def test_staff_sees_the_dashboard_above_the_app_list(client, busy_world):
     html = response.content.decode()
     for text in ("Operator dashboard", "Alerts firing", "LongQueueWait", "Add capacity or adjust quotas",
                  "Not checked yet", "A100-80G: 2 / 8, 25%", "Top projects by use", "Top projects by wait",
-                 "2 h 00 min", "Waits of the tasks placed", "<svg"):  # fmt: skip
+                 "2 h 00 min", "Waits of the tasks placed, minutes, per half hour", "<svg"):  # fmt: skip
         assert text in html, text
     # The default app list stays, below the dashboard.
     assert html.index("Top projects by wait") < html.index('class="app-tasks module')
