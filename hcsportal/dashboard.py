@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import Avg, Count, DecimalField, ExpressionWrapper, F, Q, Sum
+from django.db.models import Avg, Count, F, Q, Sum
 from django.utils import timezone
 
 from apps.billing.alerts import Alert, evaluate
@@ -243,13 +243,17 @@ def _merge_models(groups: list[list[ModelUse]]) -> list[ModelUse]:
 
 
 def _used_equivalents() -> dict[int, Decimal]:
-    """GPU-equivalents measured busy per cluster: each card's exchange rate times its utilisation (one query)."""
-    busy = ExpressionWrapper(
-        F("gpu_model__exchange_rate") * F("utilization") / 100,
-        output_field=DecimalField(max_digits=16, decimal_places=4),
+    """GPU-equivalents measured busy per cluster: each card's exchange rate times its utilisation (one query).
+
+    Utilisation is summed per cluster and exchange rate in SQL and weighted here: SQLite would divide integers.
+    """
+    out: dict[int, Decimal] = defaultdict(Decimal)
+    rows = Device.objects.values(cluster_id=F("node__cluster_id"), rate=F("gpu_model__exchange_rate")).annotate(
+        percent=Sum("utilization")
     )
-    rows = Device.objects.values(cluster_id=F("node__cluster_id")).annotate(used=Sum(busy)).order_by()
-    return {row["cluster_id"]: Decimal(row["used"] or 0).quantize(Decimal("0.01")) for row in rows}
+    for row in rows.order_by():
+        out[row["cluster_id"]] += Decimal(row["rate"]) * (row["percent"] or 0) / 100
+    return {cluster: used.quantize(Decimal("0.01")) for cluster, used in out.items()}
 
 
 def _projects(held: dict[tuple[str, str], dict[str, Decimal]], now: datetime) -> list[ProjectUse]:
