@@ -18,7 +18,7 @@ LAPTOP = {"width": 1366, "height": 900}
 
 
 def operator_world(world) -> None:
-    """A running task holding 4 A100s, one waiting behind it, a cluster never checked, and many tasks to list."""
+    """A running task holding 4 A100s, one waiting behind it, a cluster never checked, one down, many tasks."""
     world.admin.set_password(PASSWORD)
     world.admin.save()
     submit_task(world.owner, project=world.project, queue="high", name="big-run", kind="training",
@@ -28,6 +28,8 @@ def operator_world(world) -> None:
                 gpu_spec="8(A100)", command="sleep 120")  # fmt: skip
     run_cycle(world.vdc.pk)
     ClusterFactory(vdc=world.vdc, name="new-slurm", cluster_type="slurm", status="unknown")
+    ClusterFactory(vdc=world.vdc, name="old-k8s", cluster_type="kubernetes", status="unavailable",
+                   status_message="connection refused by 10.0.0.5:6443")  # fmt: skip
     TaskFactory.create_batch(30, project=world.project, owner=world.member, vdc=world.vdc, queue=world.low,
                              status="stopped", name="a-rather-long-task-name-for-the-changelist-columns")  # fmt: skip
 
@@ -52,7 +54,8 @@ def test_operator_dashboard_and_task_list_fit_a_laptop_screen(db_thread, browser
     dashboard = page.locator("section.hcs-dashboard")
     assert dashboard.is_visible()
     text = dashboard.inner_text()
-    for expected in ("Alerts firing", "Not checked yet", "A100-80G: 4 / 8", "Top projects by use", "alpha",
+    for expected in ("Alerts firing", "ClusterUnavailable", "Check the backend endpoint and credentials",
+                     "connection refused", "Not checked yet", "A100-80G: 4 / 8", "Top projects by use", "alpha",
                      "Top projects by wait", "beta", "Queue backlog and waits"):  # fmt: skip
         assert expected in text, expected
     assert dashboard.locator("figure.chart svg polyline").count() == 5
