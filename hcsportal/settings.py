@@ -53,7 +53,7 @@ except ValueError:
 
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
+    "hcsportal.admin_apps.PortalAdminConfig",  # django.contrib.admin, index = operator dashboard
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

@@ -44,6 +44,9 @@ class ClusterState:
     cards: int = 0
     busy: float | None = None
     tasks: int = 0
+    pk: int | None = None
+    last_heartbeat: datetime | None = None
+    status_message: str = ""
 
 
 @dataclass
@@ -82,9 +85,12 @@ class State:
 def read_state(now: datetime) -> State:
     """Everything /metrics and the alerts need, in six queries whatever the size of the platform."""
     clusters = {
-        c.pk: ClusterState(c.name, c.vdc.name, c.status, c.enabled, _resources(), _resources())
+        c.pk: ClusterState(
+            c.name, c.vdc.name, c.status, c.enabled, _resources(), _resources(),
+            pk=c.pk, last_heartbeat=c.last_heartbeat, status_message=c.status_message,
+        )
         for c in Cluster.objects.select_related("vdc")
-    }
+    }  # fmt: skip
     for row in Node.objects.values("cluster_id").annotate(cpu=Sum("cpu"), memory=Sum("memory_gib")).order_by():
         state = clusters[row["cluster_id"]]
         if state.enabled:

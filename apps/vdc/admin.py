@@ -23,13 +23,10 @@ from apps.tasks.choices import ACTIVE, WAITING
 from apps.tasks.models import Task
 from apps.vdc.models import VDC, Membership, Project, ProjectQuota
 
-admin.site.site_header = "HCS Portal administration"
-admin.site.site_title = "HCS Portal administration"
-admin.site.index_title = "Platform administration"
-
 ZERO = Decimal("0")
 DECIMAL = DecimalField(max_digits=20, decimal_places=4)
-GREEN, ORANGE, RED, GREY = "#2e7d32", "#ef6c00", "#c62828", "#616161"
+# Badge colours are classes of static/portal/admin.css: the Content Security Policy blocks style attributes.
+GREEN, ORANGE, RED, GREY = "ok", "warn", "bad", "muted"
 
 
 def _scalar(queryset: QuerySet, function: str, expression) -> Coalesce:
@@ -66,7 +63,8 @@ def number(value, places: int = 2) -> str:
 
 
 def badge(text: str, colour: str):
-    return format_html('<strong style="color: {}">{}</strong>', colour, text)
+    """A coloured status word; ``colour`` is one of GREEN, ORANGE, RED, GREY."""
+    return format_html('<strong class="badge badge-{}">{}</strong>', colour, text)
 
 
 def health_badge(score: int | None):
