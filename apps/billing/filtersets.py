@@ -8,6 +8,7 @@ from apps.billing.models import (
     Account,
     Invoice,
     InvoiceLine,
+    InvoiceRun,
     PriceRule,
     Transaction,
     UsageMeter,
@@ -108,6 +109,24 @@ class InvoiceFilterSet(BaseFilterSet):
             "currency": ["exact"],
             "created_at": TIME,
             "issued_at": TIME,
+        }
+
+
+class InvoiceRunFilterSet(BaseFilterSet):
+    """Invoice runs (admin-only today: Billing > Invoice runs), by state and period."""
+
+    class Meta(BaseFilterSet.Meta):
+        model = InvoiceRun
+        fields = {
+            "id": ["exact", "in"],
+            "period_start": TIME,
+            "period_end": TIME,
+            "status": ["exact", "in"],
+            "done": NUMBER,
+            "issued": NUMBER,
+            "created_by": ["exact"],
+            "created_at": TIME,
+            "finished_at": TIME,
         }
 
 

@@ -38,6 +38,7 @@ EXEMPT = {
     "billing.PriceRule": {"discount_tiers"},
     "control.BackendObject": {"message", "devices"},
     "control.CheckpointStore": {"message"},
+    "billing.InvoiceRun": {"accounts", "message"},
 }
 
 
