@@ -20,8 +20,13 @@ def slurm():
 
 
 @pytest.fixture
-def slurm_world(world, slurm, settings):
+def slurm_world(world, slurm, settings, monkeypatch):
     """The world's VDC gets the dev Slurm cluster: hcs-node-1/2 with 8 x A100, hcs-node-3/4 with 4 x V100-32G."""
+    from celery_app.app import app as celery  # noqa: PLC0415
+
+    # On the Celery app itself: once an earlier test set (and restored) the key there, the Django setting is
+    # no longer read, and a reconcile asked for by a cycle would wait for a worker that never comes.
+    monkeypatch.setitem(celery.conf, "task_always_eager", True)
     settings.CELERY_TASK_ALWAYS_EAGER = True
     world.cluster.enabled = False  # only Slurm takes tasks here
     world.cluster.save()
