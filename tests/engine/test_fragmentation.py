@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from apps.queues.engine import WorkloadShape, schedule
+from apps.queues.engine import Scheduler, WorkloadShape, schedule
 from apps.queues.engine.capacity import ClusterIndex, NodeState
 from apps.queues.engine.fragmentation import FragmentationModel
 
@@ -77,3 +77,12 @@ def test_fgd_breaks_score_ties_by_node_order():
         snap([node("n1", cards=1), node("n2", cards=1)], [task("t", gpu=0.5)], node_scorer="fgd", fgd_workload=wl)
     )
     assert d.starts[0].placements[0].node_id == "n1"
+
+
+def test_fgd_without_a_workload_or_tasks_still_keeps_the_only_8_card_node_whole():
+    # Issue 13 C: a Scheduler started empty had no target workload, so FGD tied everywhere and placed
+    # first-fit: the 1-card task took a card of n1, the only node an 8-card task could ever use.
+    s = Scheduler(snap([node("n1", cards=8), node("n2", cards=4)], [], node_scorer="fgd"))
+    s.submit(task("small", gpu=1))
+    d = s.cycle(100.0)
+    assert [p.node_id for st in d.starts for p in st.placements] == ["n2"]

@@ -279,7 +279,9 @@ class Scheduler:
             d = self.demand(t)
             if isinstance(d, Demand):
                 shapes.append(shape_of(d.cpu, d.memory_gib, d.alternatives, self.all_models))
-        return FragmentationModel(shapes)
+        # With nothing to learn from (an empty snapshot, a Scheduler started empty), FGD would score every node
+        # alike and place first-fit: it measures against a default mix of whole-card requests instead.
+        return FragmentationModel(shapes or list(DEFAULT_FGD_WORKLOAD))
 
     def demand(self, task: Task, instances: int | None = None) -> Demand | RequestError:
         """The task's normalised demand (cached per task object), or why it is invalid."""
@@ -797,6 +799,13 @@ class Scheduler:
     def _class_of(self, task: Task) -> str:
         q = self.queues.get(task.queue_id)
         return q.priority_class if q is not None else LOW
+
+
+# FGD's target workload when neither the VDC settings nor the snapshot give one: requests of 1, 2, 4 and 8 whole
+# cards of any model (one core each), smaller ones more frequent, as in the public GPU-cluster traces.
+DEFAULT_FGD_WORKLOAD = tuple(
+    (weight, 1.0, 1.0, cards * WHOLE, None) for cards, weight in ((1, 8), (2, 4), (4, 2), (8, 1))
+)
 
 
 def _start_size(task: Task) -> int:
