@@ -15,7 +15,7 @@ from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from apps.tasks.choices import WAITING
-from apps.tasks.live import format_time, from_now
+from apps.tasks.live import format_time, from_now, span
 from apps.tasks.models import Task
 from apps.vdc.models import Membership
 from apps.vdc.services import is_platform_admin
@@ -53,7 +53,7 @@ class Entry:
 
     @property
     def waiting_for(self) -> str:
-        return waited(self.waiting_seconds)
+        return span(self.waiting_seconds)
 
     @property
     def label(self) -> str:
@@ -73,17 +73,6 @@ def resources(task: Task) -> str:
     gpus = task.gpu_spec or "no GPU"
     times = f" × {task.instances}" if task.instances > 1 else ""
     return f"{gpus}{times}, {task.cpu.normalize():f} CPU, {task.memory_gib.normalize():f} GiB"
-
-
-def waited(seconds: int) -> str:
-    """How long a task has waited, as people say it: "12 min", "3 h 5 min", "2 days"."""
-    minutes = max(0, seconds // 60)
-    if minutes < 60:
-        return f"{minutes} min"
-    if minutes < 48 * 60:
-        hours, minutes = divmod(minutes, 60)
-        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
-    return f"{minutes // (24 * 60)} days"
 
 
 def _seen_by(tasks: QuerySet[Task], user) -> QuerySet[Task]:

@@ -49,18 +49,21 @@ def format_time(value) -> str:
     return timezone.localtime(value).strftime("%Y-%m-%d %H:%M %Z") if value else ""
 
 
+def span(seconds: float) -> str:
+    """A length of time as people say it: "12 min", "2 h 5 min", "3 days"."""
+    minutes = max(0, int(seconds // 60))
+    if minutes < 60:
+        return f"{minutes} min"
+    if minutes < 48 * 60:
+        hours, minutes = divmod(minutes, 60)
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    return f"{minutes // (24 * 60)} days"
+
+
 def from_now(value, now=None) -> str:
     """How far ahead a time is, as people say it: "in 3 min", "in 2 h 5 min", "in 3 days"."""
     seconds = (value - (now or timezone.now())).total_seconds()
-    if seconds < 60:
-        return "any moment now"
-    minutes = int(seconds // 60)
-    if minutes < 60:
-        return f"in {minutes} min"
-    if minutes < 48 * 60:
-        hours, minutes = divmod(minutes, 60)
-        return f"in {hours} h {minutes} min" if minutes else f"in {hours} h"
-    return f"in {minutes // (24 * 60)} days"
+    return "any moment now" if seconds < 60 else f"in {span(seconds)}"
 
 
 def status_summary(task: Task) -> str:

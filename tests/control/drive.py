@@ -34,6 +34,18 @@ def schedule_and_launch(vdc_id: int, task: Task) -> Task:
     return task
 
 
+def run_until_running(task: Task) -> Task:
+    """A just-submitted task on its way to running: the cycle and launch a worker would do, unless Celery (eager,
+    under a live server) already did them on commit."""
+    task.refresh_from_db()
+    if task.status == "queued":
+        run_cycle(task.vdc_id)
+        task.refresh_from_db()
+    if task.status == "scheduled":
+        launch(task)
+    return wait_status(task, "running")
+
+
 def reconcile_all() -> list[reconcile.ReconcileResult]:
     """One reconciliation of every enabled cluster (what beat runs every few seconds)."""
     return [reconcile.reconcile_cluster(pk) for pk in Cluster.objects.filter(enabled=True).values_list("pk", flat=True)]

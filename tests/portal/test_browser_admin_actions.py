@@ -8,17 +8,10 @@ import pytest
 from apps.clusters.models import Cluster
 from apps.tasks.models import Task
 from tests.factories import TaskFactory
-from tests.portal.test_browser import PASSWORD, shot, watch_policy
+from tests.portal.test_browser import shot, watch_policy
+from tests.portal.test_browser_admin import admin_log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-def admin_login(page, base: str) -> None:
-    page.goto(f"{base}/admin/login/?next=/admin/")
-    page.fill("#id_username", "admin")
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    page.wait_for_url(f"{base}/admin/")
 
 
 def test_select_all_and_cancel_four_hundred_queued_tasks(db_thread, browser, live_server_url, live_world):
@@ -33,7 +26,7 @@ def test_select_all_and_cancel_four_hundred_queued_tasks(db_thread, browser, liv
     page = browser.new_page(viewport={"width": 1366, "height": 900})
     violations: list[str] = []
     watch_policy(page, violations)
-    admin_login(page, live_server_url)
+    admin_log_in(page, live_server_url)
     page.goto(f"{live_server_url}/admin/tasks/task/?status__exact=queued")
     page.check("#action-toggle")
     page.click(".question a")  # "Select all 400 tasks"

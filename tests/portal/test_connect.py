@@ -10,10 +10,9 @@ from django.conf import settings
 from django.test import AsyncClient
 from django.urls import reverse
 
-from apps.control.scheduling import run_cycle
 from apps.tasks.access import connectable_ports
 from apps.tasks.services import stop_task, submit_task
-from tests.control.drive import launch, wait_status
+from tests.control.drive import run_until_running, wait_status
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -58,13 +57,7 @@ def local_jobs_dir(settings, tmp_path):
 def start_service(world, command: str = SERVICE):
     task = submit_task(world.member, project=world.project, queue="high", name="web", kind="dev_env",
                        command=command, gpu_spec="", port=PORT)  # fmt: skip
-    task.refresh_from_db()
-    if task.status == "queued":
-        run_cycle(world.vdc.pk)  # with Celery eager (a live server) its launch already ran on commit
-        task.refresh_from_db()
-    if task.status == "scheduled":
-        launch(task)
-    return wait_status(task, "running")
+    return run_until_running(task)
 
 
 def url(task, port=PORT, path=""):
@@ -174,13 +167,7 @@ def test_the_monitoring_page_of_a_running_dev_environment_has_connect_and_termin
 def start_inference(world):
     task = submit_task(world.member, project=world.project, queue="high", name="llm", kind="inference",
                        command=SERVICE, gpu_spec="", port=PORT, image="local")  # fmt: skip
-    task.refresh_from_db()
-    if task.status == "queued":
-        run_cycle(world.vdc.pk)  # with Celery eager (a live server) its launch already ran on commit
-        task.refresh_from_db()
-    if task.status == "scheduled":
-        launch(task)
-    return wait_status(task, "running")
+    return run_until_running(task)
 
 
 def test_an_inference_services_page_shows_its_endpoint_replicas_and_a_test_box_for_members(world, client):

@@ -13,10 +13,9 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
 
-from apps.control.scheduling import run_cycle
 from apps.tasks.services import stop_task, submit_task
 from hcsportal.asgi import application
-from tests.control.drive import launch, wait_status
+from tests.control.drive import run_until_running, wait_status
 from tests.portal.test_live import session_cookie
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
@@ -31,13 +30,7 @@ def start_running_task(world, command: str = "echo job-started; sleep 120"):
     """A dev environment of the member's on the local cluster, running its command in the sandbox."""
     task = submit_task(world.member, project=world.project, queue="high", name="shell", kind="dev_env",
                        command=command, gpu_spec="1(A100)")  # fmt: skip
-    task.refresh_from_db()
-    if task.status == "queued":
-        run_cycle(world.vdc.pk)  # with Celery eager (a live server) its launch already ran on commit
-        task.refresh_from_db()
-    if task.status == "scheduled":
-        launch(task)
-    return wait_status(task, "running")
+    return run_until_running(task)
 
 
 def finish(task, user):
