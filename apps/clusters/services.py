@@ -252,6 +252,7 @@ def discover_nodes(cluster: Cluster) -> Discovery:
     resolve = _model_resolver(cluster)
     result = Discovery()
     with transaction.atomic():
+        held = _held_device_ids(cluster)
         for entry in reported:
             node, created = Node.objects.update_or_create(
                 cluster=cluster,
@@ -276,7 +277,29 @@ def discover_nodes(cluster: Cluster) -> Discovery:
                         node=node, index=index, defaults={"gpu_model": model, "vram_gib": model.vram_gib}
                     )
                     index += 1
-            node.devices.filter(index__gte=index).delete()
+            _retire_cards(node, index, held, result)
         names = {entry["name"] for entry in reported}
         result.gone = sorted(set(cluster.nodes.values_list("name", flat=True)) - names)
     return result
+
+
+def _held_device_ids(cluster: Cluster) -> set[int]:
+    """Cards that a job the portal asked this cluster's backend to run may still hold (pending or active)."""
+    from django.apps import apps  # noqa: PLC0415 - the control plane depends on this app, not the reverse
+
+    objects = apps.get_model("control", "BackendObject").objects
+    held: set[int] = set()
+    for devices in objects.filter(cluster=cluster, state__in=("pending", "active")).values_list("devices", flat=True):
+        held.update(d for d in devices or () if isinstance(d, int))
+    return held
+
+
+def _retire_cards(node: Node, reported: int, held: set[int], result: Discovery) -> None:
+    """Delete the node's cards beyond the ``reported`` count, except cards a job still holds: deleting those would
+    let a card that comes back get a new id that the engine sees as free while the job still uses it."""
+    stale = node.devices.filter(index__gte=reported)
+    for device in stale.filter(pk__in=held):
+        result.notes.append(
+            f"{node.name}#{device.index}: not reported by the backend but held by a running job; kept until it ends"
+        )
+    stale.exclude(pk__in=held).delete()

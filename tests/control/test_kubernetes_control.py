@@ -271,3 +271,34 @@ def test_discover_nodes_reads_nodes_cores_memory_and_cards_from_the_api(k8s):
     run_cycle(k8s.vdc.pk)
     task.refresh_from_db()
     assert task.status == "scheduled" and task.placement[0]["node_name"] == "k8s-node-2"
+
+
+def test_discovery_keeps_cards_a_running_job_holds_when_the_backend_reports_fewer(k8s):
+    # A node reporting fewer cards must not delete the rows of cards a job holds: a card that comes back would get a
+    # new id, the engine would see it free while the job still uses it, and it would be held twice.
+    from apps.clusters.services import discover_nodes  # noqa: PLC0415
+
+    task = submit(k8s, gpu_spec="2(A100)", name="holder", queue="high")
+    run_cycle(k8s.vdc.pk)
+    task.refresh_from_db()
+    held = {d["id"] for p in task.placement for d in p["devices"]}
+    assert task.status == "scheduled" and len(held) == 2
+    node = k8s.emulator.objects["v1/nodes", None, "k8s-node-1"]
+    labels = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    status = {"conditions": [{"type": "Ready", "status": "True"}], "allocatable": {"cpu": "64", "memory": "512Gi"}}
+    no_cards = {**status["allocatable"], "nvidia.com/gpu": "0"}
+    node.patch({"metadata": {"labels": labels}, "status": {**status, "allocatable": no_cards}})
+    found = discover_nodes(k8s.k8s_cluster)
+    left = set(k8s.k8s_node.devices.values_list("pk", flat=True))
+    assert left == held
+    assert sorted(found.notes) == sorted(
+        f"k8s-node-1#{i}: not reported by the backend but held by a running job; kept until it ends"
+        for i in k8s.k8s_node.devices.values_list("index", flat=True)
+    )
+    node.patch({"status": {"allocatable": {**status["allocatable"], "nvidia.com/gpu": "4"}}})
+    discover_nodes(k8s.k8s_cluster)
+    assert held <= set(k8s.k8s_node.devices.values_list("pk", flat=True)) and k8s.k8s_node.devices.count() == 4
+    other = submit(k8s, gpu_spec="4(A100)", name="whole-node", queue="high")
+    run_cycle(k8s.vdc.pk)
+    other.refresh_from_db()
+    assert other.status == "queued"  # two of the four cards are still the holder's
