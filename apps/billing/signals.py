@@ -12,8 +12,10 @@ log = logging.getLogger(__name__)
 
 
 @receiver(task_changed, dispatch_uid="billing-accrue-on-task-change")
-def accrue_on_task_change(sender, task_ids: list[int], **kwargs) -> None:
+def accrue_on_task_change(sender, task_ids: list[int], new: bool = False, **kwargs) -> None:
     """Queue a final accrual for tasks whose run ended unmetered; running tasks are metered every minute."""
+    if new:
+        return  # just submitted: no run to meter, and no query on the submit's path
     from apps.billing import jobs  # noqa: PLC0415 - models load after the app registry
     from apps.billing.services import ended_runs_to_accrue  # noqa: PLC0415
 

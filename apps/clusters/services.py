@@ -6,6 +6,7 @@ import difflib
 import hashlib
 import re
 import secrets
+import time
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -21,9 +22,29 @@ from apps.clusters.models import AgentToken, Cluster, Device, GPUModel, Node
 MAX_ERROR_COUNT = 2**31 - 1
 
 
+# How long a process reuses the catalog it read. Rates and models are edited rarely, by admins; a submit read the
+# catalog twice (validation, then the admission notice), about a tenth of its time. An edit in this process
+# clears it at once (signals in apps.py); other processes see it after this many seconds.
+CATALOG_TTL_S = 5.0
+_catalog_cache: tuple[float, Catalog] | None = None
+
+
 def catalog() -> Catalog:
-    """The enabled GPU models of the database catalog (one query; rates are admin-editable)."""
-    return Catalog(m.as_catalog_entry() for m in GPUModel.objects.filter(enabled=True))
+    """The enabled GPU models of the database catalog, read at most every ``CATALOG_TTL_S`` seconds per process."""
+    global _catalog_cache
+    now = time.monotonic()
+    cached = _catalog_cache
+    if cached is not None and now - cached[0] < CATALOG_TTL_S:
+        return cached[1]
+    fresh = Catalog(m.as_catalog_entry() for m in GPUModel.objects.filter(enabled=True))
+    _catalog_cache = (now, fresh)
+    return fresh
+
+
+def forget_catalog(**_kwargs) -> None:
+    """Drop this process's catalog copy (a GPU model was saved or deleted; tests that rebuild the catalog)."""
+    global _catalog_cache
+    _catalog_cache = None
 
 
 def validate_gpu_spec(text: str | None, gpu_catalog: Catalog | None = None, vdc_id: int | None = None) -> GPURequest:
@@ -163,6 +184,7 @@ def sync_catalog() -> int:
     """Create the seed GPU models (apps.clusters.catalog) that are missing; existing rows keep admins' edits."""
     from apps.clusters.catalog import GPU_CATALOG  # noqa: PLC0415 - seed data, read only here
 
+    forget_catalog()
     created = 0
     for entry in GPU_CATALOG:
         defaults = {k: v for k, v in entry.items() if k != "name"}

@@ -59,8 +59,8 @@ def record_event(
         to_status=to_status,
         data=data or {},
     )
-    task_id = task.pk
-    transaction.on_commit(lambda: task_changed.send(sender=Task, task_ids=[task_id]))
+    task_id, new = task.pk, kind == EventKind.SUBMITTED
+    transaction.on_commit(lambda: task_changed.send(sender=Task, task_ids=[task_id], new=new))
     return event
 
 

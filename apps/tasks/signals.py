@@ -9,6 +9,7 @@ from django.dispatch import Signal
 
 # Sent on commit, with task_ids (a list), when tasks' status, position or timeline changed. The scheduler
 # sends one signal per cycle for every task it touched, so receivers work in bulk (one query, not one per task).
+# ``new=True`` says the tasks were just submitted: they never ran, so there is nothing to meter.
 task_changed = Signal()
 
 # Sent on commit when the work waiting for or holding resources changed (a submit, a stop, a finish):
