@@ -51,6 +51,7 @@ from apps.tasks.services import (
     placement_equivalents,
     record_event,
     requeue_task,
+    retry_failed_run,
     settle_placement,
 )
 
@@ -329,7 +330,7 @@ def _reconcile_object(obj: BackendObject, state: JobState | None, executor: Exec
         elif _end(obj.pk, f"ended on the backend after a restart ({state.phase.value})", state=state):
             result.ended += 1
         return
-    if apply_state(obj, state):
+    if apply_state(obj, state, executor.retries_failed_jobs):
         result.updated += 1
     if state.phase not in _RUNNING_PHASES:
         if _end(obj.pk, f"ended on the backend ({state.phase.value})", state=state):
@@ -450,8 +451,12 @@ def _lost(obj: BackendObject, message: str) -> None:
         requeue_task(task, message, {"object": obj.name})
 
 
-def apply_state(obj: BackendObject, state: JobState) -> int:
-    """Follow one backend state into the object's task; 1 when the task changed."""
+def apply_state(obj: BackendObject, state: JobState, backend_retries: bool = False) -> int:
+    """Follow one backend state into the object's task; 1 when the task changed.
+
+    A failed run is retried by the task's retry setting, as a new attempt, unless ``backend_retries`` (the
+    backend restarts failed jobs itself).
+    """
     with transaction.atomic():
         BackendObject.objects.filter(pk=obj.pk).update(phase=state.phase.value, observed_at=timezone.now())
         task = _locked_task(obj.task_id)
@@ -467,6 +472,10 @@ def apply_state(obj: BackendObject, state: JobState) -> int:
             return 0
         if previous == TaskStatus.RUNNING and new == TaskStatus.STARTING:
             return 0  # an older observation (a listing taken before a status call): never step back
+        retry = new == TaskStatus.FAILED and not backend_retries
+        if retry and retry_failed_run(task, state.exit_code, _failure_of(state), state.message):
+            transaction.on_commit(request_cycle)
+            return 1
         if previous == TaskStatus.SCHEDULED and not task.external_id:
             task.external_id = state.external_id
         task.status = new
@@ -475,8 +484,7 @@ def apply_state(obj: BackendObject, state: JobState) -> int:
             task.finished_at = state.finished_at or timezone.now()
             task.exit_code = state.exit_code
         if new == TaskStatus.FAILED:
-            fallback = FailureReason.EXIT_CODE if state.exit_code else FailureReason.BACKEND
-            task.failure_reason = state.failure or fallback
+            task.failure_reason = _failure_of(state)
         kind = {
             TaskStatus.RUNNING: EventKind.STARTED, TaskStatus.COMPLETED: EventKind.COMPLETED,
             TaskStatus.FAILED: EventKind.FAILED, TaskStatus.STOPPED: EventKind.STOPPED,
@@ -494,6 +502,11 @@ def apply_state(obj: BackendObject, state: JobState) -> int:
         if new in FINAL:
             transaction.on_commit(request_cycle)
     return 1
+
+
+def _failure_of(state: JobState) -> str:
+    """Why a failed run failed, as the task's ``failure_reason`` says it."""
+    return state.failure or (FailureReason.EXIT_CODE if state.exit_code else FailureReason.BACKEND)
 
 
 def _follow_size(obj: BackendObject, state: JobState, executor: Executor) -> bool:
@@ -580,7 +593,7 @@ def follow_cluster(cluster_id: int) -> int:
                 continue
             if state.phase == JobPhase.LOST:
                 continue  # a listing decides what is gone, not one status call racing a fresh submit
-            apply_state(obj, state)
+            apply_state(obj, state, executor.retries_failed_jobs)
             if state.phase not in _RUNNING_PHASES:
                 _end(obj.pk, f"ended on the backend ({state.phase.value})", state=state)
     return Task.objects.filter(

@@ -386,20 +386,39 @@ def _free_instance(task: Task, node_name: str, model: str | None, shares: list[i
     return {"node": node.pk, "node_name": node.name, "gpu_model": model, "devices": chosen}
 
 
-def requeue_task(task: Task, message: str, data: dict | None = None) -> None:
-    """Put an active task back in its queue (caller holds the row lock); low tasks are suspended.
+def requeue_task(task: Task, message: str, data: dict | None = None, *, status: str | None = None) -> None:
+    """Put an active task back in its queue (caller holds the row lock); low tasks are suspended, unless
+    ``status`` says otherwise (a retry after a failure waits as queued).
 
     Its backend job, if any, no longer belongs to a live attempt: the control plane cancels it.
     """
     previous = task.status
     low = task.queue.priority_class == PriorityClass.LOW
-    task.status = TaskStatus.SUSPENDED if low else TaskStatus.PREEMPTED
+    task.status = status or (TaskStatus.SUSPENDED if low else TaskStatus.PREEMPTED)
     task.status_message = message
     data = {"cluster": task.cluster_id, "external_id": task.external_id, **(data or {})}
     task.cluster, task.placement, task.allocated_gpu, task.replicas, task.external_id = None, [], 0, 0, ""
     task.save()
     record_event(task, EventKind.REQUEUED, message, from_status=previous, to_status=task.status, data=data)
     signal_demand_changed()
+
+
+def retries_used(task: Task) -> int:
+    """How many times the portal has retried the task after a failed run (its timeline says)."""
+    return task.events.filter(kind=EventKind.REQUEUED, data__has_key="retry").count()
+
+
+def retry_failed_run(task: Task, exit_code: int | None, failure: str, detail: str) -> bool:
+    """A run failed: when the task's retry setting allows another, requeue it as a new attempt and say so on its
+    timeline (True); otherwise leave it to fail (False). The caller holds the row lock."""
+    used = retries_used(task) if task.max_retries else 0
+    if used >= task.max_retries:
+        return False
+    why = f"exit code {exit_code}" if exit_code is not None else (detail or failure)
+    message = f"Attempt {task.attempt} failed ({why}); retry {used + 1} of {task.max_retries}"
+    data = {"retry": used + 1, "exit_code": exit_code, "failure_reason": failure}
+    requeue_task(task, message, data, status=TaskStatus.QUEUED)
+    return True
 
 
 def delete_task(task: Task, user) -> None:

@@ -476,3 +476,33 @@ def test_a_log_cursor_is_checked(world):
     }
     assert api.get(url, {"after": cursor, "attempt": 2}).status_code == 400
     assert client_for(world.outsider).get(url, {"after": cursor}).status_code == 404
+
+
+def test_a_failed_run_is_retried_as_a_new_attempt_by_the_tasks_retry_setting(world, client):
+    # Issue 16: only Kubernetes/Volcano retried failed jobs (the backend does it); local and Slurm tasks failed at once.
+    task = scheduled(world, 'echo "run $HCS_ATTEMPT"; exit 3', max_retries=1)
+    launch(task)
+    task = wait_status(task, "queued")
+    retry = task.events.get(kind="requeued")
+    assert retry.message == "Attempt 1 failed (exit code 3); retry 1 of 1"
+    assert retry.data["retry"] == 1 and retry.data["exit_code"] == 3 and retry.from_status in ("starting", "running")
+    assert (task.exit_code, task.failure_reason, task.finished_at) == (None, "", None)  # the task did not end
+    run_cycle(world.vdc.pk)
+    task.refresh_from_db()
+    assert task.status == "scheduled" and task.attempt == 2
+    launch(task)
+    task = wait_status(task, "failed")  # the retry is used up: the second failure is final
+    assert (task.exit_code, task.failure_reason) == (3, "exit_code")
+    assert list(task.events.filter(kind__in=("requeued", "failed")).values_list("kind", flat=True)) == [
+        "requeued",
+        "failed",
+    ]
+    body = client_for(world.viewer).get(f"/api/v1/tasks/{task.pk}/").data
+    assert [e["kind"] for e in body["events"]].count("scheduled") == 2  # each attempt on the timeline
+
+
+def test_a_task_without_retries_fails_on_the_first_failed_run(world):
+    task = scheduled(world, "exit 4")
+    launch(task)
+    task = wait_status(task, "failed")
+    assert task.attempt == 1 and not task.events.filter(kind="requeued").exists()

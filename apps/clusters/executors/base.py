@@ -350,6 +350,9 @@ class Executor(abc.ABC):
         raise ExecutorError(f"{type(self).__name__} cannot resize a running job", retryable=False)
 
     supports_resize = False
+    # The backend itself restarts a failed job as often as the task's retry setting says (Kubernetes Jobs'
+    # backoffLimit, Volcano's maxRetry); elsewhere the control plane retries it as a new attempt.
+    retries_failed_jobs = False
 
     def open_terminal(self, external_id: str, instance: int = 0, rows: int = 24, cols: int = 80) -> Terminal:
         """A shell in instance ``instance`` of a running job, with the job's identity, files and environment.

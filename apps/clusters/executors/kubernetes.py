@@ -717,6 +717,7 @@ class KubernetesExecutor(Executor):
         return states
 
     supports_resize = True
+    retries_failed_jobs = True
 
     def resize(self, external_id: str, replicas: int, keep_nodes: tuple[str, ...] = ()) -> None:
         """Scale a running workload: an Indexed Job's parallelism and completions together (elastic Indexed
