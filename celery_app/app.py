@@ -34,6 +34,12 @@ app.conf.beat_schedule = {
         "options": {"expires": 3600},
     },
     "usage-metering": {"task": "apps.billing.jobs.meter_usage", "schedule": 60.0, "options": {"expires": 60}},
+    # Quota, budget, idle cards, failures, services: alerts for the projects' members (apps/billing/project_alerts.py).
+    "project-alerts": {
+        "task": "apps.billing.jobs.refresh_project_alerts",
+        "schedule": 60.0,
+        "options": {"expires": 60},
+    },
     "monthly-invoices": {
         "task": "apps.billing.jobs.generate_monthly_invoices",
         "schedule": 3600.0,

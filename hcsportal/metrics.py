@@ -23,7 +23,7 @@ from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
 
-from apps.billing.models import Account, UsageRecord
+from apps.billing.models import Account, ProjectAlert, UsageRecord
 from apps.billing.monitoring import RESOURCES, ratio, read_state
 from apps.clusters.choices import ClusterStatus
 from apps.queues import stats
@@ -192,6 +192,12 @@ class PortalCollector:
             balance.add_metric([account.project.name, account.currency], float(account.balance))
             available.add_metric([account.project.name, account.currency], float(account.available))
         yield from (cost, usage, balance, available)
+        alert = _gauge("hcs_project_alert", "1 for each alert firing for a project's members",
+                       ["project", "vdc", "rule", "severity", "key"])  # fmt: skip
+        firing = ProjectAlert.objects.filter(fired_at__isnull=False, resolved_at=None).select_related("project", "vdc")
+        for a in firing:
+            alert.add_metric([a.project.name, a.vdc.name if a.vdc else "", a.rule, a.severity, a.key], 1.0)
+        yield alert
 
 
 REGISTRY = CollectorRegistry(auto_describe=False)

@@ -13,7 +13,17 @@ from django.forms.models import BaseInlineFormSet
 from apps.billing.admin_actions import add_credit, generate_invoices
 from apps.billing.admin_forms import PriceRuleAdminForm
 from apps.billing.choices import InvoiceStatus
-from apps.billing.models import Account, Invoice, InvoiceLine, InvoiceRun, PriceRule, Transaction, UsageRecord
+from apps.billing.models import (
+    Account,
+    AlertSettings,
+    Invoice,
+    InvoiceLine,
+    InvoiceRun,
+    PriceRule,
+    ProjectAlert,
+    Transaction,
+    UsageRecord,
+)
 from apps.billing.pricing import format_money
 from apps.vdc.admin import ReadOnlyAdminMixin, count_of
 
@@ -182,3 +192,24 @@ class InvoiceRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.display(description="Accounts done")
     def progress(self, obj) -> str:
         return f"{obj.done} / {len(obj.accounts)}"
+
+
+@admin.register(AlertSettings)
+class AlertSettingsAdmin(admin.ModelAdmin):
+    """Per VDC, the thresholds of the alerts project members get (apps.billing.project_alerts)."""
+
+    list_display = ("vdc", "quota_warn_percent", "budget_low_amount", "idle_gpu_percent", "idle_minutes",
+                    "failures_per_hour", "unhealthy_minutes")  # fmt: skip
+    list_select_related = ("vdc",)
+    search_fields = ("vdc__name",)
+
+
+@admin.register(ProjectAlert)
+class ProjectAlertAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """What project members were told, and since when (the job evaluates; nobody edits)."""
+
+    list_display = ("project", "rule", "severity", "message", "since", "fired_at", "resolved_at")
+    list_filter = ("rule", "severity", ("resolved_at", admin.EmptyFieldListFilter))
+    list_select_related = ("project",)
+    search_fields = ("project__name", "message")
+    date_hierarchy = "since"

@@ -29,3 +29,20 @@ UNITS = {
     ResourceType.GPU: "card-hours",
     ResourceType.GPU_EQUIVALENT: "GPU-equivalent hours",
 }
+
+
+class AlertRule(models.TextChoices):
+    """What a project alert is about (apps.billing.project_alerts evaluates each)."""
+
+    QUOTA_HIGH = "quota_high", "Quota nearly used"
+    QUOTA_FULL = "quota_full", "Quota used up"
+    BUDGET_LOW = "budget_low", "Budget low"
+    IDLE_GPUS = "idle_gpus", "GPUs idle on a running task"
+    REPEATED_FAILURES = "repeated_failures", "Tasks keep failing"
+    SERVICE_UNHEALTHY = "service_unhealthy", "Inference service short of replicas"
+
+
+class AlertSeverity(models.TextChoices):
+    INFO = "info", "Info"
+    WARNING = "warning", "Warning"
+    CRITICAL = "critical", "Critical"

@@ -6,10 +6,12 @@ import django_filters
 
 from apps.billing.models import (
     Account,
+    AlertSettings,
     Invoice,
     InvoiceLine,
     InvoiceRun,
     PriceRule,
+    ProjectAlert,
     Transaction,
     UsageMeter,
     UsageRecord,
@@ -166,3 +168,40 @@ class VDCAlertsFilterSet(VDCFilterSet):
 
     class Meta(VDCFilterSet.Meta):
         model = VDCAlerts
+
+
+class AlertSettingsFilterSet(BaseFilterSet):
+    search_fields = ("vdc__name",)
+
+    class Meta(BaseFilterSet.Meta):
+        model = AlertSettings
+        fields = {
+            "id": ["exact", "in"],
+            "vdc": ["exact", "in"],
+            "quota_warn_percent": NUMBER,
+            "budget_low_amount": NUMBER,
+            "idle_gpu_percent": NUMBER,
+            "idle_minutes": NUMBER,
+            "failures_per_hour": NUMBER,
+            "unhealthy_minutes": NUMBER,
+        }
+
+
+class ProjectAlertFilterSet(BaseFilterSet):
+    search_fields = ("project__name", "message")
+
+    class Meta(BaseFilterSet.Meta):
+        model = ProjectAlert
+        fields = {
+            "id": ["exact", "in"],
+            "project": ["exact", "in"],
+            "vdc": ["exact", "in", "isnull"],
+            "task": ["exact", "in", "isnull"],
+            "rule": ["exact", "in"],
+            "severity": ["exact", "in"],
+            "key": ["exact"],
+            "since": TIME,
+            "fired_at": [*TIME, "isnull"],
+            "resolved_at": [*TIME, "isnull"],
+            "updated_at": TIME,
+        }

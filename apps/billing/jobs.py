@@ -44,3 +44,11 @@ def run_invoice_run(run_id: int) -> None:
     from apps.billing.services import run_invoice_run as run  # noqa: PLC0415
 
     run(run_id)
+
+
+@shared_task(ignore_result=True)
+def refresh_project_alerts() -> None:
+    """Evaluate the project members' alerts and push what fired, changed or cleared (beat, every minute)."""
+    from apps.billing.project_alerts import refresh  # noqa: PLC0415
+
+    refresh()

@@ -6,12 +6,12 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q, Value
 from django.db.models.functions import Coalesce
 
-from apps.billing.choices import InvoiceStatus, ResourceType, TransactionKind
+from apps.billing.choices import AlertRule, AlertSeverity, InvoiceStatus, ResourceType, TransactionKind
 from apps.clusters.models import GPUModel
 from apps.tasks.models import Task
 from apps.vdc.models import VDC, Project
@@ -337,3 +337,80 @@ class InvoiceRun(models.Model):
 
     def __str__(self) -> str:
         return f"Invoice run #{self.pk} {self.period_start:%Y-%m-%d}..{self.period_end:%Y-%m-%d}"
+
+
+class AlertSettings(models.Model):
+    """Per VDC, the thresholds of the alerts its projects' members get (defaults when a VDC has no row)."""
+
+    vdc = models.OneToOneField(VDC, on_delete=models.CASCADE, related_name="alert_settings")
+    quota_warn_percent = models.PositiveSmallIntegerField(
+        default=80, validators=[MinValueValidator(1), MaxValueValidator(100)],
+        help_text="Warn when a project's GPU use reaches this share of its quota limit (100: only when full)",
+    )  # fmt: skip
+    budget_low_amount = _money(
+        default=Decimal("100"), validators=[MinValueValidator(ZERO)],
+        help_text="Warn when a project's available money (balance + credit) falls below this",
+    )  # fmt: skip
+    idle_gpu_percent = models.PositiveSmallIntegerField(
+        default=5, validators=[MaxValueValidator(100)],
+        help_text="A running task's cards count as idle below this utilisation (node agent reports)",
+    )  # fmt: skip
+    idle_minutes = models.PositiveIntegerField(
+        default=60, validators=[MinValueValidator(1)], help_text="Alert when a task's cards stay idle this long"
+    )
+    failures_per_hour = models.PositiveSmallIntegerField(
+        default=3,
+        validators=[MinValueValidator(1)],
+        help_text="Alert when a project has this many failed runs in an hour",
+    )
+    unhealthy_minutes = models.PositiveIntegerField(
+        default=10, validators=[MinValueValidator(1)],
+        help_text="Alert when an inference service runs fewer replicas than asked for this long",
+    )  # fmt: skip
+
+    class Meta:
+        verbose_name = "alert thresholds of a VDC"
+        verbose_name_plural = "alert thresholds"
+        constraints = [
+            models.CheckConstraint(condition=Q(quota_warn_percent__gte=1, quota_warn_percent__lte=100),
+                                   name="alert_quota_percent_range"),
+            models.CheckConstraint(condition=Q(idle_gpu_percent__lte=100), name="alert_idle_percent_range"),
+        ]  # fmt: skip
+
+    def __str__(self) -> str:
+        return f"alert thresholds of {self.vdc}"
+
+
+class ProjectAlert(models.Model):
+    """A condition a project's members are told about: firing from ``fired_at`` until ``resolved_at``.
+
+    A condition that must hold for a while (idle cards, a service short of replicas) is recorded from
+    ``since`` and fires once it has held long enough; one that clears before then is dropped unseen.
+    """
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="alerts")
+    vdc = models.ForeignKey(VDC, null=True, blank=True, on_delete=models.CASCADE, related_name="project_alerts")
+    task = models.ForeignKey(Task, null=True, blank=True, on_delete=models.CASCADE, related_name="alerts")
+    rule = models.CharField(max_length=24, choices=AlertRule.choices)
+    severity = models.CharField(max_length=8, choices=AlertSeverity.choices, default=AlertSeverity.WARNING)
+    key = models.CharField(max_length=64, help_text="What it is about: one open alert per project and key")
+    message = models.TextField()
+    action = models.TextField(blank=True, help_text="What the members can do about it")
+    since = models.DateTimeField(help_text="When the condition was first seen")
+    fired_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    resolved_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-fired_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "key"], condition=Q(resolved_at__isnull=True),
+                                    name="one_open_alert_per_project_key"),
+        ]  # fmt: skip
+
+    def __str__(self) -> str:
+        return f"{self.project}: {self.get_rule_display()}"
+
+    @property
+    def firing(self) -> bool:
+        return self.fired_at is not None and self.resolved_at is None

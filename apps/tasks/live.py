@@ -130,7 +130,7 @@ def queue_counts(queue_ids) -> dict[int, dict]:
     return out
 
 
-def _send_all(messages: list[tuple[str, dict]]) -> None:
+def send_all(messages: list[tuple[str, dict]]) -> None:
     """Send every (group, payload) in one trip to the event loop: a cycle that moves 200 queued tasks sends
     600 messages, and one ``async_to_sync`` hop each would cost seconds.
 
@@ -166,6 +166,6 @@ def push_task_changed(sender=None, task_ids: list[int] | None = None, **kwargs) 
     for queue_id, queue_count in counts.items():
         messages.append((queue_group(queue_id), {"type": "queue", "id": queue_id, **queue_count}))
     try:
-        _send_all(messages)
+        send_all(messages)
     except (RedisError, OSError) as exc:  # OSError covers the timeouts
         log.warning("live updates of %d tasks not sent: %s", len(tasks), exc)

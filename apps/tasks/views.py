@@ -26,6 +26,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
+from apps.billing.project_alerts import open_alerts_for
 from apps.billing.services import PriceBook, card_prices, hourly_price_of_request, price_book, task_costs
 from apps.clusters import services as cluster_services
 from apps.clusters.backends import executor_for
@@ -390,6 +391,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
             "chart": chart,
             "free_models": free_by_model(devices, used),
             "projects": projects,
+            "alerts": open_alerts_for(user),
             "nav": "dashboard",
         },
     )

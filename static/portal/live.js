@@ -118,6 +118,45 @@
 
   function setStatus(state) { if (statusDot) { statusDot.dataset.liveStatus = state; } }
 
+  // A project alert (quota, budget, idle cards, failures, a service): a notice on any page, and the dashboard's
+  // list gains or loses it. Text goes in as text, never as markup.
+  function applyAlert(msg) {
+    var list = document.querySelector("[data-alert-list]");
+    if (list) {
+      var old = list.querySelector('[data-alert="' + msg.id + '"]');
+      if (old) { old.remove(); }
+      if (!msg.resolved) {
+        var item = document.createElement("li");
+        item.className = "alert alert-" + msg.severity;
+        item.dataset.alert = msg.id;
+        var title = document.createElement("strong");
+        title.textContent = msg.title;
+        var text = document.createElement("div");
+        text.textContent = msg.message;
+        var action = document.createElement("div");
+        action.className = "small muted";
+        action.textContent = msg.action || "";
+        item.append(title, text, action);
+        list.prepend(item);
+      }
+      list.closest("[data-alerts]").hidden = !list.children.length;
+    }
+    var box = document.querySelector("[data-toasts]");
+    if (!box) {
+      box = document.createElement("div");
+      box.className = "toasts";
+      box.dataset.toasts = "";
+      box.setAttribute("role", "status");
+      document.body.append(box);
+    }
+    var toast = document.createElement("div");
+    toast.className = "toast alert-" + (msg.resolved ? "resolved" : msg.severity);
+    toast.dataset.toast = msg.id;
+    toast.textContent = (msg.resolved ? "Resolved: " : "") + msg.title + ": " + msg.message;
+    box.append(toast);
+    setTimeout(function () { toast.remove(); }, 15000);
+  }
+
   function connect() {
     if (!url || !window.WebSocket) { return; }
     var scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
@@ -133,6 +172,7 @@
       try { msg = JSON.parse(event.data); } catch (e) { return; }
       if (msg.type === "task") { applyTask(msg); }
       else if (msg.type === "queue") { applyQueue(msg); }
+      else if (msg.type === "alert") { applyAlert(msg); }
     };
     socket.onclose = function (event) {
       setStatus("closed");

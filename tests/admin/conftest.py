@@ -13,7 +13,17 @@ from django.urls import reverse
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
-from apps.billing.models import Account, Invoice, InvoiceLine, InvoiceRun, PriceRule, Transaction, UsageRecord
+from apps.billing.models import (
+    Account,
+    AlertSettings,
+    Invoice,
+    InvoiceLine,
+    InvoiceRun,
+    PriceRule,
+    ProjectAlert,
+    Transaction,
+    UsageRecord,
+)
 from apps.clusters.models import GPUModel
 from apps.control.models import BackendObject, CheckpointStore, Installation
 from apps.tasks.models import TaskEvent
@@ -73,6 +83,9 @@ def every_model(world):
         invoice=invoice, resource_type="gpu", gpu_model=a100, quantity=Decimal("2"), amount=Decimal("25")
     )
     InvoiceRun.objects.create(period_start=start, period_end=end, accounts=[account.pk], created_by=world.admin)
+    AlertSettings.objects.create(vdc=world.vdc, quota_warn_percent=75)
+    ProjectAlert.objects.create(project=world.project, vdc=world.vdc, rule="quota_high", key=f"quota:{world.vdc.pk}",
+                                message="GPU quota 88% used", since=end, fired_at=end)  # fmt: skip
     Group.objects.create(name="operators")
     Token.objects.create(user=world.admin)
     Installation.current()

@@ -39,6 +39,7 @@ EXEMPT = {
     "control.BackendObject": {"message", "devices"},
     "control.CheckpointStore": {"message"},
     "billing.InvoiceRun": {"accounts", "message"},
+    "billing.ProjectAlert": {"message", "action"},
 }
 
 

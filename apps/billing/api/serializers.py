@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from apps.billing.models import Account, Invoice, InvoiceLine, PriceRule, Transaction, UsageRecord
+from apps.billing.models import Account, Invoice, InvoiceLine, PriceRule, ProjectAlert, Transaction, UsageRecord
 
 
 class PriceRuleSerializer(serializers.ModelSerializer):
@@ -80,5 +80,18 @@ class InvoiceSerializer(serializers.ModelSerializer):
         fields = [
             "id", "account", "project", "project_name", "period_start", "period_end", "status", "total", "currency",
             "created_at", "issued_at", "lines",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+
+class ProjectAlertSerializer(serializers.ModelSerializer):
+    project_name = serializers.CharField(source="project.name", read_only=True)
+    title = serializers.CharField(source="get_rule_display", read_only=True)
+
+    class Meta:
+        model = ProjectAlert
+        fields = [
+            "id", "project", "project_name", "vdc", "task", "rule", "title", "severity", "message", "action", "since",
+            "fired_at", "resolved_at",
         ]  # fmt: skip
         read_only_fields = fields

@@ -11,6 +11,7 @@ ROUTES = [
     ("billing/usage", views.UsageRecordViewSet, "usagerecord"),
     ("billing/transactions", views.TransactionViewSet, "transaction"),
     ("billing/invoices", views.InvoiceViewSet, "invoice"),
+    ("alerts", views.ProjectAlertViewSet, "projectalert"),
 ]
 
 urlpatterns = [path("billing/price-preview/", PricePreviewView.as_view(), name="billing-price-preview")]

@@ -9,6 +9,7 @@ from apps.billing.api.serializers import (
     AccountSerializer,
     InvoiceSerializer,
     PriceRuleSerializer,
+    ProjectAlertSerializer,
     TransactionSerializer,
     UsageRecordSerializer,
 )
@@ -16,10 +17,11 @@ from apps.billing.filtersets import (
     AccountFilterSet,
     InvoiceFilterSet,
     PriceRuleFilterSet,
+    ProjectAlertFilterSet,
     TransactionFilterSet,
     UsageRecordFilterSet,
 )
-from apps.billing.models import Account, Invoice, PriceRule, Transaction, UsageRecord
+from apps.billing.models import Account, Invoice, PriceRule, ProjectAlert, Transaction, UsageRecord
 from apps.vdc.api.permissions import scope_to_projects, visible_vdcs
 from apps.vdc.services import is_platform_admin
 
@@ -88,3 +90,19 @@ class InvoiceViewSet(viewsets.ReadOnlyModelViewSet):
     def get_queryset(self):
         invoices = Invoice.objects.select_related("account__project").prefetch_related("lines__gpu_model")
         return scope_to_projects(invoices, self.request.user, "account__project")
+
+
+class ProjectAlertViewSet(viewsets.ReadOnlyModelViewSet):
+    """Alerts of your projects (quota, budget, idle cards, failures, services): firing ones have ``fired_at`` and no
+    ``resolved_at``; conditions still within their hold time are not listed."""
+
+    serializer_class = ProjectAlertSerializer
+    filterset_class = ProjectAlertFilterSet
+    search_fields = ["project__name", "message"]
+    ordering_fields = ["fired_at", "severity", "rule"]
+
+    def get_queryset(self):
+        alerts = (
+            ProjectAlert.objects.filter(fired_at__isnull=False).select_related("project").order_by("-fired_at", "-id")
+        )
+        return scope_to_projects(alerts, self.request.user)
