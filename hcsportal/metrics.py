@@ -21,14 +21,23 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+    SummaryMetricFamily,
+)
 
+from apps.billing import waste
 from apps.billing.models import Account, ProjectAlert, UsageRecord
 from apps.billing.monitoring import RESOURCES, ratio, read_state
 from apps.clusters.choices import ClusterStatus
+from apps.clusters.models import Device
 from apps.queues import stats
-from apps.tasks.choices import EventKind
-from apps.tasks.models import TaskEvent
+from apps.tasks.choices import FINAL, EventKind, TaskKind, TaskStatus
+from apps.tasks.models import Task, TaskEvent
+from apps.vdc.models import VDC, Project
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +59,9 @@ class PortalCollector:
         yield from self._scheduler()
         yield from self._events()
         yield from self._money()
+        yield from self._outcomes(now)
+        yield from self._devices()
+        yield from self._latencies()
 
     def _clusters(self, state) -> Iterator[Metric]:
         capacity = _gauge(
@@ -198,6 +210,96 @@ class PortalCollector:
         for a in firing:
             alert.add_metric([a.project.name, a.vdc.name if a.vdc else "", a.rule, a.severity, a.key], 1.0)
         yield alert
+
+    def _outcomes(self, now) -> Iterator[Metric]:
+        """Finished tasks by outcome and their success ratio, services' uptime, and idle GPU hours (waste)."""
+        labels = ["vdc", "project"]
+        finished = CounterMetricFamily(
+            "hcs_tasks_finished", "Tasks that ended, by final status", labels=[*labels, "status"]
+        )
+        success = _gauge("hcs_task_success_ratio", "Completed over completed plus failed tasks", labels)
+        per: dict[tuple[str, str], dict[str, int]] = {}
+        rows = (
+            Task.objects.filter(status__in=FINAL).values("vdc__name", "project__name", "status").annotate(n=Count("id"))
+        )
+        for row in rows.order_by():
+            key = (row["vdc__name"], row["project__name"])
+            per.setdefault(key, {})[row["status"]] = row["n"]
+            finished.add_metric([*key, row["status"]], row["n"])
+        for key, counts in sorted(per.items()):
+            ended = counts.get(TaskStatus.COMPLETED, 0) + counts.get(TaskStatus.FAILED, 0)
+            if ended:
+                success.add_metric(list(key), counts.get(TaskStatus.COMPLETED, 0) / ended)
+        uptime = _gauge("hcs_service_uptime_seconds", "Time since a running inference service's run started",
+                        [*labels, "service"])  # fmt: skip
+        services = Task.objects.filter(kind=TaskKind.INFERENCE, status=TaskStatus.RUNNING, started_at__isnull=False)
+        for row in services.values("vdc__name", "project__name", "name", "pk", "started_at"):
+            service = f"{row['name']} (#{row['pk']})"
+            uptime.add_metric(
+                [row["vdc__name"], row["project__name"], service], (now - row["started_at"]).total_seconds()
+            )
+        idle = CounterMetricFamily("hcs_gpu_idle_hours", "GPU-equivalent hours held with every card under the VDC's "
+                                   "idle threshold (GPU waste)", labels=labels)  # fmt: skip
+        try:
+            hours = waste.idle_hours()
+        except redis.RedisError as exc:
+            log.warning("GPU waste unavailable: %s", exc)
+            hours = {}
+        names = {
+            "vdc": dict(VDC.objects.filter(pk__in={v for v, _p in hours}).values_list("pk", "name")),
+            "project": dict(Project.objects.filter(pk__in={p for _v, p in hours}).values_list("pk", "name")),
+        }
+        for (vdc_id, project_id), value in sorted(hours.items()):
+            idle.add_metric(
+                [names["vdc"].get(vdc_id, str(vdc_id)), names["project"].get(project_id, str(project_id))], value
+            )
+        yield from (finished, success, uptime, idle)
+
+    def _devices(self) -> Iterator[Metric]:
+        """Per card, what its node agent last reported (cards of nodes without an agent report are left out)."""
+        labels = ["vdc", "cluster", "node", "index", "model"]
+        util = _gauge("hcs_device_utilisation_ratio", "Card utilisation reported by the node agent", labels)
+        used = _gauge("hcs_device_vram_used_gib", "Card memory in use", labels)
+        total = _gauge("hcs_device_vram_total_gib", "Card memory", labels)
+        temperature = _gauge("hcs_device_temperature_celsius", "Card temperature", labels)
+        health = _gauge(
+            "hcs_device_health_score", "Card health score (100 healthy; the engine avoids low ones)", labels
+        )
+        devices = Device.objects.filter(node__last_report__isnull=False).values(
+            "node__cluster__vdc__name", "node__cluster__name", "node__name", "index", "gpu_model__name",
+            "utilization", "vram_used_gib", "vram_gib", "temperature_c", "health_score",
+        )  # fmt: skip
+        for d in devices:
+            key = [d["node__cluster__vdc__name"], d["node__cluster__name"], d["node__name"], str(d["index"]),
+                   d["gpu_model__name"]]  # fmt: skip
+            util.add_metric(key, d["utilization"] / 100)
+            used.add_metric(key, float(d["vram_used_gib"]))
+            total.add_metric(key, float(d["vram_gib"]))
+            if d["temperature_c"] is not None:
+                temperature.add_metric(key, d["temperature_c"])
+            health.add_metric(key, d["health_score"])
+        yield from (util, used, total, temperature, health)
+
+    def _latencies(self) -> Iterator[Metric]:
+        """Submit-to-running (first run) and queue wait (every run) per VDC and class, from the Redis histograms."""
+        try:
+            histograms = stats.read_latencies()
+        except redis.RedisError as exc:
+            log.warning("latency statistics unavailable: %s", exc)
+            return
+        docs = {
+            "submit_to_running": "From submission to the first run's start",
+            "queue_wait": "Time a run waited in its queue, from submission or requeue to placement",
+        }
+        for metric in stats.LATENCIES:
+            family = HistogramMetricFamily(f"hcs_task_{metric}_seconds", docs[metric], labels=["vdc", "class"])
+            for (name, vdc, klass), fields in sorted(histograms.items()):
+                if name != metric:
+                    continue
+                buckets = [(str(float(b)), fields.get(f"le:{b}", 0.0)) for b in stats.LATENCY_BUCKETS]
+                buckets.append(("+Inf", fields.get("count", 0.0)))
+                family.add_metric([vdc, klass], buckets, sum_value=fields.get("sum", 0.0))
+            yield family
 
 
 REGISTRY = CollectorRegistry(auto_describe=False)

@@ -19,6 +19,7 @@ from django.db import transaction
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
+from apps.billing import waste
 from apps.billing.choices import AlertRule, AlertSeverity
 from apps.billing.models import Account, AlertSettings, ProjectAlert
 from apps.clusters.models import Device
@@ -108,11 +109,11 @@ def _budget(limits) -> list[Condition]:
 
 def _idle(limits, now: datetime) -> list[Condition]:
     running = Task.objects.filter(status=TaskStatus.RUNNING, allocated_gpu__gt=0)
-    running = list(running.values("pk", "project_id", "vdc_id", "name", "placement"))
+    running = list(running.values("pk", "project_id", "vdc_id", "name", "placement", "allocated_gpu"))
     device_ids = {d["id"] for t in running for p in t["placement"] for d in p.get("devices", ())}
     reported = Device.objects.filter(pk__in=device_ids, node__last_report__gte=now - FRESH_REPORT)
     utilisation = dict(reported.values_list("pk", "utilization"))
-    out = []
+    out, idle = [], []
     for t in running:
         ids = [d["id"] for p in t["placement"] for d in p.get("devices", ())]
         if not ids or any(i not in utilisation for i in ids):
@@ -120,12 +121,14 @@ def _idle(limits, now: datetime) -> list[Condition]:
         settings = limits.get(t["vdc_id"], DEFAULTS)
         busiest = max(utilisation[i] for i in ids)
         if busiest < settings.idle_gpu_percent:
+            idle.append(t)
             out.append(Condition(t["project_id"], f"idle:{t['pk']}", AlertRule.IDLE_GPUS, AlertSeverity.WARNING,
                                  f"Task {t['name']} (#{t['pk']}) holds {len(ids)} card(s) below "
                                  f"{settings.idle_gpu_percent}% utilisation for {settings.idle_minutes} min or more.",
                                  "Stop it if it is done, so others can use the cards (it is billed while it runs).",
                                  vdc_id=t["vdc_id"], task_id=t["pk"],
                                  hold=timedelta(minutes=settings.idle_minutes)))  # fmt: skip
+    waste.record_idle(idle, now)
     return out
 
 

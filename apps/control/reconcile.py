@@ -44,6 +44,7 @@ from apps.clusters.models import Cluster
 from apps.control.jobspec import job_spec
 from apps.control.models import HOLDING, BackendObject, CheckpointStore, Installation, ObjectState
 from apps.control.triggers import request_cycle, request_reconcile
+from apps.queues import stats
 from apps.tasks.choices import ACTIVE, FINAL, EventKind, FailureReason, TaskStatus
 from apps.tasks.models import Task
 from apps.tasks.services import (
@@ -493,15 +494,45 @@ def apply_state(obj: BackendObject, state: JobState, backend_retries: bool = Fal
         if new == TaskStatus.STOPPED:
             message = f"Cancelled on {task.cluster.name}" + (f": {state.message}" if state.message else "")
         task.save()
+        ran = new == TaskStatus.RUNNING or (new in FINAL and state.started_at is not None)
+        reached_running = previous != TaskStatus.RUNNING and ran
         if new in FINAL and previous != TaskStatus.RUNNING and state.started_at:
             # It ran and ended between two syncs: keep the run visible in the timeline.
             record_event(task, EventKind.STARTED, f"Ran on {task.cluster.name} from {state.started_at:%H:%M:%S}",
                          from_status=previous, to_status=TaskStatus.RUNNING)  # fmt: skip
             previous = TaskStatus.RUNNING
         record_event(task, kind, message, from_status=previous, to_status=new, data={"exit_code": state.exit_code})
+        if reached_running:
+            _observe_start(task, state.started_at or timezone.now())
         if new in FINAL:
             transaction.on_commit(request_cycle)
     return 1
+
+
+def _observe_start(task: Task, running_at) -> None:
+    """A run reached running: add its waits to the latency histograms once the transaction commits.
+
+    Submit to running counts the first run only; queue wait is every run's time in the queue, from its
+    submission or requeue to its placement (the timeline's entries).
+    """
+    entries = list(
+        task.events.filter(kind__in=(EventKind.SUBMITTED, EventKind.REQUEUED, EventKind.SCHEDULED))
+        .order_by("-created_at", "-id")
+        .values_list("kind", "created_at")[:4]
+    )
+    placed = next((at for kind, at in entries if kind == EventKind.SCHEDULED), None)
+    queued = next((at for kind, at in entries if kind != EventKind.SCHEDULED and placed and at <= placed), None)
+    vdc, klass, first = task.vdc.name, task.queue.priority_class, task.attempt == 1
+    submit_wait = (running_at - task.submitted_at).total_seconds()
+    queue_wait = (placed - queued).total_seconds() if placed and queued else None
+
+    def record() -> None:
+        if first:
+            stats.record_latency("submit_to_running", vdc, klass, submit_wait)
+        if queue_wait is not None:
+            stats.record_latency("queue_wait", vdc, klass, queue_wait)
+
+    transaction.on_commit(record)
 
 
 def _failure_of(state: JobState) -> str:

@@ -37,3 +37,39 @@ def read_all() -> dict[str, dict[str, float]]:
     for key in client.scan_iter(KEY.format(vdc="*")):
         out[key.rsplit(":", 1)[1]] = {k: float(v) for k, v in client.hgetall(key).items()}
     return out
+
+
+# Latency histograms per VDC and priority class, kept in Redis like the cycle counters: every process that sees a
+# task start adds its observation, and /metrics reads the sums. Buckets in seconds (Prometheus' "le" bounds).
+LATENCY_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 12 * 3600, 24 * 3600)
+LATENCY_KEY = "hcs:stats:latency:{metric}:{vdc}:{klass}"
+LATENCIES = ("submit_to_running", "queue_wait")
+
+
+def record_latency(metric: str, vdc: str, klass: str, seconds: float) -> None:
+    """Add one observation to a latency histogram; a Redis outage only loses statistics."""
+    if metric not in LATENCIES:
+        raise ValueError(f"unknown latency {metric!r}; expected one of {LATENCIES}")
+    seconds = max(0.0, seconds)
+    try:
+        client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1)
+        pipe = client.pipeline()
+        key = LATENCY_KEY.format(metric=metric, vdc=vdc, klass=klass)
+        for bound in LATENCY_BUCKETS:
+            if seconds <= bound:
+                pipe.hincrby(key, f"le:{bound}", 1)
+        pipe.hincrby(key, "count", 1)
+        pipe.hincrbyfloat(key, "sum", seconds)
+        pipe.execute()
+    except redis.RedisError as exc:
+        log.warning("latency statistics not recorded: %s", exc)
+
+
+def read_latencies() -> dict[tuple[str, str, str], dict[str, float]]:
+    """Every histogram's fields, keyed by (metric, vdc, class)."""
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1, decode_responses=True)
+    out = {}
+    for key in client.scan_iter(LATENCY_KEY.format(metric="*", vdc="*", klass="*")):
+        _hcs, _stats, _latency, metric, vdc, klass = key.split(":", 5)
+        out[(metric, vdc, klass)] = {k: float(v) for k, v in client.hgetall(key).items()}
+    return out

@@ -8,17 +8,20 @@ from decimal import Decimal
 import pytest
 import redis
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from apps.billing import alerts, services
+from apps.billing import alerts, project_alerts, services, waste
 from apps.billing.models import Account, PriceRule
-from apps.clusters.models import Cluster, GPUModel
+from apps.clusters.backends import executor_for
+from apps.clusters.models import Cluster, Device, GPUModel
 from apps.control.scheduling import run_cycle
 from apps.queues import stats
 from apps.tasks.models import Task
 from apps.tasks.services import record_event, submit_task
-from tests.factories import ClusterFactory
+from tests.control import drive
+from tests.factories import ClusterFactory, TaskFactory
 
 
 def clear_stats() -> None:
@@ -188,3 +191,82 @@ def test_admin_alerts_page_lists_them(client, known_state):
     assert own.status_code == 200 and b"LongQueueWait" in own.content
     client.force_login(known_state.member)
     assert client.get("/admin/billing/vdcalerts/").status_code == 302
+
+
+def clear_latency_and_waste() -> None:
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    for key in client.scan_iter(stats.LATENCY_KEY.format(metric="*", vdc="*", klass="*")):
+        client.delete(key)
+    client.delete(waste.TOTALS, waste.SEEN)
+
+
+def test_success_ratio_finished_tasks_service_uptime_and_device_gauges(client, known_state):
+    # Issue 16: no job success rate, uptime, waste or per-device gauges; only the cycle-latency histogram.
+    world = known_state
+    for status in ("completed", "completed", "completed"):
+        TaskFactory(project=world.project, owner=world.member, vdc=world.vdc, queue=world.high, status=status)
+    TaskFactory(project=world.project, owner=world.member, vdc=world.vdc, queue=world.high, kind="inference",
+                name="chat", status="running", started_at=timezone.now() - timedelta(minutes=30))  # fmt: skip
+    device = world.node.devices.get(index=3)
+    Device.objects.filter(pk=device.pk).update(utilization=42, vram_used_gib=Decimal("12.5"), temperature_c=61,
+                                               health_score=90)  # fmt: skip
+    world.node.last_report = timezone.now()
+    world.node.save()
+    s = scrape(client)
+    assert value(s, "hcs_tasks_finished_total", vdc="main", project="alpha", status="completed") == 3
+    assert value(s, "hcs_tasks_finished_total", vdc="main", project="alpha", status="failed") == 1
+    assert value(s, "hcs_task_success_ratio", vdc="main", project="alpha") == 0.75
+    chat = Task.objects.get(name="chat")
+    assert (
+        1790 < value(s, "hcs_service_uptime_seconds", vdc="main", project="alpha", service=f"chat (#{chat.pk})") < 1900
+    )
+    card = {"vdc": "main", "cluster": "local-1", "node": "gpu-node-1", "index": "3", "model": device.gpu_model.name}
+    assert value(s, "hcs_device_utilisation_ratio", **card) == 0.42
+    assert value(s, "hcs_device_vram_used_gib", **card) == 12.5
+    assert value(s, "hcs_device_temperature_celsius", **card) == 61
+    assert value(s, "hcs_device_health_score", **card) == 90
+
+
+def test_submit_to_running_and_queue_wait_histograms_per_class(client, world, django_capture_on_commit_callbacks):
+    # A real run on the local cluster: submitted, placed by the scheduler, launched, seen running by the reconciler.
+    clear_latency_and_waste()
+    task = submit_task(world.member, project=world.project, queue="high", kind="training", name="quick",
+                       gpu_spec="1(A100)", command="sleep 5")  # fmt: skip
+    with transaction.atomic():
+        Task.objects.filter(pk=task.pk).update(submitted_at=timezone.now() - timedelta(seconds=40))
+        task.events.filter(kind="submitted").update(created_at=timezone.now() - timedelta(seconds=40))
+    run_cycle(world.vdc.pk)
+    task.refresh_from_db()
+    drive.launch(task)
+    with django_capture_on_commit_callbacks(execute=True):
+        drive.wait_status(task, "running")
+    s = scrape(client)
+    labels = {"vdc": "main", "class": "high"}
+    assert value(s, "hcs_task_submit_to_running_seconds_count", **labels) == 1
+    assert 40 <= value(s, "hcs_task_submit_to_running_seconds_sum", **labels) < 60
+    assert value(s, "hcs_task_submit_to_running_seconds_bucket", **labels, le="30.0") == 0
+    assert value(s, "hcs_task_submit_to_running_seconds_bucket", **labels, le="60.0") == 1
+    assert value(s, "hcs_task_queue_wait_seconds_count", **labels) == 1
+    assert 40 <= value(s, "hcs_task_queue_wait_seconds_sum", **labels) < 60
+    executor_for(task.cluster).kill(task.external_id)
+
+
+def test_gpu_waste_counts_idle_time_of_running_tasks_with_fresh_agent_reports(client, world):
+    clear_latency_and_waste()
+    device = world.node.devices.get(index=0)
+    placement = [{"node": world.node.pk, "devices": [{"id": device.pk}]}]
+    TaskFactory(project=world.project, owner=world.member, vdc=world.vdc, queue=world.high, status="running",
+                allocated_gpu=Decimal("2"), placement=placement)  # fmt: skip
+    now = timezone.now()
+    world.node.last_report = now + timedelta(minutes=10)
+    world.node.save()
+    for minutes in (0, 1, 2, 3):
+        project_alerts.refresh(now + timedelta(minutes=minutes))
+    s = scrape(client)
+    assert value(s, "hcs_gpu_idle_hours_total", vdc="main", project="alpha") == pytest.approx(2 * 3 / 60)
+    Device.objects.filter(pk=device.pk).update(utilization=80)
+    project_alerts.refresh(now + timedelta(minutes=4))
+    Device.objects.filter(pk=device.pk).update(utilization=0)
+    project_alerts.refresh(now + timedelta(minutes=5))  # idle again: a new spell, counted from here
+    s = scrape(client)
+    assert value(s, "hcs_gpu_idle_hours_total", vdc="main", project="alpha") == pytest.approx(2 * 3 / 60)
