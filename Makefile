@@ -25,6 +25,7 @@ $(VRAM_LIB): native/vram/hcsvram.c
 
 run: venv  ## web (ASGI + WebSocket), Celery worker and beat, embedded Redis and SQLite unless configured
 	bash scripts/setup_local_jobs.sh || echo "local jobs cannot run isolated here; the local cluster will say why"
+	$(MAKE) -s vram || echo "no VRAM interceptor (needs a C compiler): local tasks on part of a card are refused"
 	$(BIN)/python manage.py runportal
 
 lint: venv
