@@ -2,7 +2,7 @@
  * A stand-in for the CUDA driver (libcuda.so.1) for the interceptor's tests and benchmark: the memory
  * calls of the real driver's ABI over a fake pool of HCS_STUB_POOL_BYTES (default 80 GiB). A device
  * pointer is a small host block holding the allocation's size, so frees are O(1) and exact.
- * HCS_STUB_LATENCY_NS makes every allocate and free spin that long, like a driver call that costs time.
+ * HCS_STUB_SPIN makes every allocate and free spin that many loop turns, like a driver call that costs time.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -10,7 +10,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
@@ -25,25 +24,21 @@ typedef unsigned long long cuuint64_t;
 
 static size_t pool = 80ULL << 30;
 static _Atomic size_t in_use;
-static long latency_ns;
+static long spin_loops;
 
 __attribute__((constructor)) static void start(void) {
     const char *p = getenv("HCS_STUB_POOL_BYTES");
     if (p && *p)
         pool = strtoull(p, NULL, 10);
-    const char *l = getenv("HCS_STUB_LATENCY_NS");
+    const char *l = getenv("HCS_STUB_SPIN");
     if (l && *l)
-        latency_ns = strtol(l, NULL, 10);
+        spin_loops = strtol(l, NULL, 10);
 }
 
+/* A busy loop, not the clock: reading the clock may itself be a system call costing microseconds. */
 static void spin(void) {
-    if (latency_ns <= 0)
-        return;
-    struct timespec a, b;
-    clock_gettime(CLOCK_MONOTONIC, &a);
-    do
-        clock_gettime(CLOCK_MONOTONIC, &b);
-    while ((b.tv_sec - a.tv_sec) * 1000000000L + (b.tv_nsec - a.tv_nsec) < latency_ns);
+    for (volatile long i = 0; i < spin_loops; i = i + 1)
+        ;
 }
 
 /* Count n bytes against the pool, as a driver does before it maps them. */
@@ -197,3 +192,7 @@ static CUresult lookup(const char *symbol, void **pfn, int version, cuuint64_t f
     *pfn = fn;
     return fn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 }
+
+/* The same calls under names no interceptor wraps: the benchmark's baseline within one process. */
+CUresult hcs_stub_alloc(CUdeviceptr *dptr, size_t n) __attribute__((alias("cuMemAlloc_v2")));
+CUresult hcs_stub_free(CUdeviceptr p) __attribute__((alias("cuMemFree_v2")));
