@@ -23,10 +23,10 @@ GIB = 2**30
 A100_80G = dataclasses.replace(A100, vram_gib=80.0, shareable=True)
 
 
-def share_spec(make_spec, *, vram_gib=16.0, fraction=0.5, model=A100_80G, **overrides):
+def share_spec(make_spec, *, vram_gib=16.0, fraction=0.5, model=A100_80G, node="hcs-node-1", **overrides):
     """A job on part of card 0, as the scheduler places ``1(16G,50%)`` (or a bare fraction with vram_gib None)."""
     slot = DeviceSlot(index=0, fraction=fraction, vram_gib=vram_gib, cores_percent=50 if vram_gib else None)
-    return make_spec(gpu_model=model, gpus_per_instance=fraction, placements=(NodePlacement("n1", (slot,)),),
+    return make_spec(gpu_model=model, gpus_per_instance=fraction, placements=(NodePlacement(node, (slot,)),),
                      **overrides)  # fmt: skip
 
 
@@ -107,25 +107,44 @@ gcc -O2 -o vram_probe vram_probe.c -L. -Wl,-rpath,'$ORIGIN' -Wl,--no-as-needed -
 """
 
 
-def test_a_local_job_on_a_share_is_held_to_it_inside_the_sandbox(tmp_path, make_spec, library):
-    executor = LocalExecutor(tmp_path / "jobs", grace_period_s=1)
-    command = JOB.format(
-        library=SANDBOX_LIBRARY,
+def job_command(library: str) -> str:
+    """The job above, checking the interceptor at ``library``."""
+    return JOB.format(
+        library=library,
         stub=(SOURCES / "stub_cuda.c").read_text(),
         probe=(SOURCES / "vram_probe.c").read_text(),
         next_a=(SOURCES / "next_a.c").read_text(),
         ten=10 * GIB,
     )
-    job = executor.submit(share_spec(make_spec, command=command))
+
+
+def assert_held_to_16_gib(executor, job) -> None:
+    """The job ran the probe on its 16 GiB share: the second 10 GiB, by either path, was refused."""
     deadline = time.monotonic() + 120
     while executor.status(job).phase in (JobPhase.PENDING, JobPhase.RUNNING) and time.monotonic() < deadline:
         time.sleep(0.2)
-    log = executor.logs(job)
+    log = executor.logs(job, tail=1000)
     assert executor.status(job).phase == JobPhase.SUCCEEDED, log
     lines = [line for line in log.splitlines() if not line.startswith("hcsvram:")]
     assert "interceptor readable" in lines
     assert lines[-4:] == ["alloc 0", "alloc 2", "getproc 2", f"info 0 {6 * GIB} {16 * GIB}"]
     assert "hcsvram: refused a GPU allocation of 10737418240 bytes" in log
+
+
+def test_a_local_job_on_a_share_is_held_to_it_inside_the_sandbox(tmp_path, make_spec, library):
+    executor = LocalExecutor(tmp_path / "jobs", grace_period_s=1)
+    assert_held_to_16_gib(executor, executor.submit(share_spec(make_spec, command=job_command(SANDBOX_LIBRARY))))
+
+
+@pytest.mark.slurm
+def test_a_slurm_job_on_a_share_is_held_to_it(slurm_cluster, make_spec, library):
+    executor = SlurmExecutor(**slurm_cluster.executor_kwargs())
+    command = 'cd "$(mktemp -d)"\n' + job_command(str(executor.vram_library))
+    job = executor.submit(share_spec(make_spec, command=command))
+    try:
+        assert_held_to_16_gib(executor, job)
+    finally:
+        executor.stop(job)
 
 
 def slurm_executor(library: str = "") -> SlurmExecutor:
