@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import pwd
+import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,13 +18,14 @@ import pytest
 from apps.clusters.executors.base import DeviceSlot, ExecutorError, JobPhase, NodePlacement
 from apps.clusters.executors.local import LocalExecutor
 from apps.clusters.executors.slurm import SlurmExecutor
-from apps.clusters.executors.vram import LIMIT_ENV, SANDBOX_LIBRARY, vram_limit_bytes
+from apps.clusters.executors.vram import DEFAULT_LIBRARY, LIMIT_ENV, SANDBOX_LIBRARY, vram_limit_bytes
 from apps.control.jobspec import _device_slot, _share
 
 from .conftest import A100
 from .test_vram import SOURCES
 
 GIB = 2**30
+EXECUTORS = Path(__file__).resolve().parents[2] / "apps" / "clusters" / "executors"
 A100_80G = dataclasses.replace(A100, vram_gib=80.0, shareable=True)
 
 
@@ -172,3 +178,53 @@ def test_slurm_script_fails_at_once_on_a_node_without_the_interceptor(tmp_path, 
     built = run(str(slurm_executor().vram_library))
     assert built.returncode == 0, built.stderr
     assert built.stdout.strip() == f"preload={slurm_executor().vram_library} limit={16 * GIB}"
+
+
+# A portal running as a normal user (no job user to switch to: bubblewrap in a user namespace) starts one
+# job on a share; the driver prints the job's phase and log as JSON.
+UNPRIVILEGED_DRIVER = r"""
+import json, os, sys, time
+sys.path.insert(0, sys.argv[1])
+from executors.base import DeviceSlot, GPUModelSpec, JobPhase, JobSpec, NodePlacement
+from executors.local import LocalExecutor
+
+executor = LocalExecutor(os.path.join(sys.argv[2], "jobs"), grace_period_s=1, vram_library=sys.argv[3])
+model = GPUModelSpec("A100-80G", "nvidia", "nvidia.com/gpu", "NVIDIA_VISIBLE_DEVICES", vram_gib=80.0)
+slot = DeviceSlot(index=0, fraction=0.5, vram_gib=16.0, cores_percent=50)
+job = executor.submit(JobSpec(task_id=1, attempt=1, name="job-1", project="p", owner="o", kind="training",
+                              command=sys.stdin.read(), gpu_model=model, gpus_per_instance=0.5,
+                              placements=(NodePlacement("n1", (slot,)),)))
+deadline = time.monotonic() + 120
+while executor.status(job).phase in (JobPhase.PENDING, JobPhase.RUNNING) and time.monotonic() < deadline:
+    time.sleep(0.2)
+print(json.dumps({"phase": executor.status(job).phase.value, "log": executor.logs(job, tail=1000)}))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to start a portal as another, unprivileged user")
+def test_a_share_is_held_when_the_portal_runs_as_a_normal_user(library):
+    account = pwd.getpwnam("nobody")
+    root = Path(tempfile.mkdtemp(prefix="hcs-vram-unprivileged-"))
+    try:
+        package = root / "pkg" / "executors"
+        package.mkdir(parents=True)
+        for module in EXECUTORS.glob("*.py"):
+            shutil.copy(module, package / module.name)
+        shutil.copy(DEFAULT_LIBRARY, root / "libhcsvram.so")
+        home = root / "portal-home"
+        home.mkdir(mode=0o700)
+        os.chown(home, account.pw_uid, account.pw_gid)
+        os.chmod(root, 0o755)
+        result = subprocess.run(
+            ["setpriv", f"--reuid={account.pw_uid}", f"--regid={account.pw_gid}", "--clear-groups",
+             "/usr/bin/python3", "-c", UNPRIVILEGED_DRIVER, str(root / "pkg"), str(home), str(root / "libhcsvram.so")],
+            input=job_command(SANDBOX_LIBRARY), env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"},
+            capture_output=True, text=True, timeout=180, check=False,
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["phase"] == "succeeded", report["log"]
+    lines = [line for line in report["log"].splitlines() if not line.startswith("hcsvram:")]
+    assert lines[-4:] == ["alloc 0", "alloc 2", "getproc 2", f"info 0 {6 * GIB} {16 * GIB}"]
