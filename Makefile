@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: venv run demo test lint bench bench-django bench-slurm bench-api bench-demo slurm-up slurm-down clean
+.PHONY: venv vram run demo test lint bench bench-django bench-slurm bench-api bench-demo slurm-up slurm-down clean
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,15 +14,25 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 
 venv: $(STAMP)
 
+VRAM_LIB := native/vram/build/libhcsvram.so
+
+vram: $(VRAM_LIB)  ## the VRAM interceptor that holds shares of a card to their memory (docs/vram.md)
+
+$(VRAM_LIB): native/vram/hcsvram.c
+	mkdir -p $(@D)
+	$(CC) -O2 -g -Wall -Wextra -Werror -fPIC -shared -fvisibility=hidden -o $@.tmp $< -ldl -lpthread
+	chmod 0644 $@.tmp && mv $@.tmp $@
+
 run: venv  ## web (ASGI + WebSocket), Celery worker and beat, embedded Redis and SQLite unless configured
 	bash scripts/setup_local_jobs.sh || echo "local jobs cannot run isolated here; the local cluster will say why"
+	$(MAKE) -s vram || echo "no VRAM interceptor (needs a C compiler): local tasks on part of a card are refused"
 	$(BIN)/python manage.py runportal
 
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: venv lint  ## lint, Django checks, migrations up to date, the whole pytest suite
+test: venv lint vram  ## lint, Django checks, migrations up to date, the whole pytest suite
 	$(BIN)/python manage.py check
 	$(BIN)/python manage.py makemigrations --check --dry-run
 	$(BIN)/pytest

@@ -88,6 +88,7 @@ def _remote_executor(cluster: Cluster) -> Executor:
             # A Slurm site names its gres types itself: the cluster label slurm-gres.<MODEL> overrides the catalog.
             gres_types={k.removeprefix("slurm-gres."): v for k, v in labels.items() if k.startswith("slurm-gres.")},
             checkpoint_root=cluster.checkpoint_root,
+            vram_library=labels.get("vram-library", ""),  # where the nodes have the VRAM interceptor
         )
     if cluster.cluster_type == ClusterType.KUBERNETES:
         from apps.clusters.executors.kubernetes import KubernetesExecutor  # noqa: PLC0415

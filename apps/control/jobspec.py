@@ -14,6 +14,7 @@ from apps.clusters.executors.base import (
     JobSpec,
     NodePlacement,
 )
+from apps.clusters.gpuspec import GPURequest, GPUSpecError, parse_gpu_spec
 from apps.clusters.models import GPUModel
 from apps.tasks.models import Task
 
@@ -35,6 +36,24 @@ def owner_labels(task: Task, installation: str) -> dict[str, str]:
     }
 
 
+def _share(task: Task) -> GPURequest | None:
+    """The task's memory/compute share (the ``1(16G,50%)`` form), or None for other GPU requests."""
+    try:
+        req = parse_gpu_spec(task.gpu_spec)
+    except GPUSpecError:  # validated at submit; a spec the grammar no longer reads carries no share
+        return None
+    return req if req.vram_gib is not None or req.cores_percent is not None else None
+
+
+def _device_slot(device: dict, share: GPURequest | None) -> DeviceSlot:
+    """One placed card; a part of a card carries the share's memory and cores, which backends enforce."""
+    milli = device.get("milli", 1000)
+    if share is None or milli >= 1000:
+        return DeviceSlot(index=device["index"], fraction=milli / 1000)
+    vram = float(share.vram_gib) if share.vram_gib is not None else None
+    return DeviceSlot(index=device["index"], fraction=milli / 1000, vram_gib=vram, cores_percent=share.cores_percent)
+
+
 def job_spec(task: Task, installation: str) -> JobSpec:
     """Map a scheduled task and its placement onto the backend-neutral JobSpec.
 
@@ -51,8 +70,9 @@ def job_spec(task: Task, installation: str) -> JobSpec:
         m = GPUModel.objects.get(name=model_name)
         gpu_model = GPUModelSpec(
             name=m.name, vendor=m.vendor, resource_name=m.resource_name, visible_devices_env=m.visible_devices_env,
-            slurm_gres_type=m.slurm_gres_type, shareable=m.shareable,
+            slurm_gres_type=m.slurm_gres_type, shareable=m.shareable, vram_gib=float(m.vram_gib or 0),
         )  # fmt: skip
+    share = _share(task)
     first = placements[0]["devices"] if placements else []
     gpus = sum(d.get("milli", 1000) for d in first) / 1000
     settings = {
@@ -87,7 +107,7 @@ def job_spec(task: Task, installation: str) -> JobSpec:
         placements=tuple(
             NodePlacement(
                 node=p["node_name"],
-                devices=tuple(DeviceSlot(index=d["index"], fraction=d.get("milli", 1000) / 1000) for d in p["devices"]),
+                devices=tuple(_device_slot(d, share) for d in p["devices"]),
             )
             for p in placements
         ),

@@ -67,7 +67,7 @@ def test_a_job_of_a_portal_running_as_a_normal_user_cannot_reach_the_portal(tmp_
     try:
         package = root / "pkg" / "executors"
         package.mkdir(parents=True)
-        for name in ("__init__.py", "base.py", "local.py", "logfile.py", "sandbox.py", "terminal.py"):
+        for name in ("__init__.py", "base.py", "local.py", "logfile.py", "sandbox.py", "terminal.py", "vram.py"):
             shutil.copy(EXECUTORS / name, package / name)
         home = root / "portal-home"
         home.mkdir(mode=0o700)

@@ -96,6 +96,7 @@ class GPUModelSpec:
     visible_devices_env: str  # e.g. "NVIDIA_VISIBLE_DEVICES", "ASCEND_VISIBLE_DEVICES"
     slurm_gres_type: str = ""  # gres type on Slurm clusters, e.g. "a100"
     shareable: bool = False
+    vram_gib: float = 0.0  # the card's memory: a share given as a fraction of the card gets that part of it
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from .base import (
 from .logfile import LogChunk, read_log_file
 from .sandbox import NETWORK_HOST, TRUSTED_ENV, Sandbox, check_env_names, device_nodes
 from .terminal import PtyTerminal
+from .vram import DEFAULT_LIBRARY, SANDBOX_LIBRARY, check_library, preload_environment, vram_limit_bytes
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 # Under the base directory, beside the job directories (a dot-name is never a job's): one per task.
@@ -214,10 +215,18 @@ class LocalExecutor(Executor):
     ``base_dir/.checkpoints/<task uid>/``, its checkpoint directory, kept across the task's attempts.
     """
 
-    def __init__(self, base_dir: Path | str, grace_period_s: float = 10.0, sandbox: Sandbox | None = None):
+    def __init__(
+        self,
+        base_dir: Path | str,
+        grace_period_s: float = 10.0,
+        sandbox: Sandbox | None = None,
+        vram_library: Path | str = DEFAULT_LIBRARY,
+    ):
+        """``vram_library``: the interceptor (``make vram``) that holds jobs on part of a card to their VRAM."""
         self.base_dir = Path(base_dir)
         self.grace_period_s = grace_period_s
         self.sandbox = sandbox or Sandbox()
+        self.vram_library = Path(vram_library)
         # Processes this instance started, so they can be reaped instead of lingering as zombies.
         self._children: dict[str, subprocess.Popen] = {}
 
@@ -271,6 +280,8 @@ class LocalExecutor(Executor):
             # NVIDIA_VISIBLE_DEVICES is read by the container runtime; a bare process needs CUDA's own.
             if spec.gpu_model.vendor == "nvidia":
                 env["CUDA_VISIBLE_DEVICES"] = visible
+        if (limit := vram_limit_bytes(spec)) is not None:
+            env.update(preload_environment(SANDBOX_LIBRARY, limit, env))
         return env
 
     def _grace(self) -> str:
@@ -288,7 +299,8 @@ class LocalExecutor(Executor):
         indexes = [slot.index for slot in self._devices(spec)] if spec.gpu_model is not None else []
         devices = device_nodes(spec.gpu_model.vendor, indexes) if indexes else []
         binds = [(self.checkpoint_dir(spec.task_uid), spec.checkpoint_dir)] if spec.checkpoint_dir else []
-        return self.sandbox.argv(work_dir, devices, env_fd, command, binds)
+        ro_files = [(check_library(self.vram_library), SANDBOX_LIBRARY)] if vram_limit_bytes(spec) is not None else []
+        return self.sandbox.argv(work_dir, devices, env_fd, command, binds, ro_files)
 
     def _with_checkpoints(self, spec: JobSpec) -> JobSpec:
         """The spec with its checkpoint directory (created when missing) where the job sees it."""

@@ -193,13 +193,15 @@ class Sandbox:
         env_fd: int,
         command: Sequence[str],
         binds: Sequence[tuple[Path, str]] = (),
+        ro_files: Sequence[tuple[Path, str]] = (),
     ) -> list[str]:
         """The command line that runs ``command`` in the sandbox with exactly the environment of ``env_fd``
         (a descriptor from :meth:`env_file`, inherited by the process).
 
         ``devices`` are paths relative to ``dev_dir`` (``nvidia0``, ``dri/renderD128``); those that exist
         are the only device nodes beyond /dev's basics the job sees. ``binds`` are (host directory, path in
-        the sandbox) pairs the job may also write, such as its task's checkpoint directory.
+        the sandbox) pairs the job may also write, such as its task's checkpoint directory; ``ro_files`` are
+        (host file, path under /run) pairs it may only read, such as the VRAM interceptor.
         """
         account = self.check()
         argv = [
@@ -217,6 +219,10 @@ class Sandbox:
         argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp", "--dir", "/run",
                  "--perms", "1777", "--dir", "/var/tmp"]  # fmt: skip
         argv += ["--perms", "0444", "--file", str(env_fd), _ENV_PATH]
+        for host, inside in ro_files:
+            for parent in reversed(Path(inside).parents[:-1]):  # searchable by the job user, or it cannot load it
+                argv += ["--perms", "0755", "--dir", str(parent)]
+            argv += ["--ro-bind", str(host), inside]
         for device in devices:
             argv += ["--dev-bind-try", str(Path(self.dev_dir) / device), f"/dev/{device}"]
         # The working directory keeps its host path; its parents exist in the sandbox only as empty, searchable dirs.

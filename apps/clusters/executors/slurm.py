@@ -49,6 +49,7 @@ from .local import job_command, job_secrets, tail_lines
 from .logfile import LogChunk, read_log_file
 from .sandbox import TRUSTED_ENV
 from .terminal import PtyTerminal
+from .vram import DEFAULT_LIBRARY, LIMIT_ENV, vram_limit_bytes
 
 _PHASES = {
     "PENDING": JobPhase.PENDING,
@@ -244,10 +245,12 @@ class SlurmExecutor(Executor):
         gres_types: dict[str, str] | None = None,
         slurm_conf: str = "",
         checkpoint_root: str = "",
+        vram_library: str = "",
     ):
         """``gres_types`` maps catalog model names to this site's gres types where they differ from the
         catalog's (a Slurm site names its gres types itself). ``checkpoint_root`` is a directory every node
-        shares: training tasks keep their checkpoints in ``<root>/<project>/<task uid>``."""
+        shares: training tasks keep their checkpoints in ``<root>/<project>/<task uid>``. ``vram_library`` is
+        where the nodes have the VRAM interceptor (``make vram``), by default where this host builds it."""
         self.endpoint = endpoint.rstrip("/")
         self.gres_types = dict(gres_types or {})
         self.user = user
@@ -258,6 +261,7 @@ class SlurmExecutor(Executor):
         self.timeout = timeout
         self.slurm_conf = slurm_conf  # where this host's slurm.conf is, for srun (Web Console); "" for the default
         self.checkpoint_root = checkpoint_root
+        self.vram_library = vram_library or str(DEFAULT_LIBRARY)
         self._session = requests.Session()
         # The last job listing and when it was asked for, for ``update_time`` (reused while nothing changes).
         self._listing: tuple[int, list[dict]] | None = None
@@ -350,6 +354,8 @@ class SlurmExecutor(Executor):
         if spec.gpu_model is not None and spec.gpus_per_instance > 0:
             # Slurm sets CUDA_VISIBLE_DEVICES for gres gpus; vendors' runtimes read their own name.
             prelude.append(f'export {spec.gpu_model.visible_devices_env}="${{CUDA_VISIBLE_DEVICES:-}}"')
+        if (limit := vram_limit_bytes(spec)) is not None:
+            prelude.append(self._vram_prelude(limit))
         body = job_command(spec)
         # Kept across attempts: the first one creates it; the batch host creates it once for every rank.
         setup = [MAKE_CHECKPOINT_DIR] if spec.checkpoint_dir else []
@@ -364,6 +370,17 @@ class SlurmExecutor(Executor):
             f"exec srun --kill-on-bad-exit=1 /bin/bash -c {shlex.quote(rank_script)}",
         ]
         return "#!/bin/bash\n" + "\n".join(lines) + "\n"
+
+    def _vram_prelude(self, limit: int) -> str:
+        """Loads the VRAM interceptor into the job's processes; the job fails at once on a node without it
+        (the loader would only warn and run the share unlimited)."""
+        library = shlex.quote(self.vram_library)
+        return (
+            f'if [ ! -r {library} ]; then echo "hcs: this job holds part of a card and its VRAM limit needs '
+            f'{library}, which is not readable on $(hostname): install it there (make vram)" >&2; exit 1; fi\n'
+            f"export {LIMIT_ENV}={limit}\n"
+            f'export LD_PRELOAD={library}"${{LD_PRELOAD:+:$LD_PRELOAD}}"'
+        )
 
     def _output_path(self, name: str) -> str:
         return str(Path(self.output_dir) / f"{name}.out") if self.output_dir else ""

@@ -1,0 +1,230 @@
+/*
+ * Drives the CUDA memory calls the way programs and runtimes do, for the interceptor's tests. Each
+ * argument is one step; each step prints one line ("<step> <result>..."):
+ *   alloc:N alloc_v1:N managed:N pitch:W:H async:N   linked calls (cuMemAlloc_v2, cuMemAlloc, ...)
+ *   dlsym:N          cuMemAlloc_v2 found with dlsym on the handle of libcuda.so.1
+ *   getproc:N        the CUDA runtime's path: dlsym(libcuda, "cuGetProcAddress_v2"), then "cuMemAlloc"
+ *   getproc_ptsz:N   cuMemAllocAsync through cuGetProcAddress for the per-thread default stream
+ *   free:I           frees allocation number I (0-based, in order made) with the call matching its kind
+ *   info info_v1 info_getproc   cuMemGetInfo (_v2, v1, through cuGetProcAddress): "<free> <total>"
+ *   which:NAME       the object dlsym(libcuda, NAME) resolves to; which_proc:NAME the same for cuGetProcAddress
+ *   threads:T:S:R    T threads allocate S bytes at a time until refused ("held <bytes>"), then each frees
+ *                    and re-allocates one block R times, then frees everything ("after <in-use per info>")
+ *   next             dlsym(RTLD_NEXT, ...) from a library still finds the next library's symbol
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <libgen.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef unsigned int CUdeviceptr_v1;
+typedef void *CUstream;
+typedef unsigned long long cuuint64_t;
+
+CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
+CUresult cuMemAlloc(CUdeviceptr_v1 *, unsigned int);
+CUresult cuMemAllocManaged(CUdeviceptr *, size_t, unsigned int);
+CUresult cuMemAllocPitch_v2(CUdeviceptr *, size_t *, size_t, size_t, unsigned int);
+CUresult cuMemAllocAsync(CUdeviceptr *, size_t, CUstream);
+CUresult cuMemFree_v2(CUdeviceptr);
+CUresult cuMemFree(CUdeviceptr_v1);
+CUresult cuMemFreeAsync(CUdeviceptr, CUstream);
+CUresult cuMemGetInfo_v2(size_t *, size_t *);
+CUresult cuMemGetInfo(unsigned int *, unsigned int *);
+int hcs_next(void);
+
+typedef CUresult (*proc_v2_fn)(const char *, void **, int, cuuint64_t, int *);
+
+enum kind { V2, V1, ASYNC };
+static struct {
+    CUdeviceptr p;
+    enum kind kind;
+} held[4096];
+static int n_held;
+
+static void *driver(void) {
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        fprintf(stderr, "dlopen libcuda.so.1: %s\n", dlerror());
+        exit(3);
+    }
+    return h;
+}
+
+static void *proc(const char *name, cuuint64_t flags) {
+    proc_v2_fn get = (proc_v2_fn)dlsym(driver(), "cuGetProcAddress_v2");
+    void *fn = NULL;
+    int status = 0;
+    if (!get || get(name, &fn, 12000, flags, &status) != 0)
+        return NULL;
+    return fn;
+}
+
+static const char *object_of(void *fn) {
+    Dl_info info;
+    if (!fn || !dladdr(fn, &info) || !info.dli_fname)
+        return "none";
+    return basename((char *)info.dli_fname);
+}
+
+static void kept(CUresult rc, CUdeviceptr p, enum kind kind) {
+    if (rc == 0) {
+        held[n_held].p = p;
+        held[n_held].kind = kind;
+        n_held++;
+    }
+}
+
+struct worker {
+    size_t size, rounds, bytes;
+    CUdeviceptr blocks[4096];
+    int n;
+};
+
+static void *work(void *arg) {
+    struct worker *w = arg;
+    CUdeviceptr p;
+    while (w->n < 4096 && cuMemAlloc_v2(&p, w->size) == 0) {
+        w->blocks[w->n++] = p;
+        w->bytes += w->size;
+    }
+    return NULL;
+}
+
+static pthread_barrier_t barrier;
+
+static void *churn(void *arg) {
+    struct worker *w = arg;
+    pthread_barrier_wait(&barrier);
+    for (size_t r = 0; r < w->rounds; r++) {
+        if (w->n == 0) {
+            CUdeviceptr p;
+            if (cuMemAlloc_v2(&p, w->size) == 0)
+                w->blocks[w->n++] = p;
+            continue;
+        }
+        cuMemFree_v2(w->blocks[w->n - 1]);
+        if (cuMemAlloc_v2(&w->blocks[w->n - 1], w->size) != 0)
+            w->n--;
+    }
+    while (w->n > 0)
+        cuMemFree_v2(w->blocks[--w->n]);
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IONBF, 0);
+    for (int i = 1; i < argc; i++) {
+        char *step = argv[i], *arg = strchr(step, ':');
+        if (arg)
+            *arg++ = '\0';
+        CUdeviceptr p = 0;
+        CUresult rc;
+        if (!strcmp(step, "alloc")) {
+            rc = cuMemAlloc_v2(&p, strtoull(arg, NULL, 10));
+            kept(rc, p, V2);
+            printf("alloc %d\n", rc);
+        } else if (!strcmp(step, "alloc_v1")) {
+            CUdeviceptr_v1 p1 = 0;
+            rc = cuMemAlloc(&p1, (unsigned int)strtoul(arg, NULL, 10));
+            kept(rc, p1, V1);
+            printf("alloc_v1 %d\n", rc);
+        } else if (!strcmp(step, "managed")) {
+            rc = cuMemAllocManaged(&p, strtoull(arg, NULL, 10), 1);
+            kept(rc, p, V2);
+            printf("managed %d\n", rc);
+        } else if (!strcmp(step, "pitch")) {
+            char *h = strchr(arg, ':');
+            *h++ = '\0';
+            size_t pitch = 0;
+            rc = cuMemAllocPitch_v2(&p, &pitch, strtoull(arg, NULL, 10), strtoull(h, NULL, 10), 4);
+            kept(rc, p, V2);
+            printf("pitch %d %zu\n", rc, pitch);
+        } else if (!strcmp(step, "async")) {
+            rc = cuMemAllocAsync(&p, strtoull(arg, NULL, 10), NULL);
+            kept(rc, p, ASYNC);
+            printf("async %d\n", rc);
+        } else if (!strcmp(step, "dlsym")) {
+            CUresult (*fn)(CUdeviceptr *, size_t) = (CUresult(*)(CUdeviceptr *, size_t))dlsym(driver(), "cuMemAlloc_v2");
+            rc = fn(&p, strtoull(arg, NULL, 10));
+            kept(rc, p, V2);
+            printf("dlsym %d\n", rc);
+        } else if (!strcmp(step, "getproc") || !strcmp(step, "getproc_ptsz")) {
+            int ptsz = !strcmp(step, "getproc_ptsz");
+            if (ptsz) {
+                CUresult (*fn)(CUdeviceptr *, size_t, CUstream) =
+                    (CUresult(*)(CUdeviceptr *, size_t, CUstream))proc("cuMemAllocAsync", 2);
+                rc = fn(&p, strtoull(arg, NULL, 10), NULL);
+                kept(rc, p, ASYNC);
+            } else {
+                CUresult (*fn)(CUdeviceptr *, size_t) = (CUresult(*)(CUdeviceptr *, size_t))proc("cuMemAlloc", 0);
+                rc = fn(&p, strtoull(arg, NULL, 10));
+                kept(rc, p, V2);
+            }
+            printf("%s %d\n", step, rc);
+        } else if (!strcmp(step, "free")) {
+            int k = atoi(arg);
+            if (held[k].kind == V1)
+                rc = cuMemFree((CUdeviceptr_v1)held[k].p);
+            else if (held[k].kind == ASYNC)
+                rc = cuMemFreeAsync(held[k].p, NULL);
+            else
+                rc = cuMemFree_v2(held[k].p);
+            printf("free %d\n", rc);
+        } else if (!strcmp(step, "free_getproc")) {
+            CUresult (*fn)(CUdeviceptr) = (CUresult(*)(CUdeviceptr))proc("cuMemFree", 0);
+            rc = fn(held[atoi(arg)].p);
+            printf("free_getproc %d\n", rc);
+        } else if (!strcmp(step, "info") || !strcmp(step, "info_getproc")) {
+            size_t f = 0, t = 0;
+            if (!strcmp(step, "info"))
+                rc = cuMemGetInfo_v2(&f, &t);
+            else
+                rc = ((CUresult(*)(size_t *, size_t *))proc("cuMemGetInfo", 0))(&f, &t);
+            printf("%s %d %zu %zu\n", step, rc, f, t);
+        } else if (!strcmp(step, "info_v1")) {
+            unsigned int f = 0, t = 0;
+            rc = cuMemGetInfo(&f, &t);
+            printf("info_v1 %d %u %u\n", rc, f, t);
+        } else if (!strcmp(step, "which")) {
+            printf("which %s %s\n", arg, object_of(dlsym(driver(), arg)));
+        } else if (!strcmp(step, "which_proc")) {
+            printf("which_proc %s %s\n", arg, object_of(proc(arg, 0)));
+        } else if (!strcmp(step, "threads")) {
+            int threads = atoi(strtok(arg, ":"));
+            size_t size = strtoull(strtok(NULL, ":"), NULL, 10), rounds = strtoull(strtok(NULL, ":"), NULL, 10);
+            struct worker *w = calloc(threads, sizeof *w);
+            pthread_t *t = calloc(threads, sizeof *t);
+            for (int k = 0; k < threads; k++) {
+                w[k].size = size;
+                w[k].rounds = rounds;
+                pthread_create(&t[k], NULL, work, &w[k]);
+            }
+            size_t total = 0;
+            for (int k = 0; k < threads; k++) {
+                pthread_join(t[k], NULL);
+                total += w[k].bytes;
+            }
+            printf("held %zu\n", total);
+            pthread_barrier_init(&barrier, NULL, threads);
+            for (int k = 0; k < threads; k++)
+                pthread_create(&t[k], NULL, churn, &w[k]);
+            for (int k = 0; k < threads; k++)
+                pthread_join(t[k], NULL);
+            size_t f = 0, tot = 0;
+            cuMemGetInfo_v2(&f, &tot);
+            printf("after %zu\n", tot - f);
+        } else if (!strcmp(step, "next")) {
+            printf("next %c\n", hcs_next());
+        } else {
+            fprintf(stderr, "unknown step %s\n", step);
+            return 2;
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,175 @@
+"""The VRAM interceptor (native/vram, docs/vram.md) against a stub CUDA driver built here with gcc.
+
+``make vram`` builds the real library; the stub driver (native/vram/tests/stub_cuda.c) is a libcuda.so.1
+with the driver's memory calls over a fake pool, and vram_probe.c drives those calls the three ways
+programs reach a driver: linked symbols, dlsym on the driver's handle, and cuGetProcAddress.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from apps.clusters.executors.vram import DEFAULT_LIBRARY, LIMIT_ENV
+
+REPO = Path(__file__).resolve().parents[2]
+SOURCES = REPO / "native" / "vram" / "tests"
+GIB = 2**30
+OUT_OF_MEMORY = "2"
+
+
+def build_stub(directory: Path) -> Path:
+    """The stub driver, the two RTLD_NEXT libraries and the probe, compiled into ``directory``."""
+    gcc = shutil.which("gcc")
+    assert gcc, "the interceptor's tests need gcc (apt-get install gcc)"
+    directory.mkdir(parents=True, exist_ok=True)
+    steps = [
+        # -Bsymbolic: like the real driver, cuGetProcAddress hands out the driver's own functions.
+        [
+            "-fPIC",
+            "-shared",
+            "-Wl,-soname,libcuda.so.1",
+            "-Wl,-Bsymbolic",
+            "-o",
+            "libcuda.so.1",
+            str(SOURCES / "stub_cuda.c"),
+            "-lpthread",
+        ],  # fmt: skip
+        ["-fPIC", "-shared", "-o", "libnexta.so", str(SOURCES / "next_a.c"), "-ldl"],
+        ["-fPIC", "-shared", "-o", "libnextb.so", str(SOURCES / "next_b.c")],
+    ]
+    for args in steps:
+        subprocess.run([gcc, "-O2", "-Wall", "-Werror", *args], cwd=directory, check=True)
+    (directory / "libcuda.so").symlink_to("libcuda.so.1")
+    subprocess.run(
+        [gcc, "-O2", "-Wall", "-Werror", "-o", "vram_probe", str(SOURCES / "vram_probe.c"), "-L.",
+         "-Wl,-rpath,$ORIGIN", "-Wl,--no-as-needed", "-lnexta", "-lnextb", "-lcuda", "-ldl", "-lpthread"],
+        cwd=directory, check=True,
+    )  # fmt: skip
+    return directory / "vram_probe"
+
+
+@pytest.fixture(scope="session")
+def library() -> Path:
+    """The interceptor as ``make vram`` builds it."""
+    subprocess.run(["make", "-s", "vram"], cwd=REPO, check=True)
+    assert DEFAULT_LIBRARY.is_file()
+    return DEFAULT_LIBRARY
+
+
+@pytest.fixture(scope="session")
+def probe(tmp_path_factory) -> Path:
+    return build_stub(tmp_path_factory.mktemp("vram-stub"))
+
+
+@pytest.fixture
+def run(library, probe):
+    """Run the probe's steps with the interceptor preloaded and ``limit`` (None: no limit); its output lines."""
+
+    def run_steps(*steps: str, limit: int | str | None, preload: bool = True, **env: str):
+        environment = {"PATH": os.environ["PATH"], **env}
+        if preload:
+            environment["LD_PRELOAD"] = str(library)
+        if limit is not None:
+            environment[LIMIT_ENV] = str(limit)
+        result = subprocess.run([str(probe), *steps], env=environment, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        run_steps.stderr = result.stderr
+        return [line.split() for line in result.stdout.splitlines()]
+
+    return run_steps
+
+
+def test_allocation_over_the_limit_fails_with_out_of_memory_and_nothing_is_taken(run):
+    lines = run("alloc:" + str(6 * GIB), "alloc:" + str(6 * GIB), "alloc:" + str(4 * GIB), "info", limit=10 * GIB)
+    assert lines[0] == ["alloc", "0"]
+    assert lines[1] == ["alloc", OUT_OF_MEMORY]
+    assert lines[2] == ["alloc", "0"]  # the refused one left the share as it was: 6 + 4 fit in 10
+    assert lines[3] == ["info", "0", "0", str(10 * GIB)]
+    assert "refused a GPU allocation of 6442450944 bytes" in run.stderr
+
+
+def test_free_gives_the_memory_back(run):
+    lines = run(f"alloc:{8 * GIB}", f"alloc:{8 * GIB}", "free:0", f"alloc:{8 * GIB}", "free:1", "info", limit=10 * GIB)
+    assert [line[1] for line in lines[:5]] == ["0", OUT_OF_MEMORY, "0", "0", "0"]
+    assert lines[5] == ["info", "0", str(10 * GIB), str(10 * GIB)]
+
+
+def test_mem_get_info_reports_the_share_and_never_more_than_the_card_has_free(run):
+    lines = run(f"alloc:{3 * GIB}", "info", "info_v1", "info_getproc", limit=16 * GIB)
+    share = ["0", str(13 * GIB), str(16 * GIB)]
+    assert lines[1] == ["info", *share]
+    assert lines[3] == ["info_getproc", *share]
+    assert lines[2] == ["info_v1", "0", str(2**32 - 1), str(2**32 - 1)]  # 32-bit fields: clamped by the driver
+    # A card with less free than the share (other tenants): the card's own figure.
+    lines = run(f"alloc:{3 * GIB}", "info", limit=16 * GIB, HCS_STUB_POOL_BYTES=str(12 * GIB))
+    assert lines[1] == ["info", "0", str(9 * GIB), str(12 * GIB)]
+
+
+def test_cu_get_proc_address_hands_out_the_wrappers(run):
+    lines = run(
+        "which_proc:cuMemAlloc", "which_proc:cuMemFree", "which_proc:cuMemGetInfo", "which_proc:cuMemAllocAsync",
+        "which_proc:cuGetProcAddress", "which_proc:cuMemHostAlloc",
+        f"getproc:{6 * GIB}", f"getproc:{6 * GIB}", "free_getproc:0", f"getproc:{6 * GIB}", "info",
+        limit=10 * GIB,
+    )  # fmt: skip
+    assert [line[2] for line in lines[:5]] == ["libhcsvram.so"] * 5
+    assert lines[5] == ["which_proc", "cuMemHostAlloc", "none"]  # the stub has no such call; nothing invented
+    assert [line[1] for line in lines[6:10]] == ["0", OUT_OF_MEMORY, "0", "0"]
+    assert lines[10] == ["info", "0", str(4 * GIB), str(10 * GIB)]
+
+
+def test_dlsym_on_the_driver_handle_hands_out_the_wrappers(run):
+    lines = run("which:cuMemAlloc_v2", "which:cuGetProcAddress_v2", "which:cuMemFree_v2", "which:cuInit",
+                f"dlsym:{6 * GIB}", f"dlsym:{6 * GIB}", limit=10 * GIB)  # fmt: skip
+    assert [line[2] for line in lines[:3]] == ["libhcsvram.so"] * 3
+    assert lines[3] == ["which", "cuInit", "none"]
+    assert [line[1] for line in lines[4:]] == ["0", OUT_OF_MEMORY]
+
+
+def test_every_allocation_call_counts_against_one_share(run):
+    mib = 2**20
+    lines = run(
+        f"managed:{400 * mib}", f"async:{300 * mib}", f"getproc_ptsz:{200 * mib}", "alloc_v1:" + str(100 * mib),
+        "alloc:1", "free:1", "free:2", "free:3", "info",
+        limit=1000 * mib,
+    )  # fmt: skip
+    assert [line[1] for line in lines[:8]] == ["0", "0", "0", "0", OUT_OF_MEMORY, "0", "0", "0"]
+    assert lines[8] == ["info", "0", str(600 * mib), str(1000 * mib)]
+
+
+def test_pitched_allocation_counts_its_padding(run):
+    # 1000-byte rows are padded to 1024 by the driver: 4 rows take 4096 bytes, not 4000.
+    assert run("pitch:1000:4", "info", limit=4096) == [["pitch", "0", "1024"], ["info", "0", "0", "4096"]]
+    # The rows fit, the padding does not: the allocation is given back and refused.
+    assert run("pitch:1000:4", "info", limit=4050) == [["pitch", OUT_OF_MEMORY, "0"], ["info", "0", "4050", "4050"]]
+
+
+def test_threads_allocating_at_once_never_overshoot_and_leave_nothing_counted(run):
+    lines = run("threads:8:1000000:20000", "info", limit=1_000_000_000)
+    assert lines[0] == ["held", "1000000000"]  # exactly the share, never a block more
+    assert lines[1] == ["after", "0"]
+    assert lines[2] == ["info", "0", "1000000000", "1000000000"]
+
+
+def test_without_a_limit_every_call_passes_through(run):
+    lines = run("which:cuMemAlloc_v2", "which_proc:cuMemAlloc", f"alloc:{70 * GIB}", "info", limit=None)
+    assert lines[0][2] == "libcuda.so.1"
+    assert lines[1][2] == "libcuda.so.1"
+    assert lines[2] == ["alloc", "0"]
+    assert lines[3] == ["info", "0", str(10 * GIB), str(80 * GIB)]
+
+
+def test_a_limit_that_cannot_be_read_refuses_every_allocation(run):
+    for bad in ("16G", "-1", " 5", "1e9", "99999999999999999999999"):
+        assert run("alloc:1", limit=bad) == [["alloc", OUT_OF_MEMORY]]
+        assert "is not a whole number of bytes" in run.stderr
+
+
+def test_rtld_next_lookups_of_other_libraries_still_find_the_next_library(run):
+    assert run("next", limit=GIB) == [["next", "b"]]
+    assert run("next", limit=GIB, preload=False) == [["next", "b"]]
