@@ -54,6 +54,7 @@ class RemoteGPU:
         self.timeout = timeout
         self.as_numpy = as_numpy
         self._next_id = 0
+        self._closed_because = ""
         try:
             sock = socket.create_connection(self.address, timeout=connect_timeout)
         except OSError as exc:
@@ -71,7 +72,8 @@ class RemoteGPU:
         self._channel.send({"op": "hello", "version": wire.PROTOCOL_VERSION, "nonce": nonce, "project": self.project})
         challenge = self._expect("challenge", timeout)
         worker_nonce = str(challenge.get("nonce", ""))
-        if challenge.get("proof") != wire.proof(self._key, "worker", nonce, worker_nonce):
+        expected = wire.proof(self._key, "worker", nonce, worker_nonce)
+        if not wire.same_proof(challenge.get("proof"), expected):
             raise RemoteError("auth", f"the worker at {self.address[0]}:{self.address[1]} could not prove it holds "
                                       "this project's key: wrong address, or a worker of another project")  # fmt: skip
         self.worker_project = str(challenge.get("project", ""))
@@ -89,9 +91,19 @@ class RemoteGPU:
         try:
             return self._channel.receive(timeout, timeout)
         except TimeoutError:
-            raise RemoteError("timeout", f"no answer from the worker within {timeout:g} s")
+            # A late answer would be taken for the next call's: the connection cannot be used again.
+            self._broken(f"no answer from the worker within {timeout:g} s")
+            raise RemoteError("timeout", self._closed_because)
         except OSError as exc:
-            raise RemoteError("connection", f"the connection to the worker broke: {exc}")
+            self._broken(f"the connection to the worker broke: {exc}")
+            raise RemoteError("connection", self._closed_because)
+        except RemoteError as exc:
+            self._broken(str(exc))
+            raise
+
+    def _broken(self, reason: str) -> None:
+        self._closed_because = reason
+        self._channel.sock.close()
 
     @staticmethod
     def _checked(header: dict, op: str, call_id=None) -> dict:
@@ -105,6 +117,8 @@ class RemoteGPU:
         """Call ``function`` on the worker with arrays and JSON values; its result, arrays as numpy arrays when
         numpy is installed (plain :class:`~hcs_remote.wire.Tensor` otherwise). RemoteError when refused or
         failed."""
+        if self._closed_because:
+            raise RemoteError("connection", f"the connection is closed ({self._closed_because}): open a new one")
         try:
             structure, tensors = wire.encode({"args": list(args), "kwargs": kwargs})
         except ValueError as exc:
@@ -118,7 +132,8 @@ class RemoteGPU:
         try:
             self._channel.send({"op": "call", "id": call_id, "fn": function, **structure}, tensors)
         except OSError as exc:
-            raise RemoteError("connection", f"the connection to the worker broke: {exc}")
+            self._broken(f"the connection to the worker broke: {exc}")
+            raise RemoteError("connection", self._closed_because)
         header, body = self._receive(self.timeout)
         self._checked(header, "result", call_id)
         try:

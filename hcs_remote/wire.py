@@ -11,6 +11,7 @@ declaration against the bytes before anything is built. See docs/remote-gpu.md.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
@@ -31,6 +32,8 @@ MAX_HEADER_BYTES = 1 << 20  # JSON arguments are small; arrays go in the body
 MAX_NDIM = 32
 MAX_TENSORS = 1024
 DEFAULT_MAX_PAYLOAD = 256 << 20
+SMALL_FRAME = 64 << 10  # frames with at most this many array bytes are sent in one write
+READ_AHEAD = 64 << 10  # bytes a small read asks for at once
 
 # dtype name -> (bytes per element, memoryview/array format code). Plain numbers only: no object, string or
 # structured dtypes, so a decoded value is always inert data.
@@ -131,6 +134,7 @@ def check_declaration(declared: object) -> int:
 # --- values <-> header + body ----------------------------------------------------------------------------------
 
 
+@functools.cache  # a failed import searches the whole path again each time: once per process is enough
 def _numpy():
     try:
         import numpy  # noqa: PLC0415 - optional: plain Tensors work without it
@@ -151,9 +155,13 @@ def _as_tensor(value) -> Tensor | None:
     if np is not None and isinstance(value, np.ndarray | np.generic):
         value = np.asarray(value)
         name = value.dtype.name
-        if name not in DTYPES or value.dtype.byteorder == ">":
-            raise ValueError(f"numpy dtype {value.dtype} cannot be sent: only plain little-endian numeric arrays")
-        value = np.ascontiguousarray(value)
+        if name not in DTYPES:
+            kinds = ", ".join(DTYPES)
+            raise ValueError(f"numpy dtype {value.dtype} cannot be sent: only plain numeric arrays ({kinds})")
+        if value.dtype.byteorder == ">":
+            value = value.astype(value.dtype.newbyteorder("<"))
+        if not value.flags.c_contiguous:  # (np.ascontiguousarray would turn a 0-d array into a 1-d one)
+            value = value.copy(order="C")
         return Tensor(name, tuple(int(d) for d in value.shape), memoryview(value.reshape(-1).view(np.uint8)))
     return None
 
@@ -237,6 +245,11 @@ def proof(key: bytes, role: str, client_nonce: str, worker_nonce: str) -> str:
     return hmac.new(key, _label(role, client_nonce, worker_nonce), hashlib.sha256).hexdigest()
 
 
+def same_proof(given: object, expected: str) -> bool:
+    """Whether a proof received (any JSON value) is the expected one, compared in constant time."""
+    return isinstance(given, str) and hmac.compare_digest(given.encode(), expected.encode())
+
+
 def session_key(key: bytes, client_nonce: str, worker_nonce: str) -> bytes:
     """The key that authenticates every frame of one connection after the handshake."""
     return hmac.new(key, _label("session", client_nonce, worker_nonce), hashlib.sha256).digest()
@@ -266,6 +279,7 @@ class Channel:
         self._out_tag, self._in_tag = (b"C", b"W") if role == "client" else (b"W", b"C")
         self._key: bytes | None = None
         self._sent = self._received = 0
+        self._buffered = bytearray()
 
     def secure(self, key: bytes) -> None:
         self._key = key
@@ -285,11 +299,15 @@ class Channel:
             raise RemoteError("too_large", f"the JSON part is {len(head)} bytes; at most {MAX_HEADER_BYTES}")
         chunks = [t.data.cast("B") for t in tensors]
         prefix = PREFIX.pack(MAGIC, len(head), sum(c.nbytes for c in chunks))
-        self.sock.sendall(prefix + head)
-        for chunk in chunks:
-            self.sock.sendall(chunk)
+        mac = [self._mac(self._out_tag, self._sent, [prefix, head, *chunks])] if self._key is not None else []
+        if sum(c.nbytes for c in chunks) <= SMALL_FRAME:  # one write: no extra packets or syscalls per piece
+            self.sock.sendall(b"".join([prefix, head, *chunks, *mac]))
+        else:  # large arrays go out from their own memory, never copied
+            self.sock.sendall(prefix + head)
+            for chunk in chunks:
+                self.sock.sendall(chunk)
+            self.sock.sendall(b"".join(mac))
         if self._key is not None:
-            self.sock.sendall(self._mac(self._out_tag, self._sent, [prefix, head, *chunks]))
             self._sent += 1
 
     def _read_exact(self, size: int) -> memoryview:
@@ -297,9 +315,20 @@ class Channel:
         view = memoryview(buffer)
         got = 0
         while got < size:
-            n = self.sock.recv_into(view[got:])
-            if n == 0:
-                raise RemoteError("connection", "the other end closed the connection")
+            if self._buffered:  # what an earlier read took beyond its frame part
+                n = min(len(self._buffered), size - got)
+                view[got : got + n] = self._buffered[:n]
+                del self._buffered[:n]
+            elif size - got >= READ_AHEAD:  # large parts land in their buffer directly
+                n = self.sock.recv_into(view[got:])
+                if n == 0:
+                    raise RemoteError("connection", "the other end closed the connection")
+            else:  # small parts: one recv usually brings the prefix, header and MAC together
+                chunk = self.sock.recv(READ_AHEAD)
+                if not chunk:
+                    raise RemoteError("connection", "the other end closed the connection")
+                self._buffered += chunk
+                continue
             got += n
         return view
 

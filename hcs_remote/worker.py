@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
-import hmac
 import importlib
 import logging
 import os
@@ -114,8 +113,7 @@ class _Handler(socketserver.BaseRequestHandler):
                       "proof": wire.proof(config.key, "worker", client_nonce, worker_nonce)})  # fmt: skip
         answer, _ = channel.receive(config.io_timeout, config.io_timeout)
         expected = wire.proof(config.key, "client", client_nonce, worker_nonce)
-        given = answer.get("proof") if answer.get("op") == "auth" else None
-        if not isinstance(given, str) or not hmac.compare_digest(given, expected):
+        if answer.get("op") != "auth" or not wire.same_proof(answer.get("proof"), expected):
             who = f"project {config.project!r}" if config.project else "this worker's project"
             raise RemoteError("auth", f"authentication failed: the caller's key is not the key of {who}; only "
                                       "tasks of that project may call this worker")  # fmt: skip

@@ -110,6 +110,29 @@ def test_a_key_of_another_project_is_refused_by_the_worker(worker):
         channel.receive(5, 5)
 
 
+@pytest.mark.parametrize("proof", ["é" * 64, 12345, None, ["a"]])
+def test_a_proof_that_is_no_hex_string_is_refused_like_a_wrong_one(worker, proof):
+    channel = raw_channel(worker)
+    channel.send({"op": "hello", "version": 1, "nonce": wire.new_nonce(), "project": PROJECT})
+    channel.receive(5, 5)
+    channel.send({"op": "auth", "proof": proof})
+    header, _ = channel.receive(5, 5)
+    assert header["kind"] == "auth" and header["error"].startswith("authentication failed")
+
+
+@pytest.mark.parametrize(
+    ("hello", "message"),
+    [({"op": "hello", "version": 2, "nonce": "n" * 32}, "protocol version 2: this worker speaks 1"),
+     ({"op": "hello", "version": 1, "nonce": 7}, "expected a nonce of 16 to 128 characters"),
+     ({"op": "hello", "version": 1, "nonce": "short"}, "expected a nonce of 16 to 128 characters")],
+)  # fmt: skip
+def test_a_hello_that_breaks_the_protocol_is_refused(worker, hello, message):
+    channel = raw_channel(worker)
+    channel.send(hello)
+    header, _ = channel.receive(5, 5)
+    assert header["op"] == "error" and message in header["error"]
+
+
 def test_the_client_refuses_a_worker_that_cannot_prove_the_key_and_names_the_project(worker):
     with pytest.raises(RemoteError, match="could not prove it holds this project's key") as refused:
         RemoteGPU(worker.address, key="c3" * 32, project=PROJECT)
@@ -152,9 +175,12 @@ def test_an_oversize_payload_is_refused_without_being_sent_or_read(worker, gpu):
     # A client that ignores the limit: the worker answers from the frame's prefix alone and hangs up.
     channel = gpu._channel
     channel.sock.sendall(wire.PREFIX.pack(wire.MAGIC, 10, 8 << 30))
-    answer, _ = channel.receive(5, 5)
-    assert answer["kind"] == "too_large"
-    assert answer["error"] == "the arrays are 8589934592 bytes; this end accepts at most 1048576"
+    with pytest.raises(RemoteError, match="^the arrays are 8589934592 bytes; this end accepts at most 1048576$") as e:
+        gpu._checked(gpu._receive(5)[0], "result")
+    assert e.value.kind == "too_large"
+    with pytest.raises(RemoteError, match="the other end closed the connection|broke") as e:
+        gpu.scale(Tensor.from_values([1.0], "float64"))
+    assert e.value.kind == "connection"
 
 
 def test_a_failing_function_answers_its_error_and_keeps_the_traceback_in_the_worker_log(worker, gpu):
@@ -195,6 +221,9 @@ def test_the_client_gives_up_on_a_worker_that_does_not_answer():
             with pytest.raises(RemoteError, match="no answer from the worker within 0.5 s") as e:
                 gpu.sleep(2)
             assert e.value.kind == "timeout"
+            # Its late answer must not pass for the next call's: the connection is done.
+            with pytest.raises(RemoteError, match=r"the connection is closed \(no answer from the worker within"):
+                gpu.sleep(0)
     finally:
         slow.stop()
 
