@@ -37,6 +37,7 @@ class RemoteGPU:
         timeout: float = 300.0,
         connect_timeout: float = 10.0,
         as_numpy: bool | None = None,
+        max_result: int = 1 << 30,
     ):
         address = address or os.environ.get(ADDRESS_VARIABLE, "")
         if not address:
@@ -60,7 +61,7 @@ class RemoteGPU:
         except OSError as exc:
             raise RemoteError("connection", f"cannot reach the worker at {address}: {exc}")
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._channel = Channel(sock, "client")
+        self._channel = Channel(sock, "client", max_body=max_result)
         try:
             self._handshake(connect_timeout)
         except BaseException:

@@ -29,6 +29,7 @@ PROTOCOL_VERSION = 1
 PREFIX = struct.Struct(">4sIQ")
 MAC_SIZE = 32
 MAX_HEADER_BYTES = 1 << 20  # JSON arguments are small; arrays go in the body
+HANDSHAKE_HEADER_BYTES = 4096  # what a peer may send before it authenticated (and no arrays at all)
 MAX_NDIM = 32
 MAX_TENSORS = 1024
 DEFAULT_MAX_PAYLOAD = 256 << 20
@@ -275,14 +276,19 @@ class Channel:
 
     def __init__(self, sock: socket.socket, role: str, max_body: int = DEFAULT_MAX_PAYLOAD):
         self.sock = sock
-        self.max_body = max_body
+        # Until the handshake is done the peer is unknown: it may send small headers only, so a stranger
+        # cannot make this end allocate a payload's worth of memory per connection.
+        self.max_body, self.max_header = 0, HANDSHAKE_HEADER_BYTES
+        self._limits = max_body, MAX_HEADER_BYTES
         self._out_tag, self._in_tag = (b"C", b"W") if role == "client" else (b"W", b"C")
         self._key: bytes | None = None
         self._sent = self._received = 0
         self._buffered = bytearray()
 
     def secure(self, key: bytes) -> None:
+        """Authenticate every later frame with ``key``; the peer proved who it is, so the full limits apply."""
         self._key = key
+        self.max_body, self.max_header = self._limits
 
     def _mac(self, tag: bytes, seq: int, parts: Iterable[bytes | memoryview]) -> bytes:
         mac = hmac.new(self._key, tag + seq.to_bytes(8, "big"), hashlib.sha256)
@@ -341,9 +347,13 @@ class Channel:
         magic, head_len, body_len = PREFIX.unpack(prefix)
         if magic != MAGIC:
             raise RemoteError("protocol", "not a remote-GPU frame: expected the HCSR protocol")
-        if head_len > MAX_HEADER_BYTES:
-            raise RemoteError("too_large", f"the JSON part is {head_len} bytes; at most {MAX_HEADER_BYTES}")
+        if head_len > self.max_header:
+            when = "" if self._key else " before authentication"
+            raise RemoteError("too_large", f"the JSON part is {head_len} bytes; this end accepts at most "
+                                           f"{self.max_header}{when}")  # fmt: skip
         if body_len > self.max_body:
+            if self._key is None:
+                raise RemoteError("auth", "authenticate first: no arrays before the handshake")
             raise RemoteError("too_large", f"the arrays are {body_len} bytes; this end accepts at most {self.max_body}")
         head = self._read_exact(head_len)
         body = self._read_exact(body_len) if body_len else memoryview(b"")

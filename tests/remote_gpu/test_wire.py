@@ -165,3 +165,17 @@ def test_frames_over_the_limits_are_refused_before_their_body_is_read(pair):
     client.sock.sendall(wire.PREFIX.pack(b"GET ", 2, 0))
     with pytest.raises(RemoteError, match="not a remote-GPU frame"):
         worker.receive(1, 1)
+
+
+def test_before_the_handshake_a_channel_takes_small_headers_and_no_arrays():
+    left, right = socket.socketpair()
+    with left, right:
+        worker = Channel(right, "worker", max_body=1 << 20)
+        left.sendall(wire.PREFIX.pack(wire.MAGIC, 2, 8))  # refused from the prefix: nothing more is read
+        with pytest.raises(RemoteError, match="authenticate first: no arrays before the handshake"):
+            worker.receive(1, 1)
+        left.sendall(wire.PREFIX.pack(wire.MAGIC, 5000, 0))
+        with pytest.raises(RemoteError, match="at most 4096 before authentication"):
+            worker.receive(1, 1)
+        worker.secure(KEY)  # once the peer proved itself, the worker's own limits apply
+        assert (worker.max_body, worker.max_header) == (1 << 20, wire.MAX_HEADER_BYTES)

@@ -84,14 +84,26 @@ def test_a_client_without_a_key_is_refused(worker, monkeypatch):
         RemoteGPU(worker.address, key="my password")
 
 
-def test_a_caller_that_skips_authentication_is_refused(worker):
+@pytest.mark.parametrize(
+    ("tensors", "message"),
+    [([], "authenticate first: expected a hello with the client's nonce"),
+     ([Tensor.from_values([1], "int8")], "authenticate first: no arrays before the handshake")],
+)  # fmt: skip
+def test_a_caller_that_skips_authentication_is_refused(worker, tensors, message):
     channel = raw_channel(worker)
-    channel.send({"op": "call", "id": 1, "fn": "scale", "args": [{"$tensor": 0}]}, [Tensor.from_values([1], "int8")])
+    channel.send({"op": "call", "id": 1, "fn": "scale", "args": [{"$tensor": 0}]}, tensors)
     header, _ = channel.receive(5, 5)
-    assert header["op"] == "error" and header["kind"] == "auth"
-    assert header["error"] == "authenticate first: expected a hello with the client's nonce"
+    assert (header["op"], header["kind"], header["error"]) == ("error", "auth", message)
     with pytest.raises(RemoteError, match="closed the connection"):
         channel.receive(5, 5)
+
+
+def test_a_stranger_cannot_send_large_headers_before_authenticating(worker):
+    channel = raw_channel(worker)
+    channel.send({"op": "hello", "version": 1, "nonce": wire.new_nonce(), "padding": "x" * 5000})
+    header, _ = channel.receive(5, 5)
+    assert header["kind"] == "too_large"
+    assert header["error"].endswith("this end accepts at most 4096 before authentication")
 
 
 def test_a_key_of_another_project_is_refused_by_the_worker(worker):
