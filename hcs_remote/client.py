@@ -48,9 +48,12 @@ class RemoteGPU:
                                       "outside a task, pass key= (from a task of the worker's project)")  # fmt: skip
         try:
             self._key = wire.parse_key(raw_key)
+        except ValueError as exc:
+            raise RemoteError("auth", str(exc))
+        try:
             self.address = parse_address(address)
         except ValueError as exc:
-            raise RemoteError("connection" if "address" in str(exc) else "auth", str(exc))
+            raise RemoteError("connection", str(exc))
         self.project = project if project is not None else os.environ.get("HCS_PROJECT", "")
         self.timeout = timeout
         self.as_numpy = as_numpy
