@@ -83,7 +83,10 @@ class Tensor:
         if dtype not in DTYPES:
             raise ValueError(f"unknown dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
         flat = list(values)
-        data = struct.pack(f"<{len(flat)}{DTYPES[dtype][1]}", *flat)
+        try:
+            data = struct.pack(f"<{len(flat)}{DTYPES[dtype][1]}", *flat)
+        except struct.error as exc:
+            raise ValueError(f"values that are no {dtype}: {exc}")
         return cls.checked(dtype, tuple(shape) if shape is not None else (len(flat),), memoryview(data))
 
     @classmethod
@@ -123,7 +126,7 @@ def check_declaration(declared: object) -> int:
     if not isinstance(declared, dict) or set(declared) != {"dtype", "shape"}:
         raise ValueError('expected an array declaration {"dtype": ..., "shape": [...]}')
     dtype, shape = declared["dtype"], declared["shape"]
-    if dtype not in DTYPES:
+    if not isinstance(dtype, str) or dtype not in DTYPES:
         raise ValueError(f"unsupported dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
     if not isinstance(shape, list) or len(shape) > MAX_NDIM:
         raise ValueError(f"expected a shape as a list of at most {MAX_NDIM} sizes, got {shape!r}")
@@ -211,7 +214,7 @@ def decode(structure: object, tensors: list[Tensor], as_numpy: bool | None = Non
         if isinstance(item, dict):
             if "$tensor" in item:
                 index = item["$tensor"]
-                if set(item) != {"$tensor"} or not isinstance(index, int) or not 0 <= index < len(tensors):
+                if set(item) != {"$tensor"} or type(index) is not int or not 0 <= index < len(tensors):
                     raise ValueError(f"a tensor reference names array {index!r}; the frame has {len(tensors)}")
                 return materialise(index)
             return {k: walk(v) for k, v in item.items()}

@@ -84,6 +84,9 @@ class _Handler(socketserver.BaseRequestHandler):
             self._refuse(channel, exc.kind, str(exc))
         except (OSError, TimeoutError) as exc:
             log.info("client %s left: %s", peer, exc)
+        except Exception as exc:  # a fault of the worker itself: the log gets the traceback, the caller a sentence
+            log.exception("client %s: the worker failed", peer)
+            self._refuse(channel, "protocol", f"the worker failed to handle the request ({type(exc).__name__})")
         finally:
             config._slots.release()
 
@@ -147,7 +150,7 @@ class _Handler(socketserver.BaseRequestHandler):
             kwargs = wire.decode(header.get("kwargs", {}), tensors)
             if not isinstance(args, list) or not isinstance(kwargs, dict):
                 raise ValueError("expected 'args' as a list and 'kwargs' as an object")
-        except (ValueError, RemoteError) as exc:
+        except (ValueError, TypeError, RemoteError) as exc:
             channel.send(_error("bad_request", f"malformed call of {name}: {exc}", call_id))
             return True
         started = threading.Event()

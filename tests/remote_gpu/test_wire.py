@@ -24,6 +24,13 @@ def test_every_dtype_round_trips_its_values(dtype, values):
     assert tensor.tolist() == values
 
 
+def test_values_that_do_not_fit_the_dtype_are_refused():
+    with pytest.raises(ValueError, match="values that are no uint8"):
+        Tensor.from_values([256], "uint8")
+    with pytest.raises(ValueError, match="needs 12 bytes, got 8"):
+        Tensor.from_values([1, 2], "int32", (3,))
+
+
 def test_shapes_nest_in_c_order_and_zero_d_is_a_number():
     assert Tensor.from_values(range(6), "int32", (2, 3)).tolist() == [[0, 1, 2], [3, 4, 5]]
     assert Tensor.from_values([], "int32", (2, 0)).tolist() == [[], []]
@@ -34,6 +41,7 @@ def test_shapes_nest_in_c_order_and_zero_d_is_a_number():
     ("declared", "message"),
     [
         ({"dtype": "object", "shape": [1]}, "unsupported dtype 'object'"),
+        ({"dtype": ["float32"], "shape": [1]}, "unsupported dtype \\['float32'\\]"),
         ({"dtype": "float32", "shape": [-1]}, "non-negative integers"),
         ({"dtype": "float32", "shape": [True]}, "non-negative integers"),
         ({"dtype": "float32", "shape": [1.0]}, "non-negative integers"),
@@ -81,7 +89,7 @@ def test_only_plain_values_encode(value, message):
 
 def test_tensor_references_must_name_an_array_of_the_frame():
     tensors = [Tensor.from_values([1], "int8")]
-    for bad in ({"$tensor": 1}, {"$tensor": -1}, {"$tensor": "0"}, {"$tensor": 0, "extra": 1}):
+    for bad in ({"$tensor": 1}, {"$tensor": -1}, {"$tensor": "0"}, {"$tensor": True}, {"$tensor": 0, "extra": 1}):
         with pytest.raises(ValueError, match="tensor reference"):
             wire.decode([bad], tensors, as_numpy=False)
 

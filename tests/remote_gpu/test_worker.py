@@ -159,6 +159,7 @@ def test_the_client_refuses_a_worker_that_cannot_prove_the_key_and_names_the_pro
         ([{"dtype": "float32", "shape": [4]}], bytes(8), [{"$tensor": 0}],
          "malformed call of scale: the declared arrays need 16 bytes, the frame carries 8"),
         ([{"dtype": "object", "shape": [1]}], bytes(8), [{"$tensor": 0}], "unsupported dtype 'object'"),
+        ([{"dtype": {"descr": "O"}, "shape": [1]}], bytes(8), [{"$tensor": 0}], "unsupported dtype {'descr': 'O'}"),
         ([{"dtype": "float64", "shape": [-1]}], b"", [{"$tensor": 0}], "expected a shape of non-negative integers"),
         ([{"dtype": "float64", "shape": [1]}], bytes(8), [{"$tensor": 3}], "names array 3; the frame has 1"),
         ([], b"", {"not": "a list"}, "expected 'args' as a list"),
