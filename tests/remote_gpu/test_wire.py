@@ -5,6 +5,8 @@ import socket
 from array import array
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hcs_remote import wire
 from hcs_remote.wire import Channel, RemoteError, Tensor
@@ -187,3 +189,47 @@ def test_before_the_handshake_a_channel_takes_small_headers_and_no_arrays():
             worker.receive(1, 1)
         worker.secure(KEY)  # once the peer proved itself, the worker's own limits apply
         assert (worker.max_body, worker.max_header) == (1 << 20, wire.MAX_HEADER_BYTES)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.sampled_from(["$tensor", "dtype", "shape", "k"]), inner, max_size=3)
+    ),  # fmt: skip
+    max_leaves=12,
+)
+
+
+declarations = st.lists(
+    st.fixed_dictionaries(
+        {"dtype": st.sampled_from([*wire.DTYPES, "object", "V8"]), "shape": st.lists(st.integers(-1, 3), max_size=3)}
+    ),  # fmt: skip
+    max_size=3,
+)
+tensor_refs = st.recursive(
+    st.fixed_dictionaries({"$tensor": st.integers(-1, 3)}) | json_values,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(declared=declarations | json_values, structure=tensor_refs, body=st.binary(max_size=40))
+def test_any_header_and_body_decode_to_plain_values_or_a_value_error(declared, structure, body):
+    # Whatever a peer sends, decoding either refuses it with ValueError or yields plain values and Tensors.
+    try:
+        tensors = wire.split_body(declared, memoryview(body))
+        value = wire.decode(structure, tensors, as_numpy=False)
+    except ValueError:
+        return
+    assert sum(t.data.nbytes for t in tensors) == len(body)
+
+    def plain(item) -> bool:
+        if isinstance(item, list):
+            return all(plain(x) for x in item)
+        if isinstance(item, dict):
+            return all(isinstance(k, str) and plain(v) for k, v in item.items())
+        return item is None or isinstance(item, bool | int | float | str | Tensor)
+
+    assert plain(value)
