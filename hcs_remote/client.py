@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import sys
 
 from . import wire
 from .wire import Channel, RemoteError
@@ -161,3 +162,21 @@ class RemoteGPU:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m hcs_remote [host:port]``: check from a task that a worker answers and what it serves."""
+    import argparse  # noqa: PLC0415 - only the command line needs it
+
+    parser = argparse.ArgumentParser(prog="python -m hcs_remote", description=main.__doc__)
+    parser.add_argument("address", nargs="?", help=f"the worker's host:port (default: ${ADDRESS_VARIABLE})")
+    args = parser.parse_args(argv)
+    try:
+        with RemoteGPU(args.address, timeout=30) as gpu:
+            print(f"worker {gpu.address[0]}:{gpu.address[1]} of project {gpu.worker_project or '?'} serves:")
+            for name, doc in sorted(gpu.functions.items()):
+                print(f"  {name}" + (f": {doc}" if doc else ""))
+    except RemoteError as exc:
+        print(f"refused ({exc.kind}): {exc}", file=sys.stderr)
+        return 1
+    return 0

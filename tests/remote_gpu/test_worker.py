@@ -272,3 +272,18 @@ def test_the_worker_refuses_to_start_without_what_it_needs(env, argv, message):
                           capture_output=True, text=True, timeout=30)  # fmt: skip
     assert done.returncode == 2
     assert message in done.stderr
+
+
+def test_the_client_command_lists_a_workers_functions_or_says_why_not(worker):
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HCS_REMOTE_GPU_KEY": KEY, "HCS_PROJECT": PROJECT,
+           "REMOTE_GPU_ADDRESS": worker.address}  # fmt: skip
+    argv = [sys.executable, "-m", "hcs_remote"]
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == f"worker {worker.address} of project alpha serves:"
+    assert "  matmul: Matrix product of two 2-D float tensors." in done.stdout.splitlines()
+    refused = subprocess.run(argv, cwd=ROOT, env={**env, "HCS_PROJECT": "beta"}, capture_output=True, text=True,
+                             timeout=30)  # fmt: skip
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == ("refused (auth): this worker serves project 'alpha', not 'beta': only tasks of "
+                                      "'alpha' may call it")  # fmt: skip
