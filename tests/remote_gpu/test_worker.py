@@ -3,6 +3,7 @@ out, and every refusal (no key, another project's key, skipped authentication, u
 arrays, oversize payloads, failing and slow functions) answered with a clear message, never a traceback."""
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -58,6 +59,13 @@ def test_arrays_come_back_byte_for_byte_with_dtype_and_shape(gpu):
         assert (after.dtype, after.shape, bytes(after.data)) == (before.dtype, before.shape, bytes(before.data))
     assert kwargs["n"] == 1 and kwargs["nested"]["xs"] == [1.5, None, "s"]
     assert kwargs["nested"]["t"].tolist() == [True, False, True]
+
+
+def test_large_arrays_cross_intact_both_ways(gpu):
+    noise = os.urandom(900_000)  # above the one-write size: sent from the array's own memory
+    sent = Tensor.checked("float32", (225, 1000), memoryview(noise))
+    (back,), _ = gpu.echo(sent)
+    assert (back.dtype, back.shape) == ("float32", (225, 1000)) and bytes(back.data) == noise
 
 
 def test_the_client_sees_only_what_the_worker_registers(gpu):
