@@ -16,6 +16,7 @@ from apps.clusters.executors.base import (
 )
 from apps.clusters.gpuspec import GPURequest, GPUSpecError, parse_gpu_spec
 from apps.clusters.models import GPUModel
+from apps.remotegpu.keys import remote_gpu_secrets
 from apps.tasks.models import Task
 
 
@@ -63,6 +64,8 @@ def job_spec(task: Task, installation: str) -> JobSpec:
         secret_env = task.get_secret_env()
     except ValueError as exc:
         raise ExecutorError(str(exc), retryable=False)
+    # Every task of a project may serve or call remote-GPU functions of that project (docs/remote-gpu.md).
+    secret_env.update(remote_gpu_secrets(task.project))
     placements = task.placement or []
     model_name = next((p.get("gpu_model") for p in placements if p.get("gpu_model")), None)
     gpu_model = None

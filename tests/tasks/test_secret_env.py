@@ -13,6 +13,7 @@ from django.db import connection
 from apps.clusters.backends import executor_for
 from apps.control.jobspec import job_spec
 from apps.control.scheduling import run_cycle
+from apps.remotegpu.keys import project_key
 from apps.tasks.models import Task, TaskEvent
 from apps.tasks.services import submit_task
 from tests.api.base import client_for
@@ -86,7 +87,8 @@ def test_job_spec_carries_the_secret_but_never_shows_it(world):
     run_cycle(world.vdc.pk)
     task.refresh_from_db()
     spec = job_spec(task, "install")
-    assert spec.secret_env == {"API_TOKEN": SECRET}
+    # Beside the task's own: the project's remote-GPU key, which every task gets (docs/remote-gpu.md).
+    assert spec.secret_env == {"API_TOKEN": SECRET, "HCS_REMOTE_GPU_KEY": project_key(task.project)}
     assert "API_TOKEN" not in spec.env and SECRET not in repr(spec)
 
 
