@@ -36,6 +36,8 @@ from apps.clusters.executors import k8s_manifests as m
 from apps.clusters.executors.base import GPUModelSpec, JobSpec
 from apps.clusters.models import GPUModel
 from apps.clusters.webhook import cluster_for_webhook_token, issue_webhook_token, mutate
+from apps.control.jobspec import job_spec
+from apps.tasks.services import submit_task
 from tests.api.base import client_for
 from tests.factories import ClusterFactory
 from tests.portal.conftest import server_sees_test_db
@@ -518,3 +520,27 @@ def test_webhook_token_command_prints_a_token_that_replaces_the_last(world):
     # Only Kubernetes clusters have a webhook; the error lists the ones that do.
     with pytest.raises(CommandError, match=r"Expected the name of one Kubernetes cluster \(gpu-k8s\), got 'local-1'"):
         call_command("webhook_token", world.cluster.name)
+
+
+def test_runtime_class_comes_from_the_clusters_vendor_label_and_only_for_that_vendor():
+    assert m.runtime_classes({"runtime-class-nvidia": "nvidia", "runtime-class-huawei": "", "region": "north"}) == {
+        "nvidia": "nvidia"
+    }
+    classes = {"nvidia": "nvidia"}
+    nvidia = JobSpec(
+        task_id=1, attempt=1, name="t", project="p", owner="o", kind="dev_env", image="i",
+        gpus_per_instance=1, settings={"runtime_classes": classes},
+    )  # fmt: skip
+    assert m.build_manifests(nvidia, "ns")[0]["spec"]["runtimeClassName"] == "nvidia"
+    ascend = GPUModelSpec("Ascend910B", "huawei", "huawei.com/Ascend910", "ASCEND_VISIBLE_DEVICES")
+    assert "runtimeClassName" not in m.build_manifests(replace(nvidia, gpu_model=ascend), "ns")[0]["spec"]
+    assert "runtimeClassName" not in m.build_manifests(replace(nvidia, gpus_per_instance=0), "ns")[0]["spec"]
+
+
+def test_a_tasks_job_spec_carries_its_clusters_runtime_classes(world):
+    task = submit_task(world.member, project=world.project, queue="high", kind="training", name="rc", command="echo")
+    world.cluster.labels = {"runtime-class-nvidia": "nvidia", "region": "north"}
+    task.cluster = world.cluster
+    assert job_spec(task, "inst").settings["runtime_classes"] == {"nvidia": "nvidia"}
+    world.cluster.labels = {}
+    assert "runtime_classes" not in job_spec(task, "inst").settings
