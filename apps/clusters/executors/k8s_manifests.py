@@ -417,6 +417,8 @@ def accelerator_injection(spec: JobSpec) -> Injection | None:
 
 def _set_env(container_body: dict, env: dict[str, str]) -> None:
     """Set variables by name: an existing entry (a value or a reference) is replaced where it stands."""
+    if not env:
+        return
     entries = container_body.setdefault("env", [])
     positions = {entry.get("name"): i for i, entry in enumerate(entries)}
     for name, value in env.items():
@@ -430,17 +432,13 @@ def _set_env(container_body: dict, env: dict[str, str]) -> None:
 def _add_mounts(container_body: dict, mounts: tuple[dict, ...]) -> set[str]:
     """Add mounts by name; a path the container already mounts from a volume of its own is left to it.
     Returns the names of the volumes mounted."""
-    existing = container_body.setdefault("volumeMounts", [])
+    existing = container_body.get("volumeMounts") or []
     names = {m.get("name") for m in existing}
     paths = {m.get("mountPath") for m in existing}
-    used = set()
-    for mount in mounts:
-        if mount["name"] in names:
-            used.add(mount["name"])
-        elif mount["mountPath"] not in paths:
-            existing.append(dict(mount))
-            used.add(mount["name"])
-    return used
+    added = [dict(m) for m in mounts if m["name"] not in names and m["mountPath"] not in paths]
+    if added:
+        container_body["volumeMounts"] = [*existing, *added]
+    return {m["name"] for m in mounts if m["name"] in names} | {m["name"] for m in added}
 
 
 def inject(
