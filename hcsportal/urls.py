@@ -11,6 +11,7 @@ from drf_spectacular.settings import spectacular_settings
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from apps.clusters.agent_api import AgentReportView
+from apps.clusters.webhook import admission_review
 from hcsportal.metrics import metrics_view
 
 # Swagger UI loads from its CDN and has an inline <style>; its script comes from this page (?script=).
@@ -24,6 +25,8 @@ api_docs = csp_update(
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/agent/report/", AgentReportView.as_view(), name="agent-report"),
+    path("k8s/admission/", admission_review, name="k8s-admission"),
+    path("k8s/admission/<str:token>/", admission_review, name="k8s-admission-token"),
     path("api/v1/", include("hcsportal.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", api_docs, name="api-docs"),

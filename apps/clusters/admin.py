@@ -75,6 +75,15 @@ class ClusterAdmin(admin.ModelAdmin):
         ),
         ("Volumes", {"fields": ("allowed_host_paths",)}),
         (
+            "Admission webhook",
+            {
+                "fields": ("webhook_namespaces",),
+                "description": "Kubernetes: pods created in these namespaces by anyone get the vendor runtime "
+                "injected; the token the API server presents comes from manage.py webhook_token "
+                "(docs/kubernetes.md).",
+            },
+        ),
+        (
             "Checkpoints",
             {
                 "fields": ("checkpoint_root", ("checkpoint_storage_class", "checkpoint_size_gib")),

@@ -33,6 +33,11 @@ class ClusterAdminForm(forms.ModelForm):
         help_text="One node directory per line, e.g. /data: tasks may mount it or anything below it as a host "
         "path volume. Empty: no host paths.",
     )
+    webhook_namespaces = LinesField(
+        label="Webhook namespaces",
+        help_text="Kubernetes: one namespace per line, e.g. team-a: the admission webhook injects the vendor "
+        "runtime into every pod created there. Empty: none.",
+    )
     token = forms.CharField(
         required=False,
         label="Token / JWT",

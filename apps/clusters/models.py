@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 
 from django.core.exceptions import ValidationError
@@ -118,6 +119,23 @@ class GPUModel(models.Model):
         }
 
 
+# A Kubernetes namespace name (DNS-1123 label).
+_NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def validate_namespaces(value) -> None:
+    """Enrolled namespaces: a list of distinct Kubernetes namespace names."""
+    if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
+        raise ValidationError('Expected a list of namespace names, e.g. ["team-a", "research"].')
+    for name in value:
+        if not _NAMESPACE_RE.match(name):
+            raise ValidationError(
+                f"Namespace {name!r}: expected a DNS label (lowercase letters, digits and '-', at most 63)."
+            )
+    if len(set(value)) != len(value):
+        raise ValidationError("Expected each namespace once.")
+
+
 class ClusterQuerySet(models.QuerySet):
     def schedulable(self) -> ClusterQuerySet:
         """Clusters that take new tasks: enabled, and healthy or degraded."""
@@ -178,6 +196,15 @@ class Cluster(models.Model):
         validators=[MinValueValidator(1), MaxValueValidator(1_000_000)],
         help_text="Kubernetes: size of each training task's checkpoint volume (GiB); empty: no checkpoint volume",
     )
+    webhook_namespaces = models.JSONField(
+        default=list,
+        blank=True,
+        validators=[validate_namespaces],
+        help_text="Kubernetes: namespaces whose pods the admission webhook injects the vendor runtime into, "
+        "whoever creates them (docs/kubernetes.md); empty: none",
+    )
+    # SHA-256 of the token the cluster's API server presents to the admission webhook; empty: webhook off.
+    webhook_token_hash = models.CharField(max_length=64, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

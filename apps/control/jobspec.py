@@ -14,6 +14,7 @@ from apps.clusters.executors.base import (
     JobSpec,
     NodePlacement,
 )
+from apps.clusters.executors.k8s_manifests import runtime_classes
 from apps.clusters.gpuspec import GPURequest, GPUSpecError, parse_gpu_spec
 from apps.clusters.models import GPUModel
 from apps.remotegpu.keys import remote_gpu_secrets
@@ -89,6 +90,8 @@ def job_spec(task: Task, installation: str) -> JobSpec:
         "queue": task.queue.name,
         # Host paths a task may mount there (Kubernetes); none approved means none mounted.
         "allowed_host_paths": list(task.cluster.allowed_host_paths or ()),
+        # Kubernetes: the RuntimeClass per vendor (cluster labels runtime-class-<vendor>), none by default.
+        "runtime_classes": runtime_classes(task.cluster.labels) or None,
     }  # fmt: skip
     return JobSpec(
         task_id=task.pk,

@@ -19,7 +19,15 @@ EXEMPT = {
     "vdc.VDC": {"description"},
     "vdc.Project": {"description"},
     "clusters.GPUModel": {"aliases"},
-    "clusters.Cluster": {"description", "credentials_encrypted", "status_message", "labels", "allowed_host_paths"},
+    "clusters.Cluster": {
+        "description",
+        "credentials_encrypted",
+        "status_message",
+        "labels",
+        "allowed_host_paths",
+        "webhook_namespaces",
+        "webhook_token_hash",
+    },  # fmt: skip
     "clusters.Node": {"labels", "agent_message", "backend_reason"},
     "clusters.Device": {"links"},
     "clusters.AgentToken": {"key_hash"},  # a secret's digest

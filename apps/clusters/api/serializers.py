@@ -6,7 +6,15 @@ from rest_framework import serializers
 
 from apps.clusters.choices import NodeStatus
 from apps.clusters.hostpaths import MAX_PATH_LENGTH
-from apps.clusters.models import MAX_HOST_PATH_PREFIXES, Cluster, Device, GPUModel, Node, validate_host_path_prefixes
+from apps.clusters.models import (
+    MAX_HOST_PATH_PREFIXES,
+    Cluster,
+    Device,
+    GPUModel,
+    Node,
+    validate_host_path_prefixes,
+    validate_namespaces,
+)
 from apps.vdc.api.common import ModelCleanMixin
 
 
@@ -32,6 +40,13 @@ class ClusterSerializer(ModelCleanMixin, serializers.ModelSerializer):
         validators=[validate_host_path_prefixes],
         help_text="Node directories tasks may mount as host path volumes (that path or below it), e.g. /data",
     )
+    webhook_namespaces = serializers.ListField(
+        child=serializers.CharField(max_length=63),
+        required=False,
+        validators=[validate_namespaces],
+        help_text="Kubernetes: namespaces whose pods the admission webhook injects the vendor runtime into, "
+        "whoever creates them; empty: none",
+    )
     has_credentials = serializers.BooleanField(read_only=True)
     is_schedulable = serializers.BooleanField(read_only=True)
     vdc_name = serializers.CharField(source="vdc.name", read_only=True)
@@ -43,7 +58,7 @@ class ClusterSerializer(ModelCleanMixin, serializers.ModelSerializer):
             "credentials", "has_credentials", "namespace", "status", "status_message", "last_heartbeat",
             "missed_heartbeats", "enabled", "is_schedulable", "priority", "weight", "cost_weight", "labels",
             "max_tasks_per_user", "max_total_tasks", "allowed_host_paths", "checkpoint_root",
-            "checkpoint_storage_class", "checkpoint_size_gib", "created_at", "updated_at",
+            "checkpoint_storage_class", "checkpoint_size_gib", "webhook_namespaces", "created_at", "updated_at",
         ]  # fmt: skip
         read_only_fields = [
             "status", "status_message", "last_heartbeat", "missed_heartbeats", "enabled", "created_at", "updated_at"

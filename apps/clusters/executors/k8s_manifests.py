@@ -50,6 +50,16 @@ VOLCANO_PLURAL = "jobs"
 VOLCANO_TASK = "worker"
 
 JOB_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+# A pod created outside the portal asks for accelerators with this annotation, in the GPU spec grammar
+# (apps/clusters/gpuspec.py), e.g. "2(A100-80G)" or "1(16G,50%)"; the admission webhook reads it.
+GPU_ANNOTATION = "hcs.io/gpu"
+# Set on every pod the injector touched, to the vendor it injected (the portal's own pods included).
+INJECTED_ANNOTATION = "hcs.io/injected"
+# Which container of a multi-container pod gets the cards (Kubernetes' own convention for kubectl).
+DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
+# Cluster label "runtime-class-<vendor>": the RuntimeClass pods of that vendor run with, e.g. nvidia.
+RUNTIME_CLASS_LABEL_PREFIX = "runtime-class-"
+SHM_VOLUME = "hcs-shm"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 CONTAINER_NAME = "main"
 DEFAULT_MASTER_PORT = 29500
@@ -347,6 +357,133 @@ def accelerator_env(spec: JobSpec) -> dict[str, str]:
     return env
 
 
+def runtime_classes(cluster_labels: dict) -> dict[str, str]:
+    """Vendor -> RuntimeClass name from a cluster's ``runtime-class-<vendor>`` labels (none set: none used)."""
+    return {
+        key[len(RUNTIME_CLASS_LABEL_PREFIX) :].lower(): str(value)
+        for key, value in (cluster_labels or {}).items()
+        if key.startswith(RUNTIME_CLASS_LABEL_PREFIX) and value
+    }
+
+
+@dataclass(frozen=True)
+class Injection:
+    """The vendor runtime one pod gets (seed 004 §2.3), applied by :func:`inject`.
+
+    Built from a JobSpec by :func:`accelerator_injection`, for the portal's own manifests and for pods the
+    admission webhook (apps/clusters/webhook.py) reviews alike: one source of truth.
+    """
+
+    vendor: str
+    limits: dict[str, str]
+    env: dict[str, str]
+    volumes: tuple[dict, ...]
+    mounts: tuple[dict, ...]
+    tolerations: tuple[dict, ...]
+    runtime_class: str = ""
+
+
+def _vendor_volumes(spec: JobSpec) -> tuple[tuple[dict, ...], tuple[dict, ...]]:
+    """The vendor's driver host paths (read-only, same path inside) and a memory-backed /dev/shm."""
+    volumes = [{"name": h.name, "hostPath": {"path": h.path, "type": h.type}} for h in vendor_profile(spec).mounts]
+    mounts = [{"name": h.name, "mountPath": h.path, "readOnly": True} for h in vendor_profile(spec).mounts]
+    # Data loader workers share tensors through /dev/shm; the container default is 64 MiB.
+    volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}})
+    mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
+    return tuple(volumes), tuple(mounts)
+
+
+def accelerator_injection(spec: JobSpec) -> Injection | None:
+    """Everything the injector adds for the spec's accelerators; None without any.
+
+    Refuses (non-retryable ExecutorError) what Kubernetes cannot run, as :func:`gpu_limits` says.
+    """
+    if spec.gpus_per_instance <= 0:
+        return None
+    limits = gpu_limits(spec)
+    vendor = gpu_model(spec).vendor.lower()
+    volumes, mounts = _vendor_volumes(spec)
+    return Injection(
+        vendor=vendor,
+        limits=limits,
+        env=accelerator_env(spec),
+        volumes=volumes,
+        mounts=mounts,
+        # GPU nodes are usually tainted with the resource name.
+        tolerations=({"key": next(iter(limits)), "operator": "Exists", "effect": "NoSchedule"},),
+        runtime_class=str((spec.settings.get("runtime_classes") or {}).get(vendor, "")),
+    )
+
+
+def _set_env(container_body: dict, env: dict[str, str]) -> None:
+    """Set variables by name: an existing entry (a value or a reference) is replaced where it stands."""
+    if not env:
+        return
+    entries = container_body.setdefault("env", [])
+    positions = {entry.get("name"): i for i, entry in enumerate(entries)}
+    for name, value in env.items():
+        entry = {"name": name, "value": str(value)}
+        if name in positions:
+            entries[positions[name]] = entry
+        else:
+            entries.append(entry)
+
+
+def _add_mounts(container_body: dict, mounts: tuple[dict, ...]) -> set[str]:
+    """Add mounts by name; a path the container already mounts from a volume of its own is left to it.
+    Returns the names of the volumes mounted."""
+    existing = container_body.get("volumeMounts") or []
+    names = {m.get("name") for m in existing}
+    paths = {m.get("mountPath") for m in existing}
+    added = [dict(m) for m in mounts if m["name"] not in names and m["mountPath"] not in paths]
+    if added:
+        container_body["volumeMounts"] = [*existing, *added]
+    return {m["name"] for m in mounts if m["name"] in names} | {m["name"] for m in added}
+
+
+def inject(
+    pod: dict, injection: Injection, containers: tuple[str, ...] = (CONTAINER_NAME,), *, limits: bool = True
+) -> dict:
+    """Apply an injection in place to a pod or pod template (``{"metadata", "spec"}``) and return it.
+
+    The named containers get the environment and the mounts, the first of them also the resource limits
+    (``limits=False`` leaves limits as they are: a pod that already requests the vendor's resource).
+    Idempotent: applying the same injection again changes nothing.
+    """
+    pod.setdefault("metadata", {}).setdefault("annotations", {})[INJECTED_ANNOTATION] = injection.vendor
+    body = pod.setdefault("spec", {})
+    used: set[str] = set()
+    for container_body in body.get("containers", []):
+        name = container_body.get("name")
+        if name not in containers:
+            continue
+        if limits and name == containers[0]:
+            resources = container_body.setdefault("resources", {})
+            resources.setdefault("limits", {}).update(injection.limits)
+            # Extended resources need requests equal to limits where requests name them.
+            requests = resources.get("requests") or {}
+            for key in injection.limits.keys() & requests.keys():
+                requests[key] = injection.limits[key]
+        _set_env(container_body, injection.env)
+        used |= _add_mounts(container_body, injection.mounts)
+    volumes = body.setdefault("volumes", [])
+    present = {v.get("name") for v in volumes}
+    volumes.extend(dict(v) for v in injection.volumes if v["name"] in used and v["name"] not in present)
+    if not volumes:
+        del body["volumes"]
+    tolerations = body.setdefault("tolerations", [])
+    tolerations.extend(dict(t) for t in injection.tolerations if t not in tolerations)
+    if injection.runtime_class:
+        body["runtimeClassName"] = injection.runtime_class
+    return pod
+
+
+def _injected(spec: JobSpec, pod: dict) -> dict:
+    """The portal's own pod (template) with the spec's accelerators injected into its main container."""
+    injection = accelerator_injection(spec)
+    return inject(pod, injection) if injection is not None else pod
+
+
 # --- pods -------------------------------------------------------------------------------
 
 
@@ -438,7 +575,7 @@ def _volume_source(number: int, volume: object, approved: tuple[str, ...]) -> di
 
 
 def _volumes(spec: JobSpec) -> tuple[list[dict], list[dict]]:
-    """The pod's volumes and the container's mounts: the task's own, then the vendor's driver mounts.
+    """The pod's volumes and the container's mounts of the task's own volumes (:func:`inject` adds the vendor's).
 
     A task's host paths must lie under ``spec.settings["allowed_host_paths"]``, the cluster's approved
     prefixes; without that setting no host path of the task is mounted.
@@ -454,13 +591,6 @@ def _volumes(spec: JobSpec) -> tuple[list[dict], list[dict]]:
         if volume.get("read_only"):
             mount["readOnly"] = True
         mounts.append(mount)
-    if spec.gpus_per_instance > 0:
-        for host in vendor_profile(spec).mounts:
-            volumes.append({"name": host.name, "hostPath": {"path": host.path, "type": host.type}})
-            mounts.append({"name": host.name, "mountPath": host.path, "readOnly": True})
-        # Data loader workers share tensors through /dev/shm; the container default is 64 MiB.
-        volumes.append({"name": "hcs-shm", "emptyDir": {"medium": "Memory"}})
-        mounts.append({"name": "hcs-shm", "mountPath": "/dev/shm"})
     return volumes, mounts
 
 
@@ -493,17 +623,17 @@ def container(
     env_before: dict[str, str] | None = None,
 ) -> dict:
     """The task's one container: resources, then env: the defaults a task may change (rendezvous), the task's
-    own, the platform's (``HCS_*``: identity, parameters, checkpoint directory), and the vendor's device
-    variables last (a task never widens the cards it sees). Secret variables
-    are references to the task's Secret (:func:`secret_manifest`), never values."""
+    own, the platform's (``HCS_*``: identity, parameters, checkpoint directory). The vendor's device variables
+    and accelerator limits come from :func:`inject` on the pod, over these (a task never widens the cards it
+    sees). Secret variables are references to the task's Secret (:func:`secret_manifest`), never values."""
     vendor = accelerator_env(spec)
     secret_names = [key for key in spec.secret_env if key not in vendor]
-    env = {**(env_before or {}), **spec.env, **platform_environment(spec), **vendor}
+    env = {**(env_before or {}), **spec.env, **platform_environment(spec)}
     for key in secret_names:
         env.pop(key, None)
     secret = object_name(spec)
     secret_refs = [{"name": key, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}} for key in secret_names]
-    limits = {"cpu": _cpu_quantity(spec.cpu), "memory": _memory_quantity(spec.memory_gib), **gpu_limits(spec)}
+    limits = {"cpu": _cpu_quantity(spec.cpu), "memory": _memory_quantity(spec.memory_gib)}
     requests = {"cpu": limits["cpu"], "memory": limits["memory"]}
     _, mounts = _volumes(spec)
     result: dict = {
@@ -533,9 +663,6 @@ def pod_spec(spec: JobSpec, main: dict, *, restart_policy: str) -> dict:
     }
     if volumes:
         result["volumes"] = volumes
-    if spec.gpus_per_instance > 0:
-        key = next(iter(gpu_limits(spec)))
-        result["tolerations"] = [{"key": key, "operator": "Exists", "effect": "NoSchedule"}]
     return result
 
 
@@ -607,12 +734,15 @@ def dev_env_manifests(
     pod_body = pod_spec(spec, main, restart_policy="Always")
     if spec.time_limit_s:
         pod_body["activeDeadlineSeconds"] = int(spec.time_limit_s)
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": _metadata(name, namespace, _workload_labels(labels, WORKLOAD_POD)),
-        "spec": pod_body,
-    }
+    pod = _injected(
+        spec,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": _metadata(name, namespace, _workload_labels(labels, WORKLOAD_POD)),
+            "spec": pod_body,
+        },
+    )
     objects = [pod, _service(name, namespace, labels, [{"name": "http", "port": port, "targetPort": port}])]
     if ingress_domain:
         objects.append(_ingress(name, namespace, labels, port, ingress_domain, ingress_class))
@@ -645,7 +775,7 @@ def training_manifests(spec: JobSpec, namespace: str) -> list[dict]:
         "completions": spec.instances,
         "parallelism": spec.instances,
         "backoffLimit": int(spec.settings.get("retries", 0)),
-        "template": {"metadata": {"labels": dict(labels)}, "spec": body},
+        "template": _injected(spec, {"metadata": {"labels": dict(labels)}, "spec": body}),
     }
     if spec.time_limit_s:
         job_spec["activeDeadlineSeconds"] = int(spec.time_limit_s)
@@ -703,7 +833,7 @@ def volcano_manifests(spec: JobSpec, namespace: str) -> list[dict]:
                     {
                         "name": VOLCANO_TASK,
                         "replicas": spec.instances,
-                        "template": {"metadata": {"labels": dict(labels)}, "spec": body},
+                        "template": _injected(spec, {"metadata": {"labels": dict(labels)}, "spec": body}),
                     }
                 ],
             },
@@ -758,7 +888,9 @@ def inference_manifests(
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": {LABEL_NAME: name}},
-            "template": {"metadata": {"labels": dict(labels)}, "spec": pod_spec(spec, main, restart_policy="Always")},
+            "template": _injected(
+                spec, {"metadata": {"labels": dict(labels)}, "spec": pod_spec(spec, main, restart_policy="Always")}
+            ),
         },
     }
     objects = [deployment, _service(name, namespace, labels, [{"name": "http", "port": 80, "targetPort": port}])]
