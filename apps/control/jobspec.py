@@ -56,6 +56,17 @@ def _device_slot(device: dict, share: GPURequest | None) -> DeviceSlot:
     return DeviceSlot(index=device["index"], fraction=milli / 1000, vram_gib=vram, cores_percent=share.cores_percent)
 
 
+def _autoscaling(task: Task) -> dict:
+    """Replica bounds and utilisation targets of an inference service; nothing a task did not set."""
+    if task.kind != "inference":
+        return {}
+    settings = {
+        "min_replicas": task.autoscale_min, "max_replicas": task.autoscale_max,
+        "target_cpu_utilization": task.autoscale_cpu_percent, "target_gpu_utilization": task.autoscale_gpu_percent,
+    }  # fmt: skip
+    return {key: value for key, value in settings.items() if value is not None}
+
+
 def job_spec(task: Task, installation: str) -> JobSpec:
     """Map a scheduled task and its placement onto the backend-neutral JobSpec.
 
@@ -85,8 +96,8 @@ def job_spec(task: Task, installation: str) -> JobSpec:
         "tensorboard_dir": task.tensorboard_dir,
         "port": task.port, "max_tokens": task.max_tokens,
         "temperature": float(task.temperature) if task.temperature is not None else None,
-        "autoscale_min": task.autoscale_min, "autoscale_max": task.autoscale_max,
-        "autoscale_cpu_percent": task.autoscale_cpu_percent, "autoscale_gpu_percent": task.autoscale_gpu_percent,
+        # An inference service's autoscaling, under the names the backends read (the HPA on Kubernetes).
+        **_autoscaling(task),
         "queue": task.queue.name,
         # Host paths a task may mount there (Kubernetes); none approved means none mounted.
         "allowed_host_paths": list(task.cluster.allowed_host_paths or ()),

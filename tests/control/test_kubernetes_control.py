@@ -302,3 +302,21 @@ def test_discovery_keeps_cards_a_running_job_holds_when_the_backend_reports_fewe
     run_cycle(k8s.vdc.pk)
     other.refresh_from_db()
     assert other.status == "queued"  # two of the four cards are still the holder's
+
+
+def test_an_inference_services_autoscaling_reaches_its_hpa_with_the_users_numbers(k8s):
+    # Issue 12: a service asked for 1-4 replicas at cpu 60 / gpu 70 got an HPA with min = max = 1 and cpu 80 (the
+    # execution service wrote autoscale_* keys, the manifest builder read min_replicas / target_*_utilization).
+    world = k8s
+    service = run(world, submit(world, name="serve", kind="inference", queue="high", gpu_spec="1(A100)", port=8080,
+                                autoscale_min=1, autoscale_max=4, autoscale_cpu_percent=60,
+                                autoscale_gpu_percent=70))  # fmt: skip
+    name = service.external_id.split("/")[-1]
+    hpa = world.emulator.objects["autoscaling/v2/horizontalpodautoscalers", NS, name]
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (1, 4)
+    metrics = {m["type"]: m for m in hpa["spec"]["metrics"]}
+    assert metrics["Resource"]["resource"] == {
+        "name": "cpu",
+        "target": {"type": "Utilization", "averageUtilization": 60},
+    }
+    assert metrics["Pods"]["pods"]["target"] == {"type": "AverageValue", "averageValue": "70"}
