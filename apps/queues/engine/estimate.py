@@ -102,13 +102,15 @@ class Estimator:
         self.pools = pools
         self._needs_of: dict = {}
 
-    def next(self, d, reason: str, duration: float | None) -> tuple[float | None, int | None]:
-        """The estimated start of the next waiting task (or None), and the ``seq`` of the running task whose
-        release completes what it needs (None when free capacity or a queued task's release does)."""
-        if d is None or reason in UNPREDICTABLE:
-            return None, None
-        needs = self._needs_of.get(d.key)
-        if needs is None:
+    def next(self, d, duration: float | None) -> tuple[float | None, int | None]:
+        """The estimated start of the next waiting task with demand ``d`` (or None), and the ``seq`` of the
+        running task whose release completes what it needs (None when free capacity or a queued task's
+        release does). Tasks whose reason is in :data:`UNPREDICTABLE` are not passed here."""
+        # Demands are shared per request shape and kept alive by the waiting list: their id is a cheap key.
+        cached = self._needs_of.get(id(d))
+        if cached is not None and cached[0] is d:
+            needs = cached[1]
+        else:
             needs = []
             pools = self.pools
             for model, cards, milli, _eq in d.alternatives:
@@ -117,7 +119,7 @@ class Estimator:
                     needs.append(
                         (pool, d.instances * (d.cpu if model is None else (cards * WHOLE if cards else milli)))
                     )
-            self._needs_of[d.key] = needs
+            self._needs_of[id(d)] = (d, needs)
         best = None
         for pool, need in needs:
             if pool.free + pool.ahead + 1e-9 < need:
@@ -141,7 +143,8 @@ class WaitingList(Sequence):
     """The tasks that stay queued after a cycle, as :class:`Waiting` entries computed on first read.
 
     Entries are produced in consideration order, which is the order positions count in and
-    estimated starts are handed out in; reading entry ``i`` computes entries ``0..i`` once.
+    estimated starts are handed out in; reading entry ``i`` (or a slice up to it) computes entries
+    ``0..i`` once, iterating computes them all.
     Compares equal to any sequence of the same entries; pickles as a plain tuple.
     """
 
@@ -174,19 +177,26 @@ class WaitingList(Sequence):
                 gc.enable()
 
     def _compute(self, upto: int) -> None:
-        done, pending = self._done, self._pending
-        est, now, class_of, position = self._estimator, self._now, self._class_of, self._position
-        while len(done) < upto:
-            t, d, reason, message = pending[len(done)]
-            pos = position.get(t.queue_id, 0) + 1
-            position[t.queue_id] = pos
-            start, seq = est.next(d, reason, t.expected_duration_s) if est is not None else (None, None)
-            blocker, at_window = None, False
+        done, pending, position, append = self._done, self._pending, self._position, self._done.append
+        nxt = self._estimator.next if self._estimator is not None else None
+        for k in range(len(done), upto):
+            t, d, reason, message = pending[k]
+            qid = t.queue_id
+            pos = position[qid] = position.get(qid, 0) + 1
+            if nxt is None or d is None or reason in UNPREDICTABLE:
+                append(Waiting(t.id, qid, pos, None, reason, message, None, False))
+                continue
+            start, seq = nxt(d, t.expected_duration_s)
+            blocker = None
             if seq is not None:
                 if self._by_seq is None:
                     self._by_seq = {run.seq: run for run in self._runs}
                 blocker = self._by_seq.get(seq)
-            if blocker is not None and start is not None and class_of.get(t.queue_id) == HIGH:
+            if blocker is None:
+                append(Waiting(t.id, qid, pos, start, reason, message, None, False))
+                continue
+            at_window = False
+            if self._class_of.get(qid) == HIGH:
                 # A high task may preempt medium work once its guaranteed window is over: that can come first.
                 window_end = blocker.window_end()
                 if (
@@ -195,9 +205,8 @@ class WaitingList(Sequence):
                     and window_end is not None
                     and window_end < start
                 ):
-                    start, at_window = max(window_end, now), True
-            blocked_by = blocker.task.id if blocker is not None else None
-            done.append(Waiting(t.id, t.queue_id, pos, start, reason, message, blocked_by, at_window))
+                    start, at_window = max(window_end, self._now), True
+            append(Waiting(t.id, qid, pos, start, reason, message, blocker.task.id, at_window))
         if len(done) == len(pending):
             # Everything is computed: drop what only the computation needed.
             self._estimator = self._runs = self._by_seq = None
@@ -222,13 +231,10 @@ class WaitingList(Sequence):
         return self._done[i]
 
     def __iter__(self):
-        i = 0
-        n = len(self._pending)
-        while i < n:
-            if i >= len(self._done):
-                self._fill(min(n, max(i + 1, 2 * len(self._done), 64)))
-            yield self._done[i]
-            i += 1
+        # Iterating reads everything (index or slice to read a page): one pass with the collector off, not
+        # one per chunk, because re-enabling it between chunks triggers collections over the whole heap.
+        self._fill(len(self._pending))
+        return iter(self._done)
 
     def __eq__(self, other) -> bool:
         if isinstance(other, (WaitingList, tuple, list)):
