@@ -54,6 +54,7 @@ class NodeState:
         "schedulable",
         "fkey",
         "wc",
+        "ifit",
     )
 
     def __init__(self, pos: int, node: Node, subhealthy_below: int, unhealthy_below: int):
@@ -73,6 +74,9 @@ class NodeState:
         self.tier = 0 if node.health >= subhealthy_below else 1
         self.fkey = None
         self.wc: dict[str, int] = {}
+        # island_fit answers per (model, k) until the node changes: best-fit looks at the same few
+        # candidate nodes for every task of a shape, and most of them do not change in between.
+        self.ifit: dict | None = None
 
     def free_gpu_milli(self) -> int:
         """Unallocated capacity of the usable cards, in thousandths of a card."""
@@ -102,22 +106,32 @@ class NodeState:
 
 def _islands(node: Node) -> list[int]:
     """Connected components of the node's devices over NVLink/HCCS links (union-find)."""
-    n = len(node.devices)
-    parent = list(range(n))
-    pos_of = {d.index: i for i, d in enumerate(node.devices)}
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    for i, d in enumerate(node.devices):
+    devices = node.devices
+    parent = list(range(len(devices)))
+    pos_of = {d.index: i for i, d in enumerate(devices)}
+    for i, d in enumerate(devices):
         for link in d.links:
             j = pos_of.get(link.peer_index)
-            if j is not None and link.kind in LINK_FAST:
-                parent[root(i)] = root(j)
-    return [root(i) for i in range(n)]
+            if j is None or link.kind not in LINK_FAST:
+                continue
+            a, b = i, j
+            while parent[a] != a:
+                a = parent[a]
+            while parent[b] != b:
+                b = parent[b]
+            if a != b:
+                # Always hang the larger root under the smaller: a component is named by its lowest device.
+                if a < b:
+                    parent[b] = a
+                else:
+                    parent[a] = b
+    out = []
+    for i in range(len(devices)):
+        r = i
+        while parent[r] != r:
+            r = parent[r]
+        out.append(r)
+    return out
 
 
 def choose_whole_devices(ns: NodeState, model: str, k: int) -> list[int] | None:
@@ -158,16 +172,27 @@ def choose_whole_devices(ns: NodeState, model: str, k: int) -> list[int] | None:
 
 def island_fit(ns: NodeState, model: str, k: int) -> bool:
     """True when ``k`` free cards of ``model`` on this node share one fast-link island."""
+    memo = ns.ifit
+    if memo is None:
+        memo = ns.ifit = {}
+    key = (model, k)
+    known = memo.get(key)
+    if known is not None:
+        return known
     sizes: dict[int, int] = {}
     free = ns.dev_free
+    ok = ns.dev_ok
     island = ns.dev_island
+    result = False
     for i, m in enumerate(ns.dev_model):
-        if m == model and ns.dev_ok[i] and free[i] == WHOLE:
+        if m == model and ok[i] and free[i] == WHOLE:
             isl = island[i]
-            sizes[isl] = sizes.get(isl, 0) + 1
-            if sizes[isl] >= k:
-                return True
-    return False
+            sizes[isl] = n = sizes.get(isl, 0) + 1
+            if n >= k:
+                result = True
+                break
+    memo[key] = result
+    return result
 
 
 def remaining_share(ns: NodeState, cpu: float, mem: float, gpu_milli: int) -> float:
@@ -225,6 +250,7 @@ class ClusterIndex:
         ns.free_cpu -= sign * cpu
         ns.free_mem -= sign * mem
         ns.fkey = None
+        ns.ifit = None
         free = ns.dev_free
         if not ns.schedulable:
             for i, milli in devs:
@@ -400,9 +426,10 @@ class ClusterIndex:
                         if k == 1 or len(seen) >= TOPOLOGY_LOOKAHEAD:
                             break
                 if seen:
-                    for ns in seen:
-                        if island_fit(ns, model, k):
-                            return ns
+                    if k > 1:
+                        for ns in seen:
+                            if island_fit(ns, model, k):
+                                return ns
                     return seen[0]
             if best is not None:
                 return best

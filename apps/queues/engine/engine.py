@@ -11,18 +11,20 @@ queue yields its tasks in policy order. For every task the admission checks run 
 filters and the cluster strategy, then node/device placement. A high or medium task that
 does not fit may preempt (shrinking elastic tasks first); a project or queue below its
 guarantee may reclaim borrowed usage. Elastic tasks then grow into what nobody waits for,
-and every task still queued gets its position, estimated start and reason.
+and every task still queued gets its position, estimated start and reason. A kept
+``Scheduler`` hands those out lazily (:class:`~.estimate.WaitingList`), so a cycle costs the
+consideration of the queued tasks, not the estimation of the whole backlog.
 """
 
 from __future__ import annotations
 
 import gc
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from dataclasses import replace
 
 from . import backfill, elastic, preemption
 from .capacity import FGD, NODE_SCORERS, Claim, ClusterIndex, NodeState
-from .estimate import estimate_starts
+from .estimate import Estimator, WaitingList
 from .fragmentation import FragmentationModel, shape_of
 from .model import (
     BACKFILL,
@@ -43,7 +45,6 @@ from .model import (
     Snapshot,
     Start,
     Task,
-    Waiting,
 )
 from .policies import queue_order
 from .resources import EPS, WHOLE, Demand, RequestError, demand_of, dominant_share, fits_under, plus
@@ -55,11 +56,16 @@ ZERO = Resources()
 
 
 def schedule(snapshot: Snapshot) -> Decisions:
-    """Run one scheduling cycle on a snapshot and return the decisions (pure, deterministic)."""
+    """Run one scheduling cycle on a snapshot and return the decisions (pure, deterministic).
+
+    Unlike :meth:`Scheduler.cycle`, every waiting entry is computed before returning: the caller
+    applies them all, and any error belongs to this call.
+    """
     was_enabled = gc.isenabled()
     gc.disable()  # see Scheduler.cycle
     try:
-        return Scheduler(snapshot).cycle(snapshot.now)
+        d = Scheduler(snapshot).cycle(snapshot.now)
+        return replace(d, waiting=tuple(d.waiting))
     finally:
         if was_enabled:
             gc.enable()
@@ -238,8 +244,9 @@ class Scheduler:
         self.total_usage = ZERO
         self.running: dict = {}
         self.has_elastic = False
-        self.releases: dict = {}
+        self._releases: dict = {}
         self.release_total: dict = {}
+        self._rel_pending: list = []
         self._cycle: Cycle | None = None
         self._fresh: list[Run] = []  # runs started in the last cycle, not preemptible in it
         self._demands: dict = {}
@@ -340,11 +347,24 @@ class Scheduler:
         self.seq += 1
         return run
 
+    @property
+    def releases(self) -> dict:
+        """Expected-end releases per pool key ("cpu" or a GPU model), each list sorted by (end, seq, amount)."""
+        self._flush_releases()
+        return self._releases
+
     def _track_releases(self, run: Run, sign: int) -> None:
-        """Keep the expected-end release lists of the estimator sorted as runs come and go."""
+        """Keep the expected-end release lists of the estimator as runs come and go.
+
+        New entries wait in ``_rel_pending`` and are merged with one sort when the lists are
+        read or an entry must be removed: a cycle that starts thousands of tasks would
+        otherwise pay one list insertion (a memmove of the whole list) per start.
+        """
         if sign < 0:
+            if run._rel:
+                self._flush_releases()
             for key, entry in run._rel:
-                lst = self.releases[key]
+                lst = self._releases[key]
                 del lst[bisect_left(lst, entry)]
                 self.release_total[key] -= entry[2]
             run._rel = []
@@ -352,11 +372,29 @@ class Scheduler:
         end = run.expected_end()
         if end is None:
             return
+        pending = self._rel_pending
         for key, amount in run.held():
             entry = (end, run.seq, amount)
-            insort(self.releases.setdefault(key, []), entry)
+            pending.append((key, entry))
             self.release_total[key] = self.release_total.get(key, 0.0) + amount
             run._rel.append((key, entry))
+
+    def _flush_releases(self) -> None:
+        """Merge the pending release entries into the sorted lists."""
+        pending = self._rel_pending
+        if not pending:
+            return
+        touched = set()
+        releases = self._releases
+        for key, entry in pending:
+            lst = releases.get(key)
+            if lst is None:
+                lst = releases[key] = []
+            lst.append(entry)
+            touched.add(key)
+        for key in touched:
+            releases[key].sort()  # the old part is sorted: a merge of two runs for Timsort
+        pending.clear()
 
     def _charge(self, run: Run, sign: int) -> None:
         """Add (sign=+1) or remove (sign=-1) a run from every usage counter."""
@@ -431,7 +469,11 @@ class Scheduler:
     # -- the cycle ---------------------------------------------------------------------
 
     def cycle(self, now: float) -> Decisions:
-        """Run one scheduling cycle at time ``now``; the decisions are applied to this state."""
+        """Run one scheduling cycle at time ``now``; the decisions are applied to this state.
+
+        The waiting entries are computed as they are read, from inputs frozen at the end of
+        the cycle, so reading them after later events or cycles gives the same answer.
+        """
         # A cycle allocates many small tuples but no reference cycles; with tens of thousands of
         # live objects the cyclic collector's full passes would cost more than the cycle itself.
         was_enabled = gc.isenabled()
@@ -483,7 +525,7 @@ class Scheduler:
         for task_id, (run, added, removed) in cyc.resizes.items():
             resizes.append(Resize(task_id, len(run.placements), tuple(added), tuple(removed), "elastic"))
         self._cycle = None
-        return Decisions(tuple(starts), tuple(cyc.preempts), tuple(resizes), tuple(waiting))
+        return Decisions(tuple(starts), tuple(cyc.preempts), tuple(resizes), waiting)
 
     def _wait(self, cyc: Cycle, task: Task, d, reason: str, message: str) -> None:
         cyc.waiting.append((task, d if isinstance(d, Demand) else None, reason, message))
@@ -768,33 +810,17 @@ class Scheduler:
         cyc.resizes.pop(task.id, None)
         self.queued[task.id] = replace(task, window_s=new_window) if new_window is not None else task
 
-    def _waiting(self, cyc: Cycle) -> list[Waiting]:
-        """Positions, estimated starts and reasons of the tasks that stay queued.
+    def _waiting(self, cyc: Cycle) -> WaitingList:
+        """Positions, estimated starts and reasons of the tasks that stay queued, computed as they are read.
 
         ``cyc.waiting`` is in the order the cycle considered the tasks, which is the order
-        the positions count in and the order estimated starts are handed out in.
+        the positions count in and the order estimated starts are handed out in. The
+        estimator's inputs are frozen now, so later events on this scheduler do not change them.
         """
-        estimates, blockers = estimate_starts(self, cyc.now, [(t, d, r) for t, d, r, _m in cyc.waiting])
-        by_seq = {run.seq: run for run in self.running.values()} if blockers else {}
-        out = []
-        position: dict = {}
-        for t, _d, reason, message in cyc.waiting:
-            pos = position.get(t.queue_id, 0) + 1
-            position[t.queue_id] = pos
-            start, blocker, at_window = estimates.get(t.id), by_seq.get(blockers.get(t.id)), False
-            if blocker is not None and start is not None and self._class_of(t) == HIGH:
-                # A high task may preempt medium work once its guaranteed window is over: that can come first.
-                window_end = blocker.window_end()
-                if (
-                    blocker.rank == CLASS_RANK[MEDIUM]
-                    and blocker.task.preemptible
-                    and window_end is not None
-                    and window_end < start
-                ):
-                    start, at_window = max(window_end, cyc.now), True
-            blocked_by = blocker.task.id if blocker is not None else None
-            out.append(Waiting(t.id, t.queue_id, pos, start, reason, message, blocked_by, at_window))
-        return out
+        if not cyc.waiting:
+            return WaitingList([], None, cyc.now, {}, [])
+        class_of = {q.id: q.priority_class for q in self.queues.values()}
+        return WaitingList(cyc.waiting, Estimator(self, cyc.now), cyc.now, class_of, list(self.running.values()))
 
     def _class_of(self, task: Task) -> str:
         q = self.queues.get(task.queue_id)

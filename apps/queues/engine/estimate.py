@@ -1,4 +1,4 @@
-"""Estimated start times of queued tasks (SPEC §4), from running tasks' expected ends.
+"""Queue positions and estimated start times of queued tasks (SPEC §4), from running tasks' expected ends.
 
 An approximation that stays O(n log n) for 10,000 queued tasks: capacity is pooled per GPU
 model (thousandths of a card over all schedulable nodes) plus one CPU pool for CPU-only work.
@@ -8,13 +8,20 @@ takes the earliest time its pool (any of its alternatives) has enough, and relea
 at that time plus its own expected duration. Node boundaries are ignored, so the estimate
 is a lower bound for tasks that need several cards on one node; running tasks without an
 expected duration never release, and a task that can never fit gets None.
+
+The pass is sequential, so it is lazy: a cycle only freezes its inputs (free capacity per
+pool and the release lists, O(pools + running)), and :class:`WaitingList` hands out positions
+and estimates as they are read, in order. A caller that reads the first page of the queue
+pays for that page; one that reads everything pays what an eager pass would, once.
 """
 
 from __future__ import annotations
 
+import gc
 from bisect import insort
+from collections.abc import Sequence
 
-from .model import Reason
+from .model import CLASS_RANK, HIGH, MEDIUM, Reason, Waiting
 from .resources import WHOLE
 
 # Reasons for which no start can be predicted from capacity alone.
@@ -29,6 +36,7 @@ UNPREDICTABLE = frozenset(
 
 
 _QUEUED_SEQ = 1 << 62
+_MEDIUM_RANK = CLASS_RANK[MEDIUM]
 
 
 class _Pool:
@@ -71,42 +79,47 @@ class _Pool:
             self.ahead += need
 
 
-def estimate_starts(sched, now: float, waiting: list) -> tuple[dict, dict]:
-    """For ``waiting`` = [(task, demand, reason)] in order: task id -> estimated start (or None), and task id ->
-    the ``seq`` of the running task whose release completes what it needs (absent when free capacity or a
-    queued task's release does)."""
-    free: dict = {}
-    for cv in sched.clusters.values():
-        if not cv.usable:
-            continue
-        for m, milli in cv.index.free_milli_by_model().items():
-            free[m] = free.get(m, 0.0) + milli
-        free["cpu"] = free.get("cpu", 0.0) + sum(max(ns.free_cpu, 0.0) for ns in cv.index.schedulable)
-    pools = {k: _Pool(v, now) for k, v in free.items()}
-    for key, releases in sched.releases.items():
-        pool = pools.get(key)
-        if pool is None:
-            pool = pools[key] = _Pool(0.0, now)
-        # (end, seq, amount), kept sorted by the scheduler; ends in the past count as now.
-        pool.releases = list(releases)
-        pool.ahead = sched.release_total.get(key, 0.0)
-    out: dict = {}
-    blockers: dict = {}
-    needs_of: dict = {}
-    for task, d, reason in waiting:
-        if d is None or reason in UNPREDICTABLE:
-            out[task.id] = None
-            continue
-        needs = needs_of.get(d.key)
-        if needs is None:
+class Estimator:
+    """Hands out estimated starts one waiting task at a time, in consideration order."""
+
+    def __init__(self, sched, now: float):
+        """Freeze the scheduler's pooled free capacity and release lists as they are now."""
+        free: dict = {}
+        for cv in sched.clusters.values():
+            if not cv.usable:
+                continue
+            for m, milli in cv.index.free_milli_by_model().items():
+                free[m] = free.get(m, 0.0) + milli
+            free["cpu"] = free.get("cpu", 0.0) + sum(max(ns.free_cpu, 0.0) for ns in cv.index.schedulable)
+        pools = {k: _Pool(v, now) for k, v in free.items()}
+        for key, releases in sched.releases.items():
+            pool = pools.get(key)
+            if pool is None:
+                pool = pools[key] = _Pool(0.0, now)
+            # (end, seq, amount), kept sorted by the scheduler; ends in the past count as now.
+            pool.releases = list(releases)
+            pool.ahead = sched.release_total.get(key, 0.0)
+        self.pools = pools
+        self._needs_of: dict = {}
+
+    def next(self, d, duration: float | None) -> tuple[float | None, int | None]:
+        """The estimated start of the next waiting task with demand ``d`` (or None), and the ``seq`` of the
+        running task whose release completes what it needs (None when free capacity or a queued task's
+        release does). Tasks whose reason is in :data:`UNPREDICTABLE` are not passed here."""
+        # Demands are shared per request shape and kept alive by the waiting list: their id is a cheap key.
+        cached = self._needs_of.get(id(d))
+        if cached is not None and cached[0] is d:
+            needs = cached[1]
+        else:
             needs = []
+            pools = self.pools
             for model, cards, milli, _eq in d.alternatives:
                 pool = pools.get(model or "cpu")
                 if pool is not None:
                     needs.append(
                         (pool, d.instances * (d.cpu if model is None else (cards * WHOLE if cards else milli)))
                     )
-            needs_of[d.key] = needs
+            self._needs_of[id(d)] = (d, needs)
         best = None
         for pool, need in needs:
             if pool.free + pool.ahead + 1e-9 < need:
@@ -117,11 +130,122 @@ def estimate_starts(sched, now: float, waiting: list) -> tuple[dict, dict]:
             if best is None or t < best[0]:
                 best = (t, j, acc, need, pool)
         if best is None:
-            out[task.id] = None
-            continue
+            return None, None
         t, j, acc, need, pool = best
+        blocker = None
         if j > pool.ptr and pool.releases[j - 1][1] != _QUEUED_SEQ:
-            blockers[task.id] = pool.releases[j - 1][1]
-        pool.commit(t, j, acc, need, task.expected_duration_s)
-        out[task.id] = t
-    return out, blockers
+            blocker = pool.releases[j - 1][1]
+        pool.commit(t, j, acc, need, duration)
+        return t, blocker
+
+
+class WaitingList(Sequence):
+    """The tasks that stay queued after a cycle, as :class:`Waiting` entries computed on first read.
+
+    Entries are produced in consideration order, which is the order positions count in and
+    estimated starts are handed out in; reading entry ``i`` (or a slice up to it) computes entries
+    ``0..i`` once, iterating computes them all.
+    Compares equal to any sequence of the same entries; pickles as a plain tuple.
+    """
+
+    __slots__ = ("_pending", "_done", "_estimator", "_now", "_class_of", "_runs", "_by_seq", "_position")
+
+    def __init__(self, pending: list, estimator: Estimator | None, now: float, class_of: dict, runs: list):
+        """``pending`` = [(task, demand or None, reason, message)] in consideration order; ``runs`` = the
+        running tasks at the end of the cycle (for ``blocked_by``)."""
+        self._pending = pending
+        self._done: list[Waiting] = []
+        self._estimator = estimator
+        self._now = now
+        self._class_of = class_of
+        self._runs = runs
+        self._by_seq: dict | None = None
+        self._position: dict = {}
+
+    def _fill(self, upto: int) -> None:
+        """Compute entries up to index ``upto`` (exclusive)."""
+        upto = min(upto, len(self._pending))
+        if upto <= len(self._done):
+            return
+        # As in a cycle: many small objects, no reference cycles, so the cyclic collector only costs time.
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            self._compute(upto)
+        finally:
+            if was_enabled:
+                gc.enable()
+
+    def _compute(self, upto: int) -> None:
+        done, pending, position, append = self._done, self._pending, self._position, self._done.append
+        nxt = self._estimator.next if self._estimator is not None else None
+        for k in range(len(done), upto):
+            t, d, reason, message = pending[k]
+            qid = t.queue_id
+            pos = position[qid] = position.get(qid, 0) + 1
+            if nxt is None or d is None or reason in UNPREDICTABLE:
+                append(Waiting(t.id, qid, pos, None, reason, message, None, False))
+                continue
+            start, seq = nxt(d, t.expected_duration_s)
+            blocker = None
+            if seq is not None:
+                if self._by_seq is None:
+                    self._by_seq = {run.seq: run for run in self._runs}
+                blocker = self._by_seq.get(seq)
+            if blocker is None:
+                append(Waiting(t.id, qid, pos, start, reason, message, None, False))
+                continue
+            at_window = False
+            if self._class_of.get(qid) == HIGH:
+                # A high task may preempt medium work once its guaranteed window is over: that can come first.
+                window_end = blocker.window_end()
+                if (
+                    blocker.rank == _MEDIUM_RANK
+                    and blocker.task.preemptible
+                    and window_end is not None
+                    and window_end < start
+                ):
+                    start, at_window = max(window_end, self._now), True
+            append(Waiting(t.id, qid, pos, start, reason, message, blocker.task.id, at_window))
+        if len(done) == len(pending):
+            # Everything is computed: drop what only the computation needed.
+            self._estimator = self._runs = self._by_seq = None
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def __getitem__(self, i):
+        n = len(self._pending)
+        if isinstance(i, slice):
+            start, stop, step = i.indices(n)
+            if step > 0:
+                self._fill(stop)
+            else:
+                self._fill(n)
+            return tuple(self._done[i])
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("waiting list index out of range")
+        self._fill(i + 1)
+        return self._done[i]
+
+    def __iter__(self):
+        # Iterating reads everything (index or slice to read a page): one pass with the collector off, not
+        # one per chunk, because re-enabling it between chunks triggers collections over the whole heap.
+        self._fill(len(self._pending))
+        return iter(self._done)
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, (WaitingList, tuple, list)):
+            return len(self) == len(other) and tuple(self) == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"WaitingList({tuple(self)!r})"
+
+    def __reduce__(self):
+        return (tuple, (tuple(self),))

@@ -1,0 +1,180 @@
+"""A long-lived Scheduler decides exactly what a fresh ``schedule(snapshot)`` of the same state decides.
+
+The Scheduler keeps caches (failed placements, release lists, eligible clusters) and computes waiting
+positions and estimates lazily; none of that may change a decision. Random workloads (submits,
+finishes, cancellations, time steps) run through one Scheduler, and after every cycle a fresh
+snapshot of its state is scheduled from scratch and must give the same starts, preemptions,
+resizes, waiting positions, estimates and reasons.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from apps.queues.engine import (
+    Cluster,
+    GpuRequest,
+    ProjectQuota,
+    Queue,
+    Resources,
+    RunningTask,
+    Scheduler,
+    Snapshot,
+    Task,
+    VdcSettings,
+    schedule,
+)
+
+from .builders import MODELS, node
+
+QUEUES = (
+    Queue("high", "high", policy="fifo"),
+    Queue("high-bf", "high", policy="backfill"),
+    Queue("medium", "medium", policy="drf", window_floor_s=10),
+    Queue("medium-bf", "medium", policy="backfill", window_floor_s=10),
+    Queue("low", "low", policy="backfill", max_gpu=6.0),
+    Queue("low2", "low", guaranteed_gpu=1.0),
+)
+PROJECTS = ("p1", "p2", "p3", "p4")
+
+
+def _config(rnd: random.Random):
+    clusters = (
+        Cluster("c1"),
+        Cluster("c2", type="slurm", resizable=False, max_total_tasks=rnd.choice([None, 6])),
+        Cluster("c3", status=rnd.choice(["healthy", "degraded"])),
+    )
+    nodes = tuple(
+        node(
+            f"n{i}",
+            cluster=rnd.choice(["c1", "c2", "c3"]),
+            model=rnd.choice(["A100-80G", "T4", "V100"]),
+            cards=rnd.choice([2, 4, 8]),
+            cpu=32,
+            mem=128,
+        )
+        for i in range(rnd.randint(3, 8))
+    )
+    quotas = tuple(
+        ProjectQuota(
+            p,
+            guaranteed=Resources(4, 16, rnd.choice([0.0, 1.0, 2.0, 4.0])),
+            limit=rnd.choice([None, Resources(64, 256, 4.0), Resources(64, 256, 10.0)]),
+            max_concurrent=rnd.choice([None, 4]),
+            enforce=rnd.random() < 0.5,
+            priority=rnd.choice([0, 0, 1]),
+        )
+        for p in PROJECTS
+    )
+    settings = VdcSettings(
+        cluster_strategy=rnd.choice(
+            ["load_balancing", "resource_fit", "priority_weight", "affinity", "cost_optimized"]
+        ),
+        node_scorer=rnd.choice(["first_fit", "best_fit"]),
+    )
+    return clusters, nodes, quotas, settings
+
+
+def _task(rnd: random.Random, tid: str, now: float) -> Task:
+    q = rnd.choice(QUEUES)
+    gpu = rnd.choice([0, 0.25, 0.5, 1, 1, 1, 2, 4, 8])
+    elastic = gpu >= 1 and rnd.random() < 0.15
+    return Task(
+        tid,
+        rnd.choice(PROJECTS),
+        q.id,
+        kind=rnd.choice(["training", "inference"]),
+        owner=rnd.choice(["u1", "u2"]),
+        cpu=float(rnd.randint(0, 4)),
+        memory_gib=1.0,
+        gpu=GpuRequest(gpu, rnd.choice([(), (), ("A100-80G",), ("T4", "V100")])) if gpu else None,
+        instances=1 if elastic else rnd.choice([1, 1, 1, 2]),
+        min_replicas=1 if elastic else None,
+        max_replicas=3 if elastic else None,
+        expected_duration_s=float(rnd.randint(20, 3000)) if q.priority_class != "low" or rnd.random() < 0.7 else None,
+        submit_time=now + rnd.randint(0, 5),
+        preemptible=rnd.random() < 0.8 or q.priority_class != "low",
+    )
+
+
+def _snapshot_of(sched: Scheduler, now: float, clusters, nodes, quotas, settings) -> Snapshot:
+    """The scheduler's state as a snapshot: running work in start order, queued work in submit order."""
+    running = tuple(
+        RunningTask(r.task, r.cluster_id, tuple(r.placements), r.started_at, r.window_s)
+        for r in sorted(sched.running.values(), key=lambda r: r.seq)
+    )
+    return Snapshot(now, clusters, nodes, MODELS, QUEUES, quotas, running, tuple(sched.queued.values()), settings)
+
+
+def _decisions(d):
+    return (d.starts, d.preemptions, d.resizes, tuple(d.waiting))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_kept_scheduler_decides_like_a_fresh_schedule_every_cycle(seed):
+    rnd = random.Random(seed)
+    clusters, nodes, quotas, settings = _config(rnd)
+    now = 1000.0
+    initial = [_task(rnd, f"t{i}", now - 100) for i in range(rnd.randint(0, 15))]
+    sched = Scheduler(Snapshot(now, clusters, nodes, MODELS, QUEUES, quotas, (), tuple(initial), settings))
+    n = len(initial)
+    for _cycle in range(25):
+        expected = schedule(_snapshot_of(sched, now, clusters, nodes, quotas, settings))
+        got = sched.cycle(now)
+        assert (got.starts, got.preemptions, got.resizes) == (expected.starts, expected.preemptions, expected.resizes)
+        # Waiting entries are computed as they are read: read a first page now and the rest only after the
+        # scheduler has moved on, which must not change them.
+        page = rnd.randint(0, 3)
+        assert got.waiting[:page] == tuple(expected.waiting)[:page]
+        # Between cycles: a few arrivals, some running work ends, now and then a queued task is cancelled.
+        now += rnd.choice([1.0, 30.0, 300.0, 2000.0])
+        for _ in range(rnd.choice([0, 0, 1, 2, 5])):
+            sched.submit(_task(rnd, f"t{n}", now))
+            n += 1
+        for tid in list(sched.running):
+            if rnd.random() < 0.15:
+                sched.finish(tid)
+        if sched.queued and rnd.random() < 0.1:
+            sched.finish(rnd.choice(list(sched.queued)))
+        assert _decisions(got) == _decisions(expected)
+
+
+def _loaded_scheduler():
+    rnd = random.Random(7)
+    clusters, nodes, quotas, settings = _config(rnd)
+    queued = tuple(_task(rnd, f"t{i}", 900.0) for i in range(40))
+    snap = Snapshot(1000.0, clusters, nodes, MODELS, QUEUES, quotas, (), queued, settings)
+    return snap, Scheduler(snap)
+
+
+def test_waiting_entries_are_computed_only_as_far_as_they_are_read(monkeypatch):
+    from apps.queues.engine import estimate
+
+    calls = []
+    real = estimate.Estimator.next
+    monkeypatch.setattr(estimate.Estimator, "next", lambda self, *a: calls.append(1) or real(self, *a))
+    snap, sched = _loaded_scheduler()
+    d = sched.cycle(snap.now)
+    assert len(d.waiting) > 10 and not calls
+    first = d.waiting[:3]
+    assert len(first) == 3 and len(calls) == 3
+    assert d.waiting[1] == first[1] and len(calls) == 3
+    assert tuple(d.waiting) == schedule(snap).waiting
+
+
+def test_waiting_list_reads_like_a_tuple():
+    import pickle
+
+    snap, sched = _loaded_scheduler()
+    w = sched.cycle(snap.now).waiting
+    eager = schedule(snap).waiting
+    assert isinstance(eager, tuple)
+    assert w == eager and eager == w and w == list(eager)
+    assert w[-1] == eager[-1] and w[2:5] == eager[2:5] and w[::-2] == eager[::-2]
+    assert hash(w) == hash(eager)
+    assert pickle.loads(pickle.dumps(w)) == eager
+    assert [x.position for x in w if x.queue_id == "low"] == list(range(1, 1 + sum(x.queue_id == "low" for x in w)))
+    with pytest.raises(IndexError):
+        w[len(w)]
