@@ -33,7 +33,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from apps.billing.models import Account, Invoice, PriceRule, Transaction, UsageRecord
+from apps.billing.models import Account, Invoice, PriceRule, ProjectAlert, Transaction, UsageRecord
 from apps.clusters.models import GPUModel
 from apps.clusters.services import issue_agent_token
 from apps.control.models import BackendObject
@@ -120,6 +120,8 @@ def fuzz_world(world):
     charge = Transaction.objects.create(
         account=account, kind="charge", amount=Decimal("-12.5"), balance_after=Decimal("87.5"), usage_record=usage
     )
+    alert = ProjectAlert.objects.create(project=world.project, vdc=world.vdc, rule="quota_high", key="quota:fuzz",
+                                        message="GPU quota 88% used", since=end, fired_at=end)  # fmt: skip
     backend_object = BackendObject.objects.create(
         cluster=world.cluster, task=running, task_uid=running.uid, attempt=1, name=f"hcs-{running.pk}-1",
         external_id="fuzz-1", state="active", devices=[1],
@@ -141,6 +143,7 @@ def fuzz_world(world):
         "billing/prices": price,
         "billing/transactions": charge,
         "billing/usage": usage,
+        "alerts": alert,
     }
     return {
         "member": {"Authorization": f"Token {Token.objects.create(user=world.member).key}"},
