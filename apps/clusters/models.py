@@ -124,10 +124,12 @@ class GPUModel(models.Model):
             raise ValidationError(
                 {"exchange_rate": "New model: set its exchange rate (A100-80G = 1.0) before enabling it."}
             )
-        if self.exchange_rate is None and self.pk and self.devices.exists():
-            raise ValidationError(
-                {"exchange_rate": "Expected an exchange rate: devices of this model count in GPU-equivalents."}
-            )
+        if self.exchange_rate is None and self.pk:
+            stored = GPUModel.objects.filter(pk=self.pk).values_list("exchange_rate", flat=True).first()
+            if stored is not None:
+                # Its cards, prices and placements already count in GPU-equivalents: a rate can change, not vanish.
+                raise ValidationError({"exchange_rate": f"Expected an exchange rate (it was {stored}); a rated "
+                                                        "model cannot go back to unrated."})  # fmt: skip
 
     def as_catalog_entry(self) -> dict:
         """The plain dict the GPU spec parser and the engine read."""

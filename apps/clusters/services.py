@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import logging
 import re
 import secrets
 from dataclasses import dataclass, field
 from decimal import Decimal
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import DataError, IntegrityError, transaction
 from django.utils import timezone
 
 from apps.clusters.catalog import VENDOR_DEFAULTS
@@ -18,6 +19,8 @@ from apps.clusters.choices import ClusterStatus, ClusterType
 from apps.clusters.fingerprint import fingerprint, model_words, new_model_name, vendor_of
 from apps.clusters.gpuspec import Catalog, GPURequest, GPUSpecError, UnknownGPUModel, parse_gpu_spec
 from apps.clusters.models import AgentToken, Cluster, Device, GPUModel, Node
+
+log = logging.getLogger(__name__)
 
 # XID errors accumulate over reports; the column holds a 32-bit count.
 MAX_ERROR_COUNT = 2**31 - 1
@@ -114,7 +117,7 @@ def match_gpu_model(name: str, vram_gib: float, models: list[GPUModel]) -> GPUMo
     return None
 
 
-def _new_model(device: dict, known: list[GPUModel]) -> tuple[GPUModel, bool]:
+def _new_model(device: dict, known: list[GPUModel]) -> tuple[GPUModel | None, bool]:
     """The catalog row of a reported model no enabled entry matches: an existing disabled one, or a new unrated
     one (no exchange rate, disabled) that the admin lists as "new model: set its exchange rate"."""
     words = model_words(device["name"])
@@ -128,18 +131,22 @@ def _new_model(device: dict, known: list[GPUModel]) -> tuple[GPUModel, bool]:
                 return model, False
     vendor = vendor_of(device.get("vendor", ""))
     name = new_model_name(device["name"])
-    model, created = GPUModel.objects.get_or_create(
-        name=name,
-        defaults={
-            "vendor": vendor,
-            "aliases": [name.lower()],
-            "vram_gib": Decimal(str(device["vram_total_gib"])),
-            "exchange_rate": None,
-            "enabled": False,
-            **VENDOR_DEFAULTS.get(vendor, VENDOR_DEFAULTS["nvidia"]),
-        },
-    )
-    return model, created
+    try:
+        with transaction.atomic():  # a savepoint: the report goes on without this model if the row cannot be written
+            return GPUModel.objects.get_or_create(
+                name=name,
+                defaults={
+                    "vendor": vendor,
+                    "aliases": [name.lower()],
+                    "vram_gib": Decimal(str(device["vram_total_gib"])),
+                    "exchange_rate": None,
+                    "enabled": False,
+                    **VENDOR_DEFAULTS.get(vendor, VENDOR_DEFAULTS["nvidia"]),
+                },
+            )
+    except (IntegrityError, DataError) as exc:
+        log.warning("cannot enter new GPU model %r in the catalog: %s", name, exc)
+        return None, False
 
 
 @transaction.atomic
@@ -165,7 +172,10 @@ def apply_node_report(cluster: Cluster, report: dict) -> Node:
         model = match_gpu_model(d["name"], d["vram_total_gib"], enabled)
         if model is None:
             model, _ = _new_model(d, [m for m in all_models if not m.enabled])
-            if model.is_rated:
+            if model is None:
+                notes.append(f"GPU {d['index']} ({d['name']}) is of a model the catalog lacks and that could not be "
+                             "entered; add it in the admin (GPU models)")  # fmt: skip
+            elif model.is_rated:
                 notes.append(f"GPU {d['index']} ({d['name']}) is of the disabled model {model.name}; enable it in "
                              "the admin to use it")  # fmt: skip
             else:

@@ -152,3 +152,11 @@ def test_cards_of_a_disabled_model_are_left_out_and_named(world):
     answer = _post(world, _nvml_report([{"name": "Tesla T4", "vram": 15}], node="gpu-t"))
     assert answer["devices"] == 0 and "GPU 0 (Tesla T4) is of the disabled model T4" in answer["message"]
     assert not GPUModel.objects.filter(exchange_rate__isnull=True).exists()  # no second, unrated T4
+
+
+def test_a_rated_model_cannot_go_back_to_unrated(db):
+    a100 = GPUModel.objects.get(name="A100-80G")
+    a100.exchange_rate = None
+    a100.enabled = False
+    with pytest.raises(ValidationError, match=r"Expected an exchange rate \(it was 1.000\)"):
+        a100.full_clean()
