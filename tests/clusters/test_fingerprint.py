@@ -160,3 +160,16 @@ def test_a_rated_model_cannot_go_back_to_unrated(db):
     a100.enabled = False
     with pytest.raises(ValidationError, match=r"Expected an exchange rate \(it was 1.000\)"):
         a100.full_clean()
+
+
+def test_a_new_model_the_catalog_cannot_take_still_leaves_the_report_accepted(world, monkeypatch):
+    def refuse(**kwargs):
+        raise IntegrityError('duplicate key value violates unique constraint "clusters_gpumodel_pkey"')
+
+    monkeypatch.setattr(GPUModel.objects, "get_or_create", refuse)
+    answer = _post(world, _nvml_report([GPUS[0], {"name": "NVIDIA Quadro RTX 9999", "vram": 48}], node="gpu-x"))
+    assert answer["devices"] == 1
+    assert (
+        "GPU 1 (NVIDIA Quadro RTX 9999) is of a model the catalog lacks and that could not be entered"
+        in (answer["message"])
+    )
