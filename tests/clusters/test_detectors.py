@@ -170,6 +170,14 @@ def test_json_tools_printing_garbage_are_named_in_the_report(tools):
     assert [d.vendor for d in report.devices] == ["cambricon", "cambricon"]  # the other vendor still reports
 
 
+def test_tool_output_of_an_unexpected_shape_is_an_error_in_the_report_not_a_crash(tools):
+    tools("amd-smi", {"static --json": {"text": '["MI300X"]'}, "metric --json": {"text": "[]"}})
+    assert "amd: amd-smi static printed JSON of an unexpected shape" in _collect(AmdDetector()).message
+    tools("amd-smi", {"static --json": {"text": '[{"gpu": "first"}]'}, "metric --json": {"text": "[]"}})
+    report = _collect(AmdDetector())
+    assert report.devices == [] and "amd: could not read its tool's output (ValueError" in report.message
+
+
 def test_a_forced_detector_whose_tool_is_missing_says_so(tools):
     report = _collect(*detectors_for("amd"))
     assert report.devices == [] and "rocm-smi is not on PATH" in report.message
