@@ -276,47 +276,101 @@ class NodeAdmin(admin.ModelAdmin):
 class DeviceAdmin(admin.ModelAdmin):
     form = DeviceAdminForm
     list_display = (
-        "__str__", "gpu_model", "vram_gib", "vram_used_gib", "health", "utilisation", "temperature_c",
-        "ecc_errors", "xid_errors",
+        "__str__", "gpu_model", "vram_gib", "vram_used_gib", "health", "health_reason_short", "utilisation",
+        "temperature_c", "ecc_errors", "xid_errors", "driver_version",
     )  # fmt: skip
     list_filter = ("gpu_model__vendor", "gpu_model", "node__cluster")
-    search_fields = ("node__name", "node__cluster__name", "uuid", "pci_bus_id", "gpu_model__name")
+    search_fields = ("node__name", "node__cluster__name", "uuid", "pci_bus_id", "gpu_model__name", "reported_name")
     list_select_related = ("node__cluster", "gpu_model")
     autocomplete_fields = ("node",)
-    readonly_fields = ("vram_used_gib", "utilization", "temperature_c", "ecc_errors", "xid_errors")
+    readonly_fields = (
+        "vram_used_gib", "utilization", "temperature_c", "ecc_errors", "xid_errors", "health_reason", "reported_name",
+        "driver_version", "runtime_version", "memory_bandwidth_gbps", "tflops_fp16", "tflops_fp32", "figures_source",
+        "interconnect",
+    )  # fmt: skip
     fieldsets = (
         (None, {"fields": ("node", "index", "gpu_model", "uuid", "vram_gib")}),
         ("Topology", {"fields": ("numa_node", "pci_bus_id", "links")}),
         (
             "Health (reported by the node agent)",
-            {"fields": ("health_score", "utilization", "vram_used_gib", "temperature_c", "ecc_errors", "xid_errors")},
-        ),
+            {
+                "fields": (
+                    "health_score",
+                    "health_reason",
+                    "utilization",
+                    "vram_used_gib",
+                    "temperature_c",
+                    "ecc_errors",
+                    "xid_errors",
+                )
+            },
+        ),  # fmt: skip
+        (
+            "Fingerprint (reported by the node agent, checked against the GPU catalog)",
+            {
+                "fields": (
+                    "reported_name",
+                    "driver_version",
+                    "runtime_version",
+                    "memory_bandwidth_gbps",
+                    "tflops_fp16",
+                    "tflops_fp32",
+                    "figures_source",
+                    "interconnect",
+                )
+            },
+        ),  # fmt: skip
     )
 
     @admin.display(description="Health", ordering="health_score")
     def health(self, obj):
         return health_badge(obj.health_score)
 
+    @admin.display(description="Why", ordering="health_reason")
+    def health_reason_short(self, obj) -> str:
+        return (obj.health_reason[:80] + "…") if len(obj.health_reason) > 80 else obj.health_reason or "-"
+
     @admin.display(description="Utilisation", ordering="utilization")
     def utilisation(self, obj) -> str:
         return f"{obj.utilization}%"
+
+
+class RatedFilter(admin.SimpleListFilter):
+    """New models found by node agents (no exchange rate yet) apart from rated ones."""
+
+    title = "exchange rate"
+    parameter_name = "rated"
+
+    def lookups(self, request, model_admin):
+        return (("no", "New model: not rated"), ("yes", "Rated"))
+
+    def queryset(self, request, queryset):
+        if self.value() in ("yes", "no"):
+            return queryset.filter(exchange_rate__isnull=self.value() == "no")
+        return queryset
 
 
 @admin.register(GPUModel)
 class GPUModelAdmin(admin.ModelAdmin):
     form = GPUModelAdminForm
     list_display = (
-        "name", "vendor", "vram_gib", "tflops_fp16", "tflops_fp32", "exchange_rate", "shareable", "enabled",
-        "device_count",
+        "name", "vendor", "rating", "vram_gib", "memory_bandwidth_gbps", "tflops_fp16", "tflops_fp32",
+        "exchange_rate", "shareable", "enabled", "device_count",
     )  # fmt: skip
     list_editable = ("exchange_rate", "enabled")
-    list_filter = ("vendor", "shareable", "enabled")
+    list_filter = (RatedFilter, "vendor", "shareable", "enabled")
     search_fields = ("name", "resource_name", "slurm_gres_type")
 
     def get_queryset(self, request):
         return (
             super().get_queryset(request).annotate(n_devices=count_of(Device.objects.filter(gpu_model=OuterRef("pk"))))
         )
+
+    @admin.display(description="Rating", ordering="exchange_rate")
+    def rating(self, obj):
+        if obj.exchange_rate is None:
+            return badge("new model: set its exchange rate", ORANGE)
+        return badge("rated", GREEN)
 
     @admin.display(description="Devices", ordering="n_devices")
     def device_count(self, obj) -> int:

@@ -8,7 +8,7 @@ from rest_framework import authentication, exceptions, permissions, serializers,
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.clusters.choices import LinkType
+from apps.clusters.choices import LinkType, Vendor
 from apps.clusters.services import apply_node_report, cluster_for_agent_token
 
 
@@ -44,6 +44,8 @@ MAX_VRAM_GIB = 100_000
 MAX_ERROR_COUNT = 1_000_000_000
 MAX_DEVICES = 256
 MAX_LINKS = 64
+MAX_REASONS = 20
+MAX_BANDWIDTH_GBPS = 100_000
 
 
 class LinkReportSerializer(serializers.Serializer):
@@ -67,6 +69,17 @@ class DeviceReportSerializer(serializers.Serializer):
     numa_node = serializers.IntegerField(min_value=-1, max_value=1024, allow_null=True, required=False)
     links = LinkReportSerializer(many=True, default=list, max_length=MAX_LINKS)
     health_score = serializers.IntegerField(min_value=0, max_value=100, default=100)
+    # Fingerprint and vendor-neutral health (optional: agents before the vendor detectors send none).
+    vendor = serializers.ChoiceField(choices=Vendor.choices, required=False, allow_blank=True, default="")
+    driver_version = serializers.CharField(max_length=64, allow_blank=True, default="")
+    runtime_version = serializers.CharField(max_length=64, allow_blank=True, default="")
+    health_status = serializers.ChoiceField(choices=["", "ok", "warning", "critical"], default="")
+    health_reasons = serializers.ListField(
+        child=serializers.CharField(max_length=200), max_length=MAX_REASONS, default=list
+    )
+    memory_bandwidth_gbps = serializers.FloatField(
+        min_value=0, max_value=MAX_BANDWIDTH_GBPS, allow_null=True, required=False, default=None
+    )
 
 
 class NodeReportSerializer(serializers.Serializer):
@@ -78,6 +91,8 @@ class NodeReportSerializer(serializers.Serializer):
     driver = serializers.CharField(allow_blank=True, default="", max_length=128)
     devices = DeviceReportSerializer(many=True, default=list, max_length=MAX_DEVICES)
     message = serializers.CharField(allow_blank=True, default="", max_length=2000)
+    runtime = serializers.CharField(allow_blank=True, default="", max_length=128)
+    detectors = serializers.ListField(child=serializers.CharField(max_length=32), max_length=16, default=list)
 
     def validate_devices(self, devices: list[dict]) -> list[dict]:
         indexes = [device["index"] for device in devices]
@@ -90,7 +105,11 @@ class NodeReportSerializer(serializers.Serializer):
 
 
 class AgentReportView(APIView):
-    """POST a node report (see ``apps.clusters.agent.NodeReport``); the node and its devices are upserted."""
+    """POST a node report (see ``apps.clusters.detectors.NodeReport``); the node and its devices are upserted.
+
+    Each device is fingerprinted against its catalog model; the answer's ``message`` names new models to rate
+    and mismatches that lowered a device's health.
+    """
 
     authentication_classes = [AgentTokenAuthentication]
     permission_classes = [IsAgent]

@@ -10,6 +10,10 @@ FP32 peak. 0 means the vendor publishes no such figure (the GPUModel columns
 are not nullable): such a model never satisfies a vendor-neutral request that
 asks for that number.
 
+`memory_bandwidth_gbps` is the published peak memory bandwidth in GB/s (0: the
+vendor publishes none, e.g. Huawei for the 910B and Hygon for the Z100); the
+node agent's device fingerprint is checked against these figures.
+
 Exchange rates turn cards into GPU-equivalents; A100-80G is the reference (1.0).
 A100-80G, A800-80G, Ascend910B, Ascend910A, DCU-Z100 and MLU370 carry the rates
 of seed 004 §4.2 (which also price in interconnect and software maturity, hence
@@ -25,6 +29,15 @@ are scheduled as whole cards through their vendors' device plugins, whose
 resource names are the ones below.
 """
 
+# What a model a node agent finds but the catalog lacks starts with (the admin adjusts it when rating it).
+VENDOR_DEFAULTS: dict[str, dict] = {
+    "nvidia": {"resource_name": "nvidia.com/gpu", "visible_devices_env": "NVIDIA_VISIBLE_DEVICES"},
+    "huawei": {"resource_name": "huawei.com/Ascend910", "visible_devices_env": "ASCEND_VISIBLE_DEVICES"},
+    "hygon": {"resource_name": "hygon.com/dcu", "visible_devices_env": "HIP_VISIBLE_DEVICES"},
+    "cambricon": {"resource_name": "cambricon.com/mlu", "visible_devices_env": "MLU_VISIBLE_DEVICES"},
+    "amd": {"resource_name": "amd.com/gpu", "visible_devices_env": "ROCR_VISIBLE_DEVICES"},
+}
+
 GPU_CATALOG: list[dict] = [
     {
         "name": "A100-80G",
@@ -33,6 +46,7 @@ GPU_CATALOG: list[dict] = [
         "vram_gib": 80,
         "tflops_fp16": 312.0,
         "tflops_fp32": 19.5,
+        "memory_bandwidth_gbps": 2039,
         "exchange_rate": 1.0,
         "resource_name": "nvidia.com/gpu",
         "visible_devices_env": "NVIDIA_VISIBLE_DEVICES",
@@ -46,6 +60,7 @@ GPU_CATALOG: list[dict] = [
         "vram_gib": 80,
         "tflops_fp16": 312.0,
         "tflops_fp32": 19.5,
+        "memory_bandwidth_gbps": 2039,
         "exchange_rate": 0.7,
         "resource_name": "nvidia.com/gpu",
         "visible_devices_env": "NVIDIA_VISIBLE_DEVICES",
@@ -59,6 +74,7 @@ GPU_CATALOG: list[dict] = [
         "vram_gib": 80,
         "tflops_fp16": 989.4,
         "tflops_fp32": 67.0,
+        "memory_bandwidth_gbps": 3350,
         "exchange_rate": 3.17,  # 989.4 / 312
         "resource_name": "nvidia.com/gpu",
         "visible_devices_env": "NVIDIA_VISIBLE_DEVICES",
@@ -72,6 +88,7 @@ GPU_CATALOG: list[dict] = [
         "vram_gib": 80,
         "tflops_fp16": 989.4,
         "tflops_fp32": 67.0,
+        "memory_bandwidth_gbps": 3350,
         "exchange_rate": 3.17,  # 989.4 / 312
         "resource_name": "nvidia.com/gpu",
         "visible_devices_env": "NVIDIA_VISIBLE_DEVICES",
@@ -85,6 +102,7 @@ GPU_CATALOG: list[dict] = [
         "vram_gib": 96,
         "tflops_fp16": 148.0,
         "tflops_fp32": 44.0,
+        "memory_bandwidth_gbps": 4000,
         "exchange_rate": 0.47,  # 148 / 312
         "resource_name": "nvidia.com/gpu",
         "visible_devices_env": "NVIDIA_VISIBLE_DEVICES",
@@ -98,6 +116,7 @@ GPU_CATALOG: list[dict] = [
         "vram_gib": 48,
         "tflops_fp16": 362.05,
         "tflops_fp32": 91.6,
+        "memory_bandwidth_gbps": 864,
         "exchange_rate": 1.16,  # 362.05 / 312
         "resource_name": "nvidia.com/gpu",
         "visible_devices_env": "NVIDIA_VISIBLE_DEVICES",
@@ -111,6 +130,7 @@ GPU_CATALOG: list[dict] = [
         "vram_gib": 24,
         "tflops_fp16": 125.0,
         "tflops_fp32": 31.2,
+        "memory_bandwidth_gbps": 600,
         "exchange_rate": 0.40,  # 125 / 312
         "resource_name": "nvidia.com/gpu",
         "visible_devices_env": "NVIDIA_VISIBLE_DEVICES",
@@ -124,6 +144,7 @@ GPU_CATALOG: list[dict] = [
         "vram_gib": 16,
         "tflops_fp16": 65.0,
         "tflops_fp32": 8.1,
+        "memory_bandwidth_gbps": 320,
         "exchange_rate": 0.21,  # 65 / 312
         "resource_name": "nvidia.com/gpu",
         "visible_devices_env": "NVIDIA_VISIBLE_DEVICES",
@@ -138,6 +159,7 @@ GPU_CATALOG: list[dict] = [
         "vram_gib": 16,
         "tflops_fp16": 125.0,
         "tflops_fp32": 15.7,
+        "memory_bandwidth_gbps": 900,
         "exchange_rate": 0.40,  # 125 / 312
         "resource_name": "nvidia.com/gpu",
         "visible_devices_env": "NVIDIA_VISIBLE_DEVICES",
@@ -151,6 +173,7 @@ GPU_CATALOG: list[dict] = [
         "vram_gib": 32,
         "tflops_fp16": 125.0,
         "tflops_fp32": 15.7,
+        "memory_bandwidth_gbps": 900,
         "exchange_rate": 0.40,  # 125 / 312
         "resource_name": "nvidia.com/gpu",
         "visible_devices_env": "NVIDIA_VISIBLE_DEVICES",
@@ -160,14 +183,17 @@ GPU_CATALOG: list[dict] = [
     {
         # 910B ships in variants (B2/B3/B4) between roughly 280 and 376 FP16
         # TFLOPS; the lowest published figure keeps vendor-neutral requests safe.
+        # The 910B4 has 32 GB, not 64: it is no alias here, so it arrives as a
+        # new model to rate rather than a 910B reporting half its memory.
         # Huawei publishes no plain FP32 peak. The MindX device plugin reports
         # 910 and 910B alike as huawei.com/Ascend910.
         "name": "Ascend910B",
         "vendor": "huawei",
-        "aliases": ["ascend910b", "910b", "ascend-910b", "atlas-800t-a2"],
+        "aliases": ["ascend910b", "910b", "ascend-910b", "atlas-800t-a2", "910b1", "910b2", "910b3"],
         "vram_gib": 64,
         "tflops_fp16": 280.0,
         "tflops_fp32": 0,
+        "memory_bandwidth_gbps": 0,
         "exchange_rate": 0.6,
         "resource_name": "huawei.com/Ascend910",
         "visible_devices_env": "ASCEND_VISIBLE_DEVICES",
@@ -181,6 +207,7 @@ GPU_CATALOG: list[dict] = [
         "vram_gib": 32,
         "tflops_fp16": 256.0,
         "tflops_fp32": 0,
+        "memory_bandwidth_gbps": 1200,
         "exchange_rate": 0.5,
         "resource_name": "huawei.com/Ascend910",
         "visible_devices_env": "ASCEND_VISIBLE_DEVICES",
@@ -196,6 +223,7 @@ GPU_CATALOG: list[dict] = [
         "vram_gib": 32,
         "tflops_fp16": 0,
         "tflops_fp32": 0,
+        "memory_bandwidth_gbps": 0,
         "exchange_rate": 0.4,
         "resource_name": "hygon.com/dcu",
         "visible_devices_env": "HIP_VISIBLE_DEVICES",
@@ -210,6 +238,7 @@ GPU_CATALOG: list[dict] = [
         "vram_gib": 48,
         "tflops_fp16": 96.0,
         "tflops_fp32": 32.0,
+        "memory_bandwidth_gbps": 614.4,
         "exchange_rate": 0.35,
         "resource_name": "cambricon.com/mlu",
         "visible_devices_env": "MLU_VISIBLE_DEVICES",
@@ -225,6 +254,7 @@ GPU_CATALOG: list[dict] = [
         "vram_gib": 128,
         "tflops_fp16": 383.0,
         "tflops_fp32": 47.9,
+        "memory_bandwidth_gbps": 3276.8,
         "exchange_rate": 1.23,  # 383 / 312
         "resource_name": "amd.com/gpu",
         "visible_devices_env": "ROCR_VISIBLE_DEVICES",
@@ -238,6 +268,7 @@ GPU_CATALOG: list[dict] = [
         "vram_gib": 192,
         "tflops_fp16": 1307.4,
         "tflops_fp32": 163.4,
+        "memory_bandwidth_gbps": 5300,
         "exchange_rate": 4.19,  # 1307.4 / 312
         "resource_name": "amd.com/gpu",
         "visible_devices_env": "ROCR_VISIBLE_DEVICES",

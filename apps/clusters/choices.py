@@ -36,6 +36,14 @@ class LinkType(models.TextChoices):
     NVLINK = "nvlink", "NVLink"
     HCCS = "hccs", "HCCS"
     PCIE = "pcie", "PCIe"
+    XGMI = "xgmi", "AMD Infinity Fabric (xGMI)"
+    MLULINK = "mlulink", "MLU-Link"
+
+
+class FiguresSource(models.TextChoices):
+    UNREPORTED = "", "Not reported yet"  # devices no node agent has reported (discovered from the backend)
+    CATALOG = "catalog", "GPU catalog"
+    MEASURED = "measured", "Measured by the node agent"
 
 
 # A health score below this makes a node or device "sub-healthy" (loses placement score);

@@ -20,7 +20,8 @@ class GPUModelFilterSet(BaseFilterSet):
             "vram_gib": NUMBER,
             "tflops_fp16": NUMBER,
             "tflops_fp32": NUMBER,
-            "exchange_rate": NUMBER,
+            "exchange_rate": [*NUMBER, "isnull"],
+            "memory_bandwidth_gbps": NUMBER,
             "resource_name": ["exact"],
             "visible_devices_env": ["exact"],
             "slurm_gres_type": ["exact"],
@@ -112,6 +113,15 @@ class DeviceFilterSet(BaseFilterSet):
             "temperature_c": NUMBER,
             "ecc_errors": NUMBER,
             "xid_errors": NUMBER,
+            "health_reason": ["exact", "icontains"],
+            "reported_name": ["exact", "icontains"],
+            "driver_version": ["exact"],
+            "runtime_version": ["exact"],
+            "memory_bandwidth_gbps": NUMBER,
+            "tflops_fp16": NUMBER,
+            "tflops_fp32": NUMBER,
+            "figures_source": ["exact"],
+            "interconnect": ["exact"],
         }
 
 

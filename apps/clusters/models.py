@@ -10,7 +10,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
-from apps.clusters.choices import ClusterStatus, ClusterType, LinkType, NodeStatus, Vendor
+from apps.clusters.choices import ClusterStatus, ClusterType, FiguresSource, LinkType, NodeStatus, Vendor
 from apps.clusters.crypto import decrypt_json, encrypt_json
 from apps.clusters.hostpaths import path_problem
 from apps.vdc.models import VDC
@@ -73,8 +73,19 @@ class GPUModel(models.Model):
     exchange_rate = models.DecimalField(
         max_digits=6,
         decimal_places=3,
+        null=True,
+        blank=True,
         validators=[MinValueValidator(Decimal("0.001"))],
-        help_text="A100-80G = 1.0",
+        help_text="A100-80G = 1.0; empty: a new model a node agent found, not rated yet (it cannot be enabled)",
+    )
+    memory_bandwidth_gbps = models.DecimalField(
+        "memory bandwidth (GB/s)",
+        max_digits=8,
+        decimal_places=1,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(ZERO)],
+        help_text="Vendor's published peak; empty when it publishes none",
     )
     resource_name = models.CharField(max_length=64, help_text="Kubernetes extended resource, e.g. nvidia.com/gpu")
     visible_devices_env = models.CharField(max_length=64, help_text="e.g. NVIDIA_VISIBLE_DEVICES")
@@ -87,6 +98,10 @@ class GPUModel(models.Model):
         ordering = ["vendor", "name"]
         constraints = [
             models.CheckConstraint(condition=Q(exchange_rate__gt=0), name="gpumodel_exchange_rate_positive"),
+            # A model nobody has rated yet never prices or schedules anything (it would count as 1.0 or 0).
+            models.CheckConstraint(
+                condition=Q(enabled=False) | Q(exchange_rate__isnull=False), name="gpumodel_enabled_needs_rate"
+            ),
             models.CheckConstraint(
                 condition=Q(vram_gib__gte=0)
                 & (Q(tflops_fp16__gte=0) | Q(tflops_fp16__isnull=True))
@@ -98,9 +113,24 @@ class GPUModel(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    @property
+    def is_rated(self) -> bool:
+        """False for a new model a node agent found: an admin must set its exchange rate first."""
+        return self.exchange_rate is not None
+
     def clean(self) -> None:
         if not isinstance(self.aliases, list) or not all(isinstance(a, str) for a in self.aliases):
             raise ValidationError({"aliases": 'Expected a list of strings, e.g. ["a100", "a100-80g"].'})
+        if self.exchange_rate is None and self.enabled:
+            raise ValidationError(
+                {"exchange_rate": "New model: set its exchange rate (A100-80G = 1.0) before enabling it."}
+            )
+        if self.exchange_rate is None and self.pk:
+            stored = GPUModel.objects.filter(pk=self.pk).values_list("exchange_rate", flat=True).first()
+            if stored is not None:
+                # Its cards, prices and placements already count in GPU-equivalents: a rate can change, not vanish.
+                raise ValidationError({"exchange_rate": f"Expected an exchange rate (it was {stored}); a rated "
+                                                        "model cannot go back to unrated."})  # fmt: skip
 
     def as_catalog_entry(self) -> dict:
         """The plain dict the GPU spec parser and the engine read."""
@@ -309,6 +339,25 @@ class Device(models.Model):
     temperature_c = models.SmallIntegerField(null=True, blank=True)
     ecc_errors = models.PositiveIntegerField(default=0)
     xid_errors = models.PositiveIntegerField(default=0)
+    health_reason = models.TextField(
+        blank=True, help_text="Why the health score is below 100: the agent's signals and catalog mismatches"
+    )
+    # The fingerprint (seed 004 §4.1): what the agent reported, and the figures the model's catalog entry adds.
+    reported_name = models.CharField(max_length=128, blank=True, help_text="Model name as the vendor tool reports it")
+    driver_version = models.CharField(max_length=64, blank=True)
+    runtime_version = models.CharField(max_length=64, blank=True, help_text="CUDA, CANN, ROCm / DTK release")
+    memory_bandwidth_gbps = models.DecimalField(
+        "memory bandwidth (GB/s)", max_digits=8, decimal_places=1, null=True, blank=True
+    )
+    tflops_fp16 = models.DecimalField(max_digits=8, decimal_places=2, null=True, blank=True)
+    tflops_fp32 = models.DecimalField(max_digits=8, decimal_places=2, null=True, blank=True)
+    figures_source = models.CharField(
+        max_length=16,
+        choices=FiguresSource.choices,
+        blank=True,
+        help_text="Where bandwidth and TFLOPS come from: the catalog entry or the agent's measurement",
+    )
+    interconnect = models.CharField(max_length=32, blank=True, help_text="Links to peers, e.g. nvlink, hccs, pcie")
 
     class Meta:
         ordering = ["node__name", "index"]
@@ -322,6 +371,10 @@ class Device(models.Model):
         return f"{self.node}#{self.index} ({self.gpu_model})"
 
     def clean(self) -> None:
+        if self.gpu_model_id and not self.gpu_model.is_rated:
+            raise ValidationError(
+                {"gpu_model": f"New model {self.gpu_model}: set its exchange rate in the GPU catalog first."}
+            )
         links = self.links
         expected = 'Expected links as a list like [{"peer": 1, "type": "nvlink", "bandwidth_gbps": 600}].'
         if not isinstance(links, list):

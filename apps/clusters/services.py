@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import logging
 import re
 import secrets
 import time
@@ -11,12 +12,16 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import DataError, IntegrityError, transaction
 from django.utils import timezone
 
+from apps.clusters.catalog import VENDOR_DEFAULTS
 from apps.clusters.choices import ClusterStatus, ClusterType
+from apps.clusters.fingerprint import fingerprint, model_words, new_model_name, vendor_of
 from apps.clusters.gpuspec import Catalog, GPURequest, GPUSpecError, UnknownGPUModel, parse_gpu_spec
 from apps.clusters.models import AgentToken, Cluster, Device, GPUModel, Node
+
+log = logging.getLogger(__name__)
 
 # XID errors accumulate over reports; the column holds a 32-bit count.
 MAX_ERROR_COUNT = 2**31 - 1
@@ -118,13 +123,14 @@ def cluster_for_agent_token(secret: str) -> Cluster | None:
 
 
 def match_gpu_model(name: str, vram_gib: float, models: list[GPUModel]) -> GPUModel | None:
-    """The catalog model an NVML device name means, e.g. "NVIDIA A100-SXM4-80GB" -> A100-80G.
+    """The catalog model a reported device name means, e.g. "NVIDIA A100-SXM4-80GB" -> A100-80G, "Ascend 910B3" ->
+    Ascend910B, "AMD Instinct MI300X" -> MI300X.
 
     Tries the whole name, then its leading token; an ambiguous alias ("V100") is settled by VRAM.
     """
-    gpu_catalog = Catalog(m.as_catalog_entry() for m in models)
+    gpu_catalog = Catalog(m.as_catalog_entry() for m in models if m.is_rated)
     by_name = {m.name: m for m in models}
-    words = [w for w in re.split(r"[\s_\-]+", name.strip()) if w and w.lower() not in ("nvidia", "tesla", "huawei")]
+    words = model_words(name)
     for candidate in ("-".join(words), words[0] if words else ""):
         names = gpu_catalog.resolve_all(candidate) if candidate else ()
         if names:
@@ -132,47 +138,103 @@ def match_gpu_model(name: str, vram_gib: float, models: list[GPUModel]) -> GPUMo
     return None
 
 
+def _new_model(device: dict, known: list[GPUModel]) -> tuple[GPUModel | None, bool]:
+    """The catalog row of a reported model no enabled entry matches: an existing disabled one, or a new unrated
+    one (no exchange rate, disabled) that the admin lists as "new model: set its exchange rate"."""
+    words = model_words(device["name"])
+
+    def key(text: str) -> str:  # as the GPU spec parser compares names: case, "-", "_" and spaces ignored
+        return re.sub(r"[-_ ]", "", text).lower()
+
+    for candidate in ("-".join(words), words[0] if words else ""):
+        for model in known:
+            if candidate and key(candidate) in {key(model.name), *(key(a) for a in model.aliases)}:
+                return model, False
+    vendor = vendor_of(device.get("vendor", ""))
+    name = new_model_name(device["name"])
+    try:
+        with transaction.atomic():  # a savepoint: the report goes on without this model if the row cannot be written
+            return GPUModel.objects.get_or_create(
+                name=name,
+                defaults={
+                    "vendor": vendor,
+                    "aliases": [name.lower()],
+                    "vram_gib": Decimal(str(device["vram_total_gib"])),
+                    "exchange_rate": None,
+                    "enabled": False,
+                    **VENDOR_DEFAULTS.get(vendor, VENDOR_DEFAULTS["nvidia"]),
+                },
+            )
+    except (IntegrityError, DataError) as exc:
+        log.warning("cannot enter new GPU model %r in the catalog: %s", name, exc)
+        return None, False
+
+
 @transaction.atomic
 def apply_node_report(cluster: Cluster, report: dict) -> Node:
-    """Upsert the reporting node and its devices from a node agent report (see apps.clusters.agent).
+    """Upsert the reporting node and its devices from a node agent report (see apps.clusters.detectors).
 
-    Devices whose model is not in the catalog are left out and named in the node's agent message;
-    devices no longer reported are removed.
+    Each device is matched to an enabled catalog model and fingerprinted against it (seed 004): mismatches lower
+    its health with a reason. A device of a model the catalog lacks is not added: the model is entered unrated
+    and disabled ("new model: set its exchange rate") and the node's agent message names it; once an admin rates
+    and enables it, the next report adds the device. Devices no longer reported are removed.
     """
     node, _ = Node.objects.select_for_update().get_or_create(
         cluster=cluster,
         name=report["node"],
         defaults={"cpu": Decimal(report["cpu"]), "memory_gib": Decimal(str(report["memory_gib"]))},
     )
-    models = list(GPUModel.objects.filter(enabled=True))
+    all_models = list(GPUModel.objects.all())
+    enabled = [m for m in all_models if m.enabled and m.is_rated]
     notes = [report["message"]] if report.get("message") else []
     existing = {d.index: d for d in node.devices.all()}
-    seen = set()
+    seen, scores = set(), []
     for d in report.get("devices", []):
-        model = match_gpu_model(d["name"], d["vram_total_gib"], models)
+        model = match_gpu_model(d["name"], d["vram_total_gib"], enabled)
         if model is None:
-            notes.append(f"GPU {d['index']} ({d['name']}) is not in the GPU model catalog; add it in the admin")
+            model, _ = _new_model(d, [m for m in all_models if not m.enabled])
+            if model is None:
+                notes.append(f"GPU {d['index']} ({d['name']}) is of a model the catalog lacks and that could not be "
+                             "entered; add it in the admin (GPU models)")  # fmt: skip
+            elif model.is_rated:
+                notes.append(f"GPU {d['index']} ({d['name']}) is of the disabled model {model.name}; enable it in "
+                             "the admin to use it")  # fmt: skip
+            else:
+                notes.append(f"GPU {d['index']} ({d['name']}): new model {model.name}: set its exchange rate in the "
+                             "admin (GPU models) and enable it; until then the card is not scheduled")  # fmt: skip
             continue
         seen.add(d["index"])
+        fp = fingerprint(d, model, report.get("driver", ""), report.get("runtime", ""))
         device = existing.get(d["index"]) or Device(node=node, index=d["index"])
         device.gpu_model = model
         device.uuid = d["uuid"]
+        device.reported_name = d["name"][:128]
         device.vram_gib = Decimal(str(d["vram_total_gib"]))
         device.vram_used_gib = Decimal(str(d["vram_used_gib"]))
         device.utilization = max(0, min(100, int(d["utilization"])))
         device.temperature_c = d.get("temperature_c")
-        device.ecc_errors = d.get("ecc_uncorrected", 0) + d.get("ecc_corrected", 0)
+        device.ecc_errors = min(d.get("ecc_uncorrected", 0) + d.get("ecc_corrected", 0), MAX_ERROR_COUNT)
         xids = (device.xid_errors if device.pk else 0) + d.get("xid_errors", 0)
         device.xid_errors = min(xids, MAX_ERROR_COUNT)
-        device.health_score = max(0, min(100, int(d.get("health_score", 100))))
+        device.health_score = max(0, min(100, int(d.get("health_score", 100)) - fp.penalty))
+        device.health_reason = "; ".join([*d.get("health_reasons", []), *fp.reasons])
         device.pci_bus_id = d.get("pci_bus_id", "")
         device.numa_node = d.get("numa_node")
         device.links = d.get("links", [])
+        device.memory_bandwidth_gbps = fp.memory_bandwidth_gbps
+        device.tflops_fp16 = fp.tflops_fp16
+        device.tflops_fp32 = fp.tflops_fp32
+        device.figures_source = fp.figures_source
+        device.interconnect = fp.interconnect
+        device.driver_version = fp.driver_version
+        device.runtime_version = fp.runtime_version
         device.save()
+        scores.append(device.health_score)
+        if fp.reasons:
+            notes.append(f"GPU {d['index']} ({model.name}): {'; '.join(fp.reasons)}")
     node.devices.exclude(index__in=seen).delete()
     node.cpu = Decimal(report["cpu"])
     node.memory_gib = Decimal(str(report["memory_gib"]))
-    scores = [d.get("health_score", 100) for d in report.get("devices", [])]
     node.health_score = min(scores, default=100)
     node.last_report = timezone.now()
     node.agent_message = "; ".join(notes)
@@ -189,8 +251,10 @@ def sync_catalog() -> int:
     for entry in GPU_CATALOG:
         defaults = {k: v for k, v in entry.items() if k != "name"}
         defaults["aliases"] = list(entry["aliases"])
-        for key in ("vram_gib", "tflops_fp16", "tflops_fp32", "exchange_rate"):
-            defaults[key] = None if entry[key] is None else Decimal(str(entry[key]))
+        for key in ("vram_gib", "tflops_fp16", "tflops_fp32", "exchange_rate", "memory_bandwidth_gbps"):
+            defaults[key] = None if entry.get(key) is None else Decimal(str(entry[key]))
+        if not defaults["memory_bandwidth_gbps"]:
+            defaults["memory_bandwidth_gbps"] = None  # 0 in the seed data: the vendor publishes none
         _, was_created = GPUModel.objects.get_or_create(name=entry["name"], defaults=defaults)
         created += was_created
     return created
@@ -230,7 +294,7 @@ def _model_resolver(cluster: Cluster):
     """reported GPU resource (+ the node's labels) -> catalog model, or None: Slurm gres types through the cluster's
     ``slurm-gres.<MODEL>`` labels or the catalog's gres types; Kubernetes resources through the node's product label,
     else the one catalog model of that resource name."""
-    models = {m.name: m for m in GPUModel.objects.all()}
+    models = {m.name: m for m in GPUModel.objects.filter(exchange_rate__isnull=False)}  # unrated: never matched
     by_gres = {
         v: k.removeprefix("slurm-gres.") for k, v in (cluster.labels or {}).items() if k.startswith("slurm-gres.")
     }

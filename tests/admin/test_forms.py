@@ -204,7 +204,7 @@ def test_device_links_are_lines_validated_by_the_model(admin_web, world):
     assert "1 nvlink 600" in admin_web.get(admin_url(device)).content.decode()
 
     response = _edit(admin_web, device, links="1 infiniband")
-    assert "Expected a link type of nvlink, hccs, pcie, got 'infiniband'." in _errors(response)["links"]
+    assert "Expected a link type of nvlink, hccs, pcie, xgmi, mlulink, got 'infiniband'." in _errors(response)["links"]
     response = _edit(admin_web, device, links="one nvlink")
     assert "expected 'peer type [bandwidth]'" in _errors(response)["links"][0]
 

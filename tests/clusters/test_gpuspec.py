@@ -243,6 +243,7 @@ CATALOG_KEYS = {
     "visible_devices_env",
     "shareable",
     "slurm_gres_type",
+    "memory_bandwidth_gbps",  # loaded by 0009_device_fingerprint, not 0002
 }
 
 

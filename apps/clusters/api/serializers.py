@@ -23,7 +23,7 @@ class GPUModelSerializer(ModelCleanMixin, serializers.ModelSerializer):
         model = GPUModel
         fields = [
             "id", "name", "vendor", "aliases", "vram_gib", "tflops_fp16", "tflops_fp32", "exchange_rate",
-            "resource_name", "visible_devices_env", "slurm_gres_type", "shareable", "enabled",
+            "memory_bandwidth_gbps", "resource_name", "visible_devices_env", "slurm_gres_type", "shareable", "enabled",
         ]  # fmt: skip
 
 
@@ -134,5 +134,11 @@ class DeviceSerializer(ModelCleanMixin, serializers.ModelSerializer):
         fields = [
             "id", "node", "node_name", "cluster", "index", "gpu_model", "gpu_model_name", "vendor", "uuid",
             "vram_gib", "health_score", "numa_node", "pci_bus_id", "links", "vram_used_gib", "utilization",
-            "temperature_c", "ecc_errors", "xid_errors",
+            "temperature_c", "ecc_errors", "xid_errors", "health_reason", "reported_name", "driver_version",
+            "runtime_version", "memory_bandwidth_gbps", "tflops_fp16", "tflops_fp32", "figures_source", "interconnect",
+        ]  # fmt: skip
+        # The fingerprint and its verdict come from the node agent's reports only.
+        read_only_fields = [
+            "health_reason", "reported_name", "driver_version", "runtime_version", "memory_bandwidth_gbps",
+            "tflops_fp16", "tflops_fp32", "figures_source", "interconnect",
         ]  # fmt: skip

@@ -1,0 +1,146 @@
+"""NVIDIA GPUs through NVML (``pynvml``): memory, utilisation, temperature, ECC, XID events and NVLink peers."""
+
+from __future__ import annotations
+
+import ctypes.util
+import logging
+
+from apps.clusters.detectors.base import Detector, DetectorError, DeviceReport, fold_health
+
+log = logging.getLogger(__name__)
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class NvmlDetector(Detector):
+    """Reads devices through an NVML module (real ``pynvml`` or a fake with the same functions).
+
+    XID critical errors arrive as NVML events; the detector keeps one event set open and counts
+    the events seen since the previous read.
+    """
+
+    name = "nvml"
+    vendor = "nvidia"
+    tools = ("nvidia-smi",)
+
+    def __init__(self, nvml=None):
+        if nvml is None:
+            import pynvml as nvml  # noqa: PLC0415 - optional at import time for tests
+        self.nvml = nvml
+        self.available = False
+        self._events = None
+        self._xids: dict[int, int] = {}
+
+    def present(self) -> bool:
+        # The library is what NVML needs; nvidia-smi ships with it but containers often carry only the library.
+        return bool(ctypes.util.find_library("nvidia-ml")) or super().present()
+
+    def start(self) -> None:
+        try:
+            self.nvml.nvmlInit()
+        except self.nvml.NVMLError as exc:
+            raise DetectorError(f"no NVIDIA GPU found (NVML: {exc})") from None
+        self.available = True
+        try:
+            self._events = self.nvml.nvmlEventSetCreate()
+            for i in range(self.nvml.nvmlDeviceGetCount()):
+                handle = self.nvml.nvmlDeviceGetHandleByIndex(i)
+                self.nvml.nvmlDeviceRegisterEvents(handle, self.nvml.nvmlEventTypeXidCriticalError, self._events)
+        except self.nvml.NVMLError as exc:
+            log.info("XID events unavailable (%s); XID errors will read as 0", exc)
+            self._events = None
+
+    def stop(self) -> None:
+        if self.available:
+            self.nvml.nvmlShutdown()
+            self.available = False
+
+    def _drain_xids(self, bus_to_index: dict[str, int]) -> None:
+        if self._events is None:
+            return
+        while True:
+            try:
+                event = self.nvml.nvmlEventSetWait(self._events, 0)
+            except self.nvml.NVMLError:
+                return  # timeout: nothing pending
+            bus = _text(self.nvml.nvmlDeviceGetPciInfo(event.device).busId)
+            index = bus_to_index.get(bus)
+            if index is not None:
+                self._xids[index] = self._xids.get(index, 0) + 1
+                log.warning("XID %s on GPU %s", event.eventData, index)
+
+    def _runtime(self) -> str:
+        """The CUDA version the driver supports, e.g. 12.4 (NVML gives 12040)."""
+        read = getattr(self.nvml, "nvmlSystemGetCudaDriverVersion", None)
+        value = self._optional(read) if read else None
+        return f"{value // 1000}.{value % 1000 // 10}" if isinstance(value, int) and value > 0 else ""
+
+    def read(self) -> tuple[list[DeviceReport], str, str]:
+        if not self.available:
+            raise DetectorError("NVML is not initialised")
+        n = self.nvml
+        try:
+            driver = _text(n.nvmlSystemGetDriverVersion())
+            runtime = self._runtime()
+            handles = [n.nvmlDeviceGetHandleByIndex(i) for i in range(n.nvmlDeviceGetCount())]
+            bus_ids = [_text(n.nvmlDeviceGetPciInfo(h).busId) for h in handles]
+            bus_to_index = {bus: i for i, bus in enumerate(bus_ids)}
+            self._drain_xids(bus_to_index)
+            devices = []
+            for i, h in enumerate(handles):
+                memory = n.nvmlDeviceGetMemoryInfo(h)
+                device = DeviceReport(
+                    index=i,
+                    uuid=_text(n.nvmlDeviceGetUUID(h)),
+                    name=_text(n.nvmlDeviceGetName(h)),
+                    vram_total_gib=round(memory.total / 2**30, 2),
+                    vram_used_gib=round(memory.used / 2**30, 2),
+                    utilization=int(n.nvmlDeviceGetUtilizationRates(h).gpu),
+                    temperature_c=self._optional(
+                        lambda h=h: int(n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU))
+                    ),
+                    ecc_uncorrected=self._ecc(h, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
+                    ecc_corrected=self._ecc(h, 0),
+                    xid_errors=self._xids.pop(i, 0),
+                    pci_bus_id=bus_ids[i],
+                    numa_node=self._optional(lambda h=h: int(n.nvmlDeviceGetNumaNodeId(h))),
+                    links=self._links(h, bus_to_index),
+                    vendor=self.vendor,
+                    driver_version=driver,
+                    runtime_version=runtime,
+                )
+                pending = bool(self._optional(lambda h=h: n.nvmlDeviceGetRetiredPagesPendingStatus(h)) or 0)
+                devices.append(fold_health(device, pending))
+        except n.NVMLError as exc:
+            raise DetectorError(f"NVML read failed: {exc}") from None
+        return devices, driver, runtime
+
+    def _optional(self, read):
+        try:
+            return read()
+        except self.nvml.NVMLError:
+            return None
+
+    def _ecc(self, handle, error_type: int) -> int:
+        value = self._optional(
+            lambda: self.nvml.nvmlDeviceGetTotalEccErrors(handle, error_type, self.nvml.NVML_VOLATILE_ECC)
+        )
+        return int(value or 0)
+
+    def _links(self, handle, bus_to_index: dict[str, int]) -> list[dict]:
+        """Active NVLinks to peer GPUs of this host, one entry per peer with the summed link count."""
+        n = self.nvml
+        peers: dict[int, int] = {}
+        for link in range(n.NVML_NVLINK_MAX_LINKS):
+            try:
+                if n.nvmlDeviceGetNvLinkState(handle, link) != n.NVML_FEATURE_ENABLED:
+                    continue
+                remote = _text(n.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId)
+            except n.NVMLError:
+                continue  # no such link on this GPU, or NVLink not supported
+            if remote in bus_to_index:
+                peers[bus_to_index[remote]] = peers.get(bus_to_index[remote], 0) + 1
+        # Per-link bandwidth differs by generation; 25 GB/s per direction per link is NVLink 3/4's figure.
+        return [{"peer": p, "type": "nvlink", "bandwidth_gbps": 50 * count} for p, count in sorted(peers.items())]
