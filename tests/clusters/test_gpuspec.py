@@ -243,7 +243,7 @@ CATALOG_KEYS = {
     "visible_devices_env",
     "shareable",
     "slurm_gres_type",
-    "memory_bandwidth_gbps",  # loaded by 0009_device_fingerprint, not 0002
+    "memory_bandwidth_gbps",  # loaded by 0010_device_fingerprint, not 0002
 }
 
 

@@ -24,7 +24,7 @@ def fill_catalog_figures(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('clusters', '0008_cluster_status_unknown'),
+        ('clusters', '0009_webhook_enrollment'),
     ]
 
     operations = [
