@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from apps.billing.models import Account, Invoice, InvoiceLine, PriceRule, Transaction, UsageRecord
+from apps.billing.models import Account, Invoice, InvoiceLine, PriceRule, ProjectAlert, Transaction, UsageRecord
 from apps.clusters.models import GPUModel
 from tests.api.base import ADMIN, EVERYONE, PROJECT_ROLES, ROLES, Resource, client_for, same
 from tests.factories import (
@@ -198,6 +198,20 @@ RESOURCES = [
         deleters=None,
     ),
     Resource("billing/invoices", make=alpha_invoice, readers=PROJECT_ROLES, deleters=None),
+    Resource(
+        "alerts",
+        make=lambda w: ProjectAlert.objects.create(
+            project=w.project,
+            vdc=w.vdc,
+            rule="budget_low",
+            key="budget",
+            message="Budget low",
+            since=timezone.now(),
+            fired_at=timezone.now(),
+        ),
+        readers=PROJECT_ROLES,
+        deleters=None,
+    ),  # fmt: skip
     Resource("backend-objects", make=backend_object, readers=ADMIN, deleters=None),
 ]
 
