@@ -3,10 +3,13 @@ share; FGD's rolling target workload; the simulator's preemption cost."""
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections import Counter
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from apps.queues.engine import (
     BACKFILL,
@@ -26,6 +29,7 @@ from apps.queues.engine.policies import LAS_THRESHOLDS_GPU_S, las_level, queue_o
 from apps.queues.engine.sim import SimTask, replay
 
 from .builders import MODELS, node, running, snap, started, task, waiting
+from .test_invariants import _final_allocation, snapshots
 
 HOUR = 3600.0
 
@@ -237,3 +241,23 @@ def test_simulator_keeps_attained_service_for_las():
 
 def test_quota_weight_is_resources_independent():
     assert ProjectQuota("A", Resources(gpu=1)).weight == 1.0
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snapshots(), st.sampled_from([NONSTRICT_FIFO, LAS, SJF, FAIR_SHARE]))
+def test_new_policies_keep_the_invariants(s, policy):
+    s = dataclasses.replace(s, queues=tuple(dataclasses.replace(q, policy=policy) for q in s.queues))
+    d = schedule(s)
+    assert d == schedule(s)
+    dev_use: dict = {}
+    cpu_use: dict = {}
+    for t, pl in _final_allocation(s, d):
+        cpu_use[pl.node_id] = cpu_use.get(pl.node_id, 0) + t.cpu
+        for share in pl.devices:
+            dev_use[share.device_id] = dev_use.get(share.device_id, 0) + share.milli
+    assert all(v <= 1000 for v in dev_use.values())
+    assert all(v <= 16 + 1e-9 for v in cpu_use.values())
+    assert {x.task_id for x in d.starts} | {w.task_id for w in d.waiting} == {t.id for t in s.queued}
+    classes = {q.id: q.priority_class for q in s.queues}
+    running = {rt.task.id: rt for rt in s.running}
+    assert all(classes[running[p.task_id].task.queue_id] != "high" for p in d.preemptions)
