@@ -482,6 +482,9 @@ def main() -> None:
     p.add_argument("--checkpoint", type=float, default=1800.0, help="checkpoint interval s (0: none)")
     p.add_argument("--restart", type=float, default=60.0, help="restart overhead s after a preemption")
     p.add_argument("--skip-openb", action="store_true")
+    p.add_argument(
+        "--one-class", action="store_true", help="every synthetic job medium (as class-blind as the references)"
+    )
     a = p.parse_args()
     jobs = a.jobs or (400 if a.quick else 1500)
     sample = a.sample or (8 if a.quick else 2)
@@ -495,6 +498,8 @@ def main() -> None:
     rows = []
     nodes = synthetic_nodes()
     tasks = synthetic_jobs(jobs, sum(len(n.devices) for n in nodes), a.load, a.seed, ckpt)
+    if a.one_class:
+        tasks = [replace(s, task=replace(s.task, queue_id=MEDIUM)) for s in tasks]
     print(
         f"synthetic: {len(tasks)} jobs on {len(nodes)} nodes x 8 A100, offered load {a.load:g}, seed {a.seed}; "
         f"checkpoint every {ckpt or 'never'} s, restart {a.restart:g} s, a cycle at most every {a.interval:g} s"
