@@ -21,9 +21,11 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from django.db import connection, transaction
+from django.db.models import Sum
 from django.utils import timezone
 
-from apps.billing.models import Account
+from apps.billing.choices import ResourceType
+from apps.billing.models import Account, UsageRecord
 from apps.clusters.backends import can_resize
 from apps.clusters.gpuspec import Catalog, GPUSpecError, parse_gpu_spec
 from apps.clusters.models import Cluster, Device, GPUModel, Node, effective_node_status
@@ -147,6 +149,7 @@ class SnapshotLoader:
             .only(*SNAPSHOT_FIELDS)
         )
         self.tasks = {t.pk: t for t in tasks}
+        self.attained = self._attained_gpu_s()
         self.preferred: dict[int, list[int]] = {}
         through = Task.preferred_clusters.through.objects.filter(
             task__vdc=self.vdc, task__status__in=(*WAITING, *ACTIVE)
@@ -281,6 +284,21 @@ class SnapshotLoader:
             return None
         return value
 
+    def _attained_gpu_s(self) -> dict[int, float]:
+        """GPU-seconds each waiting task of a las queue received in earlier runs (metered GPU card-hours)."""
+        las = [pk for pk, q in self.queues.items() if q.policy == em.LAS]
+        if not las:
+            return {}
+        rows = (
+            UsageRecord.objects.filter(
+                task__vdc=self.vdc, task__queue_id__in=las, task__status__in=WAITING, resource_type=ResourceType.GPU
+            )
+            .values("task_id")
+            .annotate(hours=Sum("quantity"))
+            .values_list("task_id", "hours")
+        )
+        return {pk: float(hours) * 3600 for pk, hours in rows}
+
     def _task(self, t: Task, request) -> em.Task:
         return em.Task(
             id=t.pk,
@@ -300,6 +318,7 @@ class SnapshotLoader:
             preemptible=t.preemptible,
             required_labels=dict(t.required_labels or {}),
             preferred_clusters=tuple(self.preferred.get(t.pk, ())),
+            attained_gpu_s=self.attained.get(t.pk, 0.0),
         )
 
     def _placements(self, t: Task) -> tuple[em.InstancePlacement, ...]:
@@ -328,6 +347,7 @@ class SnapshotLoader:
             enforce=q.enforce,
             budget_exhausted=budget_exhausted,
             priority=q.priority,
+            weight=_f(q.weight),
         )
 
     def placement_json(self, placements: tuple[em.InstancePlacement, ...]) -> list[dict]:

@@ -41,7 +41,7 @@ def set_queue_open(queue: TaskQueue, is_open: bool) -> TaskQueue:
 
 
 def set_queue_policy(queue: TaskQueue, policy: str) -> TaskQueue:
-    """Change how the queue orders its tasks (fifo / drf / backfill)."""
+    """Change how the queue orders its tasks (one of QueuePolicy: fifo, drf, backfill, nonstrict_fifo, ...)."""
     if policy not in QueuePolicy.values:
         raise ValidationError({"policy": f"Expected one of {', '.join(QueuePolicy.values)}, got {policy!r}."})
     queue.policy = policy

@@ -110,7 +110,7 @@ class ProjectQuotaInline(admin.TabularInline):
     model = ProjectQuota
     fields = (
         "project", "vdc", "guaranteed_gpu", "limit_gpu", "guaranteed_cpu", "limit_cpu",
-        "guaranteed_memory_gib", "limit_memory_gib", "max_concurrent_tasks", "priority", "enforce",
+        "guaranteed_memory_gib", "limit_memory_gib", "max_concurrent_tasks", "priority", "weight", "enforce",
     )  # fmt: skip
     autocomplete_fields = ("project", "vdc")
     extra = 0
@@ -311,7 +311,7 @@ class ProjectQuotaAdmin(admin.ModelAdmin):
     autocomplete_fields = ("project", "vdc")
     readonly_fields = ("usage_now", "created_at", "updated_at")
     fieldsets = (
-        (None, {"fields": ("project", "vdc", "priority", "enforce", "usage_now")}),
+        (None, {"fields": ("project", "vdc", "priority", "weight", "enforce", "usage_now")}),
         (
             "Guaranteed and limit",
             {

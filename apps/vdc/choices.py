@@ -7,6 +7,10 @@ class QueuePolicy(models.TextChoices):
     FIFO = "fifo", "FIFO (submit order)"
     DRF = "drf", "DRF (dominant resource fairness)"
     BACKFILL = "backfill", "Backfill (EASY, with reservations)"
+    NONSTRICT_FIFO = "nonstrict_fifo", "Non-strict FIFO (blocked head keeps its nodes, later tasks that fit run)"
+    LAS = "las", "Least attained service (2D-LAS, favours short jobs)"
+    SJF = "sjf", "Shortest expected job first"
+    FAIR_SHARE = "fair_share", "Weighted fair share (DRF / project weight)"
 
 
 class ClusterSelectionStrategy(models.TextChoices):

@@ -187,6 +187,7 @@ class ProjectQuotaFilterSet(BaseFilterSet):
             "max_inference_tasks": NUMBER,
             "max_dev_env_tasks": NUMBER,
             "priority": NUMBER,
+            "weight": NUMBER,
             "enforce": ["exact"],
             "created_at": TIME,
             "updated_at": TIME,

@@ -158,6 +158,14 @@ class ProjectQuota(models.Model):
         "preempted last within its class; equal priorities keep submit order",
     )
     enforce = models.BooleanField(default=True, help_text="Off makes the quota advisory")
+    weight = models.DecimalField(
+        max_digits=8,
+        decimal_places=3,
+        default=Decimal("1"),
+        validators=[MinValueValidator(Decimal("0.001"))],
+        help_text="Share weight in queues with the weighted fair share policy: weights 2 and 1 split contended "
+        "capacity 2:1",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -174,6 +182,7 @@ class ProjectQuota(models.Model):
                 )
                 for r in ("cpu", "memory_gib", "gpu")
             ],
+            models.CheckConstraint(condition=Q(weight__gt=0), name="quota_weight_gt_0"),
         ]
 
     def __str__(self) -> str:

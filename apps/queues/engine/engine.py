@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gc
 from bisect import bisect_left
+from collections import deque
 from dataclasses import replace
 
 from . import backfill, elastic, preemption
@@ -34,6 +35,8 @@ from .model import (
     HIGH,
     LOW,
     MEDIUM,
+    POLICIES,
+    RESERVING_POLICIES,
     Decisions,
     DeviceShare,
     InstancePlacement,
@@ -46,7 +49,7 @@ from .model import (
     Start,
     Task,
 )
-from .policies import queue_order
+from .policies import drain_reservation, queue_order
 from .resources import EPS, WHOLE, Demand, RequestError, demand_of, dominant_share, fits_under, plus
 from .scorers import CLUSTER_STRATEGIES
 
@@ -190,6 +193,9 @@ class Scheduler:
             raise ValueError(f"unknown node scorer {s.node_scorer!r}; expected one of {NODE_SCORERS}")
         if s.cluster_strategy not in CLUSTER_STRATEGIES:
             raise ValueError(f"unknown cluster strategy {s.cluster_strategy!r}")
+        for q in snapshot.queues:
+            if q.policy not in POLICIES:
+                raise ValueError(f"queue {q.id!r}: unknown policy {q.policy!r}; expected one of {', '.join(POLICIES)}")
         self.settings = s
         self.strategy = CLUSTER_STRATEGIES[s.cluster_strategy]
         self.scorer = s.node_scorer
@@ -262,12 +268,19 @@ class Scheduler:
         for t in snapshot.queued:
             if t.id not in self.running:
                 self.queued[t.id] = t
+        # FGD's learned target workload: the request shapes of the most recent submissions (bounded), so a
+        # long-lived Scheduler measures against what it is actually asked for.
+        self.fgd_window: deque = deque(maxlen=FGD_WINDOW)
+        self.fgd_uses_default = False
+        self.fgd_default_cycles = 0  # cycles that had only DEFAULT_FGD_WORKLOAD to go by
+        self._fgd_pending = 0
         self.fgd = self._fragmentation_model(snapshot) if self.scorer == FGD else None
 
     # -- state ------------------------------------------------------------------------
 
     def _fragmentation_model(self, snapshot: Snapshot) -> FragmentationModel:
-        """FGD's target workload: the configured shapes, else the tasks in the snapshot."""
+        """FGD's target workload: the configured shapes, else the tasks in the snapshot and then the rolling
+        window of submissions (:meth:`_learn_shape`), else a default mix."""
         wl = self.settings.fgd_workload
         if wl is not None:
             shapes = [
@@ -286,9 +299,36 @@ class Scheduler:
             d = self.demand(t)
             if isinstance(d, Demand):
                 shapes.append(shape_of(d.cpu, d.memory_gib, d.alternatives, self.all_models))
+        if not shapes:
+            return self._window_model()
+        # Every task of the snapshot counts (the stateless cycle of the Django service); the window keeps the
+        # newest for later rebuilds.
+        self.fgd_window.extend(shapes)
+        return FragmentationModel(shapes)
+
+    def _learn_shape(self, task: Task) -> None:
+        """Add a task's request shape to FGD's rolling window (when FGD learns its workload)."""
+        d = self.demand(task)
+        if isinstance(d, Demand):
+            self.fgd_window.append(shape_of(d.cpu, d.memory_gib, d.alternatives, self.all_models))
+            self._fgd_pending += 1
+
+    def _window_model(self) -> FragmentationModel:
         # With nothing to learn from (an empty snapshot, a Scheduler started empty), FGD would score every node
-        # alike and place first-fit: it measures against a default mix of whole-card requests instead.
-        return FragmentationModel(shapes or list(DEFAULT_FGD_WORKLOAD))
+        # alike and place first-fit: it measures against a default mix of whole-card requests instead. That mix
+        # stays in as a prior worth FGD_PRIOR requests, so the first few submissions do not decide alone.
+        self.fgd_uses_default = not self.fgd_window
+        self._fgd_pending = 0
+        total = sum(s[0] for s in DEFAULT_FGD_WORKLOAD)
+        prior = [(w * FGD_PRIOR / total, *rest) for w, *rest in DEFAULT_FGD_WORKLOAD]
+        return FragmentationModel(list(self.fgd_window) + prior)
+
+    def _refresh_fgd(self) -> None:
+        """Rebuild FGD's model once a quarter of the window is new (a rebuild drops the model's memo)."""
+        if self._fgd_pending and (self.fgd_uses_default or 4 * self._fgd_pending >= len(self.fgd_window)):
+            self.fgd = self._window_model()
+        if self.fgd_uses_default:
+            self.fgd_default_cycles += 1
 
     def demand(self, task: Task, instances: int | None = None) -> Demand | RequestError:
         """The task's normalised demand (cached per task object), or why it is invalid."""
@@ -439,6 +479,11 @@ class Scheduler:
         quota = self.quotas.get(project_id)
         return quota.priority if quota is not None else 0
 
+    def weight_of(self, project_id) -> float:
+        """The project's fair-share weight (1 without a quota)."""
+        quota = self.quotas.get(project_id)
+        return quota.weight if quota is not None else 1.0
+
     def share_of(self, project_id) -> float:
         """The project's DRF dominant share of the VDC."""
         return dominant_share(self.proj_usage.get(project_id, ZERO), self.cap or self.capacity)
@@ -450,6 +495,8 @@ class Scheduler:
         if task.id in self.running:
             raise ValueError(f"task {task.id!r} is running; finish it before submitting it again")
         self.queued[task.id] = task
+        if self.fgd is not None and self.settings.fgd_workload is None:
+            self._learn_shape(task)
 
     def finish(self, task_id) -> None:
         """A running task ended: give its resources back."""
@@ -491,6 +538,8 @@ class Scheduler:
             self._fail_epoch = self.epoch
         cyc.fail = self._fail
         self._cycle = cyc
+        if self.fgd is not None and self.settings.fgd_workload is None:
+            self._refresh_fgd()
         for run in self._fresh:
             run.fresh = False
         self._fresh = []
@@ -501,7 +550,10 @@ class Scheduler:
             queues = [q for q in self.queues.values() if q.priority_class == cls and q.id in by_queue]
             queues.sort(key=lambda q: (-q.weight, self.queue_rank[q.id]))
             priority_of = self.priority_of if self.has_priorities else None
-            iters = [(q, queue_order(q.policy, by_queue[q.id], self.share_of, priority_of)) for q in queues]
+            iters = [
+                (q, queue_order(q.policy, by_queue[q.id], self.share_of, priority_of, now, self.weight_of))
+                for q in queues
+            ]
             while iters:
                 alive = []
                 for q, it in iters:
@@ -597,11 +649,13 @@ class Scheduler:
             self._wait(cyc, task, d, Reason.NO_ELIGIBLE_CLUSTER, message)
             return
         excluded, token = None, None
-        res = cyc.reservation.get(q.id) if q.policy == BACKFILL else None
+        res = cyc.reservation.get(q.id) if q.policy == BACKFILL or q.policy in RESERVING_POLICIES else None
         if res is not None:
             t_res, nodes = res
             dur = task.expected_duration_s
-            if dur is None or cyc.now + dur > t_res + EPS:
+            # EASY backfill lets work that ends before the reservation onto its nodes; the other reserving
+            # policies keep the nodes of a blocked head for it alone (no estimate is trusted).
+            if q.policy != BACKFILL or dur is None or cyc.now + dur > t_res + EPS:
                 excluded, token = nodes, res
         placed = self._place(d, alts, cands, excluded, token, cyc)
         if placed is not None:
@@ -634,6 +688,8 @@ class Scheduler:
             cyc.queue_blocked.setdefault(q.id, set()).update(keys)
         elif q.policy == BACKFILL and q.id not in cyc.reservation:
             cyc.reservation[q.id] = backfill.reserve(self, d, alts, cands, cyc.now)
+        elif q.policy in RESERVING_POLICIES and q.id not in cyc.reservation:
+            cyc.reservation[q.id] = drain_reservation(self, d, alts, cands, cyc.now)
 
     def _starving(self, cyc: Cycle, cls: str, keys: frozenset) -> None:
         """A task waits for capacity of these kinds: elastic growth (and, for high/medium, low work) keeps off."""
@@ -827,6 +883,9 @@ class Scheduler:
         return q.priority_class if q is not None else LOW
 
 
+# Submissions FGD learns its target workload from (a long-lived Scheduler); the oldest drop out.
+FGD_WINDOW = 2000
+FGD_PRIOR = 20.0
 # FGD's target workload when neither the VDC settings nor the snapshot give one: requests of 1, 2, 4 and 8 whole
 # cards of any model (one core each), smaller ones more frequent, as in the public GPU-cluster traces.
 DEFAULT_FGD_WORKLOAD = tuple(

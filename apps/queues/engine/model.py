@@ -23,6 +23,13 @@ CLASS_RANK = {LOW: 0, MEDIUM: 1, HIGH: 2}
 FIFO = "fifo"
 DRF = "drf"
 BACKFILL = "backfill"
+NONSTRICT_FIFO = "nonstrict_fifo"
+LAS = "las"
+SJF = "sjf"
+FAIR_SHARE = "fair_share"
+POLICIES = (FIFO, DRF, BACKFILL, NONSTRICT_FIFO, LAS, SJF, FAIR_SHARE)
+# Policies whose blocked head reserves the nodes it drains while later tasks that fit elsewhere run.
+RESERVING_POLICIES = frozenset((NONSTRICT_FIFO, LAS, SJF, FAIR_SHARE))
 
 LINK_FAST = frozenset({"nvlink", "hccs"})
 
@@ -158,6 +165,13 @@ class ProjectQuota:
     # Higher goes first within a queue (ahead of earlier submissions of lower-priority projects), and its running
     # work is the last chosen when capacity is preempted or reclaimed. 0 for every project: submit order.
     priority: int = 0
+    # Weighted fair share (policy "fair_share"): the project's DRF share is divided by this, so weights 2:1
+    # split contended capacity 2:1.
+    weight: float = 1.0
+
+    def __post_init__(self):
+        if not self.weight > 0:
+            raise ValueError(f"project {self.project_id!r}: quota weight must be > 0, got {self.weight!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +221,9 @@ class Task:
     required_labels: Mapping[str, str] = field(default_factory=dict)
     preferred_clusters: tuple[Id, ...] = ()
     cluster_type: str | None = None
+    # Service the task already received in earlier runs, in GPU-seconds (cards x seconds): policy "las" orders by
+    # it. The Django layer sums the task's metered GPU usage; the simulator adds each preempted run.
+    attained_gpu_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,11 +2,12 @@
 
 :func:`replay` feeds tasks at their arrival times into a :class:`~.engine.Scheduler`, runs a
 cycle at every event time (arrivals and finishes), applies the decisions (starts schedule a
-finish event, preemptions cancel it and the task resumes later with the work it had left,
-as with checkpointing) and reports waits, JCT, slowdown, GPU allocation, preemptions and
-fairness. :func:`inflation` is the workload-inflation experiment of Weng et al. (ATC'23):
-tasks sampled from a trace arrive one by one and never leave, until the arrived GPU demand
-reaches a multiple of the capacity; it reports the GPUs left unallocated.
+finish event; preemptions cancel it, and the task loses the work done since its last
+checkpoint and pays a restart overhead when it runs again) and reports waits, JCT,
+slowdown, GPU allocation, preemptions, lost GPU-hours and fairness. :func:`inflation` is
+the workload-inflation experiment of Weng et al. (ATC'23): tasks sampled from a trace
+arrive one by one and never leave, until the arrived GPU demand reaches a multiple of the
+capacity; it reports the GPUs left unallocated.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from __future__ import annotations
 import heapq
 import random
 import time
+import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .engine import Scheduler
 from .model import (
@@ -36,12 +38,17 @@ from .model import (
 
 @dataclass(frozen=True, slots=True)
 class SimTask:
-    """A task of a simulation: arrives at ``arrival`` and needs ``duration`` seconds of run time."""
+    """A task of a simulation: arrives at ``arrival`` and needs ``duration`` seconds of run time.
+
+    ``checkpoint_s``: the task saves its progress every that many seconds of a run, so a preemption loses only the
+    work since the last checkpoint; None (the default) = no checkpoints, a preemption loses the whole run.
+    """
 
     task: Task
     arrival: float
     duration: float
     gpu: float
+    checkpoint_s: float | None = None
 
 
 @dataclass
@@ -57,9 +64,12 @@ class SimResult:
     avg_slowdown: float = 0.0
     gpu_allocation: float = 0.0  # allocated GPU-time / capacity-time, first to last arrival
     preemptions: int = 0
+    lost_gpu_hours: float = 0.0  # work thrown away by preemptions plus restart overheads, in GPU-hours
     jain: float = 0.0
     cycles: int = 0
     wall_s: float = 0.0
+    fgd_default_cycles: int = 0  # cycles FGD ran on the default workload mix (nothing to learn from)
+    finish_times: dict = field(default_factory=dict)
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -92,13 +102,18 @@ def replay(
     settings: VdcSettings | None = None,
     quotas: Sequence[ProjectQuota] = (),
     cycle_interval: float = 0.0,
+    restart_overhead_s: float = 0.0,
 ) -> SimResult:
     """Replay ``tasks`` on ``nodes`` through the engine.
 
     A cycle runs at an event time unless one ran less than ``cycle_interval`` seconds ago;
     then the events wait for a tick at the end of the interval (a coalescing scheduler
-    loop, as the Celery beat task does).
+    loop, as the Celery beat task does). A preempted task keeps the work up to its last
+    checkpoint (:class:`SimTask`) and needs ``restart_overhead_s`` more when it starts again;
+    its ``attained_gpu_s`` grows by the GPU-seconds of every run (policy "las" reads it).
     """
+    if restart_overhead_s < 0:
+        raise ValueError(f"restart_overhead_s must be >= 0, got {restart_overhead_s!r}")
     wall = time.perf_counter()
     clusters = tuple(Cluster(cid) for cid in dict.fromkeys(n.cluster_id for n in nodes))
     t0 = min((s.arrival for s in tasks), default=0.0)
@@ -124,6 +139,8 @@ def replay(
     gpu_time = 0.0
     last = t0
     preemptions = 0
+    lost_gpu_s = 0.0
+    restarting: set = set()
     cycles = 0
     next_cycle = t0
     tick_pending = False
@@ -158,8 +175,19 @@ def replay(
             tid = p.task_id
             preemptions += 1
             version[tid] = version.get(tid, 0) + 1
-            remaining[tid] -= now - started_at.pop(tid)
-            alloc -= held.pop(tid)
+            ran = now - started_at.pop(tid)
+            g = held.pop(tid)
+            alloc -= g
+            # A restart first repeats its overhead, then the work from the checkpoint on.
+            worked = max(0.0, ran - restart_overhead_s) if tid in restarting else ran
+            ckpt = by_id[tid].checkpoint_s
+            kept = 0.0 if not ckpt or ckpt <= 0 else (worked // ckpt) * ckpt
+            remaining[tid] -= kept
+            lost_gpu_s += (ran - kept) * g
+            restarting.add(tid)
+            requeued = sched.queued.get(tid)
+            if requeued is not None:
+                sched.queued[tid] = replace(requeued, attained_gpu_s=requeued.attained_gpu_s + ran * g)
         for r in d.resizes:
             delta = _gpu_of(r.added) - _gpu_of(r.removed)
             held[r.task_id] += delta
@@ -172,9 +200,20 @@ def replay(
             held[tid] = g
             alloc += g
             seq += 1
-            heapq.heappush(events, (now + max(remaining[tid], 0.0), 0, seq, "finish", tid, version.get(tid, 0)))
+            run_time = max(remaining[tid], 0.0) + (restart_overhead_s if tid in restarting else 0.0)
+            heapq.heappush(events, (now + run_time, 0, seq, "finish", tid, version.get(tid, 0)))
 
     res = SimResult(label, len(tasks), len(finish), preemptions=preemptions, cycles=cycles)
+    res.lost_gpu_hours = (lost_gpu_s + restart_overhead_s * sum(by_id[t].gpu for t in finish if t in restarting)) / 3600
+    res.finish_times = dict(finish)
+    res.fgd_default_cycles = sched.fgd_default_cycles
+    if res.fgd_default_cycles:
+        warnings.warn(
+            f"{label}: FGD scored {res.fgd_default_cycles} of {cycles} cycles against its default workload mix "
+            "(no valid request to learn from and no VdcSettings.fgd_workload)",
+            UserWarning,
+            stacklevel=2,
+        )
     for c in (HIGH, MEDIUM, LOW):
         waits = [first_start[t] - by_id[t].arrival for t in first_start if cls[by_id[t].task.queue_id] == c]
         res.wait_p50[c] = percentile(waits, 50)

@@ -119,7 +119,7 @@ class ProjectQuotaSerializer(ModelCleanMixin, serializers.ModelSerializer):
         fields = [
             "id", "project", "project_name", "vdc", "vdc_name", "guaranteed_cpu", "limit_cpu",
             "guaranteed_memory_gib", "limit_memory_gib", "guaranteed_gpu", "limit_gpu", "max_concurrent_tasks",
-            "max_training_tasks", "max_inference_tasks", "max_dev_env_tasks", "priority", "enforce",
-            "created_at", "updated_at",
+            "max_training_tasks", "max_inference_tasks", "max_dev_env_tasks", "priority", "weight",
+            "enforce", "created_at", "updated_at",
         ]  # fmt: skip
         read_only_fields = ["created_at", "updated_at"]

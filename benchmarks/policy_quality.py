@@ -1,0 +1,527 @@
+"""Scheduling quality of every engine queue policy against reference policies (issue 13).
+
+Run: ``python -m benchmarks.policy_quality`` (``--quick`` for a smaller run). Two workloads:
+
+* **openb**: the Alibaba trace as in :mod:`benchmarks.trace_replay` (every ``--node-stride``-th GPU node,
+  arrivals compressed ``--compress`` x, durations kept; qos LS/Guaranteed -> high, Burstable -> medium,
+  BE -> low; tenants synthetic, crc32(pod name) mod 8). Pods that fit no node of the subset are left out.
+* **synthetic**: :func:`synthetic_jobs`, a heavy-tailed workload on 8 nodes x 8 A100: sizes 1/2/4/8 GPUs
+  (55/25/12/8 %), lognormal durations (median 10 min, sigma 1.6, clipped to 30 s .. 3 days), four projects
+  submitting 40/30/20/10 % of the jobs, classes high/medium/low 10/60/30 %, and bursty arrivals: arrival
+  events are Poisson, 15 % of them are a sweep of a geometric number of jobs (mean 8, 2 s apart, same project
+  and size); the rate is set for an offered load of ``--load`` x the GPUs. Seeded.
+
+Every engine policy replays each workload through the real engine (:func:`apps.queues.engine.sim.replay`,
+three queues, one per class, all with that policy; a cycle at most every ``--interval`` s). The reference
+policies run the same jobs in an independent event loop of this module (:func:`reference`), not the engine:
+
+* ``ref:sjf`` oracle shortest-job-first (true durations), non-preemptive, work-conserving;
+* ``ref:2d-las`` Tiresias' discretised 2D-LAS: preemptive, attained service (GPUs x seconds run) in levels
+  of 1 and 10 GPU-hours, FIFO within a level; a job that waited since its last preemption more than 2x the
+  time it has run is promoted to the top level (its service counted from zero again). As in Tiresias a
+  preempted job is checkpointed when stopped: it loses no work and pays the restart overhead;
+* ``ref:2d-las lossy`` the same, but preemption costs what it costs the engine's tasks (below);
+* ``ref:easy`` EASY backfill: FIFO, the blocked head reserves the node it can start on first (true ends),
+  later jobs run if they do not delay it.
+
+The references are class-blind (one queue) and see each node as a pool of GPU thousandths (no models, cpu,
+memory or card boundaries), so they are slightly optimistic relaxations; they decide on the same cycle
+interval. The engine and the other references pay the same preemption cost: work since the last checkpoint
+(``--checkpoint`` s) is lost and every restart costs ``--restart`` s. Waits are from arrival to first start;
+JCT from arrival to finish; utilisation is allocated GPU-time over capacity while jobs arrive; Jain's index is
+over projects of (GPU-seconds of work done / GPU-seconds spent in the system).
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import math
+import random
+import time
+from dataclasses import dataclass, replace
+
+from apps.queues.engine import POLICIES, GpuModel, GpuRequest, Queue, Task
+from apps.queues.engine.model import HIGH, LOW, MEDIUM, Device, Node
+from apps.queues.engine.policies import LAS_STARVE_FACTOR, LAS_THRESHOLDS_GPU_S
+from apps.queues.engine.sim import SimTask, jain, percentile, replay
+from apps.queues.engine.trace import TRACE_MODELS
+
+from .table import print_table
+from .trace_replay import build as build_openb
+
+CLASSES = (HIGH, MEDIUM, LOW)
+A100 = GpuModel("A100-80G", "nvidia", 80, 312, 19.5, 1.0, False)
+HEADERS = [
+    "workload",
+    "policy",
+    "jobs",
+    "done",
+    "avg JCT s",
+    "p50 wait hi",
+    "p99 hi",
+    "p50 med",
+    "p99 med",
+    "p50 low",
+    "p99 low",
+    "util",
+    "preempt",
+    "lost GPU-h",
+    "Jain",
+    "wall s",
+]
+
+
+# -- workloads ------------------------------------------------------------------------------
+
+
+def synthetic_nodes(count: int = 8, cards: int = 8) -> list[Node]:
+    """``count`` nodes of ``cards`` A100 each (128 cores, 1 TiB)."""
+    return [
+        Node(f"n{i}", "syn", 128.0, 1024.0, tuple(Device(f"n{i}/{k}", k, A100.name) for k in range(cards)))
+        for i in range(count)
+    ]
+
+
+def synthetic_jobs(n: int, gpus: int, load: float = 0.95, seed: int = 13, checkpoint: float | None = None):
+    """The heavy-tailed, bursty workload of the module docstring as simulator tasks (deterministic per seed)."""
+    rnd = random.Random(seed)
+    sizes, size_w = (1, 2, 4, 8), (0.55, 0.25, 0.12, 0.08)
+    projects, project_w = ("p0", "p1", "p2", "p3"), (0.4, 0.3, 0.2, 0.1)
+    classes, class_w = CLASSES, (0.1, 0.6, 0.3)
+    mu, sigma = math.log(600.0), 1.6
+    mean_size = sum(s * w for s, w in zip(sizes, size_w, strict=True))
+    mean_dur = math.exp(mu + sigma * sigma / 2)
+    mean_batch = 0.85 + 0.15 * 8
+    event_rate = load * gpus / (mean_size * mean_dur) / mean_batch
+    out: list[SimTask] = []
+    t = 0.0
+    while len(out) < n:
+        t += rnd.expovariate(event_rate)
+        batch = 1 if rnd.random() < 0.85 else 1 + min(int(rnd.expovariate(1 / 7)), 40)
+        project = rnd.choices(projects, project_w)[0]
+        size = rnd.choices(sizes, size_w)[0]
+        for b in range(batch):
+            if len(out) >= n:
+                break
+            arrival = t + 2.0 * b
+            duration = min(max(rnd.lognormvariate(mu, sigma), 30.0), 3 * 86400.0)
+            cls = rnd.choices(classes, class_w)[0]
+            task = Task(
+                f"j{len(out)}",
+                project,
+                cls,
+                cpu=4.0,
+                memory_gib=16.0,
+                gpu=GpuRequest(size),
+                expected_duration_s=duration,
+                submit_time=arrival,
+            )
+            out.append(SimTask(task, arrival, duration, float(size), checkpoint))
+    return out
+
+
+def openb_jobs(node_stride: int, compress: float, sample: int, checkpoint: float | None):
+    """The openb replay's nodes and tasks, without pods no node of the subset can hold."""
+    nodes, tasks = build_openb(node_stride, compress, sample)
+    fits = []
+    for s in tasks:
+        models = set(s.task.gpu.models) if s.task.gpu is not None and s.task.gpu.models else None
+        cards = max(
+            (len(n.devices) for n in nodes if models is None or (n.devices and n.devices[0].model in models)),
+            default=0,
+        )
+        if s.gpu <= cards:
+            fits.append(replace(s, checkpoint_s=checkpoint))
+    return nodes, fits
+
+
+# -- the engine ------------------------------------------------------------------------------
+
+
+def engine_row(workload: str, policy: str, nodes, models, tasks, interval: float, restart: float) -> list:
+    """Replay through the engine with every queue on ``policy``."""
+    queues = tuple(Queue(c, c, policy, window_floor_s=60) for c in CLASSES)
+    r = replay(policy, nodes, models, queues, tasks, cycle_interval=interval, restart_overhead_s=restart)
+    return [
+        workload,
+        policy,
+        r.tasks,
+        r.finished,
+        r.avg_jct,
+        r.wait_p50[HIGH],
+        r.wait_p99[HIGH],
+        r.wait_p50[MEDIUM],
+        r.wait_p99[MEDIUM],
+        r.wait_p50[LOW],
+        r.wait_p99[LOW],
+        f"{r.gpu_allocation:.1%}",
+        r.preemptions,
+        r.lost_gpu_hours,
+        r.jain,
+        r.wall_s,
+    ]
+
+
+# -- the reference policies (independent of the engine) ---------------------------------------
+
+
+@dataclass
+class Job:
+    """A job of the reference loop: GPU demand in thousandths of a card on one node."""
+
+    id: str
+    project: object
+    cls: str
+    arrival: float
+    duration: float
+    gpu: float
+    milli: int
+    checkpoint: float | None
+
+
+def _best_fit(free: list[int], milli: int, exclude: int = -1) -> int:
+    """The node with the least free capacity that still holds ``milli`` (-1: none)."""
+    best, best_free = -1, None
+    for i, f in enumerate(free):
+        if f >= milli and i != exclude and (best_free is None or f < best_free):
+            best, best_free = i, f
+    return best
+
+
+def reference(
+    policy: str, node_cards: list[int], sim_tasks, interval: float, restart: float, suspend: bool = False
+) -> tuple[list, float]:
+    """Run ``sim_tasks`` under reference ``policy`` (sjf, las, easy); returns the metric values of a row and the
+    average JCT. ``suspend``: a preempted job is checkpointed as it is stopped (Tiresias), so it loses no work and
+    pays only the restart overhead; otherwise it loses the work since its last periodic checkpoint."""
+    wall = time.perf_counter()
+    jobs = [
+        Job(s.task.id, s.task.project_id, s.task.queue_id, s.arrival, s.duration, s.gpu, round(s.gpu * 1000),
+            s.checkpoint_s)
+        for s in sim_tasks
+    ]  # fmt: skip
+    by_id = {j.id: j for j in jobs}
+    free = [c * 1000 for c in node_cards]
+    capacity = sum(node_cards)
+    events: list = []
+    seq = 0
+    for j in jobs:
+        heapq.heappush(events, (j.arrival, 1, seq, "arrive", j.id, 0))
+        seq += 1
+    waiting: list[Job] = []
+    running: dict = {}  # id -> [node, start, end, version]
+    remaining = {j.id: j.duration for j in jobs}
+    attained = dict.fromkeys(remaining, 0.0)
+    waiting_since = {j.id: j.arrival for j in jobs}
+    executed = dict.fromkeys(remaining, 0.0)
+    version: dict = {}
+    restarting: set = set()
+    first_start: dict = {}
+    finish: dict = {}
+    preemptions = 0
+    lost = 0.0
+    alloc = gpu_time = 0.0
+    t0 = min(j.arrival for j in jobs)
+    t_end = max(j.arrival for j in jobs)
+    last = t0
+    next_cycle = t0
+    tick_at = None
+
+    def start(j: Job, node: int, now: float) -> None:
+        nonlocal seq, alloc
+        free[node] -= j.milli
+        alloc += j.gpu
+        run = remaining[j.id] + (restart if j.id in restarting else 0.0)
+        v = version.get(j.id, 0)
+        running[j.id] = [node, now, now + run, v]
+        first_start.setdefault(j.id, now)
+        heapq.heappush(events, (now + run, 0, seq, "finish", j.id, v))
+        seq += 1
+
+    def preempt(j: Job, now: float) -> None:
+        nonlocal preemptions, lost, alloc
+        node, began, _end, _v = running.pop(j.id)
+        free[node] += j.milli
+        alloc -= j.gpu
+        version[j.id] = version.get(j.id, 0) + 1
+        ran = now - began
+        worked = max(0.0, ran - restart) if j.id in restarting else ran
+        if suspend:
+            kept = worked
+        else:
+            kept = (worked // j.checkpoint) * j.checkpoint if j.checkpoint else 0.0
+        remaining[j.id] -= kept
+        lost += (ran - kept) * j.gpu
+        attained[j.id] += ran * j.gpu
+        executed[j.id] += ran
+        waiting_since[j.id] = now
+        restarting.add(j.id)
+        preemptions += 1
+        waiting.append(j)
+
+    def level(j: Job, now: float) -> int:
+        got = attained[j.id]
+        if j.id in running:
+            got += (now - running[j.id][1]) * j.gpu
+        lv = sum(1 for th in LAS_THRESHOLDS_GPU_S if got >= th)
+        if lv and j.id not in running and now - waiting_since[j.id] > LAS_STARVE_FACTOR * executed[j.id]:
+            # Tiresias' guard: waited since its last preemption longer than a multiple of the time it has run.
+            # The promotion resets its service, so it sinks again only as it runs.
+            attained[j.id] = 0.0
+            return 0
+        return lv
+
+    def schedule(now: float) -> None:
+        nonlocal tick_at
+        if policy == "sjf":
+            waiting.sort(key=lambda j: (j.duration, j.arrival))
+            top = max(free)
+            keep = []
+            for j in waiting:
+                node = _best_fit(free, j.milli) if j.milli <= top else -1
+                if node < 0:
+                    keep.append(j)
+                    continue
+                start(j, node, now)
+                top = max(free)
+            waiting[:] = keep
+        elif policy == "easy":
+            waiting.sort(key=lambda j: j.arrival)
+            keep = []
+            shadow, rnode = None, -1
+            for j in waiting:
+                if shadow is None:
+                    node = _best_fit(free, j.milli)
+                    if node >= 0:
+                        start(j, node, now)
+                        continue
+                    shadow, rnode = _reservation(j, now)
+                    keep.append(j)
+                    continue
+                node = _best_fit(free, j.milli, exclude=rnode)
+                if node < 0 and rnode >= 0 and now + remaining[j.id] <= shadow and free[rnode] >= j.milli:
+                    node = rnode
+                if node >= 0:
+                    start(j, node, now)
+                else:
+                    keep.append(j)
+            waiting[:] = keep
+        else:  # las
+            active = waiting + [by_id[i] for i in running]
+            active.sort(key=lambda j: (level(j, now), j.arrival))
+            virt = [c * 1000 for c in node_cards]
+            top = max(virt)
+            want: dict = {}
+            for j in active:
+                if j.milli > top:
+                    continue
+                node = running[j.id][0] if j.id in running else -1
+                if node < 0 or virt[node] < j.milli:
+                    # Prefer a node with room now (no preemption needed), then any the plan leaves room on.
+                    node = -1
+                    best = None
+                    for i, v in enumerate(virt):
+                        if v >= j.milli:
+                            key = (free[i] < j.milli, v)
+                            if best is None or key < best:
+                                node, best = i, key
+                if node >= 0:
+                    virt[node] -= j.milli
+                    want[j.id] = node
+                    top = max(virt)
+            for jid in [i for i in running if i not in want or want[i] != running[i][0]]:
+                preempt(by_id[jid], now)
+            keep = []
+            for j in waiting:
+                if j.id in want and j.id not in running:
+                    start(j, want[j.id], now)
+                else:
+                    keep.append(j)
+            waiting[:] = keep
+            # The next time a running job crosses a level threshold, the order may change.
+            nxt = None
+            for jid, (_node, began, _end, _v) in running.items():
+                j = by_id[jid]
+                if j.gpu <= 0:
+                    continue
+                got = attained[jid] + (now - began) * j.gpu
+                for th in LAS_THRESHOLDS_GPU_S:
+                    if got < th:
+                        at = now + (th - got) / j.gpu
+                        nxt = at if nxt is None or at < nxt else nxt
+                        break
+            if nxt is not None and (tick_at is None or nxt < tick_at or tick_at <= now):
+                _push_tick(nxt)
+
+    def _reservation(head: Job, now: float):
+        """EASY: the earliest time (from true expected ends) and node at which the head fits."""
+        ends: dict = {}
+        for jid, (node, _b, end, _v) in running.items():
+            ends.setdefault(node, []).append((end, by_id[jid].milli))
+        best = (math.inf, -1)
+        for node, lst in ends.items():
+            f = free[node]
+            for end, milli in sorted(lst):
+                f += milli
+                if f >= head.milli:
+                    best = min(best, (end, node))
+                    break
+        return best
+
+    def _push_tick(at: float) -> None:
+        nonlocal seq, tick_at
+        tick_at = at
+        heapq.heappush(events, (at, 2, seq, "tick", None, 0))
+        seq += 1
+
+    pending_tick = False
+    while events:
+        now = events[0][0]
+        gpu_time += alloc * max(0.0, min(now, t_end) - min(last, t_end))
+        last = now
+        while events and events[0][0] == now:
+            _t, _o, _s, kind, jid, ver = heapq.heappop(events)
+            if kind == "arrive":
+                waiting.append(by_id[jid])
+            elif kind == "finish" and jid in running and running[jid][3] == ver:
+                node = running.pop(jid)[0]
+                j = by_id[jid]
+                free[node] += j.milli
+                alloc -= j.gpu
+                finish[jid] = now
+            elif kind == "cycle":
+                pending_tick = False
+        if now < next_cycle:
+            if not pending_tick:
+                heapq.heappush(events, (next_cycle, 3, seq, "cycle", None, 0))
+                seq += 1
+                pending_tick = True
+            continue
+        next_cycle = now + interval
+        schedule(now)
+
+    waits = {c: [first_start[j.id] - j.arrival for j in jobs if j.id in first_start and j.cls == c] for c in CLASSES}
+    jcts = [finish[j.id] - j.arrival for j in jobs if j.id in finish]
+    done: dict = {}
+    spent: dict = {}
+    for j in jobs:
+        if j.id in finish:
+            w = max(j.gpu, 0.01)
+            done[j.project] = done.get(j.project, 0.0) + j.duration * w
+            spent[j.project] = spent.get(j.project, 0.0) + (finish[j.id] - j.arrival) * w
+    lost += restart * sum(by_id[i].gpu for i in finish if i in restarting)
+    horizon = t_end - t0
+    util = gpu_time / (capacity * horizon) if capacity and horizon > 0 else 0.0
+    avg = sum(jcts) / len(jcts) if jcts else 0.0
+    return [
+        len(jobs),
+        len(finish),
+        avg,
+        percentile(waits[HIGH], 50),
+        percentile(waits[HIGH], 99),
+        percentile(waits[MEDIUM], 50),
+        percentile(waits[MEDIUM], 99),
+        percentile(waits[LOW], 50),
+        percentile(waits[LOW], 99),
+        f"{util:.1%}",
+        preemptions,
+        lost / 3600,
+        jain(done[p] / spent[p] for p in done if spent[p] > 0),
+        time.perf_counter() - wall,
+    ], avg
+
+
+# -- the benchmark ----------------------------------------------------------------------------
+
+
+def run_workload(name: str, nodes, models, tasks, interval: float, restart: float) -> tuple[list[list], str]:
+    """Every engine policy and every reference on one workload; returns the rows and the 1.05x verdict."""
+    rows = []
+    best = None
+    for policy in POLICIES:
+        row = engine_row(name, policy, nodes, models, tasks, interval, restart)
+        rows.append(row)
+        if row[3] == row[2] and (best is None or row[4] < best[1]):
+            best = (policy, row[4])
+    cards = [len(n.devices) for n in nodes]
+    las = las_lossy = None
+    for ref, label, suspend in (
+        ("sjf", "ref:sjf", False),
+        ("las", "ref:2d-las", True),
+        ("las", "ref:2d-las lossy", False),
+        ("easy", "ref:easy", False),
+    ):
+        values, avg = reference(ref, cards, tasks, interval, restart, suspend)
+        rows.append([name, label, *values])
+        if label == "ref:2d-las":
+            las = avg
+        else:
+            las_lossy = avg if ref == "las" else las_lossy
+    if best is None or not las:
+        return rows, f"{name}: no engine policy finished every job"
+    ratio = best[1] / las
+    verdict = "met" if ratio <= 1.05 else "NOT met"
+    return rows, (
+        f"{name}: best engine policy {best[0]} avg JCT = {ratio:.2f}x ref:2d-las (target <= 1.05x: {verdict}); "
+        f"{best[1] / las_lossy:.2f}x ref:2d-las lossy"
+    )
+
+
+def main() -> None:
+    """Command-line entry point."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="a smaller run (fewer jobs, a sample of the trace)")
+    p.add_argument("--jobs", type=int, default=None, help="synthetic jobs (default 1500, quick 400)")
+    p.add_argument("--load", type=float, default=0.95, help="synthetic offered load, x the GPUs")
+    p.add_argument("--seed", type=int, default=13)
+    p.add_argument("--node-stride", type=int, default=16)
+    p.add_argument("--compress", type=float, default=200.0)
+    p.add_argument("--sample", type=int, default=None, help="every n-th openb pod (default 2, quick 8)")
+    p.add_argument("--interval", type=float, default=30.0, help="seconds between scheduling cycles")
+    p.add_argument("--checkpoint", type=float, default=1800.0, help="checkpoint interval s (0: none)")
+    p.add_argument("--restart", type=float, default=60.0, help="restart overhead s after a preemption")
+    p.add_argument("--skip-openb", action="store_true")
+    p.add_argument(
+        "--one-class", action="store_true", help="every synthetic job medium (as class-blind as the references)"
+    )
+    a = p.parse_args()
+    jobs = a.jobs or (400 if a.quick else 1500)
+    sample = a.sample or (8 if a.quick else 2)
+    ckpt = a.checkpoint or None
+    for name, value in (("--jobs", jobs), ("--sample", sample), ("--node-stride", a.node_stride)):
+        if value < 1:
+            p.error(f"{name} must be >= 1, got {value}")
+    if a.interval < 0 or a.restart < 0 or a.compress <= 0 or a.load <= 0:
+        p.error("--interval and --restart must be >= 0, --compress and --load > 0")
+    verdicts = []
+    rows = []
+    nodes = synthetic_nodes()
+    tasks = synthetic_jobs(jobs, sum(len(n.devices) for n in nodes), a.load, a.seed, ckpt)
+    if a.one_class:
+        tasks = [replace(s, task=replace(s.task, queue_id=MEDIUM)) for s in tasks]
+    print(
+        f"synthetic: {len(tasks)} jobs on {len(nodes)} nodes x 8 A100, offered load {a.load:g}, seed {a.seed}; "
+        f"checkpoint every {ckpt or 'never'} s, restart {a.restart:g} s, a cycle at most every {a.interval:g} s"
+    )
+    r, v = run_workload("synthetic", nodes, (A100,), tasks, a.interval, a.restart)
+    rows += r
+    verdicts.append(v)
+    if not a.skip_openb:
+        onodes, otasks = openb_jobs(a.node_stride, a.compress, sample, ckpt)
+        print(
+            f"openb: {len(otasks)} pods (every {sample}th) on {len(onodes)} nodes / "
+            f"{sum(len(n.devices) for n in onodes)} GPUs (every {a.node_stride}th GPU node), arrivals compressed "
+            f"{a.compress:g}x; LS/Guaranteed->high, Burstable->medium, BE->low; tenants synthetic"
+        )
+        r, v = run_workload("openb", onodes, TRACE_MODELS, otasks, a.interval, a.restart)
+        rows += r
+        verdicts.append(v)
+    print()
+    print_table(HEADERS, rows)
+    for v in verdicts:
+        print(v)
+
+
+if __name__ == "__main__":
+    main()
