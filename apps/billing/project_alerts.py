@@ -156,15 +156,17 @@ def _failures(limits, now: datetime) -> list[Condition]:
 def _services(limits) -> list[Condition]:
     out = []
     services = Task.objects.filter(kind=TaskKind.INFERENCE, status=TaskStatus.RUNNING).values(
-        "pk", "project_id", "vdc_id", "name", "replicas", "instances", "autoscale_min"
+        "pk", "project_id", "vdc_id", "name", "replicas", "ready_replicas", "instances", "autoscale_min"
     )
     for t in services:
         wanted = t["autoscale_min"] or t["instances"] or 1
-        if t["replicas"] < wanted:
+        # Ready replicas where the backend checks a readiness path, else those running.
+        serving = t["ready_replicas"] if t["ready_replicas"] is not None else t["replicas"]
+        if serving < wanted:
             minutes = limits.get(t["vdc_id"], DEFAULTS).unhealthy_minutes
             out.append(Condition(t["project_id"], f"service:{t['pk']}", AlertRule.SERVICE_UNHEALTHY,
                                  AlertSeverity.WARNING,
-                                 f"Inference service {t['name']} (#{t['pk']}) runs {t['replicas']} of {wanted} "
+                                 f"Inference service {t['name']} (#{t['pk']}) serves with {serving} of {wanted} "
                                  f"replicas for {minutes} min or more.",
                                  "Check its monitoring page and logs; stop and resubmit it if it does not recover.",
                                  vdc_id=t["vdc_id"], task_id=t["pk"], hold=timedelta(minutes=minutes)))  # fmt: skip

@@ -55,6 +55,7 @@ from apps.tasks.services import (
     retry_failed_run,
     settle_placement,
 )
+from apps.tasks.signals import task_changed
 
 log = logging.getLogger(__name__)
 
@@ -339,6 +340,7 @@ def _reconcile_object(obj: BackendObject, state: JobState | None, executor: Exec
         return
     if _follow_size(obj, state, executor):
         result.resized += 1
+    _follow_readiness(obj, state)
 
 
 def prune_ended_objects(older_than: timedelta) -> int:
@@ -533,6 +535,18 @@ def _observe_start(task: Task, running_at) -> None:
             stats.record_latency("queue_wait", vdc, klass, queue_wait)
 
     transaction.on_commit(record)
+
+
+def _follow_readiness(obj: BackendObject, state: JobState) -> None:
+    """Keep an inference service's ready replicas (those passing its readiness probe) as its backend reports them."""
+    if state.ready_replicas is None or obj.task_id is None:
+        return
+    changed = Task.objects.filter(pk=obj.task_id, attempt=obj.attempt, status__in=ACTIVE).exclude(
+        ready_replicas=state.ready_replicas
+    )
+    if changed.update(ready_replicas=state.ready_replicas):
+        task_id = obj.task_id
+        transaction.on_commit(lambda: task_changed.send(sender=Task, task_ids=[task_id]))
 
 
 def _failure_of(state: JobState) -> str:

@@ -64,7 +64,8 @@ REQUEST_FIELDSETS = (
                 "max_retries",
                 ("port", "max_tokens", "temperature"),
                 ("autoscale_min", "autoscale_max"),
-                ("autoscale_cpu_percent", "autoscale_gpu_percent"),
+                ("autoscale_cpu_percent", "autoscale_gpu_percent", "autoscale_memory_percent"),
+                "readiness_path",
             ),  # fmt: skip
         },
     ),

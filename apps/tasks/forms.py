@@ -299,8 +299,8 @@ class InferenceForm(TaskForm):
     kind_title = "Inference settings"
     basic_fields = ("name", "project", "model_path", "port", "image")
     kind_fields = (
-        "max_tokens", "temperature", "autoscale_min", "autoscale_max", "autoscale_cpu_percent",
-        "autoscale_gpu_percent",
+        "readiness_path", "max_tokens", "temperature", "autoscale_min", "autoscale_max", "autoscale_cpu_percent",
+        "autoscale_gpu_percent", "autoscale_memory_percent",
     )  # fmt: skip
 
     model_path = forms.CharField(max_length=255, help_text="e.g. /models/qwen-7b-chat")
@@ -319,6 +319,13 @@ class InferenceForm(TaskForm):
     autoscale_gpu_percent = forms.IntegerField(
         min_value=1, max_value=100, required=False, label="Autoscaling: target GPU %"
     )
+    autoscale_memory_percent = forms.IntegerField(
+        min_value=1, max_value=100, required=False, label="Autoscaling: target memory %"
+    )
+    readiness_path = forms.CharField(
+        max_length=255, required=False, label="Readiness path",
+        help_text="e.g. /health: a replica counts as ready, and gets requests, once this answers 2xx on the API port.",
+    )  # fmt: skip
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -162,6 +162,14 @@ class Task(models.Model):
     autoscale_gpu_percent = models.PositiveSmallIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(100)]
     )
+    autoscale_memory_percent = models.PositiveSmallIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(100)]
+    )
+    readiness_path = models.CharField(
+        max_length=255, blank=True,
+        help_text="Inference: an HTTP path of the service that answers 2xx once a replica can serve (e.g. /health); "
+        "empty counts a replica ready as soon as it runs",
+    )  # fmt: skip
 
     # State, written by services and the scheduler.
     status = models.CharField(max_length=16, choices=TaskStatus.choices, default=TaskStatus.QUEUED, db_index=True)
@@ -176,6 +184,9 @@ class Task(models.Model):
         max_digits=10, decimal_places=3, default=ZERO, help_text="GPU-equivalents held while running"
     )
     replicas = models.PositiveIntegerField(default=0, help_text="Instances running now (elastic tasks vary)")
+    ready_replicas = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Inference: replicas passing their readiness check, where the backend tells"
+    )
     external_id = models.CharField(max_length=255, blank=True, db_index=True)
     attempt = models.PositiveIntegerField(default=0)
     window = models.DurationField(null=True, blank=True, help_text="Medium class: current guaranteed window")

@@ -35,7 +35,7 @@ SUBMIT_FIELDS = (
     "expected_duration", "wall_time", "preemptible", "required_labels", "image", "command", "env", "volumes",
     "ide_type", "framework", "model_path", "epochs", "batch_size", "checkpoint_path", "tensorboard_dir",
     "max_retries", "port", "max_tokens", "temperature", "autoscale_min", "autoscale_max", "autoscale_cpu_percent",
-    "autoscale_gpu_percent",
+    "autoscale_gpu_percent", "autoscale_memory_percent", "readiness_path",
 )  # fmt: skip
 
 
@@ -398,6 +398,7 @@ def requeue_task(task: Task, message: str, data: dict | None = None, *, status: 
     task.status_message = message
     data = {"cluster": task.cluster_id, "external_id": task.external_id, **(data or {})}
     task.cluster, task.placement, task.allocated_gpu, task.replicas, task.external_id = None, [], 0, 0, ""
+    task.ready_replicas = None
     task.save()
     record_event(task, EventKind.REQUEUED, message, from_status=previous, to_status=task.status, data=data)
     signal_demand_changed()

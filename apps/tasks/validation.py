@@ -78,7 +78,8 @@ NUMBER_BOUNDS: tuple[tuple[str, Any, Any], ...] = (
     ("max_tokens", 1, MAX_TOKENS),
     ("max_retries", 0, MAX_RETRIES),
 )
-TEXT_FIELDS = ("name", "gpu_spec", "image", "command", "model_path", "checkpoint_path", "tensorboard_dir")
+TEXT_FIELDS = ("name", "gpu_spec", "image", "command", "model_path", "checkpoint_path", "tensorboard_dir",
+               "readiness_path")  # fmt: skip
 # Trees a checkpoint directory may not be mounted over: the system's programs and the job's runtime.
 CHECKPOINT_RESERVED = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/sys", "/proc",
                        "/dev", "/run", "/tmp", "/var/tmp")  # fmt: skip
@@ -118,10 +119,25 @@ def task_errors(task) -> dict[str, str]:
     message = checkpoint_path_error(task.checkpoint_path)
     if message and "checkpoint_path" not in errors:
         errors["checkpoint_path"] = message
+    message = readiness_path_error(task.readiness_path)
+    if message:
+        errors["readiness_path"] = message
     message = volumes_error(task.volumes, lambda: approved_host_paths(task.vdc_id))
     if message:
         errors["volumes"] = message
     return errors
+
+
+READINESS_PATH = re.compile(r"/[A-Za-z0-9._~!$&'()*+,;=:@%/?-]{0,254}")
+
+
+def readiness_path_error(path) -> str | None:
+    """A readiness path is the path (and query) of an HTTP GET on the service's port: no scheme, host or spaces."""
+    if not path or not isinstance(path, str):
+        return None
+    if not READINESS_PATH.fullmatch(path):
+        return f"Expected an HTTP path starting with / (e.g. /health), no spaces, at most 255 characters: {path!r}."
+    return None
 
 
 def checkpoint_path_error(path) -> str | None:

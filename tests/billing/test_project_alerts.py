@@ -114,7 +114,7 @@ def test_a_service_short_of_replicas_fires_after_its_hold_time(world):
     project_alerts.refresh(now)
     project_alerts.refresh(now + timedelta(minutes=11))
     alert = open_alert(world, f"service:{task.pk}")
-    assert alert.fired_at is not None and "runs 1 of 2 replicas" in alert.message
+    assert alert.fired_at is not None and "serves with 1 of 2 replicas" in alert.message
 
 
 def test_repeated_failures_in_the_last_hour(world):

@@ -20,6 +20,7 @@ from apps.control.reconcile import reconcile_cluster
 from apps.control.scheduling import run_cycle
 from apps.tasks.models import Task
 from apps.tasks.services import submit_task
+from tests.api.base import client_for
 from tests.control.drive import intent, launch
 from tests.executors_k8s.conftest import emulator  # noqa: F401 - the kmock fixture
 from tests.executors_k8s.emulation import stored
@@ -320,3 +321,40 @@ def test_an_inference_services_autoscaling_reaches_its_hpa_with_the_users_number
         "target": {"type": "Utilization", "averageUtilization": 60},
     }
     assert metrics["Pods"]["pods"]["target"] == {"type": "AverageValue", "averageValue": "70"}
+
+
+def test_a_readiness_path_becomes_the_probe_and_ready_replicas_follow_the_backend(k8s, client):
+    # Issue 16: the inference readiness probe had no field feeding it, so every replica counted as ready at once.
+    world = k8s
+    service = run(world, submit(world, name="serve", kind="inference", queue="high", gpu_spec="1(A100)", port=8080,
+                                instances=2, readiness_path="/health?full=1", autoscale_memory_percent=75))  # fmt: skip
+    name = service.external_id.split("/")[-1]
+    deployment = world.emulator.objects[DEPLOYMENTS, NS, name]
+    probe = deployment["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]
+    assert probe["httpGet"] == {"path": "/health?full=1", "port": 8080}
+    hpa = world.emulator.objects["autoscaling/v2/horizontalpodautoscalers", NS, name]
+    memory = [m for m in hpa["spec"]["metrics"] if m.get("resource", {}).get("name") == "memory"]
+    assert memory[0]["resource"]["target"] == {"type": "Utilization", "averageUtilization": 75}
+
+    deployment.patch({"status": {"readyReplicas": 0}})  # both replicas run; neither answers its probe yet
+    reconcile_cluster(world.k8s_cluster.pk)
+    service.refresh_from_db()
+    assert (service.status, service.replicas, service.ready_replicas) == ("running", 2, 0)
+    deployment.patch({"status": {"readyReplicas": 2}})
+    reconcile_cluster(world.k8s_cluster.pk)
+    service.refresh_from_db()
+    assert service.ready_replicas == 2
+    assert client_for(world.member).get(f"/api/v1/tasks/{service.pk}/").data["ready_replicas"] == 2
+    client.force_login(world.member)
+    page = client.get(f"/task-monitoring/{service.pk}/").content.decode()
+    assert "<code>GET /health?full=1</code> · 2 of 2 replicas ready" in page
+
+
+def test_a_malformed_readiness_path_is_refused_with_what_was_expected(k8s):
+    response = client_for(k8s.member).post("/api/v1/tasks/", {
+        "project": k8s.project.pk, "queue": "high", "name": "serve", "kind": "inference", "gpu_spec": "1(A100)",
+        "image": "busybox:1.36", "command": "serve", "port": 8080, "readiness_path": "http://evil/health",
+    }, format="json")  # fmt: skip
+    assert response.status_code == 400
+    assert "Expected an HTTP path starting with / (e.g. /health)" in str(response.data["readiness_path"])
+    assert not Task.objects.filter(name="serve").exists()

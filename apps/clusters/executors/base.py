@@ -216,6 +216,7 @@ class JobState:
     labels: dict[str, str] = field(default_factory=dict)  # its owner labels (listings fill them in)
     replicas: int | None = None  # instances the backend runs now (placed, not ending), where it can tell
     desired_replicas: int | None = None  # instances the backend is set to run (a Deployment's, after its HPA)
+    ready_replicas: int | None = None  # instances passing their readiness probe, where the backend checks one
     restarts: int = 0  # times the backend restarted the job by itself (Slurm's requeue after a node failure)
     nodes: tuple[str, ...] = ()  # the node of each running instance, where the backend can tell
     failure: str = ""  # a Failure when phase is FAILED and the backend says why

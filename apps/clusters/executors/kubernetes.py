@@ -310,9 +310,11 @@ def deployment_state(ext_id: str, deployment: dict, pods: list[dict]) -> JobStat
     replica_failure = conditions.get("ReplicaFailure") or {}
     if replica_failure.get("status") == "True":
         problem = problem or f"{replica_failure.get('reason')}: {replica_failure.get('message') or ''}"
+    ready = int(status.get("readyReplicas") or 0)
     if available > 0:
-        return JobState(ext_id, JobPhase.RUNNING, problem or f"{available}/{wanted} replicas available")
-    return JobState(ext_id, JobPhase.PENDING, problem or f"0/{wanted} replicas available")
+        return JobState(ext_id, JobPhase.RUNNING, problem or f"{available}/{wanted} replicas available",
+                        ready_replicas=ready)  # fmt: skip
+    return JobState(ext_id, JobPhase.PENDING, problem or f"0/{wanted} replicas available", ready_replicas=ready)
 
 
 def volcano_state(ext_id: str, vcjob: dict, pods: list[dict]) -> JobState:
