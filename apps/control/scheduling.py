@@ -617,7 +617,8 @@ def _clock(when: datetime, now: datetime) -> str:
 
 def _pending_message(task: Task, w: em.Waiting, blocker: Task | None, start: datetime | None, now: datetime) -> str:
     """The engine's reason, made precise where capacity decides: which running task is waited for, until when."""
-    if w.reason != em.Reason.INSUFFICIENT_CAPACITY or blocker is None or start is None or "any node" in w.message:
+    capacity = (em.Reason.INSUFFICIENT_CAPACITY, em.Reason.HOLDS_RESERVATION)
+    if w.reason not in capacity or blocker is None or start is None or "any node" in w.message:
         return w.message
     who = _named_for(task, blocker)
     if w.until_window_end:
