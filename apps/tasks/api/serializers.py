@@ -30,7 +30,8 @@ from apps.vdc.models import VDC, Project
 STATE_FIELDS = (
     "uid", "status", "status_message", "queue_position", "estimated_start", "pending_reason", "pending_message",
     "cluster", "cluster_name", "placement", "allocated_gpu", "replicas", "attempt", "window", "external_id",
-    "submitted_at", "started_at", "finished_at", "updated_at", "exit_code", "failure_reason",
+    "submitted_at", "started_at", "finished_at", "updated_at", "exit_code", "failure_reason", "preemption_count",
+    "lost_gpu_seconds",
 )  # fmt: skip
 
 
