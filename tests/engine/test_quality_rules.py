@@ -49,6 +49,18 @@ def test_high_gang_is_not_overtaken_forever_by_later_one_card_medium_tasks():
     assert hi_started == 800
 
 
+def test_a_kept_scheduler_moves_a_reservation_when_capacity_is_given_back():
+    sched = Scheduler(snap([node("n1", cards=8)], [task("hi", gpu=8)], _busy_node_of_medium_work(), now=1))
+    sched.cycle(1)
+    sched.submit(task("x", "medium", expected_duration_s=1000, submit_time=2))
+    sched.cycle(2)
+    assert sched.last_reservations["hi"] == (800.0, frozenset({"n1"}))  # unchanged, nothing was given back
+    sched.finish("m7")  # the task expected until 800 ends early
+    d = sched.cycle(3)
+    assert sched.last_reservations["hi"] == (700.0, frozenset({"n1"}))
+    assert waiting(d)["x"].reason == Reason.WAITING_FOR_RESERVATION
+
+
 def test_medium_work_that_ends_before_the_reservation_may_use_reserved_cards():
     meds = _busy_node_of_medium_work()[1:]  # card 0 is free: m0 has ended
     d = schedule(

@@ -246,6 +246,7 @@ class Scheduler:
         self._cycle: Cycle | None = None
         # Cross-class reservations of the last cycle: holder task id -> (start time, node ids). For inspection.
         self.last_reservations: dict = {}
+        self._res_cache: dict = {}  # holder -> (epoch, demand, reservation, reserved nodes' free state)
         self._fresh: list[Run] = []  # runs started in the last cycle, not preemptible in it
         self._demands: dict = {}
         self._shapes: dict = {}
@@ -494,6 +495,8 @@ class Scheduler:
         self.last_reservations = {
             tid: (t_res, frozenset(self.nodes[pos].node.id for pos in nodes)) for t_res, nodes, _r, tid in cyc.class_res
         }
+        held = self.last_reservations
+        self._res_cache = {tid: v for tid, v in self._res_cache.items() if tid in held}
         self._cycle = None
         return Decisions(tuple(starts), tuple(cyc.preempts), tuple(resizes), tuple(waiting))
 
@@ -703,9 +706,22 @@ class Scheduler:
             return None
         cyc.class_res_queues.add(q.id)
         rank, now = CLASS_RANK[cls], cyc.now
-        res = backfill.reserve(self, d, alts, cands, now, lambda run: _release_for(run, rank, now))
-        if res is None:
-            return None
+        cached = self._res_cache.get(task.id)
+        if (
+            cached is not None
+            and cached[0] == self.epoch
+            and cached[1] is d
+            and cached[2][0] >= now
+            and all(_node_state(self.nodes[pos]) == state for pos, state in cached[3])
+        ):
+            # Nothing was given back anywhere and nothing changed on the reserved nodes: the same reservation.
+            res = cached[2]
+        else:
+            res = backfill.reserve(self, d, alts, cands, now, lambda run: _release_for(run, rank, now))
+            if res is None:
+                return None
+            states = tuple((pos, _node_state(self.nodes[pos])) for pos in res[1])
+            self._res_cache[task.id] = (self.epoch, d, res, states)
         cyc.class_res.append((res[0], res[1], rank, task.id))
         # Elastic growth keeps off reserved nodes too (it reads every reservation of the cycle).
         cyc.reservation[("class", task.id)] = res
@@ -953,6 +969,11 @@ class Scheduler:
 DEFAULT_FGD_WORKLOAD = tuple(
     (weight, 1.0, 1.0, cards * WHOLE, None) for cards, weight in ((1, 8), (2, 4), (4, 2), (8, 1))
 )
+
+
+def _node_state(ns: NodeState) -> tuple:
+    """A node's free capacity, to tell whether anything was placed on it or given back since."""
+    return (ns.free_cpu, ns.free_mem, tuple(ns.dev_free))
 
 
 def _release_for(run: Run, rank: int, now: float) -> float | None:
