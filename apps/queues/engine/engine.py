@@ -10,8 +10,13 @@ queue yields its tasks in policy order. For every task the admission checks run 
 (budget, limits, quotas, queue capacity, queue order, idle-only for low), then cluster
 filters and the cluster strategy, then node/device placement. A high or medium task that
 does not fit may preempt (shrinking elastic tasks first); a project or queue below its
-guarantee may reclaim borrowed usage. Elastic tasks then grow into what nobody waits for,
-and every task still queued gets its position, estimated start and reason.
+guarantee may reclaim borrowed usage (after the victim's minimum run, sized to what is
+borrowed). A high task that still does not fit, or a medium task that waited past its queue's
+threshold, reserves the nodes where it will start earliest, and later lower-class work keeps
+off them unless it is gone by then or may be preempted. Within medium and low, tasks whose
+project stays within its guarantee are considered first, so they take freed capacity before
+borrowers do. Elastic tasks then grow into what nobody waits for, and every task still queued
+gets its position, estimated start and reason.
 """
 
 from __future__ import annotations
