@@ -5,18 +5,12 @@ from __future__ import annotations
 from .resources import Demand
 
 
-def reserve(sched, d: Demand, alts, cands, now: float, release_at=None):
-    """EASY backfill: when would the head fit, and on which nodes (from expected ends)?
-
-    ``release_at(run)`` says when a running task gives its capacity back (None: not foreseeable); the default
-    is its expected end. Cross-class reservations pass one that also counts what the reserving task may
-    preempt (low work at once, medium work at the end of its window).
-    """
+def reserve(sched, d: Demand, alts, cands, now: float):
+    """EASY backfill: when would the head fit, and on which nodes (from expected ends)?"""
     ends = []
     eligible = {cv.cluster.id for cv in cands}
-    release_at = release_at or _expected_end
     for run in sched.running.values():
-        end = release_at(run)
+        end = run.expected_end()
         if end is not None and run.cluster_id in eligible:
             ends.append((max(end, now), run.seq, run))
     ends.sort(key=lambda e: (e[0], e[1]))
@@ -36,10 +30,6 @@ def reserve(sched, d: Demand, alts, cands, now: float, release_at=None):
         for claim in run.claims:
             sched.clusters[run.cluster_id].index.take(claim)
     return result
-
-
-def _expected_end(run):
-    return run.expected_end()
 
 
 def _place_uncached(sched, d: Demand, alts, cands):

@@ -710,7 +710,7 @@ class Scheduler:
         if cls == MEDIUM and (q.reserve_after_s is None or cyc.now - task.submit_time <= q.reserve_after_s):
             return None
         cyc.class_res_queues.add(q.id)
-        rank, now = CLASS_RANK[cls], cyc.now
+        now = cyc.now
         cached = self._res_cache.get(task.id)
         if (
             cached is not None
@@ -722,12 +722,14 @@ class Scheduler:
             # Nothing was given back anywhere and nothing changed on the reserved nodes: the same reservation.
             res = cached[2]
         else:
-            res = backfill.reserve(self, d, alts, cands, now, lambda run: _release_for(run, rank, now))
+            # From running tasks' expected ends only: counting what the holder might preempt as free "now"
+            # promised room that the preemption plan had just failed to make, and held it idle (trace replays).
+            res = backfill.reserve(self, d, alts, cands, now)
             if res is None:
                 return None
             states = tuple((pos, _node_state(self.nodes[pos])) for pos in res[1])
             self._res_cache[task.id] = (self.epoch, d, res, states)
-        cyc.class_res.append((res[0], res[1], rank, task.id))
+        cyc.class_res.append((res[0], res[1], CLASS_RANK[cls], task.id))
         # Elastic growth keeps off reserved nodes too (it reads every reservation of the cycle).
         cyc.reservation[("class", task.id)] = res
         return res
@@ -979,20 +981,6 @@ DEFAULT_FGD_WORKLOAD = tuple(
 def _node_state(ns: NodeState) -> tuple:
     """A node's free capacity, to tell whether anything was placed on it or given back since."""
     return (ns.free_cpu, ns.free_mem, tuple(ns.dev_free))
-
-
-def _release_for(run: Run, rank: int, now: float) -> float | None:
-    """When a running task gives its capacity back to a reserving task of class ``rank``: its expected end, or
-    sooner when the reserver may preempt it (low work at once, medium work when its window ends)."""
-    end = run.expected_end()
-    if not run.task.preemptible or run.rank >= rank:
-        return end
-    if run.rank == CLASS_RANK[LOW]:
-        return now
-    window_end = run.window_end()
-    if rank == CLASS_RANK[HIGH] and window_end is not None:
-        return window_end if end is None else min(end, window_end)
-    return end
 
 
 def _start_size(task: Task) -> int:
