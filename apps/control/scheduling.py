@@ -103,7 +103,7 @@ SNAPSHOT_FIELDS = (
     "elastic_max", "expected_duration", "preemptible", "required_labels", "status", "status_message",
     "pending_reason", "pending_message", "queue_position", "estimated_start", "cluster_id", "placement",
     "allocated_gpu", "replicas", "external_id", "attempt", "window", "submitted_at", "started_at", "finished_at",
-    "updated_at", "uid", "exit_code", "failure_reason",
+    "updated_at", "uid", "exit_code", "failure_reason", "preemption_count", "lost_gpu_seconds",
 )  # fmt: skip
 
 
@@ -246,6 +246,8 @@ class SnapshotLoader:
                     weight=_f(q.weight),
                     window_floor_s=q.min_window.total_seconds(),
                     name=q.name,
+                    reserve_after_s=_seconds(q.reserve_after),
+                    min_run_before_reclaim_s=q.min_run_before_reclaim.total_seconds(),
                 )  # fmt: skip
                 for q in self.queues.values()
             ),
@@ -493,9 +495,12 @@ def _apply(loader: SnapshotLoader, decisions: em.Decisions, now: datetime) -> Cy
         task.status_message = message
         if p.new_window_s is not None:
             task.window = timedelta(seconds=p.new_window_s)
+        task.preemption_count += 1
+        task.lost_gpu_seconds += Decimal(f"{p.lost_gpu_s:.1f}")
         task.cluster, task.placement, task.allocated_gpu, task.replicas, task.external_id = None, [], 0, 0, ""
         changed[task.pk] = task
         data = {"reason": p.reason, "by_task": p.by_task_id, "cluster": cluster_id, "external_id": external_id}
+        data["lost_gpu_seconds"] = round(p.lost_gpu_s, 1)
         if p.new_window_s is not None:
             data["new_window_s"] = p.new_window_s
         event(task, EventKind.SUSPENDED if low else EventKind.PREEMPTED, message, previous, data)
@@ -572,7 +577,7 @@ def _apply(loader: SnapshotLoader, decisions: em.Decisions, now: datetime) -> Cy
     state_fields = [
         "status", "status_message", "window", "cluster", "placement", "allocated_gpu", "replicas", "external_id",
         "attempt", "started_at", "finished_at", "queue_position", "estimated_start", "pending_reason",
-        "pending_message", "updated_at", "exit_code", "failure_reason",
+        "pending_message", "updated_at", "exit_code", "failure_reason", "preemption_count", "lost_gpu_seconds",
     ]  # fmt: skip
     for task in changed.values():
         task.updated_at = now
@@ -637,7 +642,8 @@ def _clock(when: datetime, now: datetime) -> str:
 
 def _pending_message(task: Task, w: em.Waiting, blocker: Task | None, start: datetime | None, now: datetime) -> str:
     """The engine's reason, made precise where capacity decides: which running task is waited for, until when."""
-    if w.reason != em.Reason.INSUFFICIENT_CAPACITY or blocker is None or start is None or "any node" in w.message:
+    capacity = (em.Reason.INSUFFICIENT_CAPACITY, em.Reason.HOLDS_RESERVATION)
+    if w.reason not in capacity or blocker is None or start is None or "any node" in w.message:
         return w.message
     who = _named_for(task, blocker)
     if w.until_window_end:

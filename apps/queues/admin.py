@@ -41,6 +41,15 @@ class TaskQueueAdmin(admin.ModelAdmin):
         (None, {"fields": ("vdc", "name", "description", "is_open")}),
         ("Ordering", {"fields": ("priority_class", "class_rules", "policy", "backend_flavour", "min_window")}),
         (
+            "Starvation and churn",
+            {
+                "fields": ("reserve_after", "min_run_before_reclaim"),
+                "description": "A waiting high task always reserves the capacity it needs; a medium task does once it "
+                "has waited longer than the first value. The second protects the queue's running tasks from "
+                "guarantee reclaims until they have run that long (higher-class preemption is not affected).",
+            },
+        ),
+        (
             "Limits",
             {
                 "fields": ("max_expected_duration", ("default_wall_time", "max_wall_time")),

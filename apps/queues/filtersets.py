@@ -28,6 +28,8 @@ class TaskQueueFilterSet(BaseFilterSet):
             "max_expected_duration": NUMBER,
             "default_wall_time": NUMBER,
             "max_wall_time": NUMBER,
+            "reserve_after": NUMBER,
+            "min_run_before_reclaim": NUMBER,
             "backend_flavour": ["exact"],
             "is_open": ["exact"],
             "created_at": TIME,

@@ -18,6 +18,8 @@ ZERO = Decimal("0")
 # The longest expected duration any queue may allow: a year (and a day), far inside what datetimes can add.
 LONGEST_EXPECTED_DURATION = timedelta(days=366)
 DEFAULT_MAX_EXPECTED_DURATION = timedelta(days=7)
+DEFAULT_RESERVE_AFTER = timedelta(hours=1)
+DEFAULT_MIN_RUN_BEFORE_RECLAIM = timedelta(minutes=5)
 
 
 class TaskQueue(models.Model):
@@ -63,6 +65,18 @@ class TaskQueue(models.Model):
     max_wall_time = models.DurationField(
         null=True, blank=True, help_text="Longest wall-time limit a task may set here; empty: up to 366 days"
     )
+    reserve_after = models.DurationField(
+        null=True,
+        blank=True,
+        default=DEFAULT_RESERVE_AFTER,
+        help_text="Medium class: a task waiting longer than this reserves the capacity it needs, so later work of "
+        "any queue cannot keep taking it; empty: never",
+    )
+    min_run_before_reclaim = models.DurationField(
+        default=DEFAULT_MIN_RUN_BEFORE_RECLAIM,
+        help_text="A task of this queue is not preempted to give a project or queue its guarantee back before it "
+        "has run this long (stops restart-and-reclaim churn); 0 turns the protection off",
+    )
     backend_flavour = models.CharField(max_length=16, choices=BackendFlavour.choices, default=BackendFlavour.DEFAULT)
     is_open = models.BooleanField(default=True, help_text="Closed queues take no new submissions")
     created_at = models.DateTimeField(auto_now_add=True)
@@ -107,6 +121,16 @@ class TaskQueue(models.Model):
         if default_wall and max_wall and "max_wall_time" not in errors and default_wall > max_wall:
             errors["default_wall_time"] = (
                 f"Expected at most the queue's longest wall time ({max_wall}), got {default_wall}."
+            )
+        if self.reserve_after is not None and not timedelta(0) < self.reserve_after <= LONGEST_EXPECTED_DURATION:
+            errors["reserve_after"] = (
+                f"Expected a positive duration of at most {LONGEST_EXPECTED_DURATION.days} days, e.g. 01:00:00, "
+                "or empty for never."
+            )
+        reclaim = self.min_run_before_reclaim
+        if reclaim is not None and not timedelta(0) <= reclaim <= LONGEST_EXPECTED_DURATION:
+            errors["min_run_before_reclaim"] = (
+                f"Expected a duration from 0 to {LONGEST_EXPECTED_DURATION.days} days, e.g. 00:05:00."
             )
         if self.min_window is not None and self.min_window <= timedelta(0):
             errors["min_window"] = "Expected a positive duration, e.g. 00:15:00."

@@ -33,7 +33,8 @@ CANCEL_REASON = "cancelled by an admin"
 STATE_FIELDS = (
     "status", "status_message", "pending_reason", "pending_message", "queue_position", "estimated_start",
     "cluster", "placement_table", "allocated_gpu", "replicas", "external_id", "attempt", "window",
-    "submitted_at", "started_at", "finished_at", "updated_at", "exit_code", "failure_reason",
+    "submitted_at", "started_at", "finished_at", "updated_at", "exit_code", "failure_reason", "preemption_count",
+    "lost_gpu_seconds",
 )  # fmt: skip
 # Checked against queue rules and quotas at submission; changing them afterwards would bypass the checks.
 SUBMITTED_FIELDS = (

@@ -75,6 +75,8 @@ class TaskFilterSet(BaseFilterSet):
             "replicas": NUMBER,
             "external_id": ["exact"],
             "attempt": NUMBER,
+            "preemption_count": NUMBER,
+            "lost_gpu_seconds": NUMBER,
             "window": NUMBER,
             "submitted_at": TIME,
             "started_at": TIME,

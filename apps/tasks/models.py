@@ -189,6 +189,13 @@ class Task(models.Model):
     )
     external_id = models.CharField(max_length=255, blank=True, db_index=True)
     attempt = models.PositiveIntegerField(default=0)
+    preemption_count = models.PositiveIntegerField(default=0, help_text="Times the scheduler preempted or suspended it")
+    lost_gpu_seconds = models.DecimalField(
+        max_digits=16,
+        decimal_places=1,
+        default=ZERO,
+        help_text="Work lost to preemptions: GPU-equivalent seconds from the start of each preempted run",
+    )
     window = models.DurationField(null=True, blank=True, help_text="Medium class: current guaranteed window")
     submitted_at = models.DateTimeField(auto_now_add=True, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -213,6 +220,11 @@ class Task(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.pk} {self.name}"
+
+    @property
+    def lost_gpu_hours(self) -> Decimal:
+        """Work lost to preemptions in GPU-equivalent hours (for pages)."""
+        return (self.lost_gpu_seconds or ZERO) / 3600
 
     @property
     def is_waiting(self) -> bool:

@@ -26,7 +26,8 @@ from .builders import MODELS, node
 RATE = {m.name: m.exchange_rate for m in MODELS}
 QUEUES = (
     Queue("high", "high", policy="fifo"),
-    Queue("medium", "medium", policy="drf", window_floor_s=10),
+    # Medium tasks submitted more than 500 s before "now" reserve capacity across queues (issue 13 A).
+    Queue("medium", "medium", policy="drf", window_floor_s=10, reserve_after_s=500),
     Queue("low", "low", policy="backfill", max_gpu=6.0),
     Queue("low2", "low", guaranteed_gpu=1.0),
 )
@@ -298,3 +299,165 @@ def test_kept_scheduler_index_matches_a_fresh_one_after_cycles(s):
     b_free, b_buckets = _index_view(rebuilt)
     assert a_free == b_free
     assert {k: v for k, v in a_buckets.items() if any(v)} == {k: v for k, v in b_buckets.items() if any(v)}
+
+
+RANK = {"low": 0, "medium": 1, "high": 2}
+
+
+def _gpu_eq(pl) -> float:
+    return sum(sh.milli / 1000 * RATE[pl.gpu_model] for sh in pl.devices) if pl.gpu_model else 0.0
+
+
+def _card_task(draw, tid, queue_ids, cards=(1,)):
+    return Task(
+        tid,
+        draw(st.sampled_from(PROJECTS)),
+        draw(st.sampled_from(queue_ids)),
+        cpu=1.0,
+        memory_gib=1.0,
+        gpu=GpuRequest(draw(st.sampled_from(cards))),
+        expected_duration_s=float(draw(st.integers(10, 3000))),
+        submit_time=float(draw(st.integers(0, 1900))),
+        preemptible=draw(st.integers(0, 4)) > 0,
+    )
+
+
+@st.composite
+def contested_snapshots(draw, queue_ids=("medium", "low", "low2"), queued_cards=(1,), free_cards=(0, 1, 2)):
+    """Whole-card work on nearly full A100 nodes: where reclaims and reservations happen."""
+    nodes = [node(f"n{i}", cards=4, cpu=16, mem=64) for i in range(draw(st.integers(1, 3)))]
+    free = [(n.id, d.id) for n in nodes for d in n.devices]
+    running = []
+    for i in range(max(0, len(free) - draw(st.sampled_from(free_cards)))):
+        nid, dev = free.pop(draw(st.integers(0, len(free) - 1)))
+        t = _card_task(draw, f"r{i}", ("high", "medium", "low", "low2"))
+        window = t.expected_duration_s if t.queue_id == "medium" else None
+        started = float(draw(st.integers(0, 1990)))
+        placement = InstancePlacement(nid, (DeviceShare(dev),), "A100-80G")
+        running.append(RunningTask(t, "c1", (placement,), started, window))
+    queued = [_card_task(draw, f"q{i}", queue_ids, queued_cards) for i in range(draw(st.integers(1, 8)))]
+    quotas = [ProjectQuota(p, guaranteed=Resources(4, 16, float(draw(st.integers(0, 4))))) for p in PROJECTS]
+    return Snapshot(2000.0, (Cluster("c1"),), tuple(nodes), MODELS, QUEUES, tuple(quotas), tuple(running),
+                    tuple(queued))  # fmt: skip
+
+
+@SETTINGS
+@given(snapshots())
+def test_no_reclaim_preemption_while_free_capacity_could_serve_the_claimant(s):
+    _no_reclaim_while_free_capacity_could_serve(s)
+
+
+@SETTINGS
+@given(contested_snapshots(("low", "low2")))
+def test_no_reclaim_preemption_while_free_capacity_could_serve_the_claimant_on_full_nodes(s):
+    _no_reclaim_while_free_capacity_could_serve(s)
+
+
+def _no_reclaim_while_free_capacity_could_serve(s):
+    """Issue 13 B: a project within its guarantee takes free capacity before a borrower does, so it never
+    reclaims while a borrower started this cycle on cards that were free all along and would have served it."""
+    d = schedule(s)
+    reclaimers = {p.by_task_id for p in d.preemptions if p.reason == "quota_reclaim"}
+    if not reclaimers:
+        return
+    qdef = {q.id: q for q in s.queues}
+    quotas = {q.project_id: q for q in s.quotas}
+    queued = {t.id: t for t in s.queued}
+    gone = {p.task_id for p in d.preemptions}
+    removed = {(r.task_id, pl) for r in d.resizes for pl in r.removed}
+    held_before = {sh.device_id for rt in s.running for pl in rt.placements for sh in pl.devices}
+    # Free cpu / memory per node at the snapshot; starts only take more, preemptions and shrinks give back.
+    room = {n.id: [n.cpu, n.memory_gib] for n in s.nodes}
+    for rt in s.running:
+        for pl in rt.placements:
+            room[pl.node_id][0] -= rt.task.cpu
+            room[pl.node_id][1] -= rt.task.memory_gib
+    # What surely stayed in use all cycle: running work that was neither preempted nor shrunk.
+    base_p: dict = {}
+    base_q: dict = {}
+    for rt in s.running:
+        if rt.task.id in gone:
+            continue
+        u = sum(_gpu_eq(pl) for pl in rt.placements if (rt.task.id, pl) not in removed)
+        base_p[rt.task.project_id] = base_p.get(rt.task.project_id, 0.0) + u
+        base_q[rt.task.queue_id] = base_q.get(rt.task.queue_id, 0.0) + u
+    starts = {x.task_id: x for x in d.starts}
+    for xid in reclaimers:
+        x, xs = queued[xid], starts[xid]
+        if len(xs.placements) != 1 or not x.gpu or x.gpu.count < 1 or not xs.placements[0].gpu_model:
+            continue
+        cards, x_rate = int(x.gpu.count), RATE[xs.placements[0].gpu_model]
+        x_rank = RANK[qdef[x.queue_id].priority_class]
+        for sid, ss in starts.items():
+            t = queued[sid]
+            q = qdef[t.queue_id]
+            if sid == xid or len(ss.placements) != 1 or sid in {p.by_task_id for p in d.preemptions}:
+                continue
+            pl = ss.placements[0]
+            if RANK[q.priority_class] > x_rank or not pl.gpu_model:
+                continue
+            # Room the claimant had on that node when it was considered, at the least: the snapshot's, less
+            # every other start there (elastic growth comes after all starts).
+            others = [queued[o.task_id] for o in d.starts if o.task_id not in (xid, sid)
+                      for p_ in o.placements if p_.node_id == pl.node_id]  # fmt: skip
+            if (
+                room[pl.node_id][0] - sum(o.cpu for o in others) < x.cpu - 1e-9
+                or room[pl.node_id][1] - sum(o.memory_gib for o in others) < x.memory_gib - 1e-9
+            ):
+                continue
+            if (
+                q.reserve_after_s is not None
+                and q.priority_class == "medium"
+                and s.now - t.submit_time > (q.reserve_after_s)
+            ):
+                continue  # a long-waiting medium task goes first by rule
+            whole = [sh for sh in pl.devices if sh.milli == 1000 and sh.device_id not in held_before]
+            if len(whole) < cards or len(whole) != len(pl.devices) or RATE[pl.gpu_model] > x_rate:
+                continue
+            use = _gpu_eq(pl)
+            borrower_p = base_p.get(t.project_id, 0.0) + use > quotas[t.project_id].guaranteed.gpu + 1e-9
+            borrower_q = q.guaranteed_gpu <= 0 or base_q.get(t.queue_id, 0.0) + use > q.guaranteed_gpu + 1e-9
+            assert not (borrower_p and borrower_q), f"{xid} reclaimed while borrower {sid} took free cards"
+
+
+@SETTINGS
+@given(snapshots())
+def test_no_lower_class_start_delays_a_reservation_it_could_not_be_preempted_from(s):
+    _no_start_delays_a_reservation(s)
+
+
+@SETTINGS
+@given(contested_snapshots(("high", "medium", "low", "low2"), (1, 2, 4), (1, 2, 3)))
+def test_no_lower_class_start_delays_a_reservation_on_busy_nodes(s):
+    _no_start_delays_a_reservation(s)
+
+
+def _no_start_delays_a_reservation(s):
+    """Issue 13 A: work started on a node reserved for a waiting high (or long-waiting medium) task is gone by
+    the reservation's start, or the holder may preempt it then."""
+    sched = Scheduler(s)
+    d = sched.cycle(s.now)
+    qdef = {q.id: q for q in s.queues}
+    queued = {t.id: t for t in s.queued}
+    for holder, (t_res, nodes) in sched.last_reservations.items():
+        h_rank = RANK[qdef[queued[holder].queue_id].priority_class]
+        assert holder not in {x.task_id for x in d.starts}
+        for st_ in d.starts:
+            t = queued[st_.task_id]
+            cls = qdef[t.queue_id].priority_class
+            if RANK[cls] > h_rank or (RANK[cls] == h_rank and cls == "high"):
+                continue
+            if not {pl.node_id for pl in st_.placements} & nodes:
+                continue
+            q = qdef[t.queue_id]
+            if h_rank == 1 and q.reserve_after_s is not None and s.now - t.submit_time > q.reserve_after_s:
+                continue  # long-waiting medium tasks go first, in queue order: it may precede the holder
+            dur = t.expected_duration_s
+            if dur is not None and s.now + dur <= t_res + 1e-6:
+                continue
+            if cls == "low" and t.preemptible and h_rank > 0:
+                continue
+            window = t.window_s if t.window_s is not None else dur
+            if cls == "medium" and h_rank == 2 and t.preemptible and s.now + window <= t_res + 1e-6:
+                continue
+            raise AssertionError(f"{t.id} ({cls}) started on nodes reserved for {holder} from {t_res}")

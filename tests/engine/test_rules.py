@@ -272,7 +272,10 @@ def test_borrowed_usage_is_reclaimed_for_project_below_guarantee():
     ]
     old = running(task("old", "low", project="rich"), [("n1", [0])], started_at=0)
     new = running(task("new", "low", project="rich"), [("n1", [1])], started_at=50)
-    d = schedule(snap([node("n1", cards=2)], [task("mine", "low", project="poor")], [old, new], quotas=quotas))
+    # Both have run longer than the queue's minimum run before a reclaim (300 s by default).
+    d = schedule(
+        snap([node("n1", cards=2)], [task("mine", "low", project="poor")], [old, new], quotas=quotas, now=1000)
+    )
     # Same class, so only the reclaim rule applies; the most recently started goes.
     assert preempted(d) == ["new"]
     assert d.preemptions[0].reason == "quota_reclaim"
@@ -299,7 +302,7 @@ def test_queue_never_exceeds_max_capacity():
 def test_queue_guarantee_reclaims_borrowed_capacity():
     qs = (Queue("high", "high"), Queue("low", "low", guaranteed_gpu=1.0), Queue("low2", "low"))
     other = running(task("other", "low2"), [("n1", [0])])
-    d = schedule(snap([node("n1", cards=1)], [task("mine", "low")], [other], qs=qs))
+    d = schedule(snap([node("n1", cards=1)], [task("mine", "low")], [other], qs=qs, now=1000))
     assert preempted(d) == ["other"]
     assert d.preemptions[0].reason == "queue_reclaim"
 
@@ -409,7 +412,8 @@ def test_waiting_tasks_get_position_estimate_and_reason():
     assert (w["a"].position, w["b"].position) == (1, 2)
     assert w["a"].estimated_start == 300
     assert w["b"].estimated_start == 400
-    assert w["a"].reason == Reason.INSUFFICIENT_CAPACITY and w["a"].message
+    # A high task that finds no room holds a reservation (issue 13 A).
+    assert w["a"].reason == Reason.HOLDS_RESERVATION and w["a"].message
 
 
 def test_no_matching_gpu_model_reason():

@@ -20,7 +20,8 @@ class TaskQueueSerializer(ModelCleanMixin, serializers.ModelSerializer):
         fields = [
             "id", "vdc", "vdc_name", "name", "description", "priority_class", "rules", "policy", "guaranteed_gpu",
             "max_gpu", "weight", "min_window", "max_expected_duration", "default_wall_time", "max_wall_time",
-            "backend_flavour", "is_open", "waiting_count", "active_count", "created_at", "updated_at",
+            "reserve_after", "min_run_before_reclaim", "backend_flavour", "is_open", "waiting_count", "active_count",
+            "created_at", "updated_at",
         ]  # fmt: skip
         read_only_fields = ["created_at", "updated_at"]
 

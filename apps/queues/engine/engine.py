@@ -10,10 +10,15 @@ queue yields its tasks in policy order. For every task the admission checks run 
 (budget, limits, quotas, queue capacity, queue order, idle-only for low), then cluster
 filters and the cluster strategy, then node/device placement. A high or medium task that
 does not fit may preempt (shrinking elastic tasks first); a project or queue below its
-guarantee may reclaim borrowed usage. Elastic tasks then grow into what nobody waits for,
-and every task still queued gets its position, estimated start and reason. A kept
-``Scheduler`` hands those out lazily (:class:`~.estimate.WaitingList`), so a cycle costs the
-consideration of the queued tasks, not the estimation of the whole backlog.
+guarantee may reclaim borrowed usage (after the victim's minimum run, sized to what is
+borrowed). A high task that still does not fit, or a medium task that waited past its queue's
+threshold, reserves the nodes where it will start earliest, and later lower-class work keeps
+off them unless it is gone by then or may be preempted. Within medium and low, tasks whose
+project stays within its guarantee are considered first, so they take freed capacity before
+borrowers do. Elastic tasks then grow into what nobody waits for, and every task still queued
+gets its position, estimated start and reason. A kept ``Scheduler`` hands those out
+lazily (:class:`~.estimate.WaitingList`), so a cycle costs the consideration of the queued
+tasks, not the estimation of the whole backlog.
 """
 
 from __future__ import annotations
@@ -179,6 +184,9 @@ class Cycle:
         self.starved: set = set()
         self.queue_blocked: dict = {}
         self.reservation: dict = {}
+        # Cross-class reservations: (start time, node positions, rank of the holder, holder task id).
+        self.class_res: list = []
+        self.class_res_queues: set = set()
         self.preempt_failed: set = set()
         self.eligible: dict = {}
         self.victim_pool: dict = {}
@@ -254,6 +262,9 @@ class Scheduler:
         self.release_total: dict = {}
         self._rel_pending: list = []
         self._cycle: Cycle | None = None
+        # Cross-class reservations of the last cycle: holder task id -> (start time, node ids). For inspection.
+        self.last_reservations: dict = {}
+        self._res_cache: dict = {}  # holder -> (epoch, demand, reservation, reserved nodes' free state)
         self._fresh: list[Run] = []  # runs started in the last cycle, not preemptible in it
         self._demands: dict = {}
         self._shapes: dict = {}
@@ -554,15 +565,19 @@ class Scheduler:
                 (q, queue_order(q.policy, by_queue[q.id], self.share_of, priority_of, now, self.weight_of))
                 for q in queues
             ]
-            while iters:
-                alive = []
-                for q, it in iters:
-                    task = next(it, None)
-                    if task is None:
-                        continue
-                    alive.append((q, it))
-                    self._consider(task, q, cls, cyc)
-                iters = alive
+            tier_of = self._tiers(cls, queues, now)
+            if tier_of is None:
+                while iters:
+                    alive = []
+                    for q, it in iters:
+                        task = next(it, None)
+                        if task is None:
+                            continue
+                        alive.append((q, it))
+                        self._consider(task, q, cls, cyc)
+                    iters = alive
+            else:
+                self._consider_in_tiers(iters, tier_of, cls, cyc)
         for qid, tasks in by_queue.items():
             if qid not in self.queues:
                 for t in tasks:
@@ -576,8 +591,84 @@ class Scheduler:
         resizes = []
         for task_id, (run, added, removed) in cyc.resizes.items():
             resizes.append(Resize(task_id, len(run.placements), tuple(added), tuple(removed), "elastic"))
+        self.last_reservations = {
+            tid: (t_res, frozenset(self.nodes[pos].node.id for pos in nodes)) for t_res, nodes, _r, tid in cyc.class_res
+        }
+        held = self.last_reservations
+        self._res_cache = {tid: v for tid, v in self._res_cache.items() if tid in held}
         self._cycle = None
         return Decisions(tuple(starts), tuple(cyc.preempts), tuple(resizes), waiting)
+
+    def _tiers(self, cls: str, queues: list, now: float):
+        """How tasks of a class are tiered within the cycle, or None when queue order alone decides.
+
+        Tier 0: medium tasks that waited longer than their queue's ``reserve_after_s`` (they reserve capacity, so
+        they go before the work their reservation must hold off). Tier 1: tasks whose project (or queue) stays
+        within its guarantee with them: they take freed capacity directly instead of reclaiming it one cycle
+        after a borrower took it. Tier 2: the rest. Queue order is kept within a tier.
+        """
+        if cls == HIGH:
+            return None
+        guarantees = any(q.guaranteed_gpu > 0 for q in queues) or any(
+            qt.guaranteed != ZERO for qt in self.quotas.values()
+        )
+        starving = cls == MEDIUM and any(q.reserve_after_s is not None for q in queues)
+        if not guarantees and not starving:
+            return None
+
+        def tier_of(task: Task, q) -> int:
+            if starving and q.reserve_after_s is not None and now - task.submit_time > q.reserve_after_s:
+                return 0
+            if guarantees:
+                d = self.demand(task)
+                if isinstance(d, Demand) and any(preemption.reclaim_rights(self, task, q, d, d.alternatives)):
+                    return 1
+            return 2
+
+        return tier_of
+
+    def _consider_in_tiers(self, iters: list, tier_of, cls: str, cyc: Cycle) -> None:
+        """Consider a class's tasks tier by tier (see :meth:`_tiers`); queues take turns within each tier.
+
+        A task's tier is read when its turn comes (starts change guarantees); a task found in a later tier
+        waits there in its queue order.
+        """
+        later: dict = {q.id: ([], []) for q, _it in iters}
+        seq = 0
+        while iters:
+            alive = []
+            for q, it in iters:
+                task = next(it, None)
+                if task is None:
+                    continue
+                alive.append((q, it))
+                tier = tier_of(task, q)
+                if tier == 0:
+                    self._consider(task, q, cls, cyc)
+                else:
+                    later[q.id][tier - 1].append((seq, task))
+                seq += 1
+            iters = alive
+        for tier in (1, 2):
+            lists = [(self.queues[qid], lists_[tier - 1]) for qid, lists_ in later.items()]
+            if tier == 2:
+                for _q, lst in lists:
+                    lst.sort(key=lambda e: e[0])
+            pos = 0
+            while True:
+                any_left = False
+                for q, lst in lists:
+                    if pos >= len(lst):
+                        continue
+                    any_left = True
+                    seq_, task = lst[pos]
+                    if tier == 1 and tier_of(task, q) == 2:
+                        later[q.id][1].append((seq_, task))
+                    else:
+                        self._consider(task, q, cls, cyc)
+                if not any_left:
+                    break
+                pos += 1
 
     def _wait(self, cyc: Cycle, task: Task, d, reason: str, message: str) -> None:
         cyc.waiting.append((task, d if isinstance(d, Demand) else None, reason, message))
@@ -657,6 +748,10 @@ class Scheduler:
             # policies keep the nodes of a blocked head for it alone (no estimate is trusted).
             if q.policy != BACKFILL or dur is None or cyc.now + dur > t_res + EPS:
                 excluded, token = nodes, res
+        held = self._held_off(task, cls, cyc) if cyc.class_res else None
+        if held:
+            excluded = held if excluded is None else excluded | held
+            token = ("held", excluded)
         placed = self._place(d, alts, cands, excluded, token, cyc)
         if placed is not None:
             self._start(task, q, cls, d, placed, cyc)
@@ -665,24 +760,35 @@ class Scheduler:
             trial = self._place(d, alts, cands, None, None, cyc)
             if trial is not None:
                 self._undo(trial)
-                self._wait(
-                    cyc,
-                    task,
-                    d,
-                    Reason.WAITING_FOR_RESERVATION,
-                    "would delay the reservation of the queue's head task",
-                )
+                message = "would delay the reservation of the queue's head task"
+                if held:
+                    message = "would delay capacity reserved for a higher-class or long-waiting task"
+                self._wait(cyc, task, d, Reason.WAITING_FOR_RESERVATION, message)
                 self._starving(cyc, cls, keys)
                 return
-        plan = preemption.plan(self, task, q, cls, d, alts, cands, cyc)
+        plan = preemption.plan(self, task, q, cls, d, alts, cands, cyc, held or None)
         if plan is not None:
-            self._apply_plan(plan, task, q, cls, d, cyc)
+            self._apply_plan(plan, task, q, cls, d, cyc, held or None)
             return
         if not any(cv.index.could_ever_fit(alt, d.cpu, d.memory_gib) for cv in cands for alt in alts):
             # Waiting cannot help, so it must not hold back queues or low work either.
             self._wait(cyc, task, d, Reason.INSUFFICIENT_CAPACITY, "larger than any node of the eligible clusters")
             return
-        self._wait(cyc, task, d, Reason.INSUFFICIENT_CAPACITY, "not enough free capacity on eligible clusters")
+        reserved = self._reserve_across_classes(task, q, cls, d, alts, cands, cyc)
+        if reserved is not None:
+            t_res, nodes = reserved
+            when = "now" if t_res <= cyc.now + EPS else f"in {round(t_res - cyc.now)} s"
+            count = len(nodes)
+            self._wait(
+                cyc,
+                task,
+                d,
+                Reason.HOLDS_RESERVATION,
+                f"not enough free capacity; holds a reservation on {count} node{'s' if count != 1 else ''} "
+                f"(expected free {when}) that later lower-class work may not delay",
+            )
+        else:
+            self._wait(cyc, task, d, Reason.INSUFFICIENT_CAPACITY, "not enough free capacity on eligible clusters")
         self._starving(cyc, cls, keys)
         if q.policy in (FIFO, DRF):
             cyc.queue_blocked.setdefault(q.id, set()).update(keys)
@@ -690,6 +796,67 @@ class Scheduler:
             cyc.reservation[q.id] = backfill.reserve(self, d, alts, cands, cyc.now)
         elif q.policy in RESERVING_POLICIES and q.id not in cyc.reservation:
             cyc.reservation[q.id] = drain_reservation(self, d, alts, cands, cyc.now)
+
+    def _reserve_across_classes(self, task: Task, q, cls: str, d: Demand, alts, cands, cyc: Cycle):
+        """A high task (or a medium task waiting past its queue's ``reserve_after_s``) that found no room
+        reserves the nodes where it will start earliest; returns (start time, node positions) or None.
+
+        One reservation per queue and cycle, like EASY's head: the first such task of a queue holds it.
+        """
+        if cls == LOW or q.id in cyc.class_res_queues:
+            return None
+        if cls == MEDIUM and (q.reserve_after_s is None or cyc.now - task.submit_time <= q.reserve_after_s):
+            return None
+        cyc.class_res_queues.add(q.id)
+        now = cyc.now
+        cached = self._res_cache.get(task.id)
+        if (
+            cached is not None
+            and cached[0] == self.epoch
+            and cached[1] is d
+            and cached[2][0] >= now
+            and all(_node_state(self.nodes[pos]) == state for pos, state in cached[3])
+        ):
+            # Nothing was given back anywhere and nothing changed on the reserved nodes: the same reservation.
+            res = cached[2]
+        else:
+            # From running tasks' expected ends only: counting what the holder might preempt as free "now"
+            # promised room that the preemption plan had just failed to make, and held it idle (trace replays).
+            res = backfill.reserve(self, d, alts, cands, now)
+            if res is None:
+                return None
+            states = tuple((pos, _node_state(self.nodes[pos])) for pos in res[1])
+            self._res_cache[task.id] = (self.epoch, d, res, states)
+        cyc.class_res.append((res[0], res[1], CLASS_RANK[cls], task.id))
+        # Elastic growth keeps off reserved nodes too (it reads every reservation of the cycle).
+        cyc.reservation[("class", task.id)] = res
+        return res
+
+    def _held_off(self, task: Task, cls: str, cyc: Cycle) -> frozenset | None:
+        """Reserved nodes this task must keep off: those of higher-class (or, for medium, long-waiting medium)
+        holders that it would still occupy when the reservation starts and that could not preempt it."""
+        if cls == HIGH:
+            return None  # high tasks take turns among themselves as before
+        rank = CLASS_RANK[cls]
+        now = cyc.now
+        dur = task.expected_duration_s
+        end = None if dur is None else now + dur
+        window_end = None
+        if cls == MEDIUM and task.preemptible:
+            window = task.window_s if task.window_s is not None else dur
+            window_end = None if window is None else now + window
+        out: set = set()
+        for t_res, nodes, holder_rank, holder in cyc.class_res:
+            if holder_rank < rank or holder == task.id:
+                continue
+            if end is not None and end <= t_res + EPS:
+                continue  # gone (by its expected duration) before the reservation starts
+            if cls == LOW and task.preemptible and holder_rank > rank:
+                continue  # the holder may preempt it
+            if window_end is not None and holder_rank == CLASS_RANK[HIGH] and window_end <= t_res + EPS:
+                continue  # its window is over by then, so the high holder may preempt it
+            out |= nodes
+        return frozenset(out) if out else None
 
     def _starving(self, cyc: Cycle, cls: str, keys: frozenset) -> None:
         """A task waits for capacity of these kinds: elastic growth (and, for high/medium, low work) keeps off."""
@@ -817,7 +984,7 @@ class Scheduler:
         self._charge(run, +1)
         cyc.starts[task.id] = (cv.cluster.id, placements, window)
 
-    def _apply_plan(self, plan, task: Task, q, cls: str, d: Demand, cyc: Cycle) -> None:
+    def _apply_plan(self, plan, task: Task, q, cls: str, d: Demand, cyc: Cycle, excluded=None) -> None:
         """Carry out a preemption plan: shrink / evict the victims, then start the task."""
         for run, claim in plan.shrinks:
             self._shrink(run, claim, cyc)
@@ -826,7 +993,8 @@ class Scheduler:
         self.epoch += 1
         self._fail_epoch = self.epoch
         cyc.fail.clear()
-        placed = self._place(d, plan.alts, [plan.cluster], None, None, cyc)
+        token = None if excluded is None else ("held", excluded)
+        placed = self._place(d, plan.alts, [plan.cluster], excluded, token, cyc)
         if placed is None:
             raise AssertionError("preemption plan did not free enough capacity")
         self._start(task, q, cls, d, placed, cyc)
@@ -850,6 +1018,7 @@ class Scheduler:
     def _evict(self, run: Run, reason: str, by: Task, cyc: Cycle) -> None:
         task = run.task
         q = self.queues.get(task.queue_id)
+        claims = len(run.claims)
         self._release_run(run)
         new_window = None
         if run.rank == CLASS_RANK[MEDIUM]:
@@ -862,7 +1031,8 @@ class Scheduler:
             "quota_reclaim": f"project of {by.id!r} reclaims its guaranteed quota",
             "queue_reclaim": f"queue of {by.id!r} reclaims its guaranteed capacity",
         }[reason]
-        cyc.preempts.append(Preempt(task.id, reason, by.id, msg, True, new_window))
+        lost = max(0.0, cyc.now - run.started_at) * run.alt[3] * claims
+        cyc.preempts.append(Preempt(task.id, reason, by.id, msg, True, new_window, lost))
         cyc.resizes.pop(task.id, None)
         self.queued[task.id] = replace(task, window_s=new_window) if new_window is not None else task
 
@@ -891,6 +1061,11 @@ FGD_PRIOR = 20.0
 DEFAULT_FGD_WORKLOAD = tuple(
     (weight, 1.0, 1.0, cards * WHOLE, None) for cards, weight in ((1, 8), (2, 4), (4, 2), (8, 1))
 )
+
+
+def _node_state(ns: NodeState) -> tuple:
+    """A node's free capacity, to tell whether anything was placed on it or given back since."""
+    return (ns.free_cpu, ns.free_mem, tuple(ns.dev_free))
 
 
 def _start_size(task: Task) -> int:

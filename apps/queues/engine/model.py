@@ -50,6 +50,7 @@ class Reason:
     QUEUE_ORDER = "queue_order"
     WAITING_FOR_RESERVATION = "waiting_for_reservation"
     WAITING_FOR_HIGHER_CLASS = "waiting_for_higher_class"
+    HOLDS_RESERVATION = "holds_reservation"
 
 
 class PreemptReason:
@@ -149,6 +150,10 @@ class Queue:
     weight: float = 1.0
     window_floor_s: float = 600.0
     name: str = ""
+    # A medium task waiting longer than this reserves capacity across queues like a high task (None: never).
+    reserve_after_s: float | None = 3600.0
+    # A task of this queue is not preempted for a guarantee reclaim before it has run this long.
+    min_run_before_reclaim_s: float = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,6 +322,8 @@ class Preempt:
     message: str
     requeue: bool = True
     new_window_s: float | None = None
+    # Work lost by this preemption: GPU-equivalent seconds since the preempted run started.
+    lost_gpu_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,15 +8,19 @@ Who may be a victim of task P:
   capacity borrowed by *other* projects (queues) above their guarantee, from tasks of P's
   class or lower;
 * before anyone is preempted, elastic tasks of P's class or lower give back replicas above
-  their minimum (no work is lost).
+  their minimum (no work is lost);
+* a reclaim never takes a task that has run less than its queue's ``min_run_before_reclaim_s``
+  (anti-churn), and never takes from nodes reserved for another task.
 
 How: candidate units (shrinks first, then low before medium, then least work lost) are
 released one by one until P fits; then each unit is put back if P still fits without it,
 so the set is minimal (no victim can be spared). A single-instance task is tried on the
 few nodes whose cheapest candidates are cheapest; a whole-card gang on the cheapest set of
 nodes that can each be cleared for one more instance (worked out on copies of the nodes).
-Plans are compared by (highest victim class, highest victim project priority, victims, shrinks,
-work lost); within a class, lower-priority projects' tasks are released first. If P does not
+Plans are compared by (highest victim class, highest victim project priority, over-reclaim,
+victims, shrinks, work lost), where over-reclaim is how far the reclaim victims take their lenders
+below their guarantee: a reclaim takes victims sized to what is borrowed, not the fewest victims
+whatever their size. Within a class, lower-priority projects' tasks are released first. If P does not
 fit even with every candidate gone, nothing is preempted.
 """
 
@@ -43,7 +47,7 @@ class Plan:
     cost: tuple
 
 
-def _reclaim_rights(sched, task, q, d: Demand, alts) -> tuple[bool, bool]:
+def reclaim_rights(sched, task, q, d: Demand, alts) -> tuple[bool, bool]:
     """Whether the task's project / queue stays within its guarantee with the task (may reclaim)."""
     quota = sched.quotas.get(task.project_id)
     need = d.vector(alts[0])
@@ -54,7 +58,33 @@ def _reclaim_rights(sched, task, q, d: Demand, alts) -> tuple[bool, bool]:
     return reclaim_p, reclaim_q
 
 
-def _units(sched, task, q, cls: str, d: Demand, alts, cyc, reclaim_p: bool, reclaim_q: bool) -> list:
+def _size(run) -> float:
+    """GPU-equivalents a running task holds."""
+    return run.alt[3] * len(run.claims)
+
+
+def _borrowed(sched, run, reason: str) -> float:
+    """GPU-equivalents the victim's project (quota reclaim) or queue (queue reclaim) holds above its guarantee."""
+    t = run.task
+    if reason == PreemptReason.QUEUE_RECLAIM:
+        vqueue = sched.queues.get(t.queue_id)
+        return sched.queue_usage.get(t.queue_id, 0.0) - (vqueue.guaranteed_gpu if vqueue is not None else 0.0)
+    vq = sched.quotas.get(t.project_id)
+    return sched.proj_usage.get(t.project_id, ZERO).gpu - (vq.guaranteed.gpu if vq is not None else 0.0)
+
+
+def _over_reclaim(sched, evicted: list) -> float:
+    """Sum over lenders of how far the reclaim victims take them below their guarantee (GPU-equivalents)."""
+    taken: dict = {}
+    for _key, reason, run, _claim in evicted:
+        if reason in (PreemptReason.QUOTA_RECLAIM, PreemptReason.QUEUE_RECLAIM):
+            who = (reason, run.task.queue_id if reason == PreemptReason.QUEUE_RECLAIM else run.task.project_id)
+            entry = taken.setdefault(who, [0.0, _borrowed(sched, run, reason)])
+            entry[0] += _size(run)
+    return sum(max(0.0, amount - borrowed) for amount, borrowed in taken.values())
+
+
+def _units(sched, task, q, cls: str, d: Demand, alts, cyc, reclaim_p: bool, reclaim_q: bool, excluded=None) -> list:
     """All shrink / evict units that may make room for ``task``, cheapest first."""
     pr = CLASS_RANK[cls]
     now = cyc.now
@@ -79,9 +109,12 @@ def _units(sched, task, q, cls: str, d: Demand, alts, cyc, reclaim_p: bool, recl
         lo = run.elastic_min()
         if lo is not None and len(run.claims) > lo:
             for j in range(len(run.claims) - 1, lo - 1, -1):
-                units.append(((0, run.rank, 0, 0.0, run.seq, -j), "shrink", run, run.claims[j]))
+                if excluded is None or run.claims[j][0].pos not in excluded:
+                    units.append(((0, run.rank, 0, 0.0, 0.0, run.seq, -j), "shrink", run, run.claims[j]))
         if run.rank == CLASS_RANK[HIGH] or not run.task.preemptible:
             continue
+        if excluded is not None and any(c[0].pos in excluded for c in run.claims):
+            continue  # its room is reserved for another task: evicting it would not help this one
         if run.rank == CLASS_RANK[MEDIUM] and run.window_s is not None and now < run.started_at + run.window_s:
             continue
         reason = None
@@ -98,9 +131,18 @@ def _units(sched, task, q, cls: str, d: Demand, alts, cyc, reclaim_p: bool, recl
                 reason = PreemptReason.QUEUE_RECLAIM
         if reason is None:
             continue
+        over = 0.0
+        if reason != PreemptReason.HIGHER_CLASS:
+            vqueue = sched.queues.get(run.task.queue_id)
+            if vqueue is not None and now - run.started_at < vqueue.min_run_before_reclaim_s:
+                continue  # anti-churn: a reclaim waits until the borrower has run its queue's minimum
+            # Over-reclaim: how far evicting it alone would take its lender below the guarantee.
+            over = max(0.0, _size(run) - _borrowed(sched, run, reason))
         work = (now - run.started_at) * max(run.alt[3], 0.001) * len(run.claims)
-        # Within a class, lower-priority projects' work goes first (quota priority), then the least work lost.
-        units.append(((1, run.rank, sched.priority_of(run.task.project_id), work, run.seq, 0), reason, run, None))
+        # Within a class, lower-priority projects' work goes first (quota priority), then victims closest in size
+        # to what their project borrows, then the least work lost.
+        key = (1, run.rank, sched.priority_of(run.task.project_id), over, work, run.seq, 0)
+        units.append((key, reason, run, None))
     units.sort(key=lambda u: u[0])
     return units
 
@@ -154,10 +196,10 @@ class _Trial:
             self.out.discard(id(c))
 
 
-def _fits(sched, cv, d: Demand, alts) -> bool:
+def _fits(sched, cv, d: Demand, alts, excluded=None) -> bool:
     for alt in alts:
         if cv.index.could_fit(alt[0], alt[1], alt[2], d.instances):
-            claims = sched.place_gang(cv.index, alt, d.cpu, d.memory_gib, d.instances, None)
+            claims = sched.place_gang(cv.index, alt, d.cpu, d.memory_gib, d.instances, excluded)
             if claims is not None:
                 for c in claims:
                     cv.index.release(c)
@@ -165,7 +207,7 @@ def _fits(sched, cv, d: Demand, alts) -> bool:
     return False
 
 
-def _try(sched, cv, d: Demand, alts, units: list):
+def _try(sched, cv, d: Demand, alts, units: list, excluded=None):
     """Release units in order until the task fits, prune to a minimal set, restore; cost or None."""
     trial = _Trial(sched)
     released = []
@@ -173,7 +215,7 @@ def _try(sched, cv, d: Demand, alts, units: list):
     for u in units:
         trial.release(u)
         released.append(u)
-        if _fits(sched, cv, d, alts):
+        if _fits(sched, cv, d, alts, excluded):
             ok = True
             break
     if not ok:
@@ -184,7 +226,7 @@ def _try(sched, cv, d: Demand, alts, units: list):
     kept = list(released)
     for u in sorted(released, key=lambda u: u[0], reverse=True):
         trial.retake(u)
-        if _fits(sched, cv, d, alts):
+        if _fits(sched, cv, d, alts, excluded):
             kept.remove(u)
         else:
             trial.release(u)
@@ -196,16 +238,21 @@ def _try(sched, cv, d: Demand, alts, units: list):
     cost = (
         max((u[2].rank for u in evicted), default=-1),
         max((u[0][2] for u in evicted), default=0),  # the highest project priority it preempts
+        round(_over_reclaim(sched, evicted), 6),  # reclaim takes what is borrowed, not more
         len(evicted),
         len(shrinks),
-        sum(u[0][3] for u in evicted),
+        sum(u[0][4] for u in evicted),
     )
     return cost, shrinks, evicted
 
 
-def plan(sched, task, q, cls: str, d: Demand, alts, cands, cyc) -> Plan | None:
-    """The cheapest feasible preemption plan for ``task`` over the candidate clusters, or None."""
-    reclaim_p, reclaim_q = _reclaim_rights(sched, task, q, d, alts)
+def plan(sched, task, q, cls: str, d: Demand, alts, cands, cyc, excluded=None) -> Plan | None:
+    """The cheapest feasible preemption plan for ``task`` over the candidate clusters, or None.
+
+    ``excluded`` node positions are reserved for other tasks: the task is not placed there and nothing
+    there is preempted for it.
+    """
+    reclaim_p, reclaim_q = reclaim_rights(sched, task, q, d, alts)
     if cls == LOW and not reclaim_p and not reclaim_q:
         return None
     # Without reclaim rights the outcome depends only on class and shape, not on who asks.
@@ -216,10 +263,11 @@ def plan(sched, task, q, cls: str, d: Demand, alts, cands, cyc) -> Plan | None:
         task.project_id if reclaim_p else None,
         q.id if reclaim_q else None,
         task.queue_id if reclaim_q else None,
+        excluded,
     )
     if fkey in cyc.preempt_failed:
         return None
-    units = _units(sched, task, q, cls, d, alts, cyc, reclaim_p, reclaim_q)
+    units = _units(sched, task, q, cls, d, alts, cyc, reclaim_p, reclaim_q, excluded)
     best = None
     for cv in cands:
         mine = [u for u in units if u[2].cluster_id == cv.cluster.id]
@@ -238,13 +286,13 @@ def plan(sched, task, q, cls: str, d: Demand, alts, cands, cyc) -> Plan | None:
         else:
             trials = [(_gang_subset(cv, mine, d, alt), (alt,)) for alt in alts]
         for trial, trial_alts in trials:
-            result = _try(sched, cv, d, trial_alts, trial)
+            result = _try(sched, cv, d, trial_alts, trial, excluded)
             if result is None:
                 continue
             cost, shrinks, evicted = result
             if best is None or cost < best.cost:
                 best = Plan(cv, trial_alts, [(u[2], u[3]) for u in shrinks], [(u[2], u[1]) for u in evicted], cost)
-        if best is not None and best.cost[0] <= 0 and best.cost[1] <= 0 and best.cost[2] <= 1:
+        if best is not None and best.cost[0] <= 0 and best.cost[1] <= 0 and best.cost[2] <= 0 and best.cost[3] <= 1:
             # One low victim of no priority (or shrinking alone): other clusters could at most lose a
             # little less work, which is not worth trial placements on every cluster.
             break

@@ -31,6 +31,7 @@ STATE_FIELDS = (
     "uid", "status", "status_message", "queue_position", "estimated_start", "pending_reason", "pending_message",
     "cluster", "cluster_name", "placement", "allocated_gpu", "replicas", "attempt", "window", "external_id",
     "submitted_at", "started_at", "finished_at", "updated_at", "exit_code", "failure_reason", "ready_replicas",
+    "preemption_count", "lost_gpu_seconds",
 )  # fmt: skip
 
 

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('tasks', '0008_tensorboard_dir'),
+        ('tasks', '0009_preemption_count_and_lost_work'),
     ]
 
     operations = [

@@ -1,0 +1,224 @@
+"""Scheduling-quality rules of issue 13: cross-class reservations (A), anti-churn (B), no over-reclaim (E).
+
+Each test states a pattern found in long trace replays that the engine before these rules got wrong.
+"""
+
+from __future__ import annotations
+
+from apps.queues.engine import ProjectQuota, Queue, Reason, Resources, Scheduler, schedule
+
+from .builders import node, preempted, queues, running, snap, started, task, waiting
+
+# -- A. cross-class reservations ------------------------------------------------------
+
+
+def _busy_node_of_medium_work():
+    """One 8-card node, every card held by a 1-GPU medium task; they end at 100, 200, ... 800."""
+    return [
+        running(task(f"m{i}", "medium", expected_duration_s=100.0 * (i + 1)), [("n1", [i])], started_at=0)
+        for i in range(8)
+    ]
+
+
+def test_high_gang_is_not_overtaken_forever_by_later_one_card_medium_tasks():
+    # Issue 13 A: an 8-GPU high task saw 40 later 1-GPU medium tasks take every freed card and never started.
+    sched = Scheduler(snap([node("n1", cards=8)], [task("hi", gpu=8)], _busy_node_of_medium_work(), now=1))
+    first = sched.cycle(1)
+    assert started(first) == []
+    hi = waiting(first)["hi"]
+    assert hi.reason == Reason.HOLDS_RESERVATION
+    assert "holds a reservation" in hi.message
+    assert sched.last_reservations["hi"] == (800.0, frozenset({"n1"}))
+    ends = {f"m{i}": 100.0 * (i + 1) for i in range(8)}
+    hi_started = None
+    for step in range(1, 80):
+        now = step * 50.0
+        for tid, end in list(ends.items()):
+            if end <= now:
+                sched.finish(tid)
+                del ends[tid]
+        # A later medium task that needs one card, and would hold it for 1000 s, arrives every cycle.
+        sched.submit(task(f"x{step}", "medium", expected_duration_s=1000, submit_time=now))
+        d = sched.cycle(now)
+        assert [x.task_id for x in d.starts if x.task_id != "hi"] == [], "a later medium task took a reserved card"
+        if "hi" in started(d):
+            hi_started = now
+            break
+        assert waiting(d)["hi"].reason == Reason.HOLDS_RESERVATION
+    # The last medium task of the node ends at 800: the high task starts then, not never.
+    assert hi_started == 800
+
+
+def test_a_kept_scheduler_moves_a_reservation_when_capacity_is_given_back():
+    sched = Scheduler(snap([node("n1", cards=8)], [task("hi", gpu=8)], _busy_node_of_medium_work(), now=1))
+    sched.cycle(1)
+    sched.submit(task("x", "medium", expected_duration_s=1000, submit_time=2))
+    sched.cycle(2)
+    assert sched.last_reservations["hi"] == (800.0, frozenset({"n1"}))  # unchanged, nothing was given back
+    sched.finish("m7")  # the task expected until 800 ends early
+    d = sched.cycle(3)
+    assert sched.last_reservations["hi"] == (700.0, frozenset({"n1"}))
+    assert waiting(d)["x"].reason == Reason.WAITING_FOR_RESERVATION
+
+
+def test_medium_work_that_ends_before_the_reservation_may_use_reserved_cards():
+    meds = _busy_node_of_medium_work()[1:]  # card 0 is free: m0 has ended
+    d = schedule(
+        snap(
+            [node("n1", cards=8)],
+            [
+                task("hi", gpu=8, submit_time=0),
+                task("short", "medium", expected_duration_s=500, submit_time=1),  # ends at 600 < 800
+                task("long", "medium", expected_duration_s=5000, submit_time=2),
+            ],
+            meds,
+            now=100,
+        )
+    )
+    assert started(d) == ["short"]
+    assert waiting(d)["hi"].reason == Reason.HOLDS_RESERVATION
+
+
+def test_reserved_cards_stay_open_to_work_the_high_task_may_preempt():
+    # A preemptible low task may use them (the high task preempts it when its reservation comes), a
+    # non-preemptible one may not; a medium task whose window ends before the reservation may.
+    meds = _busy_node_of_medium_work()[1:]
+    qs = (Queue("high", "high"), Queue("medium", "medium", window_floor_s=50), Queue("low", "low"))
+    requeued = task("medium-halved", "medium", expected_duration_s=5000, window_s=300, submit_time=1)
+    d = schedule(snap([node("n1", cards=8)], [task("hi", gpu=8, submit_time=0), requeued], meds, now=100, qs=qs))
+    assert started(d) == ["medium-halved"]  # its window ends at 400, before the reservation at 800
+    stuck = task("stuck", "low", preemptible=False)
+    d2 = schedule(snap([node("n1", cards=8)], [task("hi", gpu=8, submit_time=0), stuck], meds, now=100, qs=qs))
+    assert started(d2) == []
+
+
+def test_a_medium_task_waiting_past_its_queue_threshold_reserves_across_queues():
+    # Two medium queues take turns; the 4-GPU task of "big" waited 2 h, past its queue's 1 h threshold.
+    qs = (
+        Queue("high", "high"),
+        Queue("big", "medium", reserve_after_s=3600),
+        Queue("small", "medium", reserve_after_s=3600),
+        Queue("low", "low"),
+    )
+    held = [
+        running(task(f"m{i}", "small", expected_duration_s=8000.0 + 100 * i), [("n1", [i])], started_at=0)
+        for i in range(1, 4)
+    ]
+    now = 7300.0
+    gang = task("gang", "big", gpu=4, expected_duration_s=600, submit_time=100)
+    later = task("later", "small", expected_duration_s=5000, submit_time=7200)
+    d = schedule(snap([node("n1", cards=4)], [gang, later], held, now=now, qs=qs))
+    assert started(d) == []
+    assert waiting(d)["gang"].reason == Reason.HOLDS_RESERVATION
+    assert waiting(d)["later"].reason == Reason.WAITING_FOR_RESERVATION
+    # Before the threshold it holds nothing and the later task takes the card.
+    early = schedule(snap([node("n1", cards=4)], [gang, later], held, now=3000, qs=qs))
+    assert started(early) == ["later"]
+
+
+# -- B. anti-churn ----------------------------------------------------------------------
+
+
+def test_freed_cards_go_to_a_project_within_its_guarantee_before_a_borrower():
+    # Issue 13 B: a low task preempted 97 times in a week. A card freed by a finishing task went by queue order
+    # to the borrower ("b", submitted first); one cycle later the project within its guarantee reclaimed it.
+    quotas = [ProjectQuota("a", guaranteed=Resources(0, 0, 2.0)), ProjectQuota("b", guaranteed=Resources(0, 0, 0.0))]
+    qs = (
+        Queue("high", "high"),
+        Queue("medium", "medium"),
+        Queue("low", "low", min_run_before_reclaim_s=0),  # churn without the minimum run time
+    )
+    mine = [running(task(f"a{i}", "low", project="a", expected_duration_s=30), [("n1", [i])]) for i in range(2)]
+    borrower = task("b", "low", project="b", submit_time=0)
+    sched = Scheduler(snap([node("n1", cards=2)], [borrower], mine, quotas=quotas, now=0, qs=qs))
+    ends = {"a0": 30.0, "a1": 45.0}
+    preemptions_of_b = 0
+    for step in range(1, 100):
+        now = step * 10.0
+        for tid, end in list(ends.items()):
+            if end <= now:
+                sched.finish(tid)
+                del ends[tid]
+        sched.submit(task(f"a-next{step}", "low", project="a", expected_duration_s=30, submit_time=now))
+        d = sched.cycle(now)
+        preemptions_of_b += preempted(d).count("b")
+        for s in d.starts:
+            if s.task_id != "b":
+                ends[s.task_id] = now + 30
+    assert preemptions_of_b == 0
+
+
+def test_no_reclaim_before_the_queue_minimum_run_time():
+    quotas = [ProjectQuota("a", guaranteed=Resources(0, 0, 1.0)), ProjectQuota("b")]
+    b = running(task("b", "low", project="b"), [("n1", [0])], started_at=1000)
+    waiting_task = task("a", "low", project="a")
+    # Default minimum: 300 s. After 100 s the borrower keeps running; after 400 s it is reclaimed.
+    d = schedule(snap([node("n1", cards=1)], [waiting_task], [b], quotas=quotas, now=1100))
+    assert preempted(d) == []
+    d = schedule(snap([node("n1", cards=1)], [waiting_task], [b], quotas=quotas, now=1400))
+    assert preempted(d) == ["b"] and d.preemptions[0].reason == "quota_reclaim"
+    # A queue may ask for longer.
+    patient = (Queue("high", "high"), Queue("medium", "medium"), Queue("low", "low", min_run_before_reclaim_s=900))
+    d = schedule(snap([node("n1", cards=1)], [waiting_task], [b], quotas=quotas, now=1400, qs=patient))
+    assert preempted(d) == []
+
+
+def test_minimum_run_time_does_not_protect_against_higher_class_preemption():
+    low = running(task("low", "low"), [("n1", [0])], started_at=90)
+    d = schedule(snap([node("n1", cards=1)], [task("hi")], [low], now=100))
+    assert preempted(d) == ["low"]
+
+
+def test_preemption_reports_the_work_it_loses():
+    low = running(task("low", "low", gpu=2), [("n1", [0, 1])], started_at=40)
+    d = schedule(snap([node("n1", cards=2)], [task("hi", gpu=2)], [low], now=100))
+    assert preempted(d) == ["low"]
+    assert d.preemptions[0].lost_gpu_s == 120.0  # 60 s on 2 GPU-equivalents
+
+
+# -- E. over-reclaim --------------------------------------------------------------------
+
+
+def test_reclaim_takes_a_victim_sized_to_what_the_lender_borrows():
+    # Issue 13 E: a 1-GPU task evicted an 8-GPU task of a project that borrowed only 1.3 GPUs.
+    quotas = [
+        ProjectQuota("claimant", guaranteed=Resources(0, 0, 4.0)),
+        ProjectQuota("lender", guaranteed=Resources(0, 0, 7.7)),  # runs 9 GPUs: borrows 1.3
+    ]
+    now = 10_000.0
+    # The 8-GPU task started more recently, so by least work lost alone it would go first.
+    big = running(task("big", "low", gpu=8, project="lender"), [("n1", list(range(8)))], started_at=now - 350)
+    small = running(task("small", "low", project="lender"), [("n2", [0])], started_at=now - 5000)
+    d = schedule(
+        snap(
+            [node("n1", cards=8), node("n2", cards=1)],
+            [task("mine", "low", project="claimant")],
+            [big, small],
+            quotas=quotas,
+            now=now,
+        )
+    )
+    assert preempted(d) == ["small"]
+    assert started(d) == ["mine"]
+
+
+def test_reclaim_prefers_the_smallest_sufficient_victim_over_an_oversized_one():
+    quotas = [
+        ProjectQuota("claimant", guaranteed=Resources(0, 0, 4.0)),
+        ProjectQuota("lender", guaranteed=Resources(0, 0, 8.0)),  # runs 10 GPUs: borrows 2
+    ]
+    now = 10_000.0
+    four = running(task("four", "low", gpu=4, project="lender"), [("n1", [0, 1, 2, 3])], started_at=now - 400)
+    two = running(task("two", "low", gpu=2, project="lender"), [("n2", [0, 1])], started_at=now - 4000)
+    four_b = running(task("four-b", "low", gpu=4, project="lender"), [("n3", [0, 1, 2, 3])], started_at=now - 9000)
+    d = schedule(
+        snap(
+            [node("n1", cards=4), node("n2", cards=2), node("n3", cards=4)],
+            [task("mine", "low", gpu=2, project="claimant")],
+            [four, two, four_b],
+            quotas=quotas,
+            now=now,
+            qs=queues(),
+        )
+    )
+    assert preempted(d) == ["two"]
