@@ -79,3 +79,19 @@ def test_nodes_and_gpus_are_imported_from_slurmrestd(slurm_world):
     assert set(nodes) == {"hcs-node-1", "hcs-node-2", "hcs-node-3", "hcs-node-4"}
     assert [d.gpu_model.name for d in nodes["hcs-node-1"].devices.all()] == ["A100-80G"] * 8
     assert [d.gpu_model.name for d in nodes["hcs-node-4"].devices.all()] == ["V100-32G"] * 4
+
+
+def test_a_failed_slurm_job_is_retried_as_a_new_attempt_by_the_tasks_retry_setting(slurm_world):
+    # Issue 16: only Kubernetes/Volcano retried failed jobs; a Slurm task failed at its first failed run.
+    task = api_submit(slurm_world, name="flaky", queue="high", gpu_spec="1(A100)", max_retries=1,
+                      command='echo "attempt $HCS_ATTEMPT"; exit 7')  # fmt: skip
+    task = schedule_and_launch(slurm_world, task)
+    first_job = task.external_id
+    wait_status(task, {"queued"})
+    assert task.events.get(kind="requeued").message == "Attempt 1 failed (exit code 7); retry 1 of 1"
+    task = schedule_and_launch(slurm_world, task)
+    assert task.attempt == 2 and task.external_id != first_job
+    wait_status(task, {"failed"})
+    task.refresh_from_db()
+    assert (task.exit_code, task.failure_reason) == (7, "exit_code")
+    assert "attempt 2" in executor_for(task.cluster).logs(task.external_id)
