@@ -18,6 +18,7 @@ from decimal import Decimal
 from django.db import transaction
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
+from redis.exceptions import RedisError
 
 from apps.billing import waste
 from apps.billing.choices import AlertRule, AlertSeverity
@@ -26,7 +27,7 @@ from apps.clusters.models import Device
 from apps.tasks.choices import ACTIVE, EventKind, TaskKind, TaskStatus
 from apps.tasks.live import send_all, user_group
 from apps.tasks.models import Task, TaskEvent
-from apps.vdc.models import Membership, ProjectQuota
+from apps.vdc.models import Membership, Project, ProjectQuota
 
 log = logging.getLogger(__name__)
 
@@ -242,14 +243,12 @@ def push(alerts: list[ProjectAlert]) -> None:
     messages = [(user_group(u), payload(a)) for a in alerts for u in members.get(a.project_id, ())]
     try:
         send_all(messages)
-    except Exception as exc:  # noqa: BLE001 - pages list open alerts when they load; the push is a courtesy
+    except (RedisError, OSError) as exc:  # OSError covers the timeouts; pages list open alerts when they load
         log.warning("project alerts not pushed (%d messages): %s", len(messages), exc)
 
 
 def open_alerts_for(user, limit: int = 20) -> list[ProjectAlert]:
     """The firing alerts of the user's projects, most severe and newest first."""
-    from apps.vdc.models import Project  # noqa: PLC0415
-
     order = {AlertSeverity.CRITICAL: 0, AlertSeverity.WARNING: 1, AlertSeverity.INFO: 2}
     alerts = list(
         ProjectAlert.objects.filter(

@@ -175,3 +175,19 @@ def test_the_dashboard_lists_open_alerts(world, client):
     assert "Quota used up" in page and "GPU quota used up: 8 of 8 GPU-equivalents in VDC main." in page
     client.force_login(world.outsider)
     assert "Quota used up" not in client.get("/").content.decode()
+
+
+def test_a_redis_outage_costs_only_the_push_never_the_alert(world, django_capture_on_commit_callbacks, monkeypatch):
+    from redis.exceptions import ConnectionError as RedisConnectionError  # noqa: PLC0415
+
+    def down(_messages):
+        raise RedisConnectionError("Connection refused")
+
+    monkeypatch.setattr(project_alerts, "send_all", down)
+    running(world, "8")
+    with django_capture_on_commit_callbacks(execute=True):
+        assert project_alerts.refresh()["fired"] == 1
+    alert = open_alert(world, f"quota:{world.vdc.pk}")
+    assert alert.fired_at is not None and alert.rule == "quota_full"
+    with django_capture_on_commit_callbacks(execute=True):
+        assert project_alerts.refresh() == {"fired": 0, "changed": 0, "resolved": 0}  # held once, not fired twice

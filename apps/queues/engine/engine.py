@@ -565,19 +565,7 @@ class Scheduler:
                 (q, queue_order(q.policy, by_queue[q.id], self.share_of, priority_of, now, self.weight_of))
                 for q in queues
             ]
-            tier_of = self._tiers(cls, queues, now)
-            if tier_of is None:
-                while iters:
-                    alive = []
-                    for q, it in iters:
-                        task = next(it, None)
-                        if task is None:
-                            continue
-                        alive.append((q, it))
-                        self._consider(task, q, cls, cyc)
-                    iters = alive
-            else:
-                self._consider_in_tiers(iters, tier_of, cls, cyc)
+            self._consider_in_tiers(iters, self._tiers(cls, queues, now) or _one_tier, cls, cyc)
         for qid, tasks in by_queue.items():
             if qid not in self.queues:
                 for t in tasks:
@@ -1066,6 +1054,11 @@ DEFAULT_FGD_WORKLOAD = tuple(
 def _node_state(ns: NodeState) -> tuple:
     """A node's free capacity, to tell whether anything was placed on it or given back since."""
     return (ns.free_cpu, ns.free_mem, tuple(ns.dev_free))
+
+
+def _one_tier(_task: Task, _q) -> int:
+    """Every task in the first tier: plain queue order, the queues taking turns."""
+    return 0
 
 
 def _start_size(task: Task) -> int:
