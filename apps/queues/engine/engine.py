@@ -28,7 +28,7 @@ from bisect import bisect_left
 from collections import deque
 from dataclasses import replace
 
-from . import backfill, elastic, preemption
+from . import backfill, elastic, preemption, reservations
 from .capacity import FGD, NODE_SCORERS, Claim, ClusterIndex, NodeState
 from .estimate import Estimator, WaitingList
 from .fragmentation import FragmentationModel, shape_of
@@ -190,6 +190,10 @@ class Cycle:
         self.preempt_failed: set = set()
         self.eligible: dict = {}
         self.victim_pool: dict = {}
+        # Capacity reservations resolved for this cycle (None without any), and the earliest start of the
+        # tasks they hold off (task id -> the reservation's end).
+        self.holds: reservations.Holds | None = None
+        self.not_before: dict = {}
 
 
 class Scheduler:
@@ -213,6 +217,8 @@ class Scheduler:
         self.queues = {q.id: q for q in snapshot.queues}
         self.queue_rank = {q.id: i for i, q in enumerate(snapshot.queues)}
         self.quotas = {q.project_id: q for q in snapshot.quotas}
+        # Capacity reservations (admin-held windows); replace the tuple between cycles to change them.
+        self.reservations = snapshot.reservations
         self.has_priorities = any(q.priority for q in snapshot.quotas)
 
         by_cluster: dict = {c.id: [] for c in snapshot.clusters}
@@ -557,6 +563,8 @@ class Scheduler:
         by_queue: dict = {}
         for t in self.queued.values():
             by_queue.setdefault(t.queue_id, []).append(t)
+        if self.reservations:
+            self._hold_capacity(cyc)
         for cls in (HIGH, MEDIUM, LOW):
             queues = [q for q in self.queues.values() if q.priority_class == cls and q.id in by_queue]
             queues.sort(key=lambda q: (-q.weight, self.queue_rank[q.id]))
@@ -586,6 +594,24 @@ class Scheduler:
         self._res_cache = {tid: v for tid, v in self._res_cache.items() if tid in held}
         self._cycle = None
         return Decisions(tuple(starts), tuple(cyc.preempts), tuple(resizes), waiting)
+
+    def _hold_capacity(self, cyc: Cycle) -> None:
+        """Resolve the capacity reservations for this cycle; drain the nodes of those that say so.
+
+        Runs after the cycle's queues were collected, so drained work waits (requeued) until the next cycle.
+        """
+        holds = reservations.Holds(self, self.reservations, cyc.now)
+        if not holds.held:
+            return
+        cyc.holds = holds
+        before = len(cyc.preempts)
+        reservations.drain(self, holds, cyc)
+        if len(cyc.preempts) != before:
+            cyc.fail.clear()
+            self._fail_epoch = self.epoch
+        for r, nodes in holds.held:
+            # Elastic growth keeps off held nodes (it reads every reservation of the cycle).
+            cyc.reservation[("capacity", r.id)] = (r.start, nodes)
 
     def _tiers(self, cls: str, queues: list, now: float):
         """How tasks of a class are tiered within the cycle, or None when queue order alone decides.
@@ -740,6 +766,13 @@ class Scheduler:
         if held:
             excluded = held if excluded is None else excluded | held
             token = ("held", excluded)
+        keep_off = held or None
+        off, blocking = cyc.holds.off_limits(task) if cyc.holds is not None else (None, None)
+        if off:
+            base, base_token = excluded, token
+            excluded = off if excluded is None else excluded | off
+            token = ("held", excluded)
+            keep_off = off if keep_off is None else keep_off | off
         placed = self._place(d, alts, cands, excluded, token, cyc)
         if placed is not None:
             self._start(task, q, cls, d, placed, cyc)
@@ -748,15 +781,25 @@ class Scheduler:
             trial = self._place(d, alts, cands, None, None, cyc)
             if trial is not None:
                 self._undo(trial)
+                if off:
+                    # Would it fit if only the capacity reservations were lifted? Then they are what it waits for.
+                    freed = trial if base is None else self._place(d, alts, cands, base, base_token, cyc)
+                    if freed is not None:
+                        if freed is not trial:
+                            self._undo(freed)
+                        self._wait(cyc, task, d, Reason.CAPACITY_RESERVED, cyc.holds.message(blocking))
+                        cyc.not_before[task.id] = blocking.end
+                        self._starving(cyc, cls, keys)
+                        return
                 message = "would delay the reservation of the queue's head task"
                 if held:
                     message = "would delay capacity reserved for a higher-class or long-waiting task"
                 self._wait(cyc, task, d, Reason.WAITING_FOR_RESERVATION, message)
                 self._starving(cyc, cls, keys)
                 return
-        plan = preemption.plan(self, task, q, cls, d, alts, cands, cyc, held or None)
+        plan = preemption.plan(self, task, q, cls, d, alts, cands, cyc, keep_off)
         if plan is not None:
-            self._apply_plan(plan, task, q, cls, d, cyc, held or None)
+            self._apply_plan(plan, task, q, cls, d, cyc, keep_off)
             return
         if not any(cv.index.could_ever_fit(alt, d.cpu, d.memory_gib) for cv in cands for alt in alts):
             # Waiting cannot help, so it must not hold back queues or low work either.
@@ -1034,7 +1077,8 @@ class Scheduler:
         if not cyc.waiting:
             return WaitingList([], None, cyc.now, {}, [])
         class_of = {q.id: q.priority_class for q in self.queues.values()}
-        return WaitingList(cyc.waiting, Estimator(self, cyc.now), cyc.now, class_of, list(self.running.values()))
+        runs = list(self.running.values())
+        return WaitingList(cyc.waiting, Estimator(self, cyc.now), cyc.now, class_of, runs, cyc.not_before)
 
     def _class_of(self, task: Task) -> str:
         q = self.queues.get(task.queue_id)

@@ -148,11 +148,23 @@ class WaitingList(Sequence):
     Compares equal to any sequence of the same entries; pickles as a plain tuple.
     """
 
-    __slots__ = ("_pending", "_done", "_estimator", "_now", "_class_of", "_runs", "_by_seq", "_position")
+    __slots__ = (
+        "_pending", "_done", "_estimator", "_now", "_class_of", "_runs", "_by_seq", "_position", "_not_before"
+    )  # fmt: skip
 
-    def __init__(self, pending: list, estimator: Estimator | None, now: float, class_of: dict, runs: list):
+    def __init__(
+        self,
+        pending: list,
+        estimator: Estimator | None,
+        now: float,
+        class_of: dict,
+        runs: list,
+        not_before: dict | None = None,
+    ):
         """``pending`` = [(task, demand or None, reason, message)] in consideration order; ``runs`` = the
-        running tasks at the end of the cycle (for ``blocked_by``)."""
+        running tasks at the end of the cycle (for ``blocked_by``); ``not_before`` = task id -> the earliest
+        start (the end of the capacity reservation that holds it off)."""
+        self._not_before = not_before or {}
         self._pending = pending
         self._done: list[Waiting] = []
         self._estimator = estimator
@@ -187,6 +199,9 @@ class WaitingList(Sequence):
                 append(Waiting(t.id, qid, pos, None, reason, message, None, False))
                 continue
             start, seq = nxt(d, t.expected_duration_s)
+            floor = self._not_before.get(t.id)
+            if floor is not None and start is not None and start < floor:
+                start, seq = floor, None  # the reservation decides, not the running work the pools wait for
             blocker = None
             if seq is not None:
                 if self._by_seq is None:

@@ -51,6 +51,8 @@ class Reason:
     WAITING_FOR_RESERVATION = "waiting_for_reservation"
     WAITING_FOR_HIGHER_CLASS = "waiting_for_higher_class"
     HOLDS_RESERVATION = "holds_reservation"
+    # Free capacity an admin holds back (maintenance, another project's event): see :mod:`.reservations`.
+    CAPACITY_RESERVED = "capacity_reserved"
 
 
 class PreemptReason:
@@ -59,6 +61,8 @@ class PreemptReason:
     HIGHER_CLASS = "higher_class"
     QUOTA_RECLAIM = "quota_reclaim"
     QUEUE_RECLAIM = "queue_reclaim"
+    # A capacity reservation set to drain its nodes started (``by_task_id`` is None).
+    CAPACITY_RESERVATION = "capacity_reservation"
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +233,9 @@ class Task:
     # Service the task already received in earlier runs, in GPU-seconds (cards x seconds): policy "las" orders by
     # it. The Django layer sums the task's metered GPU usage; the simulator adds each preempted run.
     attained_gpu_s: float = 0.0
+    # The hard run-time limit (the backend stops the task there); None: none. Capacity reservations trust it
+    # before the expected duration when they decide whether the task would still run at their start.
+    wall_time_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +295,54 @@ class VdcSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class CapacityReservation:
+    """Capacity an admin holds back from ``start`` to ``end`` (epoch seconds, like ``Snapshot.now``).
+
+    What is held: the named ``node_ids`` whole; else, when any amount is set (``cards`` of ``gpu_model``,
+    ``gpu`` GPU-equivalents, ``cpu``, ``memory_gib``), whole nodes of the scope that together cover it,
+    chosen by the engine each cycle; else every node of the scope. The scope is ``cluster_ids`` (() = every
+    cluster of the snapshot). Tasks of ``projects`` may use the held nodes (an event); nobody else may
+    (maintenance when ``projects`` is empty). A task without a wall-time limit or expected duration keeps
+    off the held nodes from ``lead_s`` before the start. ``preempt_at_start``: preemptible medium and low
+    work on the held nodes is preempted once the window starts (by default it runs on).
+    """
+
+    id: Id
+    start: float
+    end: float
+    cluster_ids: tuple[Id, ...] = ()
+    node_ids: tuple[Id, ...] = ()
+    gpu_model: str | None = None
+    cards: int = 0
+    gpu: float = 0.0
+    cpu: float = 0.0
+    memory_gib: float = 0.0
+    projects: frozenset = frozenset()
+    lead_s: float = 86400.0
+    preempt_at_start: bool = False
+    name: str = ""
+
+    def __post_init__(self):
+        if not self.end > self.start:
+            raise ValueError(f"capacity reservation {self.id!r}: end must be after start")
+        if self.cards and not self.gpu_model:
+            raise ValueError(f"capacity reservation {self.id!r}: cards need a gpu_model")
+        if min(self.cards, self.gpu, self.cpu, self.memory_gib, self.lead_s) < 0:
+            raise ValueError(f"capacity reservation {self.id!r}: amounts and lead_s must be >= 0")
+
+    @property
+    def holds_amount(self) -> bool:
+        """True when an amount (not named nodes or the whole scope) is held."""
+        return not self.node_ids and bool(self.cards or self.gpu or self.cpu or self.memory_gib)
+
+    @property
+    def purpose(self) -> str:
+        """How waiting tasks read it: maintenance when nobody may use it, else an event."""
+        kind = "an event" if self.projects else "maintenance"
+        return f"{kind} (“{self.name}”)" if self.name else kind
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """Everything one scheduling cycle needs."""
 
@@ -300,6 +355,7 @@ class Snapshot:
     running: tuple[RunningTask, ...] = ()
     queued: tuple[Task, ...] = ()
     settings: VdcSettings = VdcSettings()
+    reservations: tuple[CapacityReservation, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
