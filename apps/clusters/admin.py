@@ -4,12 +4,19 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 from django.db.models import OuterRef
+from django.utils import timezone
 
 from apps.clusters import services
-from apps.clusters.admin_forms import ClusterAdminForm, DeviceAdminForm, GPUModelAdminForm, NodeAdminForm
+from apps.clusters.admin_forms import (
+    CapacityReservationAdminForm,
+    ClusterAdminForm,
+    DeviceAdminForm,
+    GPUModelAdminForm,
+    NodeAdminForm,
+)
 from apps.clusters.choices import ClusterStatus, NodeStatus
 from apps.clusters.executors.base import ExecutorError
-from apps.clusters.models import Cluster, Device, GPUModel, Node
+from apps.clusters.models import CapacityReservation, Cluster, Device, GPUModel, Node
 from apps.tasks.choices import ACTIVE
 from apps.tasks.models import Task
 from apps.vdc.admin import GREEN, GREY, ORANGE, RED, avg_of, badge, count_of, health_badge, number, sum_of
@@ -375,3 +382,70 @@ class GPUModelAdmin(admin.ModelAdmin):
     @admin.display(description="Devices", ordering="n_devices")
     def device_count(self, obj) -> int:
         return obj.n_devices
+
+
+class ReservationStateFilter(admin.SimpleListFilter):
+    """Current, upcoming or ended windows."""
+
+    title = "window"
+    parameter_name = "window"
+
+    def lookups(self, request, model_admin):
+        return (("current", "Current"), ("upcoming", "Upcoming"), ("ended", "Ended"))
+
+    def queryset(self, request, queryset):
+        now = timezone.now()
+        match self.value():
+            case "current":
+                return queryset.filter(starts_at__lte=now, ends_at__gt=now)
+            case "upcoming":
+                return queryset.filter(starts_at__gt=now)
+            case "ended":
+                return queryset.filter(ends_at__lte=now)
+        return queryset
+
+
+@admin.register(CapacityReservation)
+class CapacityReservationAdmin(admin.ModelAdmin):
+    form = CapacityReservationAdminForm
+    list_display = (
+        "name", "vdc", "cluster", "starts_at", "ends_at", "window_badge", "held", "for_whom", "preempt_at_start",
+    )  # fmt: skip
+    list_filter = (ReservationStateFilter, "vdc", "cluster", "preempt_at_start", "starts_at")
+    search_fields = ("name", "reason", "vdc__name", "cluster__name")
+    list_select_related = ("vdc", "cluster", "gpu_model")
+    autocomplete_fields = ("vdc", "cluster", "gpu_model", "nodes", "projects")
+    date_hierarchy = "starts_at"
+    readonly_fields = ("created_at", "updated_at")
+    fieldsets = (
+        (None, {"fields": ("vdc", "cluster", "name", "reason", "starts_at", "ends_at")}),
+        (
+            "What is held",
+            {
+                "fields": ("nodes", "gpu_model", "cards", "gpu", "cpu", "memory_gib"),
+                "description": "Named nodes are held whole. Otherwise an amount (cards of a model, or "
+                "GPU-equivalents; cpu and memory optional) is held as whole nodes the scheduler picks. Neither: "
+                "every node of the cluster (or of the VDC).",
+            },
+        ),
+        ("Who may use it", {"fields": ("projects",)}),
+        ("Scheduling", {"fields": ("lead_time", "preempt_at_start")}),
+        ("Record", {"fields": ("created_at", "updated_at")}),
+    )
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).prefetch_related("nodes", "projects")
+
+    @admin.display(description="Window", ordering="starts_at")
+    def window_badge(self, obj):
+        state = obj.state(timezone.now())
+        return badge(state, {"current": ORANGE, "upcoming": GREEN, "ended": GREY}[state])
+
+    @admin.display(description="Holds")
+    def held(self, obj) -> str:
+        return obj.held_summary()
+
+    @admin.display(description="For")
+    def for_whom(self, obj) -> str:
+        names = sorted(p.name for p in obj.projects.all())
+        return ", ".join(names) if names else "nobody (maintenance)"

@@ -170,3 +170,15 @@ class NodeAdminForm(forms.ModelForm):
 
 class GPUModelAdminForm(forms.ModelForm):
     aliases = CommaListField(help_text="Other spellings users type, comma-separated, e.g. a100, a100-80g")
+
+
+class CapacityReservationAdminForm(forms.ModelForm):
+    """Checks the node list against the reservation (a many-to-many the model's clean cannot see)."""
+
+    def _post_clean(self) -> None:
+        super()._post_clean()  # the instance now has the form's values
+        if not self.errors and "nodes" in self.cleaned_data:
+            try:
+                self.instance.clean_nodes(self.cleaned_data["nodes"])
+            except ValidationError as exc:
+                self._update_errors(exc)

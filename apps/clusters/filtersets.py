@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import django_filters
+from django.utils import timezone
 
-from apps.clusters.models import AgentToken, Cluster, Device, GPUModel, Node
+from apps.clusters.models import AgentToken, CapacityReservation, Cluster, Device, GPUModel, Node
 from apps.vdc.filtersets import NAME, NUMBER, TIME, BaseFilterSet, StrictBooleanFilter
 
 
@@ -140,3 +141,50 @@ class AgentTokenFilterSet(BaseFilterSet):
             "last_used": TIME,
             "revoked": ["exact"],
         }
+
+
+class CapacityReservationFilterSet(BaseFilterSet):
+    search_fields = ("name", "reason")
+
+    window = django_filters.ChoiceFilter(
+        choices=(("current", "current"), ("upcoming", "upcoming"), ("ended", "ended"), ("active", "not ended")),
+        method="filter_window",
+        label="current, upcoming, ended, or active (current or upcoming)",
+    )
+    nodes = django_filters.NumberFilter(field_name="nodes", label="Holds this node (id)")
+    projects = django_filters.NumberFilter(field_name="projects", label="May be used by this project (id)")
+    maintenance = StrictBooleanFilter(
+        field_name="projects", lookup_expr="isnull", distinct=True, label="Nobody may use it"
+    )
+
+    class Meta(BaseFilterSet.Meta):
+        model = CapacityReservation
+        fields = {
+            "id": ["exact", "in"],
+            "vdc": ["exact", "in"],
+            "cluster": ["exact", "in", "isnull"],
+            "name": NAME,
+            "reason": ["icontains"],
+            "starts_at": TIME,
+            "ends_at": TIME,
+            "gpu_model": ["exact", "isnull"],
+            "cards": NUMBER,
+            "gpu": NUMBER,
+            "cpu": NUMBER,
+            "memory_gib": NUMBER,
+            "lead_time": ["exact", "gte", "lte"],
+            "preempt_at_start": ["exact"],
+            "created_at": TIME,
+            "updated_at": TIME,
+        }
+
+    def filter_window(self, queryset, name, value):
+        now = timezone.now()
+        match value:
+            case "current":
+                return queryset.filter(starts_at__lte=now, ends_at__gt=now)
+            case "upcoming":
+                return queryset.filter(starts_at__gt=now)
+            case "ended":
+                return queryset.filter(ends_at__lte=now)
+        return queryset.filter(ends_at__gt=now)

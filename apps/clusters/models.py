@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from decimal import Decimal
 
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 
 from apps.clusters.choices import ClusterStatus, ClusterType, FiguresSource, LinkType, NodeStatus, Vendor
 from apps.clusters.crypto import decrypt_json, encrypt_json
@@ -403,3 +404,188 @@ class AgentToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster}: {self.name}"
+
+
+class CapacityReservationQuerySet(models.QuerySet):
+    def current_and_upcoming(self, now) -> CapacityReservationQuerySet:
+        """Reservations that have not ended, soonest first."""
+        return self.filter(ends_at__gt=now).order_by("starts_at", "ends_at", "pk")
+
+
+class CapacityReservation(models.Model):
+    """Capacity an admin holds back for a time window, which the scheduler leaves free: maintenance (nobody
+    may use it) or an event (only the listed projects may).
+
+    It lives with the clusters because it holds their nodes and cards; the clusters app already depends on
+    the VDC app (VDC, Project), never the reverse. What is held: the named nodes whole; else the amount
+    (cards of a GPU model, or GPU-equivalents, with cpu / memory optional) as whole nodes the scheduler picks;
+    else every node of the cluster (or of the VDC when no cluster is named).
+    """
+
+    vdc = models.ForeignKey(VDC, on_delete=models.CASCADE, related_name="capacity_reservations", verbose_name="VDC")
+    cluster = models.ForeignKey(
+        Cluster,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="capacity_reservations",
+        help_text="Empty: the clusters of the whole VDC",
+    )
+    nodes = models.ManyToManyField(
+        Node,
+        blank=True,
+        related_name="capacity_reservations",
+        help_text="Held whole; empty: the amount below, or (no amount) every node of the cluster / VDC",
+    )
+    name = models.CharField(max_length=128)
+    reason = models.TextField(blank=True, help_text="Why, as the VDC's users read it on the queue pages")
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    gpu_model = models.ForeignKey(
+        GPUModel,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="capacity_reservations",
+        help_text="With cards: hold this many cards of this model",
+    )
+    cards = models.PositiveIntegerField(default=0, help_text="Cards of the GPU model to hold (0: none)")
+    gpu = models.DecimalField(
+        max_digits=10,
+        decimal_places=3,
+        default=ZERO,
+        validators=[MinValueValidator(ZERO)],
+        help_text="GPU-equivalents to hold, any model (0: none); instead of cards",
+    )
+    cpu = models.DecimalField(
+        max_digits=10, decimal_places=2, default=ZERO, validators=[MinValueValidator(ZERO)], help_text="CPU cores"
+    )
+    memory_gib = models.DecimalField(
+        max_digits=12, decimal_places=2, default=ZERO, validators=[MinValueValidator(ZERO)], help_text="Memory (GiB)"
+    )
+    projects = models.ManyToManyField(
+        "vdc.Project",
+        blank=True,
+        related_name="capacity_reservations",
+        help_text="Projects that may use the held capacity (an event); empty: nobody (maintenance)",
+    )
+    lead_time = models.DurationField(
+        default=timedelta(days=1),
+        help_text="Tasks with neither a wall-time limit nor an expected duration keep off the held capacity from "
+        "this long before the start",
+    )
+    preempt_at_start = models.BooleanField(
+        default=False,
+        help_text="Drain: preempt preemptible medium and low work of other projects on the held nodes when the "
+        "window starts (off: running work runs on)",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = CapacityReservationQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["starts_at", "pk"]
+        constraints = [
+            models.CheckConstraint(condition=Q(ends_at__gt=F("starts_at")), name="reservation_ends_after_start"),
+            models.CheckConstraint(
+                condition=Q(gpu__gte=0) & Q(cpu__gte=0) & Q(memory_gib__gte=0), name="reservation_amounts_non_negative"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def holds_amount(self) -> bool:
+        return bool(self.cards or self.gpu or self.cpu or self.memory_gib)
+
+    @property
+    def is_maintenance(self) -> bool:
+        """Nobody may use it (no project listed); needs a saved row (reads prefetched projects)."""
+        return not self.projects.all()
+
+    def state(self, now) -> str:
+        """ "current", "upcoming" or "ended" at ``now``."""
+        if self.ends_at <= now:
+            return "ended"
+        return "current" if self.starts_at <= now else "upcoming"
+
+    def held_summary(self) -> str:
+        """What is held, in words (for lists and the queue pages)."""
+        where = self.cluster.name if self.cluster_id else "every cluster"
+        named = sorted(n.name for n in self.nodes.all()) if self.pk else []
+        if named:
+            return f"nodes {', '.join(named)}"
+        parts = []
+        if self.cards:
+            parts.append(f"{self.cards} × {self.gpu_model.name if self.gpu_model_id else '?'}")
+        if self.gpu:
+            parts.append(f"{self.gpu.normalize():f} GPU-equivalents")
+        if self.cpu:
+            parts.append(f"{self.cpu.normalize():f} CPU")
+        if self.memory_gib:
+            parts.append(f"{self.memory_gib.normalize():f} GiB memory")
+        if not parts:
+            return f"all nodes of {where}" if self.cluster_id else "all nodes of the VDC"
+        return f"{', '.join(parts)} on {where} (whole nodes)"
+
+    def capacity(self) -> dict[str, Decimal]:
+        """What the scope (the cluster, or the whole VDC) has: cards of the chosen model, GPU-equivalents,
+        cpu and memory."""
+        nodes = Node.objects.filter(cluster__vdc_id=self.vdc_id)
+        if self.cluster_id:
+            nodes = nodes.filter(cluster_id=self.cluster_id)
+        totals = nodes.aggregate(cpu=models.Sum("cpu"), memory_gib=models.Sum("memory_gib"))
+        devices = Device.objects.filter(node__in=nodes)
+        gpu = devices.aggregate(total=models.Sum("gpu_model__exchange_rate"))["total"]
+        cards = devices.filter(gpu_model_id=self.gpu_model_id).count() if self.gpu_model_id else 0
+        return {
+            "cards": Decimal(cards),
+            "gpu": gpu or ZERO,
+            "cpu": totals["cpu"] or ZERO,
+            "memory_gib": totals["memory_gib"] or ZERO,
+        }
+
+    def clean(self) -> None:
+        errors: dict[str, str] = {}
+        if self.starts_at and self.ends_at and self.ends_at <= self.starts_at:
+            errors["ends_at"] = f"Expected an end after the start ({self.starts_at.isoformat()})."
+        if self.cluster_id and self.vdc_id and self.cluster.vdc_id != self.vdc_id:
+            errors["cluster"] = f"Expected a cluster of VDC {self.vdc}; {self.cluster} belongs to {self.cluster.vdc}."
+        if self.cards and not self.gpu_model_id:
+            errors["gpu_model"] = "Expected the GPU model whose cards are held."
+        if self.gpu_model_id and not self.cards:
+            errors["cards"] = f"Expected how many {self.gpu_model.name} cards to hold."
+        if self.cards and self.gpu:
+            errors["gpu"] = "Hold either cards of a model or GPU-equivalents, not both."
+        if self.lead_time is not None and self.lead_time < timedelta(0):
+            errors["lead_time"] = "Expected a lead time of 0 or more."
+        if not errors and self.vdc_id and self.holds_amount:
+            have = self.capacity()
+            scope = f"cluster {self.cluster}" if self.cluster_id else f"VDC {self.vdc}"
+            asked = {"cards": Decimal(self.cards), "gpu": self.gpu, "cpu": self.cpu, "memory_gib": self.memory_gib}
+            units = {
+                "cards": f"{self.gpu_model.name} cards" if self.gpu_model_id else "cards",
+                "gpu": "GPU-equivalents",
+                "cpu": "CPU cores",
+                "memory_gib": "GiB of memory",
+            }
+            for key, amount in asked.items():
+                if amount and amount > have[key]:
+                    errors[key] = f"Expected at most {have[key].normalize():f} {units[key]} (what {scope} has)."
+        if errors:
+            raise ValidationError(errors)
+
+    def clean_nodes(self, nodes) -> None:
+        """Rules on the node list (a many-to-many, so forms and serializers call this with the chosen nodes)."""
+        nodes = list(nodes)
+        if not nodes:
+            return
+        if self.holds_amount:
+            raise ValidationError({"nodes": "Hold either named nodes or an amount, not both."})
+        for n in nodes:
+            if self.cluster_id and n.cluster_id != self.cluster_id:
+                raise ValidationError({"nodes": f"Expected nodes of cluster {self.cluster}; {n} is not."})
+            if n.cluster.vdc_id != self.vdc_id:
+                raise ValidationError({"nodes": f"Expected nodes of VDC {self.vdc}; {n} is not."})

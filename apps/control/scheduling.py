@@ -28,7 +28,7 @@ from apps.billing.choices import ResourceType
 from apps.billing.models import Account, UsageRecord
 from apps.clusters.backends import can_resize
 from apps.clusters.gpuspec import Catalog, GPUSpecError, parse_gpu_spec
-from apps.clusters.models import Cluster, Device, GPUModel, Node, effective_node_status
+from apps.clusters.models import CapacityReservation, Cluster, Device, GPUModel, Node, effective_node_status
 from apps.control import triggers
 from apps.control.jobspec import job_name
 from apps.control.models import BackendObject
@@ -103,7 +103,7 @@ SNAPSHOT_FIELDS = (
     "elastic_max", "expected_duration", "preemptible", "required_labels", "status", "status_message",
     "pending_reason", "pending_message", "queue_position", "estimated_start", "cluster_id", "placement",
     "allocated_gpu", "replicas", "external_id", "attempt", "window", "submitted_at", "started_at", "finished_at",
-    "updated_at", "uid", "exit_code", "failure_reason", "preemption_count", "lost_gpu_seconds",
+    "updated_at", "uid", "exit_code", "failure_reason", "preemption_count", "lost_gpu_seconds", "wall_time",
 )  # fmt: skip
 
 
@@ -259,6 +259,7 @@ class SnapshotLoader:
                 node_scorer=self.vdc.node_scorer,
                 cap=self._cap(),
             ),
+            reservations=self._reservations(now),
         )
 
     def _cap(self) -> em.Resources | None:
@@ -270,6 +271,34 @@ class SnapshotLoader:
             cpu=_f(v.total_cpu) if v.total_cpu is not None else inf,
             memory_gib=_f(v.total_memory_gib) if v.total_memory_gib is not None else inf,
             gpu=_f(v.total_gpu) if v.total_gpu is not None else inf,
+        )
+
+    def _reservations(self, now: datetime) -> tuple[em.CapacityReservation, ...]:
+        """The VDC's capacity reservations that have not ended (three queries: rows, nodes, projects)."""
+        rows = (
+            CapacityReservation.objects.filter(vdc=self.vdc)
+            .current_and_upcoming(now)
+            .select_related("gpu_model")
+            .prefetch_related("nodes", "projects")
+        )
+        return tuple(
+            em.CapacityReservation(
+                id=r.pk,
+                start=r.starts_at.timestamp(),
+                end=r.ends_at.timestamp(),
+                cluster_ids=(r.cluster_id,) if r.cluster_id else (),
+                node_ids=tuple(n.pk for n in r.nodes.all()),
+                gpu_model=r.gpu_model.name if r.gpu_model_id else None,
+                cards=r.cards,
+                gpu=_f(r.gpu),
+                cpu=_f(r.cpu),
+                memory_gib=_f(r.memory_gib),
+                projects=frozenset(p.pk for p in r.projects.all()),
+                lead_s=max(0.0, r.lead_time.total_seconds()),
+                preempt_at_start=r.preempt_at_start,
+                name=r.name,
+            )  # fmt: skip
+            for r in rows
         )
 
     def _request(self, t: Task, catalog: Catalog, cache: dict):
@@ -321,6 +350,7 @@ class SnapshotLoader:
             required_labels=dict(t.required_labels or {}),
             preferred_clusters=tuple(self.preferred.get(t.pk, ())),
             attained_gpu_s=self.attained.get(t.pk, 0.0),
+            wall_time_s=_seconds(t.wall_time),
         )
 
     def _placements(self, t: Task) -> tuple[em.InstancePlacement, ...]:
@@ -491,7 +521,7 @@ def _apply(loader: SnapshotLoader, decisions: em.Decisions, now: datetime) -> Cy
         previous, cluster_id, external_id = task.status, task.cluster_id, task.external_id
         low = task.queue.priority_class == PriorityClass.LOW
         task.status = TaskStatus.SUSPENDED if low else TaskStatus.PREEMPTED
-        message = preemption_message(task, tasks.get(p.by_task_id), p.reason, p.new_window_s)
+        message = preemption_message(task, tasks.get(p.by_task_id), p.reason, p.new_window_s, p.message)
         task.status_message = message
         if p.new_window_s is not None:
             task.window = timedelta(seconds=p.new_window_s)
@@ -651,13 +681,18 @@ def _pending_message(task: Task, w: em.Waiting, blocker: Task | None, start: dat
     return f"not enough free capacity; enough frees up when {who} is expected to end, {_clock(start, now)}"
 
 
-def preemption_message(task: Task, by: Task | None, reason: str, new_window_s: float | None) -> str:
+def preemption_message(
+    task: Task, by: Task | None, reason: str, new_window_s: float | None, engine_message: str = ""
+) -> str:
     """What the preempted task's people read: who took its resources and why, and what happens next.
 
     The other task is named only within the same project; another project's task stays anonymous.
     """
-    who = _named_for(task, by)
     verb = "Suspended" if task.queue.priority_class == PriorityClass.LOW else "Preempted"
+    if reason == em.PreemptReason.CAPACITY_RESERVATION:
+        # No task took its place: an admin's reservation drains its nodes (engine_message says which, until when).
+        return f"{verb}: {engine_message}. Requeued; it starts again when resources are free."
+    who = _named_for(task, by)
     text = f"{verb} for {who}: {_PREEMPTION_REASONS.get(reason, reason)}."
     if new_window_s is not None:
         text += f" Requeued; its next run is guaranteed {timedelta(seconds=round(new_window_s))}."

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import copy
+
 from rest_framework import serializers
 
 from apps.clusters.choices import NodeStatus
 from apps.clusters.hostpaths import MAX_PATH_LENGTH
 from apps.clusters.models import (
     MAX_HOST_PATH_PREFIXES,
+    CapacityReservation,
     Cluster,
     Device,
     GPUModel,
@@ -15,7 +18,7 @@ from apps.clusters.models import (
     validate_host_path_prefixes,
     validate_namespaces,
 )
-from apps.vdc.api.common import ModelCleanMixin
+from apps.vdc.api.common import ModelCleanMixin, service_errors
 
 
 class GPUModelSerializer(ModelCleanMixin, serializers.ModelSerializer):
@@ -142,3 +145,38 @@ class DeviceSerializer(ModelCleanMixin, serializers.ModelSerializer):
             "health_reason", "reported_name", "driver_version", "runtime_version", "memory_bandwidth_gbps",
             "tflops_fp16", "tflops_fp32", "figures_source", "interconnect",
         ]  # fmt: skip
+
+
+class CapacityReservationSerializer(ModelCleanMixin, serializers.ModelSerializer):
+    """A capacity reservation: a window in which the scheduler leaves capacity free (docs/admin.md)."""
+
+    vdc_name = serializers.CharField(source="vdc.name", read_only=True)
+    cluster_name = serializers.CharField(source="cluster.name", read_only=True, allow_null=True)
+    gpu_model_name = serializers.CharField(source="gpu_model.name", read_only=True, allow_null=True)
+    holds = serializers.CharField(source="held_summary", read_only=True, help_text="What is held, in words")
+    maintenance = serializers.BooleanField(
+        source="is_maintenance", read_only=True, help_text="True when no project may use it"
+    )
+
+    class Meta:
+        model = CapacityReservation
+        fields = [
+            "id", "vdc", "vdc_name", "cluster", "cluster_name", "name", "reason", "starts_at", "ends_at", "nodes",
+            "gpu_model", "gpu_model_name", "cards", "gpu", "cpu", "memory_gib", "projects", "maintenance", "holds",
+            "lead_time", "preempt_at_start", "created_at", "updated_at",
+        ]  # fmt: skip
+        read_only_fields = ["created_at", "updated_at"]
+
+    def validate(self, attrs: dict) -> dict:
+        attrs = super().validate(attrs)
+        candidate = copy.copy(self.instance) if self.instance is not None else CapacityReservation()
+        for name, value in attrs.items():
+            if name not in ("nodes", "projects"):
+                setattr(candidate, name, value)
+        if "nodes" in attrs:
+            nodes = attrs["nodes"]
+        else:
+            nodes = list(self.instance.nodes.all()) if self.instance is not None else []
+        with service_errors():
+            candidate.clean_nodes(nodes)
+        return attrs

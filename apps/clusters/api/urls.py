@@ -12,6 +12,7 @@ ROUTES = [
     ("clusters", views.ClusterViewSet, "cluster"),
     ("nodes", views.NodeViewSet, "node"),
     ("devices", views.DeviceViewSet, "device"),
+    ("capacity-reservations", views.CapacityReservationViewSet, "capacityreservation"),
 ]
 
 urlpatterns = [

@@ -13,6 +13,7 @@ from rest_framework.response import Response
 
 from apps.clusters import services
 from apps.clusters.api.serializers import (
+    CapacityReservationSerializer,
     ClusterHealthSerializer,
     ClusterSerializer,
     DeviceSerializer,
@@ -20,8 +21,14 @@ from apps.clusters.api.serializers import (
     MaintenanceSerializer,
     NodeSerializer,
 )
-from apps.clusters.filtersets import ClusterFilterSet, DeviceFilterSet, GPUModelFilterSet, NodeFilterSet
-from apps.clusters.models import Cluster, Device, GPUModel, Node
+from apps.clusters.filtersets import (
+    CapacityReservationFilterSet,
+    ClusterFilterSet,
+    DeviceFilterSet,
+    GPUModelFilterSet,
+    NodeFilterSet,
+)
+from apps.clusters.models import CapacityReservation, Cluster, Device, GPUModel, Node
 from apps.vdc.api.common import ProtectedDestroyMixin
 from apps.vdc.api.permissions import AdminWriteOrReadOnly, scope_to_vdcs, visible_vdcs
 from apps.vdc.services import is_platform_admin
@@ -138,3 +145,20 @@ class DeviceViewSet(viewsets.ModelViewSet):
     def get_queryset(self):
         devices = Device.objects.select_related("node", "gpu_model")
         return scope_to_vdcs(devices, self.request.user, "node__cluster__vdc")
+
+
+class CapacityReservationViewSet(viewsets.ModelViewSet):
+    """Capacity reservations: windows in which the scheduler leaves capacity free (maintenance, or an event of
+    the listed projects). Users of the VDC read them; only platform admins write."""
+
+    serializer_class = CapacityReservationSerializer
+    permission_classes = [AdminWriteOrReadOnly]
+    filterset_class = CapacityReservationFilterSet
+    search_fields = ["name", "reason"]
+    ordering_fields = ["starts_at", "ends_at", "name", "vdc__name", "created_at"]
+
+    def get_queryset(self):
+        reservations = CapacityReservation.objects.select_related("vdc", "cluster", "gpu_model").prefetch_related(
+            "nodes", "projects"
+        )
+        return scope_to_vdcs(reservations.order_by("starts_at", "pk"), self.request.user)
