@@ -164,7 +164,7 @@ class CapacityReservationFilterSet(BaseFilterSet):
             "vdc": ["exact", "in"],
             "cluster": ["exact", "in", "isnull"],
             "name": NAME,
-            "reason": ["icontains"],
+            "reason": ["exact", "icontains"],
             "starts_at": TIME,
             "ends_at": TIME,
             "gpu_model": ["exact", "isnull"],

@@ -31,7 +31,7 @@ from apps.billing.services import PriceBook, card_prices, hourly_price_of_reques
 from apps.clusters import services as cluster_services
 from apps.clusters.backends import executor_for
 from apps.clusters.executors.base import ExecutorError
-from apps.clusters.models import Cluster, Device
+from apps.clusters.models import CapacityReservation, Cluster, Device
 from apps.queues import services as queue_services
 from apps.queues.choices import CLASS_RULES, PriorityClass
 from apps.queues.models import TaskQueue
@@ -698,6 +698,33 @@ def _next_url(request: HttpRequest, default: str, exclude: str = "") -> str:
 # --- queues ---------------------------------------------------------------------------------------
 
 
+def reservations_of(user, vdc_ids, now: datetime) -> dict[int, list[CapacityReservation]]:
+    """Current and upcoming capacity reservations per VDC, each with ``current`` and ``for_whom`` (the user's
+    own projects by name, other projects only as such)."""
+    admin = is_platform_admin(user)
+    mine: set | None = None
+    rows = (
+        CapacityReservation.objects.filter(vdc__in=vdc_ids)
+        .current_and_upcoming(now)
+        .select_related("cluster", "gpu_model")
+        .prefetch_related("nodes", "projects")
+    )
+    out: dict[int, list[CapacityReservation]] = defaultdict(list)
+    for r in rows:
+        r.current = r.starts_at <= now
+        projects = list(r.projects.all())
+        if projects and mine is None:
+            mine = set(Membership.objects.filter(user=user).values_list("project_id", flat=True))
+        ours = sorted(p.name for p in projects if admin or p.pk in mine)
+        others = len(projects) - len(ours)
+        if not projects:
+            r.for_whom = "nobody (maintenance)"
+        else:
+            r.for_whom = ", ".join(ours + ([f"{others} other project{pluralize(others)}"] if others else []))
+        out[r.vdc_id].append(r)
+    return out
+
+
 @login_required
 def task_queues(request: HttpRequest) -> HttpResponse:
     user = request.user
@@ -717,11 +744,12 @@ def task_queues(request: HttpRequest) -> HttpResponse:
     by_vdc: dict[int, list[TaskQueue]] = defaultdict(list)
     for q in queues:
         by_vdc[q.vdc_id].append(q)
+    held = reservations_of(user, vdc_ids, timezone.now())
     return render(
         request,
         "portal/task_queues.html",
         {
-            "vdcs": [(qs[0].vdc, qs) for qs in by_vdc.values()],
+            "vdcs": [(qs[0].vdc, qs, held.get(qs[0].vdc_id, [])) for qs in by_vdc.values()],
             "queues": queues,
             "is_queue_admin": is_platform_admin(user),
             "policies": forms.QueuePolicy.choices,

@@ -24,7 +24,7 @@ from apps.billing.models import (
     Transaction,
     UsageRecord,
 )
-from apps.clusters.models import GPUModel
+from apps.clusters.models import CapacityReservation, GPUModel
 from apps.control.models import BackendObject, CheckpointStore, Installation
 from apps.tasks.models import TaskEvent
 from tests.factories import TaskFactory
@@ -86,6 +86,10 @@ def every_model(world):
     AlertSettings.objects.create(vdc=world.vdc, quota_warn_percent=75)
     ProjectAlert.objects.create(project=world.project, vdc=world.vdc, rule="quota_high", key=f"quota:{world.vdc.pk}",
                                 message="GPU quota 88% used", since=end, fired_at=end)  # fmt: skip
+    window = CapacityReservation.objects.create(vdc=world.vdc, cluster=world.cluster, name="firmware",
+                                                starts_at=end, ends_at=end + timedelta(hours=4))  # fmt: skip
+    window.nodes.set([world.node])
+    window.projects.set([world.project])
     Group.objects.create(name="operators")
     Token.objects.create(user=world.admin)
     Installation.current()

@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from apps.billing.models import Account, Invoice, InvoiceLine, PriceRule, ProjectAlert, Transaction, UsageRecord
-from apps.clusters.models import GPUModel
+from apps.clusters.models import CapacityReservation, GPUModel
 from tests.api.base import ADMIN, EVERYONE, PROJECT_ROLES, ROLES, Resource, client_for, same
 from tests.factories import (
     ClusterFactory,
@@ -129,6 +129,23 @@ RESOURCES = [
         readers=PROJECT_ROLES,
         create=lambda w: {"vdc": w.vdc.pk, "name": "batch", "priority_class": "low"},
         update=lambda w: {"policy": "drf", "is_open": False, "description": "nightly"},
+    ),
+    Resource(
+        "capacity-reservations",
+        make=lambda w: CapacityReservation.objects.create(
+            vdc=alpha_vdc(w), name="north-firmware", starts_at=timezone.now(), ends_at=timezone.now() + timedelta(hours=2)
+        ),  # fmt: skip
+        readers=PROJECT_ROLES,
+        create=lambda w: {
+            "vdc": w.vdc.pk,
+            "cluster": w.cluster.pk,
+            "name": "rack-b",
+            "starts_at": "2031-01-01T08:00:00Z",
+            "ends_at": "2031-01-01T18:00:00Z",
+            "gpu_model": a100().pk,
+            "cards": 4,
+        },  # fmt: skip
+        update=lambda w: {"reason": "GPU firmware upgrade", "preempt_at_start": True},
     ),
     Resource(
         "projects",

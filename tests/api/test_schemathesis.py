@@ -34,7 +34,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from apps.billing.models import Account, Invoice, PriceRule, ProjectAlert, Transaction, UsageRecord
-from apps.clusters.models import GPUModel
+from apps.clusters.models import CapacityReservation, GPUModel
 from apps.clusters.services import issue_agent_token
 from apps.control.models import BackendObject
 from apps.tasks.models import TaskEvent
@@ -144,6 +144,9 @@ def fuzz_world(world):
         "billing/transactions": charge,
         "billing/usage": usage,
         "alerts": alert,
+        "capacity-reservations": CapacityReservation.objects.create(
+            vdc=world.vdc, name="fuzz-window", starts_at=timezone.now(), ends_at=timezone.now() + timedelta(hours=1)
+        ),
     }
     return {
         "member": {"Authorization": f"Token {Token.objects.create(user=world.member).key}"},

@@ -18,7 +18,7 @@ MAX_QUERIES = {
     "portal:training-jobs": 18,
     "portal:instances": 9,
     "portal:dashboard": 23,
-    "portal:task-queues": 12,
+    "portal:task-queues": 13,  # + the VDCs' capacity reservations
 }
 
 
