@@ -133,8 +133,11 @@ RESOURCES = [
     Resource(
         "capacity-reservations",
         make=lambda w: CapacityReservation.objects.create(
-            vdc=alpha_vdc(w), name="north-firmware", starts_at=timezone.now(), ends_at=timezone.now() + timedelta(hours=2)
-        ),  # fmt: skip
+            vdc=alpha_vdc(w),
+            name="north-firmware",
+            starts_at=timezone.now(),
+            ends_at=timezone.now() + timedelta(hours=2),
+        ),
         readers=PROJECT_ROLES,
         create=lambda w: {
             "vdc": w.vdc.pk,
