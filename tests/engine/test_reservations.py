@@ -5,10 +5,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from apps.queues.engine import CapacityReservation, PreemptReason, Reason, Scheduler, schedule
+from apps.queues.engine import CapacityReservation, Cluster, PreemptReason, Reason, Scheduler, schedule
+from apps.queues.engine.reservations import Holds
 
 from .builders import node, preempted, running, snap, started, task, waiting
+from .test_invariants import PROJECTS, snapshots
 
 NOW = 1000.0
 
@@ -117,8 +121,6 @@ def test_amount_holds_whole_nodes_preferring_those_free_at_the_start():
 
 def test_gpu_equivalent_amount_and_cluster_scope():
     nodes = [node("a1", cluster="c1", cards=2), node("b1", cluster="c2", cards=2)]
-    from apps.queues.engine import Cluster
-
     s = snap(nodes, [task("x"), task("y", submit_time=1)], now=NOW, clusters=[Cluster("c1"), Cluster("c2")])
     d = schedule(with_res(s, res(cluster_ids=("c2",), gpu=1.5)))
     assert {node_of(d, t) for t in started(d)} == {"a1"} and len(started(d)) == 2
@@ -143,3 +145,53 @@ def test_invalid_reservation_is_refused():
         CapacityReservation("r", NOW, NOW)
     with pytest.raises(ValueError, match="cards need a gpu_model"):
         CapacityReservation("r", NOW, NOW + 1, cards=2)
+
+
+@st.composite
+def reserved_snapshots(draw):
+    """A random snapshot (as in the invariant tests) with one random capacity reservation."""
+    s = draw(snapshots())
+    node_ids = [n.id for n in s.nodes]
+    mode = draw(st.sampled_from(["nodes", "cluster", "cards", "gpu"]))
+    fields: dict = {}
+    if mode == "nodes":
+        fields["node_ids"] = tuple(draw(st.lists(st.sampled_from(node_ids), min_size=1, max_size=3, unique=True)))
+    elif mode == "cluster":
+        fields["cluster_ids"] = (draw(st.sampled_from(["c1", "c2"])),)
+    elif mode == "cards":
+        fields.update(gpu_model=draw(st.sampled_from(["A100-80G", "T4", "V100"])), cards=draw(st.integers(1, 4)))
+    else:
+        fields["gpu"] = float(draw(st.integers(1, 4)))
+    start = s.now + draw(st.sampled_from([-100.0, 0.0, 300.0, 1500.0, 5000.0]))
+    r = CapacityReservation(
+        "r",
+        start,
+        start + 3600,
+        projects=frozenset(draw(st.sets(st.sampled_from(PROJECTS), max_size=2))),
+        lead_s=float(draw(st.sampled_from([0, 1000, 86400]))),
+        preempt_at_start=draw(st.booleans()),
+        **fields,
+    )
+    return replace(s, reservations=(r,))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reserved_snapshots())
+def test_no_new_work_lands_on_held_nodes_unless_allowed_or_gone_in_time(s):
+    sched = Scheduler(s)
+    holds = Holds(sched, s.reservations, s.now)
+    d = sched.cycle(s.now)
+    held_ids = {sched.nodes[pos].node.id for _r, nodes in holds.held for pos in nodes}
+    tasks = {t.id: t for t in s.queued} | {rt.task.id: rt.task for rt in s.running}
+    (r,) = s.reservations
+    for task_id, placements in [(x.task_id, x.placements) for x in d.starts] + [
+        (x.task_id, x.added) for x in d.resizes
+    ]:
+        if holds.applies(r, tasks[task_id]):
+            assert not {p.node_id for p in placements} & held_ids, (task_id, r)
+    for p in d.preemptions:
+        if p.reason == PreemptReason.CAPACITY_RESERVATION:
+            assert r.preempt_at_start and r.start <= s.now
+        elif p.by_task_id is not None and holds.applies(r, tasks[p.by_task_id]):
+            victim = next(rt for rt in s.running if rt.task.id == p.task_id)
+            assert not {pl.node_id for pl in victim.placements} & held_ids  # nobody preempts to get in
