@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from decimal import Decimal
 from itertools import cycle
 
@@ -9,8 +10,9 @@ import pytest
 from django.apps import apps
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
-from apps.clusters.models import Device, GPUModel, Node
+from apps.clusters.models import CapacityReservation, Device, GPUModel, Node
 from apps.clusters.services import forget_catalog
 from apps.tasks.choices import ACTIVE, TaskStatus
 from apps.tasks.models import Task
@@ -34,6 +36,7 @@ BOUNDS = {
     "billing.Account": 6,
     "billing.Invoice": 7,
     "billing.UsageRecord": 8,
+    "clusters.CapacityReservation": 11,  # + the date hierarchy and the prefetched nodes and projects
 }
 
 
@@ -75,6 +78,12 @@ def _more_of_everything(world, count: int) -> None:
         project = Project.objects.create(name=f"extra-{n}")
         Membership.objects.create(project=project, user=UserFactory())
         ProjectQuota.objects.create(project=project, vdc=world.vdc)
+        now = timezone.now()
+        window = CapacityReservation.objects.create(
+            vdc=vdc, cluster=cluster, name=f"extra-{n}", starts_at=now, ends_at=now + timedelta(hours=1)
+        )
+        window.nodes.set([node])
+        window.projects.set([project])
 
 
 def _queries(client, url: str) -> int:
