@@ -39,7 +39,8 @@ def wait_for_instances(executor, job_id, ready, timeout=15.0):
 def test_a_two_instance_job_runs_two_ranks_each_with_its_own_figures(executor, make_spec):
     spec = make_spec(command=GANG_COMMAND, instances=2, cpu=1.0, memory_gib=1.0, secret_env={"API_TOKEN": "s3cr3t"})
     job_id = executor.submit(spec)
-    log = wait_for_log(executor, job_id, "rank 1 of 2")
+    wait_for_log(executor, job_id, "rank 1 of 2")
+    log = wait_for_log(executor, job_id, "rank 0 of 2")
     assert "rank 0 of 2 at 127.0.0.1" in log and "rank 1 of 2 at 127.0.0.1" in log
 
     def measured(found):
@@ -68,8 +69,8 @@ def test_a_rank_that_ends_first_shows_its_exit_while_the_other_runs(executor, ma
     executor.stop(job_id)
     state = wait_for(executor, job_id, FINAL)
     assert state.phase == JobPhase.CANCELLED
-    after = executor.instances(job_id)
-    assert [i.state for i in after] == ["exited 143", "exited 3"] or all(i.state.startswith("exited") for i in after)
+    # Rank 0 was stopped by TERM (the shell reports 128 + 15), rank 1 had exited 3 by itself.
+    assert [i.state for i in executor.instances(job_id)] == ["exited 143", "exited 3"]
 
 
 def test_a_gang_exits_with_the_first_failing_rank(executor, make_spec):
