@@ -68,14 +68,13 @@ def _devices_by_placement(task: Task) -> list[list[dict]]:
 
 
 def _cards_of(instance: InstanceState, placement: list[dict], cards: list[list[dict]], taken: set[int]) -> list[dict]:
-    """The cards of one instance: the placement entry of its rank when it runs on that entry's node (or its node
-    is unknown), else the first unclaimed entry on its node."""
+    """The cards of one instance: those of the first unclaimed placement entry on its node, its rank's first;
+    by rank alone when no entry names its node (a backend that names its host otherwise, or does not say)."""
     k = instance.index
-    if 0 <= k < len(placement) and k not in taken and instance.node in (None, placement[k].get("node_name")):
-        taken.add(k)
-        return cards[k]
-    for j, entry in enumerate(placement):
-        if j not in taken and entry.get("node_name") == instance.node:
+    on_node = [j for j, entry in enumerate(placement) if entry.get("node_name") == instance.node]
+    candidates = sorted(on_node, key=lambda j: j != k) if on_node else [k]
+    for j in candidates:
+        if 0 <= j < len(placement) and j not in taken:
             taken.add(j)
             return cards[j]
     return []
@@ -108,8 +107,10 @@ def _percent(used, requested) -> float | None:
     return round(100 * float(used) / float(requested), 1)
 
 
-def task_instances(task: Task, timeout: float = INSTANCES_TIMEOUT_S) -> TaskInstances:
-    """Ask the task's backend for its instances (at most ``timeout`` seconds) and add the portal's figures."""
+def task_instances(task: Task, timeout: float | None = None) -> TaskInstances:
+    """Ask the task's backend for its instances (at most ``timeout`` seconds, ``INSTANCES_TIMEOUT_S`` by default)
+    and add the portal's figures."""
+    timeout = INSTANCES_TIMEOUT_S if timeout is None else timeout
     if task.status not in _ASKED:
         if task.is_final:
             return TaskInstances(note="The task has ended: its instances are gone.")
