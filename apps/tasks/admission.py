@@ -105,8 +105,6 @@ def _why_not(task, request: GPURequest, gpu_catalog: Catalog, cluster: _ClusterV
     nodes = cluster.nodes
     kubernetes = cluster.cluster_type == ClusterType.KUBERNETES
     size = _start_size(task)
-    if cluster.cluster_type == ClusterType.LOCAL and (size > 1 or (task.is_elastic and task.elastic_max > 1)):
-        return "instances", f"runs single-instance jobs, {max(size, task.elastic_max or 1)} instances asked"
     if task.is_elastic and not can_resize(cluster):
         return "elastic_min", f"{cluster.kind} cannot grow or shrink a running job"
     if task.kind != "dev_env" and not (task.command or "").strip():
@@ -118,6 +116,11 @@ def _why_not(task, request: GPURequest, gpu_catalog: Catalog, cluster: _ClusterV
         return "image", "Kubernetes runs containers: an image is required"
     if not nodes:
         return None  # nothing registered yet: what it will hold is unknown, so the task may wait for it
+    # The local executor runs every rank of a gang on its one host.
+    roomy_host = any(n.cpu >= task.cpu * size and n.memory_gib >= task.memory_gib * size for n in nodes)
+    if cluster.cluster_type == ClusterType.LOCAL and size > 1 and not roomy_host:
+        each = f"{task.cpu.normalize():f} cores and {task.memory_gib.normalize():f} GiB"
+        return "instances", f"runs every instance on its one host, which has no room for {size} instances of {each}"
     fitting = [n for n in nodes if n.cpu >= task.cpu]
     if not fitting:
         return "cpu", f"no node has {task.cpu.normalize():f} cores (largest {max(n.cpu for n in nodes).normalize():f})"

@@ -39,6 +39,7 @@ from apps.tasks import access, forms, lineup, live
 from apps.tasks.admission import wait_notice
 from apps.tasks.choices import ACTIVE, WAITING, EventKind, TaskKind, TaskStatus
 from apps.tasks.filtersets import TaskFilterSet
+from apps.tasks.instances import task_instances
 from apps.tasks.models import Task, TaskEvent
 from apps.tasks.services import delete_task, stop_task, stop_tasks, waiting_gpu_equivalents
 from apps.vdc.models import VDC, Membership, Project, ProjectQuota
@@ -572,9 +573,18 @@ def task_monitoring(request: HttpRequest, pk: int) -> HttpResponse:
             "instance_numbers": range(max(task.instances, 1)),
             "ide_url": access.ide_connect_url(task),
             "service": access.service_facts(task, backend_state, request.build_absolute_uri("/")),
+            "instances": task_instances(task),
             "nav": "compute-tasks",
         },
     )
+
+
+@login_required
+@require_GET
+def task_instances_part(request: HttpRequest, pk: int) -> HttpResponse:
+    """The monitoring page's instance table alone, polled by the page to keep its figures current."""
+    task = _visible_task(request, pk)
+    return render(request, "portal/_task_instances.html", {"task": task, "instances": task_instances(task)})
 
 
 def _event_details(event: TaskEvent) -> list[str]:

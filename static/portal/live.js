@@ -1,5 +1,6 @@
 /* Live updates over the one socket (ws/live/): subscribe to what the page shows, redraw on pushes,
-   reconnect with backoff after a drop. The monitoring page also polls the log tail every 2 s. */
+   reconnect with backoff after a drop. The monitoring page also polls the log tail every 2 s and its
+   instance table every 3 s. */
 (function () {
   "use strict";
   // Destructive actions (stop, delete) ask first: a form with data-confirm submits only once confirmed.
@@ -228,6 +229,24 @@
     setInterval(tick, 2000);
   }
 
+  // The monitoring page's instance table (state, CPU, memory, cards of each instance) is redrawn from the
+  // server every few seconds while the task runs; the figures come from its backend and the node agent.
+  function pollInstances() {
+    var box = document.querySelector("[data-instances-url]");
+    if (!box) { return; }
+    var busy = false;
+    setInterval(function () {
+      if (document.hidden || busy) { return; }
+      busy = true;
+      fetch(box.dataset.instancesUrl, {credentials: "same-origin"})
+        .then(function (r) { if (!r.ok) { throw new Error(r.status); } return r.text(); })
+        .then(function (html) { box.innerHTML = html; box.dataset.refreshedAt = Date.now(); })
+        .catch(function () {})
+        .then(function () { busy = false; });
+    }, 3000);
+  }
+
   connect();
   pollLog();
+  pollInstances();
 })();

@@ -241,9 +241,9 @@ def test_unknown_job_is_lost_and_bad_names_are_refused(executor):
     assert err.value.retryable is False
 
 
-def test_gang_jobs_are_refused_with_a_clear_error(executor, make_spec):
-    with pytest.raises(ExecutorError, match="single-instance") as err:
-        executor.submit(make_spec(instances=2))
+def test_a_job_without_instances_is_refused_with_a_clear_error(executor, make_spec):
+    with pytest.raises(ExecutorError, match="at least one instance") as err:
+        executor.submit(make_spec(instances=0))
     assert err.value.retryable is False
 
 

@@ -35,8 +35,9 @@ def refused(world, field, *words, **fields):
     return message
 
 
-def test_a_gang_on_a_single_instance_cluster_is_refused(world):
-    refused(world, "instances", "local-1: runs single-instance jobs, 2 instances asked", instances=2)
+def test_a_gang_on_the_local_cluster_is_admitted(world):
+    # The local executor runs a gang as one sandbox per rank on its host.
+    assert submit(world, instances=2).status == "queued"
 
 
 def test_an_elastic_task_needs_a_cluster_that_resizes_running_jobs(world):
@@ -93,10 +94,18 @@ def test_a_vdc_without_clusters_admits_and_waits(world):
 def test_the_api_answers_400_on_the_field(world):
     response = client_for(world.member).post(
         "/api/v1/tasks/",
-        {"project": "alpha", "queue": "high", "name": "job", "kind": "training", "command": "x", "instances": 2},
+        {
+            "project": "alpha",
+            "queue": "high",
+            "name": "job",
+            "kind": "training",
+            "command": "x",
+            "elastic_min": 1,
+            "elastic_max": 2,
+        },
         format="json",
     )
-    assert response.status_code == 400 and "single-instance" in str(response.data["instances"][0])
+    assert response.status_code == 400 and "cannot grow or shrink" in str(response.data["elastic_min"][0])
 
 
 def test_the_inference_form_shows_the_refusal_on_the_command(client, world):

@@ -222,6 +222,32 @@ class JobState:
     failure: str = ""  # a Failure when phase is FAILED and the backend says why
 
 
+@dataclass(frozen=True)
+class InstanceState:
+    """One instance (replica, rank) of a job as its backend sees it now, for the monitoring page and the API.
+
+    Values the backend cannot tell are None (``usage_note`` says why CPU and memory are missing). Only the
+    *names* of the secrets an instance mounts ever appear here, never their values.
+    """
+
+    index: int  # the rank (an indexed Job's completion index, a local job's HCS_RANK) or replica number
+    name: str  # the backend's name of the instance: a pod, a Slurm node's share of the job, a local rank
+    state: str  # the backend's word: "Running", "Pending", "exited 0", "RUNNING" ...
+    node: str | None = None
+    ip: str | None = None
+    restarts: int | None = None
+    cpu_used_cores: float | None = None
+    memory_used_gib: float | None = None
+    started_at: datetime | None = None
+    message: str = ""  # why it waits or failed, in the backend's words
+    usage_note: str = ""  # why CPU/memory use is unknown (no metrics API on the cluster ...)
+    service: str | None = None  # the Service (or other stable name) that reaches the instance
+    ports: tuple[dict, ...] = ()  # {"port", "target_port", "protocol", "name"} of that service
+    ingress_host: str | None = None
+    ingress_tls: bool | None = None
+    secrets: tuple[str, ...] = ()  # names of the secret objects the instance mounts (never values)
+
+
 # The most output one read of a log returns; a follower asks again at once when ``LogChunk.more`` says so.
 LOG_CHUNK_BYTES = 1 << 20
 # How many of the last lines the tail-comparison fallback compares (backends without offsets).
@@ -342,6 +368,14 @@ class Executor(abc.ABC):
         Each state carries the job's ``name`` and ``labels``; the reconciler calls this once per cluster per
         sync with this installation's label, whatever the number of tasks.
         """
+
+    def instances(self, external_id: str) -> list[InstanceState]:
+        """Each instance of the job now: state, node, IP, restarts and CPU/memory use where the backend tells.
+
+        Ordered by ``index``; empty when the job has no instance placed yet. Backends that cannot tell refuse
+        (not retryable).
+        """
+        raise ExecutorError(f"{type(self).__name__} cannot list a job's instances", retryable=False)
 
     def resize(self, external_id: str, replicas: int, keep_nodes: tuple[str, ...] = ()) -> None:
         """Run ``replicas`` instances of a running job from now on; instances on ``keep_nodes`` stay.

@@ -32,6 +32,7 @@ from apps.clusters.executors.base import (
     Executor,
     ExecutorError,
     Failure,
+    InstanceState,
     JobPhase,
     JobSpec,
     JobState,
@@ -248,6 +249,123 @@ def pod_state(ext_id: str, pod: dict) -> JobState:
         return JobState(ext_id, JobPhase.FAILED, f"{reason}: {message}".rstrip(": "), started, finished, exit_code,
                         failure=failure)  # fmt: skip
     return JobState(ext_id, JobPhase.UNKNOWN, f"pod phase {phase}", started)
+
+
+# The resource metrics API (metrics-server or a Prometheus adapter) that serves a pod's CPU and memory use.
+METRICS_GROUP, METRICS_VERSION = "metrics.k8s.io", "v1beta1"
+NO_METRICS_NOTE = "the cluster serves no resource metrics API (metrics.k8s.io: install metrics-server)"
+# Volcano numbers a job's pods with this annotation, as an indexed Job does with JOB_INDEX_ANNOTATION.
+_VOLCANO_INDEX_ANNOTATION = "volcano.sh/task-index"
+
+
+def pod_usage(metrics: list[dict]) -> dict[str, tuple[float, float]]:
+    """CPU cores and memory GiB each pod uses now, summed over its containers, from PodMetrics objects."""
+    out = {}
+    for item in metrics:
+        name = (item.get("metadata") or {}).get("name")
+        if not name:
+            continue
+        cpu = memory = 0.0
+        for container in item.get("containers") or []:
+            usage = container.get("usage") or {}
+            cpu += float(parse_quantity(usage.get("cpu") or "0"))
+            memory += float(parse_quantity(usage.get("memory") or "0")) / 2**30
+        out[name] = (round(cpu, 3), round(memory, 4))
+    return out
+
+
+def pod_secret_names(pod: dict) -> tuple[str, ...]:
+    """Names of the Secrets a pod mounts or reads variables from (volumes, envFrom, secretKeyRef, image pulls)."""
+    spec = pod.get("spec") or {}
+    names = {(v.get("secret") or {}).get("secretName") for v in spec.get("volumes") or []}
+    for volume in spec.get("volumes") or []:
+        for source in (volume.get("projected") or {}).get("sources") or []:
+            names.add((source.get("secret") or {}).get("name"))
+    for container in (spec.get("initContainers") or []) + (spec.get("containers") or []):
+        names |= {(e.get("secretRef") or {}).get("name") for e in container.get("envFrom") or []}
+        refs = ((e.get("valueFrom") or {}).get("secretKeyRef") or {} for e in container.get("env") or [])
+        names |= {ref.get("name") for ref in refs}
+    names |= {ref.get("name") for ref in spec.get("imagePullSecrets") or []}
+    return tuple(sorted(n for n in names if n))
+
+
+def _pod_index(pod: dict) -> int | None:
+    meta = pod.get("metadata") or {}
+    for where in (meta.get("annotations") or {}, meta.get("labels") or {}):
+        for key in (m.JOB_INDEX_ANNOTATION, _VOLCANO_INDEX_ANNOTATION):
+            if str(where.get(key, "")).isdecimal():
+                return int(where[key])
+    return None
+
+
+def _pod_state_word(pod: dict) -> tuple[str, str]:
+    """(state, message) of a pod as a person reads it: a waiting or failing container's reason wins its phase."""
+    status = pod.get("status") or {}
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return "Terminating", ""
+    for cs in status.get("containerStatuses") or []:
+        state = cs.get("state") or {}
+        waiting = state.get("waiting") or {}
+        if waiting.get("reason") and waiting["reason"] not in ("ContainerCreating", "PodInitializing"):
+            return waiting["reason"], waiting.get("message") or ""
+        terminated = state.get("terminated") or {}
+        if terminated and status.get("phase") not in ("Succeeded", "Failed"):
+            return terminated.get("reason") or "Terminated", terminated.get("message") or ""
+    return status.get("phase") or "Pending", _pod_problem(pod)
+
+
+def pod_instances(
+    pods: list[dict],
+    usage: dict[str, tuple[float, float]] | None,
+    service: dict | None = None,
+    ingress: dict | None = None,
+) -> list[InstanceState]:
+    """The instances of a task from its pods (ordered by rank, else by name), the PodMetrics of the namespace
+    (None when the cluster serves none), and the task's Service and Ingress objects (None when it has none)."""
+    ports = tuple(
+        {"port": p.get("port"), "target_port": p.get("targetPort", p.get("port")), "protocol": p.get("protocol", "TCP"),
+         "name": p.get("name") or "", **({"node_port": p["nodePort"]} if p.get("nodePort") else {})}
+        for p in ((service or {}).get("spec") or {}).get("ports") or ()
+    )  # fmt: skip
+    rules = ((ingress or {}).get("spec") or {}).get("rules") or []
+    host = next((r.get("host") for r in rules if r.get("host")), None)
+    tls_hosts = {h for t in ((ingress or {}).get("spec") or {}).get("tls") or [] for h in t.get("hosts") or ()}
+    tls = (host in tls_hosts or bool(tls_hosts and not host)) if ingress is not None else None
+    ordered = sorted(pods, key=lambda pod: (_pod_index(pod) is None, _pod_index(pod) or 0, pod["metadata"]["name"]))
+    out = []
+    for number, pod in enumerate(ordered):
+        name = pod["metadata"]["name"]
+        status = pod.get("status") or {}
+        state, message = _pod_state_word(pod)
+        cpu, memory = (usage or {}).get(name, (None, None))
+        if usage is None:
+            note = NO_METRICS_NOTE
+        elif cpu is None:
+            note = "no metrics for this pod yet (metrics-server samples every 15 s or so)"
+        else:
+            note = ""
+        index = _pod_index(pod)
+        out.append(
+            InstanceState(
+                index=index if index is not None else number,
+                name=name,
+                state=state,
+                node=(pod.get("spec") or {}).get("nodeName") or None,
+                ip=status.get("podIP") or None,
+                restarts=sum(int(cs.get("restartCount") or 0) for cs in status.get("containerStatuses") or []),
+                cpu_used_cores=cpu,
+                memory_used_gib=memory,
+                started_at=_parse_time(status.get("startTime")),
+                message=message,
+                usage_note=note,
+                service=(service or {}).get("metadata", {}).get("name"),
+                ports=ports,
+                ingress_host=host,
+                ingress_tls=tls,
+                secrets=pod_secret_names(pod),
+            )
+        )
+    return out
 
 
 def _pods_summary(pods: list[dict]) -> tuple[bool, str]:
@@ -639,6 +757,51 @@ class KubernetesExecutor(Executor):
         except ExecutorError as exc:
             if _status_code(exc) == 404:
                 raise ExecutorError(f"pod {namespace}/{name} not found", retryable=False)
+            raise
+
+    def instances(self, external_id: str) -> list[InstanceState]:
+        """The task's pods as instances, with CPU and memory from the metrics API when the cluster serves it
+        (None otherwise, with a note saying so), and the ports of its Service and the host and TLS of its Ingress."""
+        namespace, workload, name = m.parse_external_id(external_id)
+        try:
+            pods = self._instance_pods(external_id)
+        except ExecutorError as exc:
+            if workload == m.WORKLOAD_POD and not exc.retryable:  # the dev environment's pod is gone
+                return []
+            raise
+        if not pods:
+            return []
+        return pod_instances(
+            pods,
+            self._pod_metrics(namespace, name),
+            self._optional("Service", namespace, name),
+            self._optional("Ingress", namespace, name),
+        )
+
+    def _pod_metrics(self, namespace: str, name: str) -> dict[str, tuple[float, float]] | None:
+        """The task's pods' use from metrics.k8s.io; None when the cluster does not serve that API."""
+        try:
+            found = _call(
+                self._custom.list_namespaced_custom_object,
+                METRICS_GROUP,
+                METRICS_VERSION,
+                namespace,
+                "pods",
+                label_selector=f"{m.LABEL_NAME}={name}",
+            )
+        except ExecutorError as exc:
+            if _status_code(exc) in (404, 503):  # not served, or its backing service is down
+                return None
+            raise
+        return pod_usage(list((found or {}).get("items") or []))
+
+    def _optional(self, kind: str, namespace: str, name: str) -> dict | None:
+        """One object the executor may have created for the task; None when it has none."""
+        try:
+            return self._to_dict(_call(self._method(kind, "read"), name, namespace))
+        except ExecutorError as exc:
+            if _status_code(exc) == 404:
+                return None
             raise
 
     def open_terminal(self, external_id: str, instance: int = 0, rows: int = 24, cols: int = 80) -> Terminal:

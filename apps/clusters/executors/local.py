@@ -17,6 +17,7 @@ import json
 import math
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -33,12 +34,14 @@ from .base import (
     Executor,
     ExecutorError,
     Failure,
+    InstanceState,
     JobPhase,
     JobSpec,
     JobState,
     Terminal,
     checkpoint_mount,
     platform_environment,
+    service_port,
     wants_checkpoints,
 )
 from .logfile import LogChunk, read_log_file
@@ -66,6 +69,23 @@ _WRAPPER = (
 )
 # timeout's exit status when the limit hit: 124 after SIGTERM, 137 when SIGKILL was needed.
 _TIMEOUT_EXIT_CODES = (124, 137)
+
+# A gang (instances > 1) runs one sandbox per rank under this launcher, the wrapper's command. $1 is the job
+# directory, each further argument one rank's sandboxed command line (shell-quoted; it carries no secret: the
+# environment goes through descriptors). It records the ranks' pids in $1/ranks (rank order), waits for every
+# rank (a stop's TERM reaches them through the process group), writes each rank's exit status to
+# $1/rank-<n>.exit, and exits with the first non-zero status by rank, else 0.
+_GANG_LAUNCHER = (
+    'trap : TERM INT HUP; dir="$1"; shift; pids=""; '
+    'for cmd do eval "exec $cmd" & pids="$pids $!"; done; '
+    'printf "%s\\n" $pids > "$dir/ranks.tmp" && mv "$dir/ranks.tmp" "$dir/ranks"; '
+    "code=0; rank=0; "
+    'for p in $pids; do while :; do wait "$p"; c=$?; kill -0 "$p" 2>/dev/null || break; done; '
+    'printf "%s\\n" "$c" > "$dir/rank-$rank.exit"; [ "$code" -ne 0 ] || code=$c; rank=$((rank + 1)); done; '
+    'exit "$code"'
+)
+# How long instances() watches the ranks' processes to tell their CPU use.
+_CPU_SAMPLE_S = 0.25
 
 # A submit that created the directory but has not yet written job.json is "starting" this long.
 _STARTING_GRACE_S = 30.0
@@ -97,6 +117,41 @@ def _children_of() -> dict[int, list[int]]:
         ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
         children.setdefault(ppid, []).append(int(entry.name))
     return children
+
+
+def _proc_usage(pid: int) -> tuple[int, int] | None:
+    """CPU time (clock ticks, user + system) and resident memory (bytes) of one live process; None when gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    if fields[0] in ("Z", "X"):
+        return None
+    return int(fields[11]) + int(fields[12]), int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _tree_usage(root: int, children: dict[int, list[int]]) -> tuple[int, int]:
+    """CPU ticks and resident memory of ``root`` and every descendant (a rank's sandbox and what runs in it)."""
+    ticks = rss = 0
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        usage = _proc_usage(pid)
+        if usage is not None:
+            ticks, rss = ticks + usage[0], rss + usage[1]
+        todo += children.get(pid, ())
+    return ticks, rss
+
+
+def _host_address() -> str:
+    """This host's primary address (the source address of its default route; nothing is sent), else loopback."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # TEST-NET-1: only picks a route
+            return probe.getsockname()[0]
+        except OSError:
+            return "127.0.0.1"
 
 
 def _socket_stem(job_dir: Path) -> str:
@@ -268,14 +323,16 @@ class LocalExecutor(Executor):
 
     # -- environment ----------------------------------------------------------------------------
 
-    def _environment(self, spec: JobSpec, work_dir: Path) -> dict[str, str]:
-        """The job's variables: a plain base, then the task's own, then the platform's, which win."""
+    def _environment(self, spec: JobSpec, work_dir: Path, rank: int = 0) -> dict[str, str]:
+        """The variables of rank ``rank``: a plain base, then the task's own, then the platform's, which win."""
         env = self.sandbox.job_environment(work_dir, {**spec.env, **spec.secret_env})
         env.update(job_secrets(spec))
         env.update(platform_environment(spec))
-        env.update({"HCS_JOB_DIR": str(work_dir), "HCS_RANK": "0", "HCS_WORLD_SIZE": "1"})
+        env.update({"HCS_JOB_DIR": str(work_dir), "HCS_RANK": str(rank), "HCS_WORLD_SIZE": str(spec.instances)})
+        if spec.instances > 1:
+            env["HCS_MASTER_ADDR"] = "127.0.0.1"  # every rank runs on this host
         if spec.gpu_model is not None:
-            visible = ",".join(str(slot.index) for slot in self._devices(spec))
+            visible = ",".join(str(slot.index) for slot in self._devices(spec, rank))
             env[spec.gpu_model.visible_devices_env] = visible
             # NVIDIA_VISIBLE_DEVICES is read by the container runtime; a bare process needs CUDA's own.
             if spec.gpu_model.vendor == "nvidia":
@@ -288,15 +345,18 @@ class LocalExecutor(Executor):
         return str(max(1, math.ceil(self.grace_period_s)))
 
     @staticmethod
-    def _devices(spec: JobSpec):
-        return spec.placements[0].devices if spec.placements else ()
+    def _devices(spec: JobSpec, rank: int = 0):
+        """The cards of rank ``rank``: its own placement's (one per instance), else the first placement's."""
+        if not spec.placements:
+            return ()
+        return spec.placements[rank if rank < len(spec.placements) else 0].devices
 
-    def _command_line(self, spec: JobSpec, work_dir: Path, env_fd: int) -> list[str]:
+    def _command_line(self, spec: JobSpec, work_dir: Path, env_fd: int, rank: int = 0) -> list[str]:
         """The sandboxed command: the job's shell under ``timeout`` when it has a time limit."""
         command = ["/bin/sh", "-c", job_command(spec)]
         if spec.time_limit_s:
             command = ["timeout", "--foreground", "-k", self._grace(), str(spec.time_limit_s), *command]
-        indexes = [slot.index for slot in self._devices(spec)] if spec.gpu_model is not None else []
+        indexes = [slot.index for slot in self._devices(spec, rank)] if spec.gpu_model is not None else []
         devices = device_nodes(spec.gpu_model.vendor, indexes) if indexes else []
         binds = [(self.checkpoint_dir(spec.task_uid), spec.checkpoint_dir)] if spec.checkpoint_dir else []
         ro_files = [(check_library(self.vram_library), SANDBOX_LIBRARY)] if vram_limit_bytes(spec) is not None else []
@@ -313,11 +373,8 @@ class LocalExecutor(Executor):
 
     def submit(self, spec: JobSpec, *, fresh: bool = False) -> str:
         """Start the command unless a job of this name exists; the job's name is its id."""
-        if spec.instances != 1:
-            raise ExecutorError(
-                f"the local executor runs single-instance jobs; {spec.instances} instances requested",
-                retryable=False,
-            )
+        if spec.instances < 1:
+            raise ExecutorError(f"a job needs at least one instance; {spec.instances} requested", retryable=False)
         if not job_command(spec).strip():
             raise ExecutorError("the task has no command to run", retryable=False)
         self.sandbox.check()
@@ -336,11 +393,15 @@ class LocalExecutor(Executor):
         try:
             spec = self._with_checkpoints(spec)
             self.sandbox.prepare(work_dir)
-            with (
-                self.sandbox.env_file(self._environment(spec, work_dir)) as env,
-                (job_dir / "output.log").open("ab") as log,
-            ):
-                argv = self._command_line(spec, work_dir, env.fileno())
+            with contextlib.ExitStack() as files:
+                log = files.enter_context((job_dir / "output.log").open("ab"))
+                # One sandbox per rank, each with its own environment (HCS_RANK) and cards, all in the job's group.
+                envs = [files.enter_context(self.sandbox.env_file(self._environment(spec, work_dir, rank)))
+                        for rank in range(spec.instances)]  # fmt: skip
+                argvs = [self._command_line(spec, work_dir, env.fileno(), rank) for rank, env in enumerate(envs)]
+                argv = argvs[0] if len(argvs) == 1 else [
+                    "/bin/sh", "-c", _GANG_LAUNCHER, "hcs-local-gang", str(job_dir), *map(shlex.join, argvs)
+                ]  # fmt: skip
                 child = subprocess.Popen(
                     ["/bin/sh", "-c", _WRAPPER, "hcs-local-job", str(job_dir), self._grace(), *argv],
                     stdin=subprocess.DEVNULL,
@@ -349,7 +410,7 @@ class LocalExecutor(Executor):
                     cwd=job_dir,
                     env=TRUSTED_ENV,
                     start_new_session=True,
-                    pass_fds=(env.fileno(),),
+                    pass_fds=tuple(env.fileno() for env in envs),
                 )
         except (OSError, ExecutorError) as exc:
             shutil.rmtree(job_dir, ignore_errors=True)
@@ -369,6 +430,9 @@ class LocalExecutor(Executor):
                 "labels": dict(spec.labels),
                 "started_at": started_at.isoformat(),
                 "time_limit_s": spec.time_limit_s,
+                "instances": spec.instances,
+                "port": service_port(spec),
+                "secret_names": sorted(spec.secret_env),  # names only, for the monitoring page
             },
         )
         return spec.name
@@ -495,13 +559,12 @@ class LocalExecutor(Executor):
         return states
 
     def open_terminal(self, external_id: str, instance: int = 0, rows: int = 24, cols: int = 80) -> Terminal:
-        """A shell inside the job's own sandbox (its namespaces, user, files and environment), on a PTY."""
-        if instance != 0:
-            raise ExecutorError(f"a local job has one instance (0), not {instance}", retryable=False)
-        meta = self._read_meta(self._job_dir(external_id))
+        """A shell inside the sandbox of rank ``instance`` (its namespaces, user, files and environment), on a PTY."""
+        job_dir = self._job_dir(external_id)
+        meta = self._read_meta(job_dir)
         if meta is None or not self._is_alive(external_id, meta):
             raise ExecutorError("the job is not running", retryable=False)
-        inside = _sandboxed_process(meta["pid"])
+        inside = _sandboxed_process(self._rank_pid(job_dir, meta, instance))
         if inside is None:
             raise ExecutorError("the job's sandbox is not up yet; try again in a moment")
         return PtyTerminal(self.sandbox.enter_argv(inside), rows, cols)
@@ -509,19 +572,97 @@ class LocalExecutor(Executor):
     def port_endpoint(self, external_id: str, instance: int, port: int) -> Endpoint:
         """The job's port: on the host's loopback when jobs share its network, else through a unix socket that
         a forwarder inside the job's network namespace (started on first use, ending with the job) serves."""
-        if instance != 0:
-            raise ExecutorError(f"a local job has one instance (0), not {instance}", retryable=False)
         job_dir = self._job_dir(external_id)
         meta = self._read_meta(job_dir)
         if meta is None or not self._is_alive(external_id, meta):
             raise ExecutorError("the job is not running", retryable=False)
+        rank_pid = self._rank_pid(job_dir, meta, instance)
         if self.sandbox.network == NETWORK_HOST:
             return Endpoint("127.0.0.1", port)
-        socket_path = self._socket_dir() / f"{_socket_stem(job_dir)}-{int(port)}.sock"
+        stem = _socket_stem(job_dir) + (f"-r{instance}" if instance else "")
+        socket_path = self._socket_dir() / f"{stem}-{int(port)}.sock"
         if not _listening(socket_path):
             socket_path.unlink(missing_ok=True)  # a forwarder that is gone left its socket behind
-            self._start_forwarder(meta["pid"], socket_path, port)
+            self._start_forwarder(rank_pid, socket_path, port)
         return Endpoint("127.0.0.1", port, uds=str(socket_path))
+
+    @staticmethod
+    def _rank_pids(job_dir: Path, meta: dict) -> list[int] | None:
+        """The pid each rank's sandbox hangs under, in rank order: the wrapper's for a one-instance job, the
+        launcher's record for a gang; None while a gang's launcher has not recorded them yet."""
+        if int(meta.get("instances") or 1) == 1:
+            return [meta["pid"]]
+        try:
+            return [int(line) for line in (job_dir / "ranks").read_text().split()]
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def _rank_pid(self, job_dir: Path, meta: dict, instance: int) -> int:
+        pids = self._rank_pids(job_dir, meta)
+        if pids is None:
+            raise ExecutorError("the job's ranks are not up yet; try again in a moment")
+        if not 0 <= instance < len(pids):
+            raise ExecutorError(f"the job has instances 0 to {len(pids) - 1}, not {instance}", retryable=False)
+        return pids[instance]
+
+    def instances(self, external_id: str) -> list[InstanceState]:
+        """Each rank: its state, this host, its address, and the CPU cores and resident memory its process tree
+        uses, watched for a quarter of a second (a rank's sandbox and everything it started)."""
+        job_dir = self._job_dir(external_id)
+        meta = self._read_meta(job_dir)
+        if meta is None:
+            return []
+        count = int(meta.get("instances") or 1)
+        running = self._is_alive(external_id, meta)
+        pids = self._rank_pids(job_dir, meta) if running else None
+        usage: dict[int, tuple[float, float]] = {}
+        if pids:
+            before = _children_of()
+            first = [_tree_usage(pid, before) for pid in pids]
+            started = time.monotonic()
+            time.sleep(_CPU_SAMPLE_S)
+            after = _children_of()
+            second = [_tree_usage(pid, after) for pid in pids]
+            elapsed = time.monotonic() - started
+            ticks = os.sysconf("SC_CLK_TCK")
+            for rank, ((t0, _), (t1, rss)) in enumerate(zip(first, second, strict=True)):
+                usage[rank] = (max(0.0, (t1 - t0) / ticks / elapsed), rss / 2**30)
+        phase = None if running else self.status(external_id)
+        node = os.uname().nodename or "localhost"
+        address = _host_address() if self.sandbox.network == NETWORK_HOST else "127.0.0.1"
+        port = meta.get("port")
+        ports = ({"port": port, "target_port": port, "protocol": "TCP", "name": "connect"},) if port else ()
+        out = []
+        for rank in range(count):
+            exit_file = job_dir / f"rank-{rank}.exit"
+            if pids and _proc_start_time(pids[rank]) is not None:
+                state, message = "running", ""
+            elif count > 1 and exit_file.exists():
+                code = exit_file.read_text().strip()
+                state, message = f"exited {code}", ""
+            elif running:
+                state, message = ("exited", "") if pids else ("starting", "")
+            else:
+                state, message = phase.phase.value, phase.message
+            cpu, memory = usage.get(rank, (None, None)) if state == "running" else (None, None)
+            out.append(
+                InstanceState(
+                    index=rank,
+                    name=f"{external_id}/rank-{rank}" if count > 1 else external_id,
+                    state=state,
+                    node=node,
+                    ip=address,
+                    restarts=0,
+                    cpu_used_cores=round(cpu, 3) if cpu is not None else None,
+                    memory_used_gib=round(memory, 4) if memory is not None else None,
+                    started_at=datetime.fromisoformat(meta["started_at"]),
+                    message=message,
+                    usage_note="" if cpu is not None else "measured only while the instance runs",
+                    ports=ports,
+                    secrets=tuple(meta.get("secret_names") or ()),
+                )
+            )
+        return out
 
     @staticmethod
     def _socket_dir() -> Path:

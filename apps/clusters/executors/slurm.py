@@ -37,6 +37,7 @@ from .base import (
     Executor,
     ExecutorError,
     Failure,
+    InstanceState,
     JobPhase,
     JobSpec,
     JobState,
@@ -194,7 +195,7 @@ def job_state(record: dict) -> JobState:
             "time_limit_min": record.get("time_limit"),
         },
     )
-    nodes = tuple(filter(None, (record.get("nodes") or "").split(","))) if phase == JobPhase.RUNNING else ()
+    nodes = tuple(expand_hostlist(str(record.get("nodes") or ""))) if phase == JobPhase.RUNNING else ()
     return JobState(
         external_id=str(record.get("job_id")),
         phase=phase,
@@ -209,6 +210,27 @@ def job_state(record: dict) -> JobState:
         nodes=nodes,
         failure=_STATE_FAILURES.get(base_state, Failure.EXIT_CODE) if phase == JobPhase.FAILED else "",
     )
+
+
+# What instances() says of CPU and memory: slurmrestd has no counterpart of sstat for a running job.
+NO_USAGE_NOTE = "Slurm's REST API does not report a running job's use (only sstat on a cluster host does)"
+
+
+def expand_hostlist(hostlist: str) -> list[str]:
+    """Slurm's compressed host list as names: ``"gpu[01-03,07],login"`` -> gpu01, gpu02, gpu03, gpu07, login."""
+    names = []
+    for prefix, ranges, plain in re.findall(r"([^,\[]+)\[([^\]]*)\]|([^,\[\]]+)", hostlist or ""):
+        if plain:
+            names.append(plain)
+            continue
+        for part in ranges.split(","):
+            low, _, high = part.partition("-")
+            if not high:
+                names.append(prefix + low)
+                continue
+            for number in range(int(low), int(high) + 1):
+                names.append(f"{prefix}{number:0{len(low)}d}")
+    return names
 
 
 _DOWN_STATES = {"DOWN", "ERROR", "FUTURE", "UNKNOWN"}
@@ -520,6 +542,36 @@ class SlurmExecutor(Executor):
             return read_log_file(Path(path), after=after, tail=tail)
         except OSError:
             return LogChunk("", after or "")
+
+    def instances(self, external_id: str) -> list[InstanceState]:
+        """One instance per node of the job (its ranks run there through srun), with the node's address; CPU and
+        memory use are unknown (None): the REST API does not report them. Two calls: the job, then its nodes."""
+        record = self._record(external_id)
+        if record is None:
+            return []
+        state = job_state(record)
+        if state.phase == JobPhase.PENDING:
+            return []
+        nodes = expand_hostlist(str(record.get("nodes") or ""))
+        addresses = {}
+        if nodes and state.phase == JobPhase.RUNNING:
+            body, errors = self._call("GET", "nodes")
+            if not errors:
+                addresses = {n.get("name"): n.get("address") or None for n in body.get("nodes") or []}
+        return [
+            InstanceState(
+                index=index,
+                name=f"{external_id}/{node}",
+                state=str(record.get("job_state") or ""),
+                node=node,
+                ip=addresses.get(node),
+                restarts=state.restarts,
+                started_at=state.started_at,
+                message=state.message,
+                usage_note=NO_USAGE_NOTE,
+            )
+            for index, node in enumerate(nodes)
+        ]
 
     def stop(self, external_id: str) -> None:
         """Cancel the job: Slurm sends SIGTERM, then SIGKILL after the cluster's KillWait."""

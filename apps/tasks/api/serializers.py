@@ -247,6 +247,59 @@ class BulkStopResultSerializer(serializers.Serializer):
     )
 
 
+class InstanceDeviceSerializer(serializers.Serializer):
+    node = serializers.CharField()
+    index = serializers.IntegerField(help_text="The card's index on its node")
+    model = serializers.CharField(help_text="GPU model")
+    share_percent = serializers.FloatField(help_text="Share of the card the instance holds")
+    utilization_percent = serializers.IntegerField(help_text="The node agent's last reading")
+    vram_used_gib = serializers.FloatField()
+    vram_gib = serializers.FloatField()
+    temperature_c = serializers.IntegerField(allow_null=True)
+
+
+class InstancePortSerializer(serializers.Serializer):
+    port = serializers.IntegerField(help_text="The Service's port (or the job's own port where there is no Service)")
+    target_port = serializers.JSONField(help_text="The port in the instance (a number or a named port)")
+    protocol = serializers.CharField()
+    name = serializers.CharField(allow_blank=True)
+    node_port = serializers.IntegerField(required=False)
+
+
+class InstanceSerializer(serializers.Serializer):
+    """One instance (replica, rank) of a task now; null where the backend cannot tell."""
+
+    index = serializers.IntegerField(help_text="Rank (indexed jobs, gangs) or replica number")
+    name = serializers.CharField(help_text="The backend's name: pod, local rank, Slurm job/node")
+    state = serializers.CharField(help_text="In the backend's words (Running, CrashLoopBackOff, exited 0 ...)")
+    node = serializers.CharField(allow_null=True)
+    ip = serializers.CharField(allow_null=True)
+    restarts = serializers.IntegerField(allow_null=True)
+    cpu_used_cores = serializers.FloatField(allow_null=True)
+    cpu_requested_cores = serializers.FloatField()
+    cpu_percent = serializers.FloatField(allow_null=True, help_text="CPU used against requested")
+    memory_used_gib = serializers.FloatField(allow_null=True)
+    memory_requested_gib = serializers.FloatField()
+    memory_percent = serializers.FloatField(allow_null=True, help_text="Memory used against requested")
+    usage_note = serializers.CharField(allow_blank=True, help_text="Why CPU / memory use is unknown")
+    started_at = serializers.DateTimeField(allow_null=True)
+    message = serializers.CharField(allow_blank=True)
+    devices = InstanceDeviceSerializer(many=True)
+    service = serializers.CharField(allow_null=True)
+    ports = InstancePortSerializer(many=True)
+    ingress_host = serializers.CharField(allow_null=True)
+    ingress_tls = serializers.BooleanField(allow_null=True)
+    secrets = serializers.ListField(
+        child=serializers.CharField(), help_text="Names of the secrets it mounts and of the task's secret variables"
+    )
+
+
+class TaskInstancesSerializer(serializers.Serializer):
+    instances = InstanceSerializer(many=True)
+    error = serializers.CharField(allow_blank=True, help_text="Why the backend could not be asked")
+    note = serializers.CharField(allow_blank=True, help_text="Why there is no instance (waiting, ended)")
+
+
 class ResourceVectorSerializer(serializers.Serializer):
     cpu = serializers.DecimalField(max_digits=16, decimal_places=3)
     memory_gib = serializers.DecimalField(max_digits=16, decimal_places=3)

@@ -1,4 +1,4 @@
-"""Task endpoints (submit, list, detail, stop, delete, events) and the task-derived VDC and cluster stats.
+"""Task endpoints (submit, list, detail, stop, delete, events, instances) and the task-derived VDC and cluster stats.
 
 The VDC and cluster stats live here rather than in the vdc and clusters apps because they aggregate
 tasks, and dependencies point from tasks to the other apps, not back.
@@ -29,11 +29,13 @@ from apps.tasks.api.serializers import (
     TaskCreatedSerializer,
     TaskDetailSerializer,
     TaskEventSerializer,
+    TaskInstancesSerializer,
     TaskSerializer,
     VDCResourcesSerializer,
     VDCStatsSerializer,
 )
 from apps.tasks.filtersets import TaskFilterSet
+from apps.tasks.instances import task_instances
 from apps.tasks.models import Task, TaskEvent
 from apps.vdc.api.common import service_errors
 from apps.vdc.api.permissions import scope_to_projects, scope_to_vdcs, visible_vdcs
@@ -134,6 +136,19 @@ class TaskViewSet(
         task = self.get_object()
         page = self.paginate_queryset(task.events.select_related("actor").order_by("created_at", "id"))
         return self.get_paginated_response(TaskEventSerializer(page, many=True).data)
+
+    @extend_schema(responses=TaskInstancesSerializer)
+    @action(detail=True, methods=["get"], serializer_class=TaskInstancesSerializer, filterset_class=None,
+            pagination_class=None)  # fmt: skip
+    def instances(self, request: Request, pk=None) -> Response:
+        """Each instance (replica, rank) of the task now: state, node, IP, restarts, CPU and memory used against
+        requested, its cards with the node agent's figures, Service ports, Ingress host and TLS, and the names
+        (never the values) of its secrets. Asks the backend (at most a few seconds): ``error`` says when it
+        did not answer, ``note`` why there is no instance."""
+        task = self.get_object()
+        found = task_instances(task)
+        body = {"instances": found.rows, "error": found.error, "note": found.note}
+        return Response(TaskInstancesSerializer(body).data)
 
 
 class VDCStatsView(generics.GenericAPIView):
