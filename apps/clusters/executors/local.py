@@ -291,7 +291,9 @@ class LocalExecutor(Executor):
     def _devices(spec: JobSpec):
         return spec.placements[0].devices if spec.placements else ()
 
-    def _command_line(self, spec: JobSpec, work_dir: Path, env_fd: int) -> list[str]:
+    def _command_line(
+        self, spec: JobSpec, work_dir: Path, env_fd: int, secret_fds: dict[str, int] | None = None
+    ) -> list[str]:
         """The sandboxed command: the job's shell under ``timeout`` when it has a time limit."""
         command = ["/bin/sh", "-c", job_command(spec)]
         if spec.time_limit_s:
@@ -300,7 +302,8 @@ class LocalExecutor(Executor):
         devices = device_nodes(spec.gpu_model.vendor, indexes) if indexes else []
         binds = [(self.checkpoint_dir(spec.task_uid), spec.checkpoint_dir)] if spec.checkpoint_dir else []
         ro_files = [(check_library(self.vram_library), SANDBOX_LIBRARY)] if vram_limit_bytes(spec) is not None else []
-        return self.sandbox.argv(work_dir, devices, env_fd, command, binds, ro_files)
+        secret_files = [(fd, path) for path, fd in (secret_fds or {}).items()]
+        return self.sandbox.argv(work_dir, devices, env_fd, command, binds, ro_files, secret_files)
 
     def _with_checkpoints(self, spec: JobSpec) -> JobSpec:
         """The spec with its checkpoint directory (created when missing) where the job sees it."""
@@ -333,14 +336,18 @@ class LocalExecutor(Executor):
 
         started_at = datetime.now(UTC)
         work_dir = job_dir / "work"
+        secret_fds: dict[str, int] = {}
         try:
             spec = self._with_checkpoints(spec)
             self.sandbox.prepare(work_dir)
+            # The task's secret files: memory-only descriptors the sandbox copies from (:meth:`Sandbox.argv`).
+            for path, value in spec.secret_files.items():
+                secret_fds[path] = self.sandbox.secret_file(value)
             with (
                 self.sandbox.env_file(self._environment(spec, work_dir)) as env,
                 (job_dir / "output.log").open("ab") as log,
             ):
-                argv = self._command_line(spec, work_dir, env.fileno())
+                argv = self._command_line(spec, work_dir, env.fileno(), secret_fds)
                 child = subprocess.Popen(
                     ["/bin/sh", "-c", _WRAPPER, "hcs-local-job", str(job_dir), self._grace(), *argv],
                     stdin=subprocess.DEVNULL,
@@ -349,13 +356,16 @@ class LocalExecutor(Executor):
                     cwd=job_dir,
                     env=TRUSTED_ENV,
                     start_new_session=True,
-                    pass_fds=(env.fileno(),),
+                    pass_fds=(env.fileno(), *secret_fds.values()),
                 )
         except (OSError, ExecutorError) as exc:
             shutil.rmtree(job_dir, ignore_errors=True)
             if isinstance(exc, ExecutorError):
                 raise
             raise ExecutorError(f"cannot start the job process: {exc}")
+        finally:
+            for fd in secret_fds.values():
+                os.close(fd)
         self._children[spec.name] = child
         pid_start = _proc_start_time(child.pid)
         self._write_meta(
