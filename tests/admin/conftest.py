@@ -27,6 +27,7 @@ from apps.billing.models import (
 from apps.clusters.models import GPUModel
 from apps.control.models import BackendObject, CheckpointStore, Installation
 from apps.tasks.models import TaskEvent
+from apps.vdc.services import create_secret
 from tests.factories import TaskFactory
 
 
@@ -86,6 +87,7 @@ def every_model(world):
     AlertSettings.objects.create(vdc=world.vdc, quota_warn_percent=75)
     ProjectAlert.objects.create(project=world.project, vdc=world.vdc, rule="quota_high", key=f"quota:{world.vdc.pk}",
                                 message="GPU quota 88% used", since=end, fired_at=end)  # fmt: skip
+    create_secret(world.admin, world.project, "HF_TOKEN", "hf_admin_s3cret", "the hub")
     Group.objects.create(name="operators")
     Token.objects.create(user=world.admin)
     Installation.current()
