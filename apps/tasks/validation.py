@@ -284,6 +284,9 @@ SECRET_REF_EXAMPLE = (
 SECRET_FILE_RESERVED = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/sys",
                         "/proc", "/dev", "/boot", "/root", "/var/lib", "/var/run")  # fmt: skip
 
+# The platform's own files in a job's tree: its environment and libraries (/run/hcs-*), its checkpoints (/hcs).
+SECRET_FILE_PLATFORM = "/run/hcs"
+
 
 def secret_refs_error(refs, env, secret_env) -> str | None:
     """Project secrets a task refers to: a list of {"secret": NAME, "env": VAR} or {"secret": NAME, "file": PATH}.
@@ -327,6 +330,8 @@ def secret_refs_error(refs, env, secret_env) -> str | None:
                     f"e.g. /run/secrets/{name.lower()}; got {path}.")  # fmt: skip
         if ":" in path:
             return f"{where}: file: expected a path without ':', got {path!r}."
+        if path.startswith(SECRET_FILE_PLATFORM) or path == "/hcs" or path.startswith("/hcs/"):
+            return f"{where}: file: /run/hcs* and /hcs are the platform's (job environment, checkpoints); got {path}."
         file_name = posixpath.basename(path)
         if path in files or file_name in file_names:
             return f"{where}: file: {path} has the same file name as another secret file; expected distinct names."

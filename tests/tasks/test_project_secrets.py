@@ -182,6 +182,8 @@ def test_an_unknown_secret_is_a_400_naming_it_and_those_that_exist(world, secret
         ([{"secret": "HF_TOKEN", "file": "/run/../etc/hf"}], "plain path"),
         ([{"secret": "HF_TOKEN", "file": "/etc/hf"}], "expected a path outside"),
         ([{"secret": "HF_TOKEN", "file": "/usr/lib/hf"}], "expected a path outside"),
+        ([{"secret": "HF_TOKEN", "file": "/run/hcs-job.env"}], "the platform's"),
+        ([{"secret": "HF_TOKEN", "file": "/hcs/checkpoint/hf"}], "the platform's"),
         ([{"secret": "HF_TOKEN", "file": "/run/a/hf"}, {"secret": "HF_TOKEN", "file": "/tmp/hf"}], "same file name"),
     ],
 )
