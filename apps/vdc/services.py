@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from apps.vdc.choices import Role
 from apps.vdc.models import MAX_SECRET_LENGTH, Project, ProjectSecret
@@ -80,7 +80,11 @@ def create_secret(user, project: Project, name: str, value: str, description: st
     if errors:
         raise ValidationError(errors)
     secret.set_value(value)
-    secret.save()
+    try:
+        with transaction.atomic():
+            secret.save()
+    except IntegrityError:  # the same name, added at the same moment
+        raise ValidationError({"name": [f"Project {project} already has a secret {name}; change its value instead."]})
     logger.info("secret %s of project %s created by %s", secret.name, project, user)
     return secret
 
