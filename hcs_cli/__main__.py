@@ -57,6 +57,19 @@ def _submit_parser(sub) -> None:
         metavar="KEY=VALUE",
         help="secret variable: given to the job, never shown back (repeat)",
     )
+    p.add_argument(
+        "-s",
+        "--secret",
+        action="append",
+        metavar="VAR=SECRET",
+        help="give the project's secret SECRET to the job as variable VAR (repeat; see `hcs secrets`)",
+    )
+    p.add_argument(
+        "--secret-file",
+        action="append",
+        metavar="/PATH=SECRET",
+        help="give the project's secret SECRET to the job as an owner-read-only file at /PATH (repeat)",
+    )
     p.add_argument("-l", "--label", action="append", metavar="KEY=VALUE", help="required cluster label (repeat)")
     p.add_argument("--preemptible", action=argparse.BooleanOptionalAction, default=None)
     p.add_argument("--framework", help="training: pytorch, deepspeed, tensorflow, mindspore, jax")
@@ -76,6 +89,27 @@ def _submit_parser(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the created task as JSON")
     p.add_argument("argv", nargs="*", metavar="COMMAND", help="the command, after --")
     p.set_defaults(handler=commands.submit)
+
+
+def _secrets_parser(sub) -> None:
+    description = ("Secrets a project keeps for its tasks (registry passwords, API keys, dataset tokens). Values "
+                   "are read from standard input and never shown back; owners manage them.")  # fmt: skip
+    p = sub.add_parser("secrets", help="a project's secrets: list names, set (add or rotate) and remove",
+                       description=description)  # fmt: skip
+    actions = p.add_subparsers(dest="secrets_action", required=True, metavar="ACTION")
+    a = actions.add_parser("ls", help="the project's secrets, by name")
+    a.add_argument("-p", "--project", required=True, help="project name or id")
+    a.add_argument("--json", action="store_true")
+    a.set_defaults(handler=commands.secrets_ls)
+    a = actions.add_parser("set", help="add a secret, or give an existing one a new value (read from stdin)")
+    a.add_argument("-p", "--project", required=True, help="project name or id")
+    a.add_argument("name", help="e.g. HF_TOKEN: letters, digits and underscores")
+    a.add_argument("-d", "--description", help="what it is for (shown to the project's members)")
+    a.set_defaults(handler=commands.secrets_set)
+    a = actions.add_parser("rm", help="remove a secret (refused while waiting or running tasks refer to it)")
+    a.add_argument("-p", "--project", required=True, help="project name or id")
+    a.add_argument("name")
+    a.set_defaults(handler=commands.secrets_rm)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -121,6 +155,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-r", "--reason", default="", help="kept in the task's timeline")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=commands.stop)
+
+    _secrets_parser(sub)
 
     p = sub.add_parser("queue", help="queues with their counts, and your waiting tasks with their positions")
     p.add_argument("--vdc", help="only this VDC (name)")

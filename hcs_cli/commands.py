@@ -86,6 +86,10 @@ def submit(args: argparse.Namespace, api: Client) -> int:
         body["env"] = key_values(args.env, "-e/--env")
     if args.secret_env:
         body["secret_env"] = key_values(args.secret_env, "--secret-env")
+    refs = [{"secret": name, "env": var} for var, name in key_values(args.secret, "-s/--secret").items()]
+    refs += [{"secret": name, "file": path} for path, name in key_values(args.secret_file, "--secret-file").items()]
+    if refs:
+        body["secret_refs"] = refs
     if args.label:
         body["required_labels"] = key_values(args.label, "--label")
     if args.preemptible is not None:
@@ -261,4 +265,74 @@ def queue(args: argparse.Namespace, api: Client) -> int:
     return 0
 
 
-__all__ = ["ApiError", "login", "logout", "submit", "ls", "status", "logs", "stop", "queue"]
+def _project_id(api: Client, project: str) -> int:
+    """A project's id from its id or name, among those the user can see."""
+    if project.isdigit():
+        return int(project)
+    found = api.get("projects/", {"name": project})["results"]
+    if not found:
+        raise argparse.ArgumentTypeError(f"no project {project!r} that you can see")
+    return found[0]["id"]
+
+
+def _secret(api: Client, project: int, name: str) -> dict | None:
+    found = api.get("project-secrets/", {"project": project, "name": name})["results"]
+    return found[0] if found else None
+
+
+def secrets_ls(args: argparse.Namespace, api: Client) -> int:
+    """The names of a project's secrets (never their values)."""
+    secrets = api.pages("project-secrets/", {"project": _project_id(api, args.project), "ordering": "name"})
+    if args.json:
+        print_json(secrets)
+        return 0
+    rows = [[s["name"], s["description"], s.get("updated_by"), when(s["updated_at"])] for s in secrets]
+    print(table(["NAME", "DESCRIPTION", "UPDATED BY", "UPDATED"], rows) if rows else "No secrets.")
+    return 0
+
+
+def secrets_set(args: argparse.Namespace, api: Client) -> int:
+    """Add a secret or rotate its value; the value comes from standard input (never from the command line, which
+    every account on the host can read), without its final newline when typed at a terminal."""
+    if sys.stdin.isatty():
+        value = getpass.getpass(f"Value of {args.name}: ")
+    else:
+        value = sys.stdin.read()
+    project = _project_id(api, args.project)
+    existing = _secret(api, project, args.name)
+    body = {"value": value}
+    if args.description is not None:
+        body["description"] = args.description
+    if existing is None:
+        api.post("project-secrets/", json={"project": project, "name": args.name, **body})
+        print(f"Secret {args.name} added to project {args.project}.")
+    else:
+        api.request("PATCH", f"project-secrets/{existing['id']}/", json=body)
+        print(f"Secret {args.name} of project {args.project} has a new value: each task's next attempt gets it.")
+    return 0
+
+
+def secrets_rm(args: argparse.Namespace, api: Client) -> int:
+    """Remove a secret; the API refuses while waiting or running tasks refer to it, and says which."""
+    existing = _secret(api, _project_id(api, args.project), args.name)
+    if existing is None:
+        raise argparse.ArgumentTypeError(f"project {args.project} has no secret {args.name!r} that you can see")
+    api.request("DELETE", f"project-secrets/{existing['id']}/")
+    print(f"Secret {args.name} removed from project {args.project}.")
+    return 0
+
+
+__all__ = [
+    "ApiError",
+    "login",
+    "logout",
+    "submit",
+    "ls",
+    "status",
+    "logs",
+    "stop",
+    "queue",
+    "secrets_ls",
+    "secrets_set",
+    "secrets_rm",
+]

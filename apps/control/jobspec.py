@@ -19,6 +19,7 @@ from apps.clusters.gpuspec import GPURequest, GPUSpecError, parse_gpu_spec
 from apps.clusters.models import GPUModel
 from apps.remotegpu.keys import remote_gpu_secrets
 from apps.tasks.models import Task
+from apps.vdc.models import ProjectSecret
 
 
 def job_name(task: Task) -> str:
@@ -68,6 +69,37 @@ def _autoscaling(task: Task) -> dict:
     return {key: value for key, value in settings.items() if value is not None}
 
 
+def project_secrets(task: Task) -> tuple[dict[str, str], dict[str, str]]:
+    """The project secrets the task refers to, decrypted now (so a rotated value reaches the next attempt):
+    (variable -> value, file path -> value).
+
+    Raises a non-retryable ExecutorError naming a secret that no longer exists or cannot be decrypted.
+    """
+    refs = [ref for ref in task.secret_refs or () if isinstance(ref, dict)]
+    if not refs:
+        return {}, {}
+    names = {ref.get("secret") for ref in refs}
+    secrets = {s.name: s for s in ProjectSecret.objects.filter(project_id=task.project_id, name__in=names)}
+    env: dict[str, str] = {}
+    files: dict[str, str] = {}
+    for ref in refs:
+        secret = secrets.get(ref.get("secret"))
+        if secret is None:
+            raise ExecutorError(
+                f"project {task.project.name} has no secret {ref.get('secret')} any more; the task refers to it",
+                retryable=False,
+            )
+        try:
+            value = secret.get_value()
+        except ValueError as exc:
+            raise ExecutorError(f"secret {secret.name}: {exc}", retryable=False)
+        if "env" in ref:
+            env[str(ref["env"])] = value
+        else:
+            files[str(ref["file"])] = value
+    return env, files
+
+
 def job_spec(task: Task, installation: str) -> JobSpec:
     """Map a scheduled task and its placement onto the backend-neutral JobSpec.
 
@@ -79,6 +111,8 @@ def job_spec(task: Task, installation: str) -> JobSpec:
         raise ExecutorError(str(exc), retryable=False)
     # Every task of a project may serve or call remote-GPU functions of that project (docs/remote-gpu.md).
     secret_env.update(remote_gpu_secrets(task.project))
+    project_env, secret_files = project_secrets(task)
+    secret_env.update(project_env)
     placements = task.placement or []
     model_name = next((p.get("gpu_model") for p in placements if p.get("gpu_model")), None)
     gpu_model = None
@@ -116,6 +150,7 @@ def job_spec(task: Task, installation: str) -> JobSpec:
         command=task.command,
         env={str(k): str(v) for k, v in (task.env or {}).items()},
         secret_env=secret_env,
+        secret_files=secret_files,
         volumes=tuple(task.volumes or ()),
         cpu=float(task.cpu),
         memory_gib=float(task.memory_gib),

@@ -52,7 +52,7 @@ REQUEST_FIELDSETS = (
         {"fields": ("expected_duration", "wall_time", "preemptible", "required_labels", "preferred_clusters")},
     ),
     # secret_variables: a write-only input on add (TaskSubmitForm), the names on change.
-    ("What to run", {"fields": ("image", "command", "env", "secret_variables", "volumes")}),
+    ("What to run", {"fields": ("image", "command", "env", "secret_variables", "secret_refs", "volumes")}),
     (
         "Kind-specific settings",
         {
@@ -123,7 +123,7 @@ class TaskAdmin(admin.ModelAdmin):
     def get_readonly_fields(self, request, obj=None):
         if obj is None:
             return ()
-        return (*SUBMITTED_FIELDS, *STATE_FIELDS, "secret_variables")
+        return (*SUBMITTED_FIELDS, *STATE_FIELDS, "secret_variables", "secret_refs")
 
     def get_inlines(self, request, obj):
         return self.inlines if obj is not None else ()

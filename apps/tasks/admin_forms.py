@@ -58,6 +58,9 @@ class TaskSubmitForm(forms.ModelForm):
     def clean_volumes(self):
         return _volumes(self.cleaned_data.get("volumes"))
 
+    def clean_secret_refs(self):
+        return _volumes(self.cleaned_data.get("secret_refs"))
+
     def clean(self):
         cleaned = super().clean()
         if self.errors:

@@ -83,6 +83,26 @@ def parse_volumes(text: str) -> list[dict]:
     return volumes
 
 
+def parse_secret_refs(text: str) -> list[dict]:
+    """``TARGET=SECRET`` lines into secret references: a TARGET starting with / is a file path, else a variable.
+
+    Only the line format is checked here; ``submit_task`` checks the names, the paths and that the secrets exist.
+    """
+    refs = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        target, sep, secret = (part.strip() for part in line.partition("="))
+        if not sep or not target or not secret:
+            raise ValidationError(
+                f"Line {number}: expected VARIABLE=SECRET or /file/path=SECRET (SECRET a secret of the project), "
+                f"got {line!r}."
+            )
+        refs.append({"secret": secret, "file" if target.startswith("/") else "env": target})
+    return refs
+
+
 class QueueChoiceField(forms.ModelChoiceField):
     def label_from_instance(self, obj: TaskQueue) -> str:
         closed = " - closed" if not obj.is_open else ""
@@ -105,7 +125,7 @@ class TaskForm(forms.Form):
         "vdc", "preferred_cluster", "queue", "preemptible", "expected_duration", "wall_time", "gpu_spec", "cpu",
         "memory_gib", "instances",
     )  # fmt: skip
-    advanced_fields = ("command", "env", "secret_env", "volumes")
+    advanced_fields = ("command", "env", "secret_env", "secret_refs", "volumes")
 
     name = forms.CharField(max_length=128)
     project = forms.ModelChoiceField(queryset=Project.objects.none())
@@ -156,6 +176,12 @@ class TaskForm(forms.Form):
         help_text="One KEY=VALUE per line, for tokens and passwords: stored encrypted, given to the job, "
                   "never shown again.",
     )  # fmt: skip
+    secret_refs = forms.CharField(
+        required=False, label="Project secrets", widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="One VARIABLE=SECRET or /file/path=SECRET per line (e.g. HF_TOKEN=HF_TOKEN, "
+                  "/run/secrets/registry=REGISTRY): the project's secret of that name, given to the job as a variable "
+                  "or an owner-read-only file. Only names are stored with the task.",
+    )  # fmt: skip
     volumes = forms.CharField(
         required=False, widget=forms.Textarea(attrs={"rows": 2}),
         help_text="One SOURCE:/mount/path[:ro] per line; SOURCE is a /host/path or a volume claim name.",
@@ -184,6 +210,9 @@ class TaskForm(forms.Form):
     def clean_secret_env(self) -> dict[str, str]:
         return parse_env(self.cleaned_data.get("secret_env") or "")
 
+    def clean_secret_refs(self) -> list[dict]:
+        return parse_secret_refs(self.cleaned_data.get("secret_refs") or "")
+
     def clean_volumes(self) -> list[dict]:
         return parse_volumes(self.cleaned_data.get("volumes") or "")
 
@@ -201,7 +230,7 @@ class TaskForm(forms.Form):
         fields = {
             name: data[name]
             for name in ("name", "cpu", "memory_gib", "instances", "expected_duration", "wall_time", "preemptible",
-                         "image", "command", "env", "volumes", *self.kind_fields)
+                         "image", "command", "env", "volumes", "secret_refs", *self.kind_fields)
             if name in data
         }  # fmt: skip
         fields["gpu_spec"] = (data.get("gpu_spec") or "").strip()

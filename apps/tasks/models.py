@@ -123,6 +123,9 @@ class Task(models.Model):
     # Name -> value encrypted with HCS_CREDENTIALS_KEY. Write-only: set with set_secret_env(), shown by name only,
     # decrypted only to build the job (apps.control.jobspec).
     secret_env = models.JSONField(default=dict, blank=True, editable=False)
+    # Project secrets by name, each given to the job as a variable or a file:
+    # [{"secret": "HF_TOKEN", "env": "HF_TOKEN"}, {"secret": "REGISTRY", "file": "/run/secrets/registry"}].
+    secret_refs = models.JSONField(default=list, blank=True, help_text="Project secrets given to the job by name")
     volumes = models.JSONField(default=list, blank=True)
 
     # Kind-specific settings.
@@ -261,6 +264,11 @@ class Task(models.Model):
     def secret_env_names(self) -> list[str]:
         """The names of the task's secret variables; their values are never shown."""
         return sorted(self.secret_env or {})
+
+    @property
+    def secret_ref_names(self) -> list[str]:
+        """The project secrets the task refers to, by name."""
+        return sorted({ref.get("secret", "") for ref in self.secret_refs or () if isinstance(ref, dict)})
 
     def set_secret_env(self, values: dict[str, str]) -> None:
         """Encrypt and keep secret variables (validated by the caller); call save() afterwards."""

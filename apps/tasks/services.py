@@ -25,8 +25,8 @@ from apps.tasks.bulk import bulk_update_rows
 from apps.tasks.choices import ACTIVE, FINAL, WAITING, EventKind, TaskKind, TaskStatus
 from apps.tasks.models import Task, TaskEvent
 from apps.tasks.signals import cluster_work, demand_changed, task_changed
-from apps.tasks.validation import secret_env_error
-from apps.vdc.models import VDC, Membership, Project, ProjectQuota
+from apps.tasks.validation import secret_env_error, secret_refs_error
+from apps.vdc.models import VDC, Membership, Project, ProjectQuota, ProjectSecret
 from apps.vdc.services import WRITE_ROLES, can_act, can_view, is_platform_admin
 
 # Fields a submitter may set; everything else (status, placement ...) belongs to the scheduler.
@@ -35,7 +35,7 @@ SUBMIT_FIELDS = (
     "expected_duration", "wall_time", "preemptible", "required_labels", "image", "command", "env", "volumes",
     "ide_type", "framework", "model_path", "epochs", "batch_size", "checkpoint_path", "tensorboard_dir",
     "max_retries", "port", "max_tokens", "temperature", "autoscale_min", "autoscale_max", "autoscale_cpu_percent",
-    "autoscale_gpu_percent", "autoscale_memory_percent", "readiness_path",
+    "autoscale_gpu_percent", "autoscale_memory_percent", "readiness_path", "secret_refs",
 )  # fmt: skip
 
 
@@ -133,6 +133,9 @@ def submit_task(
     message = secret_env_error(secret_env, task.env)
     if message:
         errors["secret_env"] = [message]
+    message = secret_refs_error(task.secret_refs, task.env, secret_env) or _unknown_secrets(project, task.secret_refs)
+    if message:
+        errors["secret_refs"] = [message]
     if queue.priority_class == PriorityClass.MEDIUM and not task.expected_duration:
         errors.setdefault("expected_duration", []).append(
             f"Queue {queue.name} is medium priority: it needs an expected duration (e.g. 02:00:00), "
@@ -148,6 +151,10 @@ def submit_task(
     task.set_secret_env(secret_env)
 
     with transaction.atomic():
+        # Held until the task is written, so a secret it refers to cannot be deleted in between.
+        message = _unknown_secrets(project, task.secret_refs, lock=True)
+        if message:
+            raise ValidationError({"secret_refs": [message]})
         _check_quota(task, request, gpu_catalog)
         problems = admission_errors(task, request, gpu_catalog)
         if problems:
@@ -161,6 +168,37 @@ def submit_task(
         signal_demand_changed()
     _hold_related(task, events=[event], preferred_clusters=preferred_clusters)
     return task
+
+
+def _unknown_secrets(project: Project, refs, *, lock: bool = False) -> str | None:
+    """A message naming the secrets ``refs`` refers to that the project does not have, and those it has.
+
+    ``lock`` holds the rows found until the transaction ends, so none of them is deleted before the task that
+    refers to them is written (``apps.vdc.services.delete_secret`` locks the row it deletes).
+    """
+    wanted = {ref["secret"] for ref in refs or () if isinstance(ref, dict) and isinstance(ref.get("secret"), str)}
+    if not wanted:
+        return None
+    found = ProjectSecret.objects.filter(project=project, name__in=wanted)
+    if lock:
+        found = found.select_for_update()
+    missing = sorted(wanted - set(found.values_list("name", flat=True)))
+    if not missing:
+        return None
+    names = ", ".join(ProjectSecret.objects.filter(project=project).order_by("name").values_list("name", flat=True))
+    return (
+        f"Project {project} has no secret {', '.join(missing)}; "
+        f"its secrets are: {names or 'none yet (its owners add them)'}."
+    )
+
+
+def secret_users(secret: ProjectSecret) -> list[str]:
+    """The waiting and running tasks of the secret's project that refer to it, as "#id name" (at most 20)."""
+    tasks = Task.objects.filter(project_id=secret.project_id, status__in=(*WAITING, *ACTIVE)).only(
+        "name", "secret_refs"
+    )
+    users = [task for task in tasks.order_by("pk") if secret.name in task.secret_ref_names]
+    return [str(task) for task in users[:20]]
 
 
 def _field_errors(task: Task, gpu_catalog) -> dict[str, list[str]]:

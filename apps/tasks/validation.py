@@ -8,6 +8,7 @@ instances of nothing) and keep launches from failing on input a backend cannot t
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
@@ -272,6 +273,70 @@ def secret_env_error(secret_env, env) -> str | None:
     shared = sorted(set(secret_env) & set(env)) if isinstance(env, Mapping) else []
     if shared:
         return f"{', '.join(shared)}: also in env; expected each variable either in env or in secret_env."
+    return None
+
+
+MAX_SECRET_REFS = 32
+SECRET_REF_EXAMPLE = (
+    '[{"secret": "HF_TOKEN", "env": "HF_TOKEN"}, {"secret": "REGISTRY", "file": "/run/secrets/registry"}]'
+)
+# Trees a secret file may not be placed in: the system's programs and configuration, and the kernel's.
+SECRET_FILE_RESERVED = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/sys",
+                        "/proc", "/dev", "/boot", "/root", "/var/lib", "/var/run")  # fmt: skip
+
+# The platform's own files in a job's tree: its environment and libraries (/run/hcs-*), its checkpoints (/hcs).
+SECRET_FILE_PLATFORM = "/run/hcs"
+
+
+def secret_refs_error(refs, env, secret_env) -> str | None:
+    """Project secrets a task refers to: a list of {"secret": NAME, "env": VAR} or {"secret": NAME, "file": PATH}.
+
+    Variables follow the rules of ``env`` and are in neither ``env`` nor ``secret_env``; files are plain absolute
+    paths outside the system's trees, each used once and with a file name of its own (Slurm puts them side by
+    side in one directory). Whether the secrets exist is the submit's check.
+    """
+    if not isinstance(refs, list):
+        return f"Expected a list of secret references, e.g. {SECRET_REF_EXAMPLE}."
+    if len(refs) > MAX_SECRET_REFS:
+        return f"Expected at most {MAX_SECRET_REFS} secret references, got {len(refs)}."
+    variables: set[str] = set()
+    files: set[str] = set()
+    file_names: set[str] = set()
+    taken = set(env) if isinstance(env, Mapping) else set()
+    taken |= set(secret_env) if isinstance(secret_env, Mapping) else set()
+    for number, ref in enumerate(refs, start=1):
+        where = f"Reference {number}"
+        if not isinstance(ref, Mapping) or set(ref) not in ({"secret", "env"}, {"secret", "file"}):
+            return f"{where}: expected an object with secret and either env or file, e.g. {SECRET_REF_EXAMPLE[1:-1]}."
+        name = ref["secret"]
+        if not isinstance(name, str) or not ENV_NAME.match(name) or len(name) > 64:
+            return f"{where}: expected a secret name of letters, digits and underscores (e.g. HF_TOKEN), got {name!r}."
+        if "env" in ref:
+            variable = ref["env"]
+            message = env_error({variable: ""}) if isinstance(variable, str) else None
+            if not isinstance(variable, str) or message:
+                return f"{where}: env: {message or f'expected a variable name, got {variable!r}'}"
+            if variable in taken or variable in variables:
+                where_else = "env or secret_env" if variable in taken else "another reference"
+                return f"{where}: the variable {variable} is also set by {where_else}; expected each variable once."
+            variables.add(variable)
+            continue
+        path = ref["file"]
+        problem = path_problem(path)
+        if problem:
+            return f"{where}: file: {problem}."
+        if path == "/" or any(path == tree or path.startswith(tree + "/") for tree in SECRET_FILE_RESERVED):
+            return (f"{where}: file: expected a path outside {', '.join(SECRET_FILE_RESERVED)}, "
+                    f"e.g. /run/secrets/{name.lower()}; got {path}.")  # fmt: skip
+        if ":" in path:
+            return f"{where}: file: expected a path without ':', got {path!r}."
+        if path.startswith(SECRET_FILE_PLATFORM) or path == "/hcs" or path.startswith("/hcs/"):
+            return f"{where}: file: /run/hcs* and /hcs are the platform's (job environment, checkpoints); got {path}."
+        file_name = posixpath.basename(path)
+        if path in files or file_name in file_names:
+            return f"{where}: file: {path} has the same file name as another secret file; expected distinct names."
+        files.add(path)
+        file_names.add(file_name)
     return None
 
 

@@ -21,7 +21,10 @@ from apps.clusters.models import Cluster, Device, Node
 from apps.queues.services import create_class_queues
 from apps.tasks.choices import ACTIVE, WAITING
 from apps.tasks.models import Task
-from apps.vdc.models import VDC, Membership, Project, ProjectQuota
+from apps.vdc import services
+from apps.vdc.admin_forms import SecretTextarea
+from apps.vdc.models import VDC, Membership, Project, ProjectQuota, ProjectSecret
+from apps.vdc.signals import secret_in_use
 
 ZERO = Decimal("0")
 DECIMAL = DecimalField(max_digits=20, decimal_places=4)
@@ -384,3 +387,72 @@ class ProjectQuotaAdmin(admin.ModelAdmin):
             f"{self.gpu_usage(obj)} GPU-eq, {self.cpu_usage(obj)} CPU, {self.memory_usage(obj)} GiB "
             "(used / guaranteed / limit)"
         )
+
+
+class ProjectSecretForm(forms.ModelForm):
+    """Name and description, and the value as a write-only box: required on add, a rotation when filled on change.
+
+    The value is never rendered, not even after a failed save; the encrypted column is not a form field.
+    """
+
+    new_value = forms.CharField(
+        required=False, strip=False, label="Value", widget=SecretTextarea(attrs={"rows": 3, "cols": 60}),
+        help_text="Stored encrypted, given to tasks that refer to the secret, never shown again (not even here). "
+                  "On change: leave empty to keep the current value; a new one reaches each task's next attempt.",
+    )  # fmt: skip
+
+    class Meta:
+        model = ProjectSecret
+        fields = ("project", "name", "description")
+
+    def clean_new_value(self) -> str:
+        value = self.cleaned_data.get("new_value") or ""
+        if not value and self.instance.pk is not None:
+            return ""
+        message = services.secret_value_error(value)
+        if message:
+            raise forms.ValidationError(message)
+        return value
+
+
+@admin.register(ProjectSecret)
+class ProjectSecretAdmin(admin.ModelAdmin):
+    """Project secrets by name; values are write-only and go through the same services as the API."""
+
+    form = ProjectSecretForm
+    list_display = ("name", "project", "description", "updated_by", "updated_at")
+    list_filter = ("project",)
+    search_fields = ("name", "description", "project__name")
+    list_select_related = ("project", "updated_by")
+    autocomplete_fields = ("project",)
+    readonly_fields = ("created_by", "created_at", "updated_by", "updated_at")
+    fields = ("project", "name", "description", "new_value", *readonly_fields)
+
+    def get_readonly_fields(self, request, obj=None):
+        # Tasks refer to a secret by project and name, so neither changes once it exists.
+        return (*self.readonly_fields, "project", "name") if obj is not None else self.readonly_fields
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).defer("value")
+
+    def save_model(self, request, obj, form, change) -> None:
+        value = form.cleaned_data.get("new_value") or None
+        if change:
+            services.update_secret(request.user, obj, value=value, description=obj.description)
+        else:
+            saved = services.create_secret(request.user, obj.project, obj.name, value, obj.description)
+            obj.pk = saved.pk
+
+    def get_deleted_objects(self, objs, request):
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        for secret in objs:
+            for _receiver, users in secret_in_use.send(sender=ProjectSecret, secret=secret):
+                protected += [f"{secret.name}: still referred to by waiting or running task {u}" for u in users]
+        return deleted, counts, perms_needed, protected
+
+    def delete_model(self, request, obj) -> None:
+        services.delete_secret(request.user, obj)
+
+    def delete_queryset(self, request, queryset) -> None:
+        for secret in queryset:
+            services.delete_secret(request.user, secret)

@@ -17,7 +17,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q, QuerySet
 
-from apps.vdc.models import VDC, Membership, Project, ProjectQuota
+from apps.vdc.models import VDC, Membership, Project, ProjectQuota, ProjectSecret
 
 NUMBER = ["exact", "gte", "lte"]
 TIME = ["exact", "gte", "lte"]
@@ -192,3 +192,12 @@ class ProjectQuotaFilterSet(BaseFilterSet):
             "created_at": TIME,
             "updated_at": TIME,
         }
+
+
+class ProjectSecretFilterSet(BaseFilterSet):
+    search_fields = ("name", "description", "project__name")
+
+    class Meta(BaseFilterSet.Meta):
+        model = ProjectSecret
+        fields = {"id": ["exact", "in"], "project": ["exact", "in"], "name": NAME, "created_by": ["exact"],
+                  "updated_by": ["exact"], "created_at": TIME, "updated_at": TIME}  # fmt: skip

@@ -6,10 +6,11 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator
+from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q, Sum
 
+from apps.clusters.crypto import decrypt_text, encrypt_text
 from apps.vdc.choices import ClusterSelectionStrategy, NodeScorer, QueuePolicy, Role
 
 ZERO = Decimal("0")
@@ -238,3 +239,50 @@ class ProjectQuota(models.Model):
                 )
         if errors:
             raise ValidationError(errors)
+
+
+SECRET_NAME = RegexValidator(
+    r"^[A-Za-z_][A-Za-z0-9_]*$",
+    "Expected a name of letters, digits and underscores, not starting with a digit (e.g. HF_TOKEN).",
+)
+# The most text a secret holds: it travels as an environment value on Slurm, and a Kubernetes Secret holds 1 MiB.
+MAX_SECRET_LENGTH = 32_768
+
+
+class ProjectSecret(models.Model):
+    """A credential a project keeps in the portal (registry password, API key, dataset token) for its tasks.
+
+    Tasks refer to it by name (``Task.secret_refs``); the value is encrypted with HCS_CREDENTIALS_KEY,
+    write-only (set with :meth:`set_value`), and decrypted only to build a job (``apps.control.jobspec``).
+    """
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="secrets")
+    name = models.CharField(max_length=64, validators=[SECRET_NAME], help_text="e.g. HF_TOKEN; tasks refer to it by it")
+    description = models.TextField(blank=True)
+    value = models.TextField(editable=False)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["project__name", "name"]
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="unique_secret_name_per_project")]
+
+    def __str__(self) -> str:
+        return f"{self.project} / {self.name}" if self.project_id else self.name
+
+    def __repr__(self) -> str:
+        return f"<ProjectSecret {self.pk}: {self.name}>"
+
+    def set_value(self, value: str) -> None:
+        """Encrypt and keep the value (validated by the caller); call save() afterwards."""
+        self.value = encrypt_text(value)
+
+    def get_value(self) -> str:
+        """The decrypted value, for the job spec only; raises ValueError when the key changed."""
+        return decrypt_text(self.value)

@@ -27,6 +27,7 @@ from apps.billing.models import (
 from apps.clusters.models import CapacityReservation, GPUModel
 from apps.control.models import BackendObject, CheckpointStore, Installation
 from apps.tasks.models import TaskEvent
+from apps.vdc.services import create_secret
 from tests.factories import TaskFactory
 
 
@@ -90,6 +91,7 @@ def every_model(world):
                                                 starts_at=end, ends_at=end + timedelta(hours=4))  # fmt: skip
     window.nodes.set([world.node])
     window.projects.set([world.project])
+    create_secret(world.admin, world.project, "HF_TOKEN", "hf_admin_s3cret", "the hub")
     Group.objects.create(name="operators")
     Token.objects.create(user=world.admin)
     Installation.current()

@@ -18,6 +18,7 @@ APP_LABELS = ("vdc", "clusters", "queues", "tasks", "billing", "control")
 EXEMPT = {
     "vdc.VDC": {"description"},
     "vdc.Project": {"description"},
+    "vdc.ProjectSecret": {"description", "value"},  # free text, and the encrypted value
     "clusters.GPUModel": {"aliases"},
     "clusters.Cluster": {
         "description",
@@ -37,6 +38,7 @@ EXEMPT = {
         "command",
         "env",
         "secret_env",
+        "secret_refs",
         "volumes",
         "status_message",
         "pending_message",

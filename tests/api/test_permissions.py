@@ -61,6 +61,12 @@ def backend_object(w):
     return BackendObject.objects.create(cluster=w.cluster, task=task, task_uid=task.uid, attempt=1, name="hcs-job")
 
 
+def alpha_secret(w):
+    from apps.vdc.services import create_secret  # noqa: PLC0415
+
+    return create_secret(w.admin, w.project, "REGISTRY_PASSWORD", "hunter2", "registry.example")
+
+
 def a100():
     return GPUModel.objects.get(name="A100-80G")
 
@@ -166,6 +172,17 @@ RESOURCES = [
         creators=OWNERS,
         create_denied={"outsider": 400},
         update=lambda w: {"role": "viewer"},
+        updaters=OWNERS,
+        deleters=OWNERS,
+    ),
+    Resource(
+        "project-secrets",
+        make=alpha_secret,
+        readers=PROJECT_ROLES,
+        create=lambda w: {"project": w.project.pk, "name": "HF_TOKEN", "value": "hf_s3cret", "description": "Hub"},
+        creators=OWNERS,
+        create_denied={"outsider": 400},
+        update=lambda w: {"description": "the registry of team alpha"},
         updaters=OWNERS,
         deleters=OWNERS,
     ),

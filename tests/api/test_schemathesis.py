@@ -38,6 +38,7 @@ from apps.clusters.models import CapacityReservation, GPUModel
 from apps.clusters.services import issue_agent_token
 from apps.control.models import BackendObject
 from apps.tasks.models import TaskEvent
+from apps.vdc.services import create_secret
 from tests.factories import TaskFactory
 
 MEMBER_EXAMPLES = 6  # per operation and mode
@@ -138,6 +139,7 @@ def fuzz_world(world):
         "projects": world.project,
         "memberships": world.member.memberships.get(),
         "vdc-quotas": world.quota,
+        "project-secrets": create_secret(world.admin, world.project, "HF_TOKEN", "hf_fuzz"),
         "billing/accounts": account,
         "billing/invoices": invoice,
         "billing/prices": price,

@@ -182,3 +182,35 @@ def test_logs_follow_a_real_local_job_until_it_ends(run_hcs, live_world):
     assert (tail.returncode, tail.stdout) == (0, "tick 4\ntick 5\n")
     wrong = run_hcs("logs", str(task.pk), "--attempt", "2")
     assert wrong.returncode == 1 and "attempt: Expected a run between 1 and 1, got 2." in wrong.stderr
+
+
+def test_secrets_are_set_from_stdin_listed_by_name_and_referred_to_by_submit(run_hcs, live_world):
+    from apps.vdc.models import ProjectSecret  # noqa: PLC0415
+
+    value = "hf_cli-secret-4d2c"
+    log_in(run_hcs, "olivia")  # an owner of project alpha
+    added = run_hcs("secrets", "set", "-p", "alpha", "HF_TOKEN", "-d", "the hub", stdin=value)
+    assert added.returncode == 0, added.stderr
+    assert ProjectSecret.objects.get(name="HF_TOKEN").get_value() == value
+    rotated = run_hcs("secrets", "set", "-p", "alpha", "HF_TOKEN", stdin="rotated-7e1")
+    assert rotated.returncode == 0 and "new value" in rotated.stdout
+    assert ProjectSecret.objects.get(name="HF_TOKEN").get_value() == "rotated-7e1"
+
+    log_in(run_hcs, "max")  # a member: sees names, may not set
+    listed = run_hcs("secrets", "ls", "-p", "alpha")
+    assert listed.returncode == 0 and "HF_TOKEN" in listed.stdout and "the hub" in listed.stdout
+    assert value not in listed.stdout and "rotated-7e1" not in listed.stdout
+    refused = run_hcs("secrets", "set", "-p", "alpha", "OTHER", stdin="x")
+    assert refused.returncode == 1 and "Only owners of project alpha" in refused.stderr
+    unknown = run_hcs("submit", "-p", "alpha", "-q", "high", "-n", "j", "-s", "HF=NOPE", "--", "true")
+    assert unknown.returncode == 1 and "has no secret NOPE; its secrets are: HF_TOKEN" in unknown.stderr
+    submitted = run_hcs("submit", "-p", "alpha", "-q", "high", "-n", "uses-secret", "-s", "HF=HF_TOKEN",
+                        "--secret-file", "/run/secrets/hf=HF_TOKEN", "--json", "--", "true")  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr
+    task = Task.objects.get(pk=json.loads(submitted.stdout)["id"])
+    assert task.secret_refs == [{"secret": "HF_TOKEN", "env": "HF"}, {"secret": "HF_TOKEN", "file": "/run/secrets/hf"}]
+
+    log_in(run_hcs, "olivia")
+    in_use = run_hcs("secrets", "rm", "-p", "alpha", "HF_TOKEN")
+    assert in_use.returncode == 1 and f"#{task.pk} uses-secret" in in_use.stderr
+    assert ProjectSecret.objects.filter(name="HF_TOKEN").exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -266,6 +267,31 @@ def test_failing_job_reports_its_exit_code(slurm, make_spec):
     state = wait_for(slurm, job_id, FINAL)
 
     assert (state.phase, state.exit_code, state.message) == (JobPhase.FAILED, 3, "exit code 3")
+
+
+@pytest.mark.slurm
+def test_secret_files_and_variables_reach_every_rank_and_their_files_go_with_the_job(slurm, make_spec):
+    value = "slurm-secret-3f9b\nline two"
+    digest = hashlib.sha256(value.encode()).hexdigest()
+    spec = make_spec(
+        command='echo "rank=$HCS_RANK api=$(printf %s "$API_KEY" | sha256sum | cut -c1-8) '
+        'file=$(sha256sum < "$HCS_SECRETS_DIR/token" | cut -c1-64) mode=$(stat -c %a "$HCS_SECRETS_DIR/token") '
+        'carriers=$(env | grep -c HCS_SECRET_FILE) dir=$HCS_SECRETS_DIR"',
+        instances=2,
+        secret_env={"API_KEY": "k"},
+        secret_files={"/run/secrets/token": value},
+    )
+    job_id = slurm.submit(spec)
+    assert wait_for(slurm, job_id, FINAL).phase == JobPhase.SUCCEEDED
+    logs = wait_for_log(slurm, job_id, "rank=1")
+    lines = sorted(line for line in logs.splitlines() if line.startswith("rank="))
+    api = hashlib.sha256(b"k").hexdigest()[:8]
+    assert [line.split(" dir=")[0] for line in lines] == [
+        f"rank={rank} api={api} file={digest} mode=400 carriers=0" for rank in (0, 1)
+    ]
+    assert value.splitlines()[0] not in logs
+    for line in lines:  # the nodes of the dev cluster share this host's file system
+        assert not Path(line.split(" dir=")[1]).exists()
 
 
 @pytest.mark.slurm

@@ -497,6 +497,38 @@ def test_secret_variables_go_into_a_secret_owned_by_the_workload(executor, emula
     assert not stored(emulator, "v1/secrets")
 
 
+def test_secret_files_go_into_the_attempts_secret_and_are_mounted_owner_read_only(executor, emulator):
+    s = spec(secret_env={"HF": "hf-v4lue"}, secret_files={"/run/secrets/registry": "reg-v4lue", "/data/tok": "t"})
+    external_id = executor.submit(s)
+    (job,) = stored(emulator, "batch/v1/jobs").values()
+    name = job["metadata"]["name"]
+    secret = stored(emulator, "v1/secrets")[name]
+    # Read back from the API server: the values, under keys no variable can have, labelled like the task's objects.
+    assert secret["stringData"] == {"HF": "hf-v4lue", "file-0": "t", "file-1": "reg-v4lue"}
+    assert secret["metadata"]["labels"]["hcs.io/task-id"] == job["metadata"]["labels"]["hcs.io/task-id"]
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
+    pod = job["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "hcs-secret-files"]
+    assert volume["secret"] == {
+        "secretName": name,
+        "defaultMode": 0o400,
+        "items": [
+            {"key": "file-0", "path": "file-0", "mode": 0o400},
+            {"key": "file-1", "path": "file-1", "mode": 0o400},
+        ],
+    }
+    mounts = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "hcs-secret-files"]
+    assert mounts == [
+        {"name": "hcs-secret-files", "mountPath": "/data/tok", "subPath": "file-0", "readOnly": True},
+        {"name": "hcs-secret-files", "mountPath": "/run/secrets/registry", "subPath": "file-1", "readOnly": True},
+    ]
+    env = pod["containers"][0]["env"]
+    assert {"name": "HF", "valueFrom": {"secretKeyRef": {"name": name, "key": "HF"}}} in env
+    assert "v4lue" not in str(job)
+    executor.delete(external_id)
+    assert not stored(emulator, "v1/secrets")
+
+
 def test_following_logs_reads_from_the_last_timestamp_seen_and_drops_what_was_seen(executor, emulator):
     s = spec(kind="dev_env", command="sleep 1d")
     ext_id = executor.submit(s)

@@ -118,6 +118,9 @@ class JobSpec:
     env: dict[str, str] = field(default_factory=dict)
     # The task's secret variables, decrypted: kept out of repr so they never reach a log or a traceback.
     secret_env: dict[str, str] = field(default_factory=dict, repr=False)
+    # Project secrets the task gets as files: absolute path in the job -> value; kept out of repr likewise.
+    # Each backend delivers them readable by the job alone (docs/security.md).
+    secret_files: dict[str, str] = field(default_factory=dict, repr=False)
     volumes: tuple[dict, ...] = ()  # {"name", "mount_path", "host_path" | "claim_name", "read_only"}
     cpu: float = 1.0  # cores per instance
     memory_gib: float = 1.0  # per instance

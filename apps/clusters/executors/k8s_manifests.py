@@ -499,19 +499,33 @@ def _env_list(env: dict[str, str]) -> list[dict]:
     return [{"name": key, "value": str(value)} for key, value in env.items()]
 
 
-def secret_manifest(spec: JobSpec, namespace: str) -> dict | None:
-    """The Secret that holds the task's secret variables (same name as its workload); None without any.
+# The pod volume of the task's secret files, and the mode of each file (owner read only).
+SECRET_FILES_VOLUME = "hcs-secret-files"
+SECRET_FILE_MODE = 0o400
 
-    The values never appear in the workload: its container reads them by reference (``secretKeyRef``).
+
+def secret_file_keys(spec: JobSpec) -> dict[str, str]:
+    """The key of each secret file in the task's Secret, by path: ``file-0``, ``file-1`` ... (a variable name
+    never has a dash, so they never meet the variables' keys)."""
+    return {path: f"file-{index}" for index, path in enumerate(sorted(spec.secret_files))}
+
+
+def secret_manifest(spec: JobSpec, namespace: str) -> dict | None:
+    """The Secret that holds the task's secret variables and files (same name as its workload); None without any.
+
+    The values never appear in the workload: its container reads variables by reference (``secretKeyRef``) and
+    files from a secret volume (:func:`_volumes`).
     """
-    if not spec.secret_env:
+    if not spec.secret_env and not spec.secret_files:
         return None
+    data = dict(spec.secret_env)
+    data.update({key: spec.secret_files[path] for path, key in secret_file_keys(spec).items()})
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": _metadata(object_name(spec), namespace, task_labels(spec)),
         "type": "Opaque",
-        "stringData": dict(spec.secret_env),
+        "stringData": data,
     }
 
 
@@ -591,6 +605,14 @@ def _volumes(spec: JobSpec) -> tuple[list[dict], list[dict]]:
         if volume.get("read_only"):
             mount["readOnly"] = True
         mounts.append(mount)
+    if spec.secret_files:
+        # Each secret file of the task's Secret at its own path, owner-read-only, mounted read-only.
+        keys = secret_file_keys(spec)
+        items = [{"key": key, "path": key, "mode": SECRET_FILE_MODE} for key in keys.values()]
+        secret = {"secretName": object_name(spec), "items": items, "defaultMode": SECRET_FILE_MODE}
+        volumes.append({"name": SECRET_FILES_VOLUME, "secret": secret})
+        mounts += [{"name": SECRET_FILES_VOLUME, "mountPath": path, "subPath": key, "readOnly": True}
+                   for path, key in keys.items()]  # fmt: skip
     return volumes, mounts
 
 

@@ -351,7 +351,9 @@ class LocalExecutor(Executor):
             return ()
         return spec.placements[rank if rank < len(spec.placements) else 0].devices
 
-    def _command_line(self, spec: JobSpec, work_dir: Path, env_fd: int, rank: int = 0) -> list[str]:
+    def _command_line(
+        self, spec: JobSpec, work_dir: Path, env_fd: int, rank: int = 0, secret_fds: dict[str, int] | None = None
+    ) -> list[str]:
         """The sandboxed command: the job's shell under ``timeout`` when it has a time limit."""
         command = ["/bin/sh", "-c", job_command(spec)]
         if spec.time_limit_s:
@@ -360,7 +362,8 @@ class LocalExecutor(Executor):
         devices = device_nodes(spec.gpu_model.vendor, indexes) if indexes else []
         binds = [(self.checkpoint_dir(spec.task_uid), spec.checkpoint_dir)] if spec.checkpoint_dir else []
         ro_files = [(check_library(self.vram_library), SANDBOX_LIBRARY)] if vram_limit_bytes(spec) is not None else []
-        return self.sandbox.argv(work_dir, devices, env_fd, command, binds, ro_files)
+        secret_files = [(fd, path) for path, fd in (secret_fds or {}).items()]
+        return self.sandbox.argv(work_dir, devices, env_fd, command, binds, ro_files, secret_files)
 
     def _with_checkpoints(self, spec: JobSpec) -> JobSpec:
         """The spec with its checkpoint directory (created when missing) where the job sees it."""
@@ -390,15 +393,24 @@ class LocalExecutor(Executor):
 
         started_at = datetime.now(UTC)
         work_dir = job_dir / "work"
+        secret_fds: list[dict[str, int]] = []  # per rank: bwrap reads each descriptor to its end
         try:
             spec = self._with_checkpoints(spec)
             self.sandbox.prepare(work_dir)
+            # The task's secret files: memory-only descriptors the sandbox copies from (:meth:`Sandbox.argv`).
+            for _rank in range(spec.instances):
+                secret_fds.append({})
+                for path, value in spec.secret_files.items():
+                    secret_fds[-1][path] = self.sandbox.secret_file(value)
             with contextlib.ExitStack() as files:
                 log = files.enter_context((job_dir / "output.log").open("ab"))
                 # One sandbox per rank, each with its own environment (HCS_RANK) and cards, all in the job's group.
                 envs = [files.enter_context(self.sandbox.env_file(self._environment(spec, work_dir, rank)))
                         for rank in range(spec.instances)]  # fmt: skip
-                argvs = [self._command_line(spec, work_dir, env.fileno(), rank) for rank, env in enumerate(envs)]
+                argvs = [
+                    self._command_line(spec, work_dir, env.fileno(), rank, secret_fds[rank])
+                    for rank, env in enumerate(envs)
+                ]
                 argv = argvs[0] if len(argvs) == 1 else [
                     "/bin/sh", "-c", _GANG_LAUNCHER, "hcs-local-gang", str(job_dir), *map(shlex.join, argvs)
                 ]  # fmt: skip
@@ -410,13 +422,17 @@ class LocalExecutor(Executor):
                     cwd=job_dir,
                     env=TRUSTED_ENV,
                     start_new_session=True,
-                    pass_fds=tuple(env.fileno() for env in envs),
+                    pass_fds=(*(env.fileno() for env in envs), *(fd for fds in secret_fds for fd in fds.values())),
                 )
         except (OSError, ExecutorError) as exc:
             shutil.rmtree(job_dir, ignore_errors=True)
             if isinstance(exc, ExecutorError):
                 raise
             raise ExecutorError(f"cannot start the job process: {exc}")
+        finally:
+            for fds in secret_fds:
+                for fd in fds.values():
+                    os.close(fd)
         self._children[spec.name] = child
         pid_start = _proc_start_time(child.pid)
         self._write_meta(

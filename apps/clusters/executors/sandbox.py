@@ -186,6 +186,19 @@ class Sandbox:
         file.seek(0)
         return file
 
+    @staticmethod
+    def secret_file(value: str) -> int:
+        """A memory-only file (never on disk) holding ``value``, read from its start: the descriptor to pass to
+        :meth:`argv` as a secret file and to the process (``pass_fds``); close it once started."""
+        fd = os.memfd_create("hcs-secret")
+        try:
+            os.write(fd, value.encode())
+            os.lseek(fd, 0, os.SEEK_SET)
+        except OSError:
+            os.close(fd)
+            raise
+        return fd
+
     def argv(
         self,
         work_dir: Path,
@@ -194,6 +207,7 @@ class Sandbox:
         command: Sequence[str],
         binds: Sequence[tuple[Path, str]] = (),
         ro_files: Sequence[tuple[Path, str]] = (),
+        secret_files: Sequence[tuple[int, str]] = (),
     ) -> list[str]:
         """The command line that runs ``command`` in the sandbox with exactly the environment of ``env_fd``
         (a descriptor from :meth:`env_file`, inherited by the process).
@@ -201,7 +215,10 @@ class Sandbox:
         ``devices`` are paths relative to ``dev_dir`` (``nvidia0``, ``dri/renderD128``); those that exist
         are the only device nodes beyond /dev's basics the job sees. ``binds`` are (host directory, path in
         the sandbox) pairs the job may also write, such as its task's checkpoint directory; ``ro_files`` are
-        (host file, path under /run) pairs it may only read, such as the VRAM interceptor.
+        (host file, path under /run) pairs it may only read, such as the VRAM interceptor. ``secret_files`` are
+        (descriptor from :meth:`secret_file`, path in the sandbox) pairs: bubblewrap copies each into the
+        sandbox's own memory (it never lies on the host's disk and ends with the sandbox), mode 0400, owned by
+        the job's identity (chowned as root, just before privileges are dropped, when the portal is root).
         """
         account = self.check()
         argv = [
@@ -233,7 +250,15 @@ class Sandbox:
             for parent in reversed(Path(inside).parents[:-1]):  # searchable, or the job cannot reach it
                 argv += ["--perms", "0755", "--dir", str(parent)]
             argv += ["--bind", str(host), inside]
+        for fd, inside in secret_files:
+            for parent in reversed(Path(inside).parents[:-1]):  # searchable by the job user, or it cannot read it
+                argv += ["--perms", "0755", "--dir", str(parent)]
+            argv += ["--perms", "0400", "--bind-data", str(fd), inside]
         argv += ["--chdir", str(work_dir), "--"]
+        if account is not None and secret_files:
+            paths = " ".join(shlex.quote(inside) for _fd, inside in secret_files)
+            chown = f'chown -h {account.pw_uid}:{account.pw_gid} -- {paths} && exec "$@"'
+            argv += ["/bin/sh", "-c", chown, "hcs-secret-files"]
         if account is not None:
             argv += ["setpriv", f"--reuid={account.pw_uid}", f"--regid={account.pw_gid}", "--clear-groups",
                      "--bounding-set=-all", "--inh-caps=-all", "--"]  # fmt: skip

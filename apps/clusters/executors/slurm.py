@@ -119,6 +119,42 @@ def _retryable(errno: int | None, http_status: int) -> bool:
     return http_status >= 500 or http_status in (408, 429)
 
 
+# A job's secret files travel in variables of its environment (job/submit's ``environment``: kept by slurmctld,
+# never in the batch script) and are written by the job itself, on each node, into a private directory.
+SECRET_FILE_VARIABLE = "HCS_SECRET_FILE_{index}"
+
+
+def secret_file_variables(spec: JobSpec) -> dict[str, str]:
+    """The variables that carry the spec's secret files to the batch script, in path order."""
+    return {
+        SECRET_FILE_VARIABLE.format(index=i): spec.secret_files[path]
+        for i, path in enumerate(sorted(spec.secret_files))
+    }
+
+
+def with_secret_files(spec: JobSpec, body: str) -> str:
+    """``body`` preceded by the writing of the spec's secret files and followed by their removal.
+
+    A Slurm job is a plain process of the cluster's job user on a shared node, with no file tree of its own:
+    each file goes into ``$HCS_SECRETS_DIR`` (a directory only that user can enter, made per job and node
+    under ``$TMPDIR``) under its path's file name, mode 0400. The variables that carried them are unset before
+    the command runs, which runs as a child so that the directory is removed when it ends or is cancelled.
+    """
+    lines = [
+        'HCS_SECRETS_DIR="$(umask 077; mktemp -d "${TMPDIR:-/tmp}/hcs-secrets.XXXXXXXX")" || '
+        '{ echo "hcs: cannot create a private directory for the secret files on $(hostname)" >&2; exit 1; }',
+        "trap 'rm -rf \"$HCS_SECRETS_DIR\"' EXIT",
+        "trap 'exit 143' TERM INT HUP",
+    ]
+    for index, path in enumerate(sorted(spec.secret_files)):
+        variable = SECRET_FILE_VARIABLE.format(index=index)
+        target = shlex.quote(Path(path).name)
+        lines.append(f'(umask 0377; printf %s "${variable}" > "$HCS_SECRETS_DIR"/{target}) || exit 1')
+    lines.append("unset " + " ".join(SECRET_FILE_VARIABLE.format(index=i) for i in range(len(spec.secret_files))))
+    lines += ["export HCS_SECRETS_DIR", f"/bin/bash -c {shlex.quote(body)} &", 'wait "$!"', "exit $?"]
+    return "\n".join(lines)
+
+
 def slurm_phase(job_state: str) -> JobPhase:
     """Backend-neutral phase of a Slurm job state (base state; flags after '+' are ignored)."""
     return _PHASES.get(job_state.split("+")[0].upper(), JobPhase.UNKNOWN)
@@ -361,6 +397,7 @@ class SlurmExecutor(Executor):
         env.update(spec.secret_env)
         env.update(job_secrets(spec))
         env.update(platform_environment(spec))
+        env.update(secret_file_variables(spec))
         return env
 
     def _script(self, spec: JobSpec) -> str:
@@ -379,6 +416,8 @@ class SlurmExecutor(Executor):
         if (limit := vram_limit_bytes(spec)) is not None:
             prelude.append(self._vram_prelude(limit))
         body = job_command(spec)
+        if spec.secret_files:
+            body = with_secret_files(spec, body)
         # Kept across attempts: the first one creates it; the batch host creates it once for every rank.
         setup = [MAKE_CHECKPOINT_DIR] if spec.checkpoint_dir else []
         if spec.instances <= 1:

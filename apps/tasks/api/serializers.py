@@ -121,6 +121,29 @@ class VolumesField(serializers.JSONField):
     """Volumes: name, absolute mount path and one source, a claim or an approved host path (Task.clean checks)."""
 
 
+@extend_schema_field(
+    {
+        "type": "array",
+        "maxItems": limits.MAX_SECRET_REFS,
+        "items": {
+            "type": "object",
+            "properties": {
+                "secret": {"type": "string", "description": "The name of a secret of the task's project"},
+                "env": {"type": "string", "description": "Given to the job as this environment variable"},
+                "file": {"type": "string", "description": "Or given as an owner-read-only file at this absolute path"},
+            },
+            "required": ["secret"],
+            "additionalProperties": False,
+        },
+        "description": "Project secrets given to the job by name, each as a variable (env) or a file (file); the "
+        "values never appear here. Every attempt gets the secret's value at its start.",
+        "example": [{"secret": "HF_TOKEN", "env": "HF_TOKEN"}, {"secret": "REGISTRY", "file": "/run/secrets/registry"}],
+    }
+)
+class SecretRefsField(serializers.JSONField):
+    """References to project secrets by name (``submit_task`` checks them and that they exist)."""
+
+
 def _bounds(lowest, highest) -> dict:
     return {"min_value": lowest, "max_value": highest}
 
@@ -180,6 +203,7 @@ class TaskSerializer(CachedFieldsMixin, serializers.ModelSerializer):
     )
     required_labels = LabelsField(required=False)
     volumes = VolumesField(required=False)
+    secret_refs = SecretRefsField(required=False)
 
     serializer_field_mapping = {**serializers.ModelSerializer.serializer_field_mapping,
                                 models.DurationField: HumanDurationField}  # fmt: skip

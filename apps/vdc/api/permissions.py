@@ -85,3 +85,13 @@ class MembershipPermission(BasePermission):
 
     def has_object_permission(self, request, view, obj: Membership) -> bool:
         return request.method in SAFE_METHODS or can_manage(request.user, obj.project)
+
+
+class ProjectSecretPermission(BasePermission):
+    """Members (viewers too) read the names of their projects' secrets; owners and platform admins write them.
+
+    The services check the same rule; here it gives 403 before the body is read.
+    """
+
+    def has_object_permission(self, request, view, obj) -> bool:
+        return request.method in SAFE_METHODS or can_manage(request.user, obj.project)

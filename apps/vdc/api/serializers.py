@@ -8,10 +8,11 @@ from rest_framework import serializers
 from rest_framework.exceptions import PermissionDenied
 
 from apps.queues.services import create_class_queues
-from apps.vdc.api.common import ModelCleanMixin, SlugField
+from apps.vdc import services
+from apps.vdc.api.common import ModelCleanMixin, SlugField, service_errors
 from apps.vdc.api.permissions import visible_projects
 from apps.vdc.choices import Role
-from apps.vdc.models import VDC, Membership, Project, ProjectQuota
+from apps.vdc.models import MAX_SECRET_LENGTH, VDC, Membership, Project, ProjectQuota, ProjectSecret
 from apps.vdc.services import can_manage
 
 
@@ -123,3 +124,61 @@ class ProjectQuotaSerializer(ModelCleanMixin, serializers.ModelSerializer):
             "enforce", "created_at", "updated_at",
         ]  # fmt: skip
         read_only_fields = ["created_at", "updated_at"]
+
+
+class ProjectSecretSerializer(serializers.ModelSerializer):
+    """A project secret: its name and description; ``value`` is write-only and never answered.
+
+    Creating takes project, name and value; changing takes a new value (a rotation: the next attempt of every
+    task that refers to it gets it) and/or a description. The name never changes: tasks refer to it.
+    """
+
+    project = serializers.PrimaryKeyRelatedField(queryset=Project.objects.all())
+    project_name = serializers.CharField(source="project.name", read_only=True)
+    value = serializers.CharField(
+        write_only=True, required=False, trim_whitespace=False, max_length=MAX_SECRET_LENGTH,
+        style={"input_type": "password"},
+        help_text="The secret itself: required on create, a rotation on update; stored encrypted, never returned",
+    )  # fmt: skip
+    created_by = serializers.CharField(source="created_by.username", read_only=True, allow_null=True, default=None)
+    updated_by = serializers.CharField(source="updated_by.username", read_only=True, allow_null=True, default=None)
+
+    class Meta:
+        model = ProjectSecret
+        fields = ["id", "project", "project_name", "name", "description", "value", "created_by", "updated_by",
+                  "created_at", "updated_at"]  # fmt: skip
+        read_only_fields = ["created_at", "updated_at"]
+        validators = []  # the unique (project, name) pair is checked by the service with a clearer message
+
+    def get_fields(self):
+        fields = super().get_fields()
+        request = self.context.get("request")
+        if request is not None:
+            fields["project"].queryset = visible_projects(request.user)
+        return fields
+
+    def validate(self, attrs: dict) -> dict:
+        instance = self.instance
+        if instance is not None:
+            changed = [f for f in ("project", "name") if f in attrs and attrs[f] != getattr(instance, f)]
+            if changed:
+                message = "Cannot change: tasks refer to a secret by project and name; add a new secret instead."
+                raise serializers.ValidationError(dict.fromkeys(changed, message))
+        elif "value" not in attrs:
+            raise serializers.ValidationError({"value": "Expected the secret's value."})
+        return attrs
+
+    def create(self, validated_data: dict) -> ProjectSecret:
+        user = self.context["request"].user
+        with service_errors():
+            return services.create_secret(
+                user, validated_data["project"], validated_data["name"], validated_data["value"],
+                validated_data.get("description", ""),
+            )  # fmt: skip
+
+    def update(self, instance: ProjectSecret, validated_data: dict) -> ProjectSecret:
+        user = self.context["request"].user
+        with service_errors():
+            return services.update_secret(
+                user, instance, value=validated_data.get("value"), description=validated_data.get("description")
+            )

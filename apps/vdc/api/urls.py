@@ -7,6 +7,7 @@ ROUTES = [
     ("projects", views.ProjectViewSet, "project"),
     ("memberships", views.MembershipViewSet, "membership"),
     ("vdc-quotas", views.ProjectQuotaViewSet, "projectquota"),
+    ("project-secrets", views.ProjectSecretViewSet, "projectsecret"),
 ]
 
 urlpatterns: list = []

@@ -11,11 +11,13 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from apps.vdc.api.common import ProtectedDestroyMixin
+from apps.vdc import services
+from apps.vdc.api.common import ProtectedDestroyMixin, service_errors
 from apps.vdc.api.permissions import (
     AdminWriteOrReadOnly,
     MembershipPermission,
     ProjectPermission,
+    ProjectSecretPermission,
     scope_to_projects,
     visible_projects,
     visible_vdcs,
@@ -23,18 +25,31 @@ from apps.vdc.api.permissions import (
 from apps.vdc.api.serializers import (
     MembershipSerializer,
     ProjectQuotaSerializer,
+    ProjectSecretSerializer,
     ProjectSerializer,
     VDCSerializer,
     other_owners,
 )
 from apps.vdc.choices import Role
-from apps.vdc.filtersets import MembershipFilterSet, ProjectFilterSet, ProjectQuotaFilterSet, VDCFilterSet
-from apps.vdc.models import Membership, ProjectQuota
+from apps.vdc.filtersets import (
+    MembershipFilterSet,
+    ProjectFilterSet,
+    ProjectQuotaFilterSet,
+    ProjectSecretFilterSet,
+    VDCFilterSet,
+)
+from apps.vdc.models import Membership, ProjectQuota, ProjectSecret
 
 
 def quotas_of(user):
     """Quotas the user may read: those of their projects (all for platform admins), with names loaded."""
     return scope_to_projects(ProjectQuota.objects.select_related("project", "vdc"), user)
+
+
+def secrets_of(user):
+    """Secrets of the user's projects (all for platform admins), names loaded, values left in the database."""
+    secrets = ProjectSecret.objects.select_related("project", "created_by", "updated_by").defer("value")
+    return scope_to_projects(secrets, user)
 
 
 class VDCViewSet(ProtectedDestroyMixin, viewsets.ModelViewSet):
@@ -90,6 +105,14 @@ class ProjectViewSet(ProtectedDestroyMixin, viewsets.ModelViewSet):
         page = self.paginate_queryset(quotas_of(request.user).filter(project=project))
         return self.get_paginated_response(ProjectQuotaSerializer(page, many=True).data)
 
+    @extend_schema(responses=ProjectSecretSerializer(many=True))
+    @action(detail=True, methods=["get"], serializer_class=ProjectSecretSerializer, filterset_class=None)
+    def secrets(self, request: Request, pk=None) -> Response:
+        """The project's secrets, by name (values are never returned); manage them under ``project-secrets``."""
+        project = self.get_object()
+        page = self.paginate_queryset(secrets_of(request.user).filter(project=project))
+        return self.get_paginated_response(ProjectSecretSerializer(page, many=True).data)
+
 
 class MembershipViewSet(viewsets.ModelViewSet):
     """Who is in which project with which role. Members read their projects'; owners manage them."""
@@ -120,3 +143,24 @@ class ProjectQuotaViewSet(viewsets.ModelViewSet):
 
     def get_queryset(self):
         return quotas_of(self.request.user)
+
+
+class ProjectSecretViewSet(viewsets.ModelViewSet):
+    """Secrets of projects, by name: members read the names; owners (and platform admins) add, rotate and delete.
+
+    Values are write-only: no answer ever holds one. A secret that waiting or running tasks refer to is not deleted
+    (400 naming them).
+    """
+
+    serializer_class = ProjectSecretSerializer
+    permission_classes = [IsAuthenticated, ProjectSecretPermission]
+    filterset_class = ProjectSecretFilterSet
+    search_fields = ["name", "description", "project__name"]
+    ordering_fields = ["project__name", "name", "created_at", "updated_at"]
+
+    def get_queryset(self):
+        return secrets_of(self.request.user)
+
+    def perform_destroy(self, instance: ProjectSecret) -> None:
+        with service_errors():
+            services.delete_secret(self.request.user, instance)
