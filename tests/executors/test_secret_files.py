@@ -70,6 +70,16 @@ def test_a_local_job_reads_its_secret_files_owner_only_and_nobody_else_can(execu
     assert wait_for(executor, job, FINAL).phase == JobPhase.CANCELLED
 
 
+def test_every_rank_of_a_local_gang_reads_the_whole_secret_file(executor, make_spec):
+    # Each rank's sandbox copies from its own descriptor: one shared descriptor would leave later ranks an
+    # empty file (bubblewrap reads it to its end).
+    spec = make_spec(command="sha256sum < /run/secrets/token", instances=2, secret_files={"/run/secrets/token": VALUE})
+    job = executor.submit(spec)
+    assert wait_for(executor, job, FINAL).phase == JobPhase.SUCCEEDED
+    digest = hashlib.sha256(VALUE.encode()).hexdigest()
+    assert executor.logs(job).splitlines() == [f"{digest}  -"] * 2
+
+
 def test_a_slurm_job_carries_secret_files_in_its_environment_never_in_its_script(make_spec, tmp_path):
     spec = make_spec(
         command='cat "$HCS_SECRETS_DIR/token"; echo; stat -c "%a" "$HCS_SECRETS_DIR/token"; '
