@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib import admin, messages
 from django.db.models import OuterRef
 
-from apps.clusters import services
+from apps.clusters import partitions, services
 from apps.clusters.admin_forms import ClusterAdminForm, DeviceAdminForm, GPUModelAdminForm, NodeAdminForm
 from apps.clusters.choices import ClusterStatus, NodeStatus
 from apps.clusters.executors.base import ExecutorError
@@ -104,14 +104,14 @@ class ClusterAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request):
         tasks = Task.objects.filter(cluster=OuterRef("pk"), status__in=ACTIVE)
-        devices = Device.objects.filter(node__cluster=OuterRef("pk"))
+        devices = Device.objects.cards().filter(node__cluster=OuterRef("pk"))
         return (
             super()
             .get_queryset(request)
             .annotate(
                 n_nodes=count_of(Node.objects.filter(cluster=OuterRef("pk"))),
                 n_gpus=count_of(devices),
-                cap_gpu=sum_of(devices, "gpu_model__exchange_rate"),
+                cap_gpu=sum_of(Device.objects.units().filter(node__cluster=OuterRef("pk")), "gpu_model__exchange_rate"),
                 card_util=avg_of(devices, "utilization"),
                 used_gpu=sum_of(tasks, "allocated_gpu"),
                 n_running=count_of(tasks),
@@ -232,13 +232,13 @@ class NodeAdmin(admin.ModelAdmin):
     readonly_fields = ("backend_state", "backend_reason", "last_report", "agent_message")
 
     def get_queryset(self, request):
-        devices = Device.objects.filter(node=OuterRef("pk"))
+        devices = Device.objects.cards().filter(node=OuterRef("pk"))
         return (
             super()
             .get_queryset(request)
             .annotate(
                 n_devices=count_of(devices),
-                cap_gpu=sum_of(devices, "gpu_model__exchange_rate"),
+                cap_gpu=sum_of(Device.objects.units().filter(node=OuterRef("pk")), "gpu_model__exchange_rate"),
                 card_util=avg_of(devices, "utilization"),
             )
         )
@@ -276,7 +276,7 @@ class NodeAdmin(admin.ModelAdmin):
 class DeviceAdmin(admin.ModelAdmin):
     form = DeviceAdminForm
     list_display = (
-        "__str__", "gpu_model", "vram_gib", "vram_used_gib", "health", "health_reason_short", "utilisation",
+        "__str__", "gpu_model", "sharing", "vram_gib", "vram_used_gib", "health", "health_reason_short", "utilisation",
         "temperature_c", "ecc_errors", "xid_errors", "driver_version",
     )  # fmt: skip
     list_filter = ("gpu_model__vendor", "gpu_model", "node__cluster")
@@ -290,6 +290,7 @@ class DeviceAdmin(admin.ModelAdmin):
     )  # fmt: skip
     fieldsets = (
         (None, {"fields": ("node", "index", "gpu_model", "uuid", "vram_gib")}),
+        ("Sharing: MIG instances or time-sliced replicas", {"fields": ("sharing_mode", "mig_layout", "replicas")}),
         ("Topology", {"fields": ("numa_node", "pci_bus_id", "links")}),
         (
             "Health (reported by the node agent)",
@@ -325,6 +326,14 @@ class DeviceAdmin(admin.ModelAdmin):
     @admin.display(description="Health", ordering="health_score")
     def health(self, obj):
         return health_badge(obj.health_score)
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        if getattr(form, "sharing_request", None):
+            try:
+                partitions.set_device_sharing(obj, **form.sharing_request)
+            except partitions.SharingError as exc:  # a job took the card since the form was checked
+                self.message_user(request, f"Sharing not changed: {exc}", messages.ERROR)
 
     @admin.display(description="Why", ordering="health_reason")
     def health_reason_short(self, obj) -> str:
