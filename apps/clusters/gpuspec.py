@@ -438,9 +438,7 @@ def _unknown_unit(token: str, text: str, catalog: Catalog) -> None:
             offered = f"its profiles: {', '.join(profiles)}"
             if not profiles:
                 offered = f"{card} has no MIG profiles in the catalog"
-            raise UnknownGPUModel(
-                f"unknown MIG profile {match.group('profile')!r} of {card} in {text!r}; {offered}", token, text
-            )
+            raise GPUSpecError(f"unknown MIG profile {match.group('profile')!r} of {card} in {text!r}; {offered}")
     if match := _TS_TOKEN_RE.match(token):
         card = _card_of(match.group("card"), catalog)
         if card is not None:
@@ -449,7 +447,7 @@ def _unknown_unit(token: str, text: str, catalog: Catalog) -> None:
                 hint = f"ask for 1({card}-ts) (declared: {', '.join(declared)})"
             else:
                 hint = f"no {card} card is declared time-sliced (an admin declares it per card)"
-            raise UnknownGPUModel(f"unknown time-sliced model {token!r} in {text!r}; {hint}", token, text)
+            raise GPUSpecError(f"unknown time-sliced model {token!r} in {text!r}; {hint}")
 
 
 def _check_units(count: Decimal, models: tuple[str, ...], shared: bool, text: str, catalog: Catalog) -> None:
