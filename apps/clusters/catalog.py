@@ -29,6 +29,8 @@ are scheduled as whole cards through their vendors' device plugins, whose
 resource names are the ones below.
 """
 
+import re
+
 # What a model a node agent finds but the catalog lacks starts with (the admin adjusts it when rating it).
 VENDOR_DEFAULTS: dict[str, dict] = {
     "nvidia": {"resource_name": "nvidia.com/gpu", "visible_devices_env": "NVIDIA_VISIBLE_DEVICES"},
@@ -309,6 +311,19 @@ def unit_name(card: str, profile: str) -> str:
 def time_slice_name(card: str, replicas: int) -> str:
     """The catalog name of one time-sliced replica of a card shared ``replicas`` ways, e.g. A100-80G-ts4."""
     return f"{card}-ts{replicas}"
+
+
+def parent_of(name: str, partition: str) -> str:
+    """The card model a unit's catalog name is built on ("A100-80G-1g.10gb" -> "A100-80G"); "" for a card.
+
+    Unit rows are named by :func:`unit_name` / :func:`time_slice_name` (GPUModel.clean keeps them so), which lets a
+    catalog be built from rows without loading each unit's parent row.
+    """
+    if partition == "mig":
+        return re.sub(r"-\d+g\.\d+gb\Z", "", name)
+    if partition == "time_slice":
+        return re.sub(r"-ts\d+\Z", "", name)
+    return ""
 
 
 def mig_share(card: dict, slices: int, memory_gib: int) -> float:

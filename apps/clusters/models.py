@@ -10,6 +10,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
+from apps.clusters.catalog import parent_of, time_slice_name, unit_name
 from apps.clusters.choices import (
     ClusterStatus,
     ClusterType,
@@ -147,6 +148,10 @@ class GPUModel(models.Model):
         return self.exchange_rate is not None
 
     def clean(self) -> None:
+        if self.partition and self.parent_model_id and parent_of(self.name, self.partition) != self.parent_model.name:
+            raise ValidationError({"name": f"Expected the name of a unit of {self.parent_model.name}, such as "
+                                           f"{unit_name(self.parent_model.name, '1g.10gb')} or "
+                                           f"{time_slice_name(self.parent_model.name, 4)}."})  # fmt: skip
         if not isinstance(self.aliases, list) or not all(isinstance(a, str) for a in self.aliases):
             raise ValidationError({"aliases": 'Expected a list of strings, e.g. ["a100", "a100-80g"].'})
         if self.exchange_rate is None and self.enabled:
@@ -175,7 +180,7 @@ class GPUModel(models.Model):
             "visible_devices_env": self.visible_devices_env,
             "slurm_gres_type": self.slurm_gres_type,
             "partition": self.partition,
-            "parent": self.parent_model.name if self.parent_model_id else "",
+            "parent": parent_of(self.name, self.partition),
             "replicas": self.time_slice_replicas or 0,
         }
 
