@@ -367,7 +367,7 @@ class GPUModelAdmin(admin.ModelAdmin):
         "exchange_rate", "shareable", "enabled", "device_count",
     )  # fmt: skip
     list_editable = ("exchange_rate", "enabled")
-    list_filter = (RatedFilter, "vendor", "shareable", "enabled")
+    list_filter = (RatedFilter, "vendor", "partition", "shareable", "enabled")
     search_fields = ("name", "resource_name", "slurm_gres_type")
 
     def get_queryset(self, request):

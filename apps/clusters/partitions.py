@@ -18,7 +18,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from django.apps import apps
 from django.db import transaction
 
-from apps.clusters.catalog import MIG_SLICES, time_slice_name
+from apps.clusters.catalog import MIG_PROFILES, MIG_SLICES, mig_catalog_entry, time_slice_name, unit_name
 from apps.clusters.choices import ClusterType, Partition, Sharing
 from apps.clusters.models import Device, GPUModel
 from apps.vdc.models import VDC
@@ -71,9 +71,39 @@ def held_by(device: Device) -> set[int]:
     return tasks
 
 
+def ensure_mig_models(card: GPUModel) -> None:
+    """Catalog rows for the MIG profiles of a card model the seed catalog lacked (an A100-40G an admin added):
+    the seed rows of other cards come with the migration."""
+    if card.units.filter(partition=Partition.MIG).exists() or not card.is_rated:
+        return
+    figures = {
+        "name": card.name, "vendor": card.vendor, "aliases": list(card.aliases), "vram_gib": float(card.vram_gib),
+        "tflops_fp16": float(card.tflops_fp16 or 0), "tflops_fp32": float(card.tflops_fp32 or 0),
+        "exchange_rate": float(card.exchange_rate), "visible_devices_env": card.visible_devices_env,
+    }  # fmt: skip
+    for profile, slices, memory in MIG_PROFILES.get(card.name, ()):
+        entry = mig_catalog_entry(figures, profile, slices, memory)
+        GPUModel.objects.get_or_create(
+            name=entry["name"],
+            defaults={
+                "vendor": card.vendor, "aliases": entry["aliases"], "vram_gib": Decimal(memory),
+                "tflops_fp16": Decimal(str(entry["tflops_fp16"])), "tflops_fp32": Decimal(str(entry["tflops_fp32"])),
+                "exchange_rate": Decimal(str(entry["exchange_rate"])), "resource_name": entry["resource_name"],
+                "visible_devices_env": card.visible_devices_env, "slurm_gres_type": profile, "shareable": False,
+                "enabled": card.enabled, "partition": Partition.MIG, "parent_model": card,
+            },
+        )  # fmt: skip
+
+
 def _mig_models(card: GPUModel, instances: list[MigInstance]) -> list[GPUModel]:
     """The catalog row of each instance's profile; refuses unknown profiles and layouts the card cannot hold."""
     rows = {m.name[len(card.name) + 1 :]: m for m in card.units.filter(partition=Partition.MIG)}
+    if not rows:  # a card model added after the seed: its rows are made on apply (ensure_mig_models)
+        rate, enabled = card.exchange_rate, card.enabled
+        rows = {
+            profile: GPUModel(name=unit_name(card.name, profile), enabled=enabled, exchange_rate=rate)
+            for profile, _slices, _memory in MIG_PROFILES.get(card.name, ())
+        }
     if not rows:
         raise SharingError(f"{card.name} has no MIG profiles in the GPU catalog: it cannot be put in MIG mode")
     models, slices, memory = [], 0, Decimal(0)
@@ -157,6 +187,8 @@ def set_device_sharing(
     """
     VDC.objects.select_for_update().filter(pk=device.node.cluster.vdc_id).first()  # no cycle places meanwhile
     device = Device.objects.select_for_update().select_related("gpu_model", "node__cluster").get(pk=device.pk)
+    if sharing == Sharing.MIG:
+        ensure_mig_models(device.gpu_model)
     planned = check_device_sharing(device, sharing, mig=mig, replicas=replicas)
     if sharing == Sharing.TIME_SLICING:
         replica = time_slice_model(device.gpu_model, replicas)

@@ -160,3 +160,17 @@ def test_submitting_an_unknown_mig_profile_is_refused_with_the_profiles_offered(
         submit(world, "1(A100-80G-5g.50gb)")
     with pytest.raises(ValidationError, match="no A100-80G card is declared time-sliced"):
         submit(world, "1(A100-80G-ts)")
+
+
+def test_a_card_model_added_after_the_seed_gets_its_mig_profile_rows_when_first_partitioned(world):
+    a100_40 = GPUModel.objects.create(
+        name="A100-40G", vendor="nvidia", aliases=["a100-40g"], vram_gib=40, tflops_fp16=312, tflops_fp32=19.5,
+        exchange_rate=D("0.9"), resource_name="nvidia.com/gpu", visible_devices_env="NVIDIA_VISIBLE_DEVICES",
+    )  # fmt: skip
+    device = DeviceFactory(node=world.node, index=8, gpu_model=a100_40)
+    with pytest.raises(SharingError, match="unknown MIG profile '1g.10gb' of A100-40G; its profiles: 1g.10gb"):
+        set_device_sharing(device, Sharing.MIG, mig=parse_mig_layout("1g.10gb x7"))
+    set_device_sharing(device, Sharing.MIG, mig=parse_mig_layout("1g.5gb x7"))
+    row = GPUModel.objects.get(name="A100-40G-1g.5gb")
+    assert (row.parent_model, row.exchange_rate, row.resource_name) == (a100_40, D("0.129"), "nvidia.com/mig-1g.5gb")
+    assert device.units.filter(gpu_model=row).count() == 7
