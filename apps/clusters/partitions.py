@@ -121,7 +121,7 @@ def _mig_models(card: GPUModel, instances: list[MigInstance]) -> list[GPUModel]:
         models.append(model)
     if slices > MIG_SLICES or memory > card.vram_gib:
         raise SharingError(
-            f"a {card.name} has {MIG_SLICES} compute slices and {card.vram_gib.normalize():f} GB: the layout "
+            f"{card.name} has {MIG_SLICES} compute slices and {card.vram_gib.normalize():f} GB: the layout "
             f"{', '.join(i.profile for i in instances)} needs {slices} slices and {memory:f} GB"
         )
     return models

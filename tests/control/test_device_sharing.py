@@ -168,8 +168,11 @@ def test_a_card_model_added_after_the_seed_gets_its_mig_profile_rows_when_first_
         exchange_rate=D("0.9"), resource_name="nvidia.com/gpu", visible_devices_env="NVIDIA_VISIBLE_DEVICES",
     )  # fmt: skip
     device = DeviceFactory(node=world.node, index=8, gpu_model=a100_40)
-    with pytest.raises(SharingError, match="unknown MIG profile '1g.10gb' of A100-40G; its profiles: 1g.10gb"):
+    with pytest.raises(SharingError, match="unknown MIG profile '1g.20gb' of A100-40G; its profiles: 1g.10gb, 1g.5gb"):
+        set_device_sharing(device, Sharing.MIG, mig=parse_mig_layout("1g.20gb"))
+    with pytest.raises(SharingError, match="A100-40G has 7 compute slices and 40 GB: .* needs 7 slices and 70 GB"):
         set_device_sharing(device, Sharing.MIG, mig=parse_mig_layout("1g.10gb x7"))
+    assert not GPUModel.objects.filter(parent_model=a100_40).exists()
     set_device_sharing(device, Sharing.MIG, mig=parse_mig_layout("1g.5gb x7"))
     row = GPUModel.objects.get(name="A100-40G-1g.5gb")
     assert (row.parent_model, row.exchange_rate, row.resource_name) == (a100_40, D("0.129"), "nvidia.com/mig-1g.5gb")
