@@ -238,6 +238,10 @@ def apply_node_report(cluster: Cluster, report: dict) -> Node:
         mig = [MigInstance(m["profile"], m.get("uuid", ""), m.get("gpu_instance_id")) for m in d.get("mig", ())]
         if note := sync_reported_mig(device, bool(d.get("mig_mode")), mig):
             notes.append(note)
+        if device.time_slice_replicas:
+            # Replicas share the card: each shows the card's figures (NVML has none per replica).
+            device.units.update(utilization=device.utilization, vram_used_gib=device.vram_used_gib,
+                                temperature_c=device.temperature_c, health_score=device.health_score)  # fmt: skip
     node.devices.cards().exclude(index__in=seen).delete()
     node.cpu = Decimal(report["cpu"])
     node.memory_gib = Decimal(str(report["memory_gib"]))

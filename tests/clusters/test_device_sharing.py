@@ -210,3 +210,31 @@ def test_an_agent_report_with_a_bad_mig_layout_is_a_note_or_a_400_and_changes_no
     body["devices"][0]["mig"] = [{"profile": "lots", "uuid": "x"}]
     bad = client.post("/api/v1/agent/report/", body, format="json", HTTP_AUTHORIZATION=f"Agent {secret}")
     assert bad.status_code == 400 and "profile" in str(bad.json())
+
+
+def test_time_sliced_replicas_show_their_cards_figures_after_each_report(world):
+    from apps.clusters.partitions import set_device_sharing  # noqa: PLC0415
+
+    secret = issue_agent_token(world.cluster, "rack-1")
+    client = APIClient()
+    collector = Collector(FakeMigNVML(GPUS[:1], {}), node_name="gpu-t")
+    collector.start()
+    assert _post(client, secret, collector).status_code == 202
+    card = Device.objects.get(node__name="gpu-t", parent=None)
+    set_device_sharing(card, Sharing.TIME_SLICING, replicas=2)
+    assert _post(client, secret, collector).status_code == 202
+    assert list(card.units.values_list("utilization", "vram_used_gib")) == [(55, D(10)), (55, D(10))]
+    card.refresh_from_db()
+    assert card.sharing == Sharing.TIME_SLICING  # NVML cannot see time-slicing: the declaration stays
+
+
+def test_a_mig_job_on_a_local_cluster_needs_the_instance_uuid():
+    from apps.clusters.executors.base import DeviceSlot, ExecutorError, GPUModelSpec, JobSpec  # noqa: PLC0415
+    from apps.clusters.executors.local import _visible_id  # noqa: PLC0415
+
+    model = GPUModelSpec("A100-80G-1g.10gb", "nvidia", "nvidia.com/mig-1g.10gb", "NVIDIA_VISIBLE_DEVICES",
+                         partition="mig")  # fmt: skip
+    spec = JobSpec(task_id=1, attempt=1, name="j", project="p", owner="o", kind="training", gpu_model=model)
+    assert _visible_id(spec, DeviceSlot(index=2, uuid="MIG-1234")) == "MIG-1234"
+    with pytest.raises(ExecutorError, match="MIG instance on card 2 has no uuid: run the node agent"):
+        _visible_id(spec, DeviceSlot(index=2))

@@ -177,3 +177,19 @@ def test_a_card_model_added_after_the_seed_gets_its_mig_profile_rows_when_first_
     row = GPUModel.objects.get(name="A100-40G-1g.5gb")
     assert (row.parent_model, row.exchange_rate, row.resource_name) == (a100_40, D("0.129"), "nvidia.com/mig-1g.5gb")
     assert device.units.filter(gpu_model=row).count() == 7
+
+
+def test_idle_gpu_alerts_skip_mig_instances_whose_utilisation_nvml_does_not_give(world):
+    from django.utils import timezone  # noqa: PLC0415
+
+    from apps.billing.project_alerts import _idle  # noqa: PLC0415
+
+    world.node.last_report = timezone.now()
+    world.node.save()
+    mig(world, "7g.80gb")
+    tasks = [submit(world, "1(A100-80G-7g.80gb)", name="on-mig"), submit(world, "1(A100)", name="on-card")]
+    run_cycle(world.vdc.pk)
+    for task in tasks:
+        task.__class__.objects.filter(pk=task.pk).update(status="running")
+    flagged = {c.task_id for c in _idle({}, timezone.now())}
+    assert flagged == {tasks[1].pk}
