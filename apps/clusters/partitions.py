@@ -145,10 +145,6 @@ def time_slice_model(card: GPUModel, replicas: int) -> GPUModel:
     return model
 
 
-def _layout(device: Device) -> list[tuple[int, str, str]]:
-    return [(u.gpu_model_id, u.uuid, u.slot) for u in device.units.order_by("slot")]
-
-
 def check_device_sharing(
     device: Device, sharing: str, *, mig: list[MigInstance] | None = None, replicas: int | None = None
 ) -> list[tuple[GPUModel | None, MigInstance | None]]:
@@ -176,6 +172,27 @@ def check_device_sharing(
     return units
 
 
+def _wanted(device: Device, sharing: str, mig, replicas) -> list[tuple[GPUModel, str, int]]:
+    """(model, uuid, slot) of each unit the card is to have; catalog rows a declaration needs are made here."""
+    if sharing == Sharing.MIG:
+        ensure_mig_models(device.gpu_model)
+    planned = check_device_sharing(device, sharing, mig=mig, replicas=replicas)
+    if sharing == Sharing.TIME_SLICING:
+        replica = time_slice_model(device.gpu_model, replicas)
+        planned = [(replica, None) for _ in planned]
+    return [(model, inst.uuid if inst else "", _slot(inst, i)) for i, (model, inst) in enumerate(planned)]
+
+
+def _unchanged(device: Device, sharing: str, wanted: list[tuple[GPUModel, str, int]]) -> bool:
+    """True when the card already has these units (uuids aside); then only the uuids are brought in step."""
+    current = [(u.gpu_model_id, u.slot) for u in device.units.all()]
+    if sharing != device.sharing or sorted((m.pk, s) for m, _u, s in wanted) != sorted(current):
+        return False
+    for model, uuid, slot in wanted:
+        device.units.filter(slot=slot, gpu_model=model).exclude(uuid=uuid).update(uuid=uuid)
+    return True
+
+
 @transaction.atomic
 def set_device_sharing(
     device: Device, sharing: str, *, mig: list[MigInstance] | None = None, replicas: int | None = None
@@ -185,21 +202,14 @@ def set_device_sharing(
     Raises :class:`SharingError` (and changes nothing) for a unit rather than a card, an unknown profile, a
     layout the card cannot hold, time-slicing on Slurm, or a card a job holds while its units would change.
     """
+    device = Device.objects.select_related("gpu_model", "node__cluster").get(pk=device.pk)
+    # Every agent report passes here: an unchanged layout must not take the VDC lock (a cycle would skip the VDC).
+    if _unchanged(device, sharing, _wanted(device, sharing, mig, replicas)):
+        return device
     VDC.objects.select_for_update().filter(pk=device.node.cluster.vdc_id).first()  # no cycle places meanwhile
     device = Device.objects.select_for_update().select_related("gpu_model", "node__cluster").get(pk=device.pk)
-    if sharing == Sharing.MIG:
-        ensure_mig_models(device.gpu_model)
-    planned = check_device_sharing(device, sharing, mig=mig, replicas=replicas)
-    if sharing == Sharing.TIME_SLICING:
-        replica = time_slice_model(device.gpu_model, replicas)
-        planned = [(replica, None) for _ in planned]
-    else:
-        replicas = None
-    wanted = [(model, inst.uuid if inst else "", _slot(inst, i)) for i, (model, inst) in enumerate(planned)]
-    current = _layout(device)
-    if sharing == device.sharing and sorted((m.pk, s) for m, _u, s in wanted) == sorted((m, s) for m, _u, s in current):
-        for model, uuid, slot in wanted:  # the same units: only what the agent learnt (uuids) changes
-            device.units.filter(slot=slot, gpu_model=model).exclude(uuid=uuid).update(uuid=uuid)
+    wanted = _wanted(device, sharing, mig, replicas)
+    if _unchanged(device, sharing, wanted):
         return device
     holders = held_by(device)
     if holders:
@@ -218,7 +228,7 @@ def set_device_sharing(
         for model, uuid, slot in wanted
     )  # fmt: skip
     device.sharing = sharing
-    device.time_slice_replicas = replicas
+    device.time_slice_replicas = replicas if sharing == Sharing.TIME_SLICING else None
     device.save(update_fields=["sharing", "time_slice_replicas"])
     return device
 

@@ -6,6 +6,8 @@ from types import SimpleNamespace
 
 import pynvml
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from apps.clusters.agent import Collector
@@ -187,9 +189,12 @@ def test_the_agent_report_keeps_the_cards_mig_layout_in_step(world):
     units = list(card.units.order_by("slot").values_list("slot", "uuid", "gpu_model__name"))
     assert units == [(1, "MIG-0-0", "A100-80G-3g.40gb"), (2, "MIG-0-1", "A100-80G-1g.10gb"),
                      (3, "MIG-0-2", "A100-80G-1g.10gb")]  # fmt: skip
-    # The same layout again changes nothing; MIG mode turned off gives the whole card back.
+    # The same layout again changes nothing, and takes no VDC lock (a scheduling cycle would skip the VDC);
+    # MIG mode turned off gives the whole card back.
     ids = set(card.units.values_list("pk", flat=True))
-    assert _post(client, secret, collector).status_code == 202
+    with CaptureQueriesContext(connection) as queries:
+        assert _post(client, secret, collector).status_code == 202
+    assert not [q["sql"] for q in queries if "vdc_vdc" in q["sql"] and "FOR UPDATE" in q["sql"]]
     assert set(card.units.values_list("pk", flat=True)) == ids
     collector.nvml.mig = {}
     assert _post(client, secret, collector).status_code == 202
