@@ -211,7 +211,8 @@ def _models_per_cluster() -> dict[int, dict[str, ModelUse]]:
     """
     out: dict[int, dict[str, ModelUse]] = defaultdict(dict)
     rows = (
-        Device.objects.values(cluster_id=F("node__cluster_id"), model=F("gpu_model__name"))
+        Device.objects.units()
+        .values(cluster_id=F("node__cluster_id"), model=F("gpu_model__name"))
         .annotate(cards=Count("id"), utilisation=Avg("utilization"))
         .order_by()
     )
@@ -248,8 +249,10 @@ def _used_equivalents() -> dict[int, Decimal]:
     Utilisation is summed per cluster and exchange rate in SQL and weighted here: SQLite would divide integers.
     """
     out: dict[int, Decimal] = defaultdict(Decimal)
-    rows = Device.objects.values(cluster_id=F("node__cluster_id"), rate=F("gpu_model__exchange_rate")).annotate(
-        percent=Sum("utilization")
+    rows = (
+        Device.objects.cards()
+        .values(cluster_id=F("node__cluster_id"), rate=F("gpu_model__exchange_rate"))
+        .annotate(percent=Sum("utilization"))
     )
     for row in rows.order_by():
         out[row["cluster_id"]] += Decimal(row["rate"]) * (row["percent"] or 0) / 100

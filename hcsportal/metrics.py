@@ -265,7 +265,7 @@ class PortalCollector:
         health = _gauge(
             "hcs_device_health_score", "Card health score (100 healthy; the engine avoids low ones)", labels
         )
-        devices = Device.objects.filter(node__last_report__isnull=False).values(
+        devices = Device.objects.cards().filter(node__last_report__isnull=False).values(
             "node__cluster__vdc__name", "node__cluster__name", "node__name", "index", "gpu_model__name",
             "utilization", "vram_used_gib", "vram_gib", "temperature_c", "health_score",
         )  # fmt: skip

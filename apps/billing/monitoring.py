@@ -95,8 +95,10 @@ def read_state(now: datetime) -> State:
         state = clusters[row["cluster_id"]]
         if state.enabled:
             state.capacity.update(cpu=row["cpu"] or ZERO, memory_gib=row["memory"] or ZERO)
-    devices = Device.objects.values(cluster_id=F("node__cluster_id")).annotate(
-        cards=Count("id"), eq=Sum("gpu_model__exchange_rate"), busy=Avg("utilization")
+    devices = (
+        Device.objects.units()
+        .values(cluster_id=F("node__cluster_id"))
+        .annotate(cards=Count("id"), eq=Sum("gpu_model__exchange_rate"), busy=Avg("utilization"))
     )
     for row in devices.order_by():
         state = clusters[row["cluster_id"]]

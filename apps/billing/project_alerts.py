@@ -113,6 +113,7 @@ def _idle(limits, now: datetime) -> list[Condition]:
     running = list(running.values("pk", "project_id", "vdc_id", "name", "placement", "allocated_gpu"))
     device_ids = {d["id"] for t in running for p in t["placement"] for d in p.get("devices", ())}
     reported = Device.objects.filter(pk__in=device_ids, node__last_report__gte=now - FRESH_REPORT)
+    reported = reported.exclude(gpu_model__partition="mig")  # NVML gives no utilisation per MIG instance
     utilisation = dict(reported.values_list("pk", "utilization"))
     out, idle = [], []
     for t in running:

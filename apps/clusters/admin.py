@@ -6,7 +6,7 @@ from django.contrib import admin, messages
 from django.db.models import OuterRef
 from django.utils import timezone
 
-from apps.clusters import services
+from apps.clusters import partitions, services
 from apps.clusters.admin_forms import (
     CapacityReservationAdminForm,
     ClusterAdminForm,
@@ -111,14 +111,14 @@ class ClusterAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request):
         tasks = Task.objects.filter(cluster=OuterRef("pk"), status__in=ACTIVE)
-        devices = Device.objects.filter(node__cluster=OuterRef("pk"))
+        devices = Device.objects.cards().filter(node__cluster=OuterRef("pk"))
         return (
             super()
             .get_queryset(request)
             .annotate(
                 n_nodes=count_of(Node.objects.filter(cluster=OuterRef("pk"))),
                 n_gpus=count_of(devices),
-                cap_gpu=sum_of(devices, "gpu_model__exchange_rate"),
+                cap_gpu=sum_of(Device.objects.units().filter(node__cluster=OuterRef("pk")), "gpu_model__exchange_rate"),
                 card_util=avg_of(devices, "utilization"),
                 used_gpu=sum_of(tasks, "allocated_gpu"),
                 n_running=count_of(tasks),
@@ -239,13 +239,13 @@ class NodeAdmin(admin.ModelAdmin):
     readonly_fields = ("backend_state", "backend_reason", "last_report", "agent_message")
 
     def get_queryset(self, request):
-        devices = Device.objects.filter(node=OuterRef("pk"))
+        devices = Device.objects.cards().filter(node=OuterRef("pk"))
         return (
             super()
             .get_queryset(request)
             .annotate(
                 n_devices=count_of(devices),
-                cap_gpu=sum_of(devices, "gpu_model__exchange_rate"),
+                cap_gpu=sum_of(Device.objects.units().filter(node=OuterRef("pk")), "gpu_model__exchange_rate"),
                 card_util=avg_of(devices, "utilization"),
             )
         )
@@ -283,7 +283,7 @@ class NodeAdmin(admin.ModelAdmin):
 class DeviceAdmin(admin.ModelAdmin):
     form = DeviceAdminForm
     list_display = (
-        "__str__", "gpu_model", "vram_gib", "vram_used_gib", "health", "health_reason_short", "utilisation",
+        "__str__", "gpu_model", "sharing", "vram_gib", "vram_used_gib", "health", "health_reason_short", "utilisation",
         "temperature_c", "ecc_errors", "xid_errors", "driver_version",
     )  # fmt: skip
     list_filter = ("gpu_model__vendor", "gpu_model", "node__cluster")
@@ -297,6 +297,7 @@ class DeviceAdmin(admin.ModelAdmin):
     )  # fmt: skip
     fieldsets = (
         (None, {"fields": ("node", "index", "gpu_model", "uuid", "vram_gib")}),
+        ("Sharing: MIG instances or time-sliced replicas", {"fields": ("sharing_mode", "mig_layout", "replicas")}),
         ("Topology", {"fields": ("numa_node", "pci_bus_id", "links")}),
         (
             "Health (reported by the node agent)",
@@ -333,6 +334,14 @@ class DeviceAdmin(admin.ModelAdmin):
     def health(self, obj):
         return health_badge(obj.health_score)
 
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        if getattr(form, "sharing_request", None):
+            try:
+                partitions.set_device_sharing(obj, **form.sharing_request)
+            except partitions.SharingError as exc:  # a job took the card since the form was checked
+                self.message_user(request, f"Sharing not changed: {exc}", messages.ERROR)
+
     @admin.display(description="Why", ordering="health_reason")
     def health_reason_short(self, obj) -> str:
         return (obj.health_reason[:80] + "…") if len(obj.health_reason) > 80 else obj.health_reason or "-"
@@ -365,7 +374,7 @@ class GPUModelAdmin(admin.ModelAdmin):
         "exchange_rate", "shareable", "enabled", "device_count",
     )  # fmt: skip
     list_editable = ("exchange_rate", "enabled")
-    list_filter = (RatedFilter, "vendor", "shareable", "enabled")
+    list_filter = (RatedFilter, "vendor", "partition", "shareable", "enabled")
     search_fields = ("name", "resource_name", "slurm_gres_type")
 
     def get_queryset(self, request):

@@ -8,8 +8,14 @@ from __future__ import annotations
 from django import forms
 from django.core.exceptions import ValidationError
 
-from apps.clusters.choices import LinkType
+from apps.clusters.choices import LinkType, Sharing
 from apps.clusters.models import Cluster
+from apps.clusters.partitions import (
+    MAX_TIME_SLICE_REPLICAS,
+    SharingError,
+    check_device_sharing,
+    parse_mig_layout,
+)
 from apps.vdc.admin_forms import CommaListField, KeyValueField, LinesField, SecretTextarea
 
 # The keys apps.clusters.backends reads; the Slurm JWT is stored under "token" like the Kubernetes token.
@@ -162,6 +168,52 @@ class DeviceLinksField(forms.CharField):
 
 class DeviceAdminForm(forms.ModelForm):
     links = DeviceLinksField()
+    sharing_mode = forms.ChoiceField(
+        label="Sharing", choices=Sharing.choices, initial=Sharing.WHOLE,
+        help_text="MIG instances or time-sliced replicas are scheduled as units of their own (docs/engine.md)",
+    )  # fmt: skip
+    mig_layout = forms.CharField(
+        label="MIG layout", required=False,
+        help_text="MIG: the card's instances, e.g. 3g.40gb, 2g.20gb, 1g.10gb x2 (the node agent keeps it in step)",
+    )  # fmt: skip
+    replicas = forms.IntegerField(
+        label="Time-sliced replicas", required=False, min_value=2, max_value=MAX_TIME_SLICE_REPLICAS,
+        help_text="Time-slicing: as the NVIDIA device plugin's timeSlicing replicas (no memory isolation)",
+    )  # fmt: skip
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        device = self.instance
+        if device.pk:
+            self.initial.setdefault("sharing_mode", device.sharing)
+            self.initial.setdefault("replicas", device.time_slice_replicas)
+            if device.sharing == Sharing.MIG:
+                profiles = device.units.order_by("slot").values_list("gpu_model__name", flat=True)
+                self.initial.setdefault("mig_layout", ", ".join(p[len(device.gpu_model.name) + 1 :] for p in profiles))
+
+    def clean(self):
+        data = super().clean()
+        sharing = data.get("sharing_mode") or Sharing.WHOLE
+        self.sharing_request = None
+        if sharing == self.initial.get("sharing_mode", Sharing.WHOLE) and not (
+            {"mig_layout", "replicas"} & set(self.changed_data)
+        ):
+            return data
+        device = self.instance
+        if device.pk is None or device.parent_id is not None or "gpu_model" in self.changed_data:
+            raise ValidationError({"sharing_mode": "Expected an existing card, saved with its model, to partition."})
+        request = {"sharing": sharing}
+        try:
+            if sharing == Sharing.MIG:
+                request["mig"] = parse_mig_layout(data.get("mig_layout", ""))
+            elif sharing == Sharing.TIME_SLICING:
+                request["replicas"] = data.get("replicas")
+            check_device_sharing(device, **request)
+        except SharingError as exc:
+            field = {Sharing.MIG: "mig_layout", Sharing.TIME_SLICING: "replicas"}.get(sharing, "sharing_mode")
+            raise ValidationError({field: str(exc)})
+        self.sharing_request = request
+        return data
 
 
 class NodeAdminForm(forms.ModelForm):

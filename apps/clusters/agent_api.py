@@ -8,6 +8,7 @@ from rest_framework import authentication, exceptions, permissions, serializers,
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.clusters.catalog import MIG_SLICES
 from apps.clusters.choices import LinkType, Vendor
 from apps.clusters.services import apply_node_report, cluster_for_agent_token
 
@@ -54,6 +55,14 @@ class LinkReportSerializer(serializers.Serializer):
     bandwidth_gbps = serializers.FloatField(min_value=0, max_value=100_000, required=False)
 
 
+class MigInstanceReportSerializer(serializers.Serializer):
+    """One MIG instance of a card in MIG mode, as NVML lists it."""
+
+    profile = serializers.RegexField(r"^[1-9]g\.\d{1,4}gb\Z", max_length=16)
+    uuid = serializers.CharField(max_length=96, allow_blank=True, default="")
+    gpu_instance_id = serializers.IntegerField(min_value=0, max_value=255, allow_null=True, default=None)
+
+
 class DeviceReportSerializer(serializers.Serializer):
     index = serializers.IntegerField(min_value=0, max_value=255)
     uuid = serializers.CharField(max_length=96, allow_blank=True)
@@ -80,6 +89,15 @@ class DeviceReportSerializer(serializers.Serializer):
     memory_bandwidth_gbps = serializers.FloatField(
         min_value=0, max_value=MAX_BANDWIDTH_GBPS, allow_null=True, required=False, default=None
     )
+    # MIG (NVIDIA): whether the card is in MIG mode and the instances configured on it (docs/engine.md).
+    mig_mode = serializers.BooleanField(default=False)
+    mig = MigInstanceReportSerializer(many=True, default=list, max_length=MIG_SLICES)
+
+    def validate(self, attrs: dict) -> dict:
+        ids = [m["gpu_instance_id"] for m in attrs["mig"] if m["gpu_instance_id"] is not None]
+        if len(ids) != len(set(ids)):
+            raise serializers.ValidationError({"mig": "Expected each MIG GPU instance id once."})
+        return attrs
 
 
 class NodeReportSerializer(serializers.Serializer):
@@ -131,5 +149,5 @@ class AgentReportView(APIView):
         serializer = NodeReportSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         node = apply_node_report(request.auth, serializer.validated_data)
-        body = {"node": node.pk, "devices": node.devices.count(), "message": node.agent_message}
+        body = {"node": node.pk, "devices": node.devices.cards().count(), "message": node.agent_message}
         return Response(body, status=status.HTTP_202_ACCEPTED)

@@ -29,6 +29,8 @@ are scheduled as whole cards through their vendors' device plugins, whose
 resource names are the ones below.
 """
 
+import re
+
 # What a model a node agent finds but the catalog lacks starts with (the admin adjusts it when rating it).
 VENDOR_DEFAULTS: dict[str, dict] = {
     "nvidia": {"resource_name": "nvidia.com/gpu", "visible_devices_env": "NVIDIA_VISIBLE_DEVICES"},
@@ -275,4 +277,88 @@ GPU_CATALOG: list[dict] = [
         "shareable": False,
         "slurm_gres_type": "mi300x",
     },
+]
+
+# --- device sharing: MIG profiles and time-slicing (docs/engine.md "Device sharing") -----------------------------
+
+# MIG profiles each card model can be partitioned into: (profile, compute slices of 7, memory GiB). NVIDIA's MIG
+# user guide lists them per product; "+me" (media extension) profiles are left out. A card model of this table that
+# the catalog lacks (the A100-40G) gets its profile rows once an admin adds the card model.
+_MIG_80GB = (("1g.10gb", 1, 10), ("1g.20gb", 1, 20), ("2g.20gb", 2, 20), ("3g.40gb", 3, 40), ("4g.40gb", 4, 40),
+             ("7g.80gb", 7, 80))  # fmt: skip
+MIG_PROFILES: dict[str, tuple[tuple[str, int, int], ...]] = {
+    "A100-80G": _MIG_80GB,
+    "A800-80G": _MIG_80GB,
+    "H100": _MIG_80GB,
+    "H800": _MIG_80GB,
+    "A100-40G": (
+        ("1g.5gb", 1, 5),
+        ("1g.10gb", 1, 10),
+        ("2g.10gb", 2, 10),
+        ("3g.20gb", 3, 20),
+        ("4g.20gb", 4, 20),
+        ("7g.40gb", 7, 40),
+    ),  # fmt: skip
+}
+MIG_SLICES = 7  # compute slices of a MIG-capable card
+
+
+def unit_name(card: str, profile: str) -> str:
+    """The catalog name of one MIG profile of a card model, e.g. A100-80G-1g.10gb (what a GPU spec names)."""
+    return f"{card}-{profile}"
+
+
+def time_slice_name(card: str, replicas: int) -> str:
+    """The catalog name of one time-sliced replica of a card shared ``replicas`` ways, e.g. A100-80G-ts4."""
+    return f"{card}-ts{replicas}"
+
+
+def parent_of(name: str, partition: str) -> str:
+    """The card model a unit's catalog name is built on ("A100-80G-1g.10gb" -> "A100-80G"); "" for a card.
+
+    Unit rows are named by :func:`unit_name` / :func:`time_slice_name` (GPUModel.clean keeps them so), which lets a
+    catalog be built from rows without loading each unit's parent row.
+    """
+    if partition == "mig":
+        return re.sub(r"-\d+g\.\d+gb\Z", "", name)
+    if partition == "time_slice":
+        return re.sub(r"-ts\d+\Z", "", name)
+    return ""
+
+
+def mig_share(card: dict, slices: int, memory_gib: int) -> float:
+    """The part of the card a MIG instance is worth: the larger of its compute and its memory share, as a
+    ``1(16G,50%)`` HAMi share counts (so 1g.20gb is worth more than 1g.10gb)."""
+    card_memory = float(card["vram_gib"]) or memory_gib
+    return max(slices / MIG_SLICES, memory_gib / card_memory)
+
+
+def mig_catalog_entry(card: dict, profile: str, slices: int, memory_gib: int) -> dict:
+    """The catalog entry of one MIG profile of ``card``: its own exchange rate (the card's x its share), the
+    Kubernetes resource name of the NVIDIA device plugin's "mixed" strategy, and the profile as the Slurm gres type
+    (what slurm.conf's AutoDetect=nvml names MIG gres)."""
+    share = mig_share(card, slices, memory_gib)
+    return {
+        "name": unit_name(card["name"], profile),
+        "vendor": card["vendor"],
+        "aliases": [unit_name(alias, profile) for alias in card["aliases"]],
+        "vram_gib": memory_gib,
+        "tflops_fp16": round(card["tflops_fp16"] * slices / MIG_SLICES, 2),
+        "tflops_fp32": round(card["tflops_fp32"] * slices / MIG_SLICES, 2),
+        "memory_bandwidth_gbps": 0,
+        "exchange_rate": max(0.001, round(card["exchange_rate"] * share, 3)),
+        "resource_name": f"nvidia.com/mig-{profile}",
+        "visible_devices_env": card["visible_devices_env"],
+        "shareable": False,
+        "slurm_gres_type": profile,
+        "partition": "mig",
+        "parent": card["name"],
+        "mig_profile": profile,
+    }
+
+
+MIG_CATALOG: list[dict] = [
+    mig_catalog_entry(card, profile, slices, memory)
+    for card in GPU_CATALOG
+    for profile, slices, memory in MIG_PROFILES.get(card["name"], ())
 ]

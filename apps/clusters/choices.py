@@ -50,3 +50,19 @@ class FiguresSource(models.TextChoices):
 # at or below UNHEALTHY it is filtered out of placement altogether.
 SUB_HEALTHY_SCORE = 80
 UNHEALTHY_SCORE = 30
+
+
+class Sharing(models.TextChoices):
+    """How a card is offered to the scheduler (docs/engine.md "Device sharing")."""
+
+    WHOLE = "whole", "Whole card (or HAMi shares of a shareable model)"
+    MIG = "mig", "MIG instances"
+    TIME_SLICING = "time_slicing", "Time-sliced replicas"
+
+
+class Partition(models.TextChoices):
+    """What a catalog row is a unit of: a card, one MIG profile of a card model, or one time-sliced replica."""
+
+    CARD = "", "Card"
+    MIG = "mig", "MIG profile"
+    TIME_SLICE = "time_slice", "Time-sliced replica"

@@ -28,6 +28,9 @@ class GPUModelFilterSet(BaseFilterSet):
             "slurm_gres_type": ["exact"],
             "shareable": ["exact"],
             "enabled": ["exact"],
+            "partition": ["exact", "in"],
+            "parent_model": ["exact", "in", "isnull"],
+            "time_slice_replicas": ["exact"],
         }
 
 
@@ -123,6 +126,10 @@ class DeviceFilterSet(BaseFilterSet):
             "tflops_fp32": NUMBER,
             "figures_source": ["exact"],
             "interconnect": ["exact"],
+            "parent": ["exact", "in", "isnull"],
+            "slot": ["exact"],
+            "sharing": ["exact", "in"],
+            "time_slice_replicas": ["exact"],
         }
 
 

@@ -12,6 +12,11 @@ case-insensitively through the catalog's aliases):
     "1(vgpu)" / "1(T4,vgpu)"   one whole card that must be a shareable (vGPU) card
     "1(16G,50%)"               16 GiB of VRAM and 50% of the cores of one card
     "vram=16Gi,tflops-fp16=100"  vendor-neutral: any model and count with these totals
+    "1(A100-80G-1g.10gb)"      one MIG instance of profile 1g.10gb on an A100-80G (card name or alias, "-", profile)
+    "1(A100-80G-ts)"           one time-sliced replica of an A100-80G (any replica count the nodes declare)
+
+MIG profiles and time-sliced replicas are catalog models of their own ("partition" mig / time_slice, with the
+card model as "parent"): each has its own exchange rate and is placed as a whole unit, never as a fraction.
 
 Sizes take G, Gi, GiB (all read as GiB, as GPU tools report memory) or M, Mi, MiB.
 This module has no Django imports: the engine and the simulator use it as is.
@@ -26,7 +31,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
 
-from apps.clusters.catalog import GPU_CATALOG
+from apps.clusters.catalog import GPU_CATALOG, MIG_CATALOG
 
 MAX_COUNT = 64
 MAX_DECIMALS = 2
@@ -39,6 +44,11 @@ _SIZE_RE = re.compile(rf"^({_NUMBER})\s*(gib|gi|g|mib|mi|m)\Z", re.IGNORECASE | 
 _PERCENT_RE = re.compile(rf"^({_NUMBER})\s*%\Z", re.ASCII)
 _MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._-]*\Z")
 _KEYS = ("vram", "tflops-fp16", "tflops-fp32")
+# A MIG profile or a time-slice suffix at the end of a model token: "A100-80G-1g.10gb", "a100-ts", "A100-80G-ts4".
+_MIG_TOKEN_RE = re.compile(r"^(?P<card>.+?)[-_ ](?P<profile>\d+g\.\d+gb)\Z", re.IGNORECASE)
+_TS_TOKEN_RE = re.compile(r"^(?P<card>.+?)[-_ ]ts(?P<replicas>\d*)\Z", re.IGNORECASE)
+MIG = "mig"
+TIME_SLICE = "time_slice"
 
 
 class GPUSpecError(ValueError):
@@ -167,6 +177,9 @@ class CatalogEntry:
     tflops_fp32: Decimal | None
     exchange_rate: Decimal
     shareable: bool
+    partition: str = ""  # "mig" / "time_slice" for a unit of a partitioned card, "" for a card
+    parent: str = ""  # the card model of a MIG profile or a time-sliced replica
+    replicas: int = 0  # time-sliced: how many replicas share one card
 
 
 class Catalog:
@@ -194,6 +207,9 @@ class Catalog:
                 tflops_fp32=_dec(_get(raw, "tflops_fp32")),
                 exchange_rate=_dec(_get(raw, "exchange_rate", 1)),
                 shareable=bool(_get(raw, "shareable", False)),
+                partition=str(_get(raw, "partition", "") or ""),
+                parent=str(_get(raw, "parent", "") or ""),
+                replicas=int(_get(raw, "replicas", 0) or 0),
             )
             if not _MODEL_RE.match(entry.name) or entry.name.lower() == VGPU:
                 raise ValueError(f"GPU model name {entry.name!r} cannot be written in a GPU spec")
@@ -247,6 +263,10 @@ class Catalog:
     def rate(self, name: str) -> float:
         return float(self.entry(name).exchange_rate)
 
+    def units_of(self, card: str, partition: str) -> list[CatalogEntry]:
+        """The MIG profiles (``partition`` "mig") or time-sliced replicas ("time_slice") of a card model."""
+        return [e for e in self if e.partition == partition and e.parent == card]
+
     def suggestions(self, token: str, limit: int = 5) -> list[str]:
         """Known names close to a mistyped token, else the first few names."""
         keys = difflib.get_close_matches(_key(token), list(self._by_key), n=limit, cutoff=0.6)
@@ -256,7 +276,7 @@ class Catalog:
 
 @functools.cache
 def _default_catalog() -> Catalog:
-    return Catalog(GPU_CATALOG)
+    return Catalog([*GPU_CATALOG, *MIG_CATALOG])
 
 
 # --- parsing ---------------------------------------------------------------------------------
@@ -395,10 +415,55 @@ def _parse_models(item: str, text: str, catalog: Catalog | None) -> tuple[str, .
             continue
         resolved = catalog.resolve_all(token)
         if not resolved:
+            _unknown_unit(token, text, catalog)
             known = ", ".join(catalog.suggestions(token)) or "none (the catalog is empty)"
             raise UnknownGPUModel(f"unknown GPU model {token!r} in {text!r}; known models include {known}", token, text)
         names.extend(resolved)
     return tuple(names)
+
+
+def _card_of(token: str, catalog: Catalog) -> str | None:
+    """The card model a token names, when it names exactly one card (not a unit of one)."""
+    cards = [n for n in catalog.resolve_all(token) if not catalog.entry(n).partition]
+    return cards[0] if len(cards) == 1 else None
+
+
+def _unknown_unit(token: str, text: str, catalog: Catalog) -> None:
+    """Raise a message naming what a card offers when ``token`` asks for a MIG profile or a time-sliced replica
+    the catalog does not have; return when the token does not look like one."""
+    if match := _MIG_TOKEN_RE.match(token):
+        card = _card_of(match.group("card"), catalog)
+        if card is not None:
+            profiles = sorted(e.name[len(card) + 1 :] for e in catalog.units_of(card, MIG))
+            offered = f"its profiles: {', '.join(profiles)}"
+            if not profiles:
+                offered = f"{card} has no MIG profiles in the catalog"
+            raise GPUSpecError(f"unknown MIG profile {match.group('profile')!r} of {card} in {text!r}; {offered}")
+    if match := _TS_TOKEN_RE.match(token):
+        card = _card_of(match.group("card"), catalog)
+        if card is not None:
+            declared = sorted(e.name for e in catalog.units_of(card, TIME_SLICE))
+            if declared:
+                hint = f"ask for 1({card}-ts) (declared: {', '.join(declared)})"
+            else:
+                hint = f"no {card} card is declared time-sliced (an admin declares it per card)"
+            raise GPUSpecError(f"unknown time-sliced model {token!r} in {text!r}; {hint}")
+
+
+def _check_units(count: Decimal, models: tuple[str, ...], shared: bool, text: str, catalog: Catalog) -> None:
+    """MIG instances and time-sliced replicas are whole units: no fraction, no share, one replica per instance."""
+    for name in models:
+        entry = catalog.entry(name)
+        if entry.partition and shared:
+            kind = "a MIG instance" if entry.partition == MIG else "a time-sliced replica"
+            raise GPUSpecError(
+                f"expected whole units of {name}: {kind} cannot be split further, such as 1({name}), in {text!r}"
+            )
+        if entry.partition == TIME_SLICE and count != 1:
+            raise GPUSpecError(
+                f"expected a count of 1 for a time-sliced replica ({name}): more replicas of one card add no "
+                f"compute, in {text!r}"
+            )
 
 
 def _build(
@@ -410,6 +475,8 @@ def _build(
     text: str,
     catalog: Catalog | None,
 ) -> GPURequest:
+    if catalog is not None:
+        _check_units(count, models, shared, text, catalog)
     if catalog is not None and shared:
         for name in models:
             if not catalog.shareable(name):
@@ -582,7 +649,8 @@ def card_options(req, models: Iterable[object]) -> list[CardOption]:
 def _named_models(req: GPURequest, catalog: Catalog) -> list[CatalogEntry]:
     # Resolving again lets a request parsed without a catalog ("v100") match its models.
     if not req.models:
-        return list(catalog)
+        # "Any model" means any card: MIG instances and time-sliced replicas are used only when named.
+        return [entry for entry in catalog if not entry.partition]
     names = {n for m in req.models for n in catalog.resolve_all(m)}
     return [entry for entry in catalog if entry.name in names]
 

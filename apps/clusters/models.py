@@ -11,7 +11,17 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 
-from apps.clusters.choices import ClusterStatus, ClusterType, FiguresSource, LinkType, NodeStatus, Vendor
+from apps.clusters.catalog import parent_of, time_slice_name, unit_name
+from apps.clusters.choices import (
+    ClusterStatus,
+    ClusterType,
+    FiguresSource,
+    LinkType,
+    NodeStatus,
+    Partition,
+    Sharing,
+    Vendor,
+)
 from apps.clusters.crypto import decrypt_json, encrypt_json
 from apps.clusters.hostpaths import path_problem
 from apps.vdc.models import VDC
@@ -93,6 +103,20 @@ class GPUModel(models.Model):
     slurm_gres_type = models.CharField(max_length=32, blank=True, help_text="gres type on Slurm, e.g. a100")
     shareable = models.BooleanField(default=False, help_text="Supports fractional sharing (vGPU / HAMi)")
     enabled = models.BooleanField(default=True)
+    partition = models.CharField(
+        max_length=16,
+        choices=Partition.choices,
+        blank=True,
+        default=Partition.CARD,
+        help_text="A MIG profile or a time-sliced replica of the parent card model; empty for a card",
+    )
+    parent_model = models.ForeignKey(
+        "self", on_delete=models.PROTECT, null=True, blank=True, related_name="units",
+        help_text="The card model this MIG profile or time-sliced replica is a unit of",
+    )  # fmt: skip
+    time_slice_replicas = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="Time-sliced replica: how many replicas share one card"
+    )
 
     class Meta:
         verbose_name = "GPU model"
@@ -109,6 +133,11 @@ class GPUModel(models.Model):
                 & (Q(tflops_fp32__gte=0) | Q(tflops_fp32__isnull=True)),
                 name="gpumodel_specs_non_negative",
             ),
+            models.CheckConstraint(
+                condition=Q(partition="", parent_model__isnull=True)
+                | (~Q(partition="") & Q(parent_model__isnull=False)),
+                name="gpumodel_unit_has_parent",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -120,6 +149,10 @@ class GPUModel(models.Model):
         return self.exchange_rate is not None
 
     def clean(self) -> None:
+        if self.partition and self.parent_model_id and parent_of(self.name, self.partition) != self.parent_model.name:
+            raise ValidationError({"name": f"Expected the name of a unit of {self.parent_model.name}, such as "
+                                           f"{unit_name(self.parent_model.name, '1g.10gb')} or "
+                                           f"{time_slice_name(self.parent_model.name, 4)}."})  # fmt: skip
         if not isinstance(self.aliases, list) or not all(isinstance(a, str) for a in self.aliases):
             raise ValidationError({"aliases": 'Expected a list of strings, e.g. ["a100", "a100-80g"].'})
         if self.exchange_rate is None and self.enabled:
@@ -147,6 +180,9 @@ class GPUModel(models.Model):
             "resource_name": self.resource_name,
             "visible_devices_env": self.visible_devices_env,
             "slurm_gres_type": self.slurm_gres_type,
+            "partition": self.partition,
+            "parent": parent_of(self.name, self.partition),
+            "replicas": self.time_slice_replicas or 0,
         }
 
 
@@ -321,11 +357,35 @@ def effective_node_status(admin_status: str, backend_state: str) -> str:
     return max((admin_status, backend_state or NodeStatus.READY), key=lambda s: _NODE_SEVERITY.get(s, 0))
 
 
+class DeviceQuerySet(models.QuerySet):
+    def cards(self) -> DeviceQuerySet:
+        """Physical cards: what a node has, whatever it is partitioned into."""
+        return self.filter(parent__isnull=True)
+
+    def units(self) -> DeviceQuerySet:
+        """What the scheduler places work on: whole cards, MIG instances and time-sliced replicas (a partitioned
+        card itself is not offered); summing their exchange rates gives capacity in GPU-equivalents."""
+        return self.filter(sharing=Sharing.WHOLE)  # a unit is never partitioned itself
+
+
 class Device(models.Model):
-    """One accelerator on a node, with its health and topology (NUMA, PCI bus, links to peers)."""
+    """One accelerator on a node, with its health and topology (NUMA, PCI bus, links to peers).
+
+    A card partitioned into MIG instances or time-sliced replicas (``sharing``) has one child Device per unit
+    (``parent``, ``slot``), of the unit's catalog model; the scheduler places work on the children only.
+    """
 
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="devices")
-    index = models.PositiveSmallIntegerField()
+    index = models.PositiveSmallIntegerField(help_text="The card's index on its node (a unit: its card's)")
+    parent = models.ForeignKey(
+        "self", on_delete=models.CASCADE, null=True, blank=True, related_name="units", editable=False,
+        help_text="The card this MIG instance or time-sliced replica is part of",
+    )  # fmt: skip
+    slot = models.PositiveSmallIntegerField(
+        null=True, blank=True, editable=False, help_text="A unit: its MIG GPU instance id or replica number"
+    )
+    sharing = models.CharField(max_length=16, choices=Sharing.choices, default=Sharing.WHOLE, editable=False)
+    time_slice_replicas = models.PositiveSmallIntegerField(null=True, blank=True, editable=False)
     gpu_model = models.ForeignKey(GPUModel, on_delete=models.PROTECT, related_name="devices")
     uuid = models.CharField(max_length=96, blank=True)
     vram_gib = models.DecimalField(max_digits=8, decimal_places=2, validators=[MinValueValidator(ZERO)])
@@ -360,15 +420,22 @@ class Device(models.Model):
     )
     interconnect = models.CharField(max_length=32, blank=True, help_text="Links to peers, e.g. nvlink, hccs, pcie")
 
+    objects = DeviceQuerySet.as_manager()
+
     class Meta:
-        ordering = ["node__name", "index"]
+        ordering = ["node__name", "index", "slot"]
         constraints = [
-            models.UniqueConstraint(fields=["node", "index"], name="unique_device_index_per_node"),
+            models.UniqueConstraint(
+                fields=["node", "index"], condition=Q(parent__isnull=True), name="unique_device_index_per_node"
+            ),
+            models.UniqueConstraint(fields=["parent", "slot"], name="unique_unit_slot_per_card"),
             models.CheckConstraint(condition=Q(vram_gib__gte=0), name="device_vram_non_negative"),
             models.CheckConstraint(condition=Q(health_score__lte=100), name="device_health_score_lte_100"),
         ]
 
     def __str__(self) -> str:
+        if self.parent_id:
+            return f"{self.node}#{self.index}/{self.slot} ({self.gpu_model})"
         return f"{self.node}#{self.index} ({self.gpu_model})"
 
     def clean(self) -> None:

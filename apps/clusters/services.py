@@ -20,6 +20,7 @@ from apps.clusters.choices import ClusterStatus, ClusterType
 from apps.clusters.fingerprint import fingerprint, model_words, new_model_name, vendor_of
 from apps.clusters.gpuspec import Catalog, GPURequest, GPUSpecError, UnknownGPUModel, parse_gpu_spec
 from apps.clusters.models import AgentToken, Cluster, Device, GPUModel, Node
+from apps.clusters.partitions import MigInstance, sync_reported_mig
 
 log = logging.getLogger(__name__)
 
@@ -185,9 +186,11 @@ def apply_node_report(cluster: Cluster, report: dict) -> Node:
         defaults={"cpu": Decimal(report["cpu"]), "memory_gib": Decimal(str(report["memory_gib"]))},
     )
     all_models = list(GPUModel.objects.all())
+    # Cards only: a MIG profile or time-sliced replica row is no name a vendor tool reports for a card.
+    all_models = [m for m in all_models if not m.partition]
     enabled = [m for m in all_models if m.enabled and m.is_rated]
     notes = [report["message"]] if report.get("message") else []
-    existing = {d.index: d for d in node.devices.all()}
+    existing = {d.index: d for d in node.devices.cards()}
     seen, scores = set(), []
     for d in report.get("devices", []):
         model = match_gpu_model(d["name"], d["vram_total_gib"], enabled)
@@ -232,7 +235,14 @@ def apply_node_report(cluster: Cluster, report: dict) -> Node:
         scores.append(device.health_score)
         if fp.reasons:
             notes.append(f"GPU {d['index']} ({model.name}): {'; '.join(fp.reasons)}")
-    node.devices.exclude(index__in=seen).delete()
+        mig = [MigInstance(m["profile"], m.get("uuid", ""), m.get("gpu_instance_id")) for m in d.get("mig", ())]
+        if note := sync_reported_mig(device, bool(d.get("mig_mode")), mig):
+            notes.append(note)
+        if device.time_slice_replicas:
+            # Replicas share the card: each shows the card's figures (NVML has none per replica).
+            device.units.update(utilization=device.utilization, vram_used_gib=device.vram_used_gib,
+                                temperature_c=device.temperature_c, health_score=device.health_score)  # fmt: skip
+    node.devices.cards().exclude(index__in=seen).delete()
     node.cpu = Decimal(report["cpu"])
     node.memory_gib = Decimal(str(report["memory_gib"]))
     node.health_score = min(scores, default=100)
@@ -287,7 +297,7 @@ class Discovery:
 
     @property
     def cards(self) -> int:
-        return sum(node.devices.count() for node in self.nodes)
+        return sum(node.devices.cards().count() for node in self.nodes)
 
 
 def _model_resolver(cluster: Cluster):
@@ -360,7 +370,7 @@ def discover_nodes(cluster: Cluster) -> Discovery:
                     continue
                 for _ in range(count):
                     Device.objects.update_or_create(
-                        node=node, index=index, defaults={"gpu_model": model, "vram_gib": model.vram_gib}
+                        node=node, index=index, parent=None, defaults={"gpu_model": model, "vram_gib": model.vram_gib}
                     )
                     index += 1
             _retire_cards(node, index, held, result)
@@ -383,7 +393,7 @@ def _held_device_ids(cluster: Cluster) -> set[int]:
 def _retire_cards(node: Node, reported: int, held: set[int], result: Discovery) -> None:
     """Delete the node's cards beyond the ``reported`` count, except cards a job still holds: deleting those would
     let a card that comes back get a new id that the engine sees as free while the job still uses it."""
-    stale = node.devices.filter(index__gte=reported)
+    stale = node.devices.cards().filter(index__gte=reported)
     for device in stale.filter(pk__in=held):
         result.notes.append(
             f"{node.name}#{device.index}: not reported by the backend but held by a running job; kept until it ends"

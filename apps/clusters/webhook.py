@@ -145,6 +145,7 @@ def _model_spec(model: GPUModel) -> GPUModelSpec:
         visible_devices_env=model.visible_devices_env,
         slurm_gres_type=model.slurm_gres_type,
         shareable=model.shareable,
+        partition=model.partition,
     )
 
 

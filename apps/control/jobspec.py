@@ -52,7 +52,7 @@ def _device_slot(device: dict, share: GPURequest | None) -> DeviceSlot:
     """One placed card; a part of a card carries the share's memory and cores, which backends enforce."""
     milli = device.get("milli", 1000)
     if share is None or milli >= 1000:
-        return DeviceSlot(index=device["index"], fraction=milli / 1000)
+        return DeviceSlot(index=device["index"], fraction=milli / 1000, uuid=device.get("uuid") or "")
     vram = float(share.vram_gib) if share.vram_gib is not None else None
     return DeviceSlot(index=device["index"], fraction=milli / 1000, vram_gib=vram, cores_percent=share.cores_percent)
 
@@ -121,6 +121,7 @@ def job_spec(task: Task, installation: str) -> JobSpec:
         gpu_model = GPUModelSpec(
             name=m.name, vendor=m.vendor, resource_name=m.resource_name, visible_devices_env=m.visible_devices_env,
             slurm_gres_type=m.slurm_gres_type, shareable=m.shareable, vram_gib=float(m.vram_gib or 0),
+            partition=m.partition,
         )  # fmt: skip
     share = _share(task)
     first = placements[0]["devices"] if placements else []

@@ -27,6 +27,7 @@ from django.utils import timezone
 from apps.billing.choices import ResourceType
 from apps.billing.models import Account, UsageRecord
 from apps.clusters.backends import can_resize
+from apps.clusters.choices import Sharing
 from apps.clusters.gpuspec import Catalog, GPUSpecError, parse_gpu_spec
 from apps.clusters.models import CapacityReservation, Cluster, Device, GPUModel, Node, effective_node_status
 from apps.control import triggers
@@ -95,6 +96,7 @@ class DeviceRow:
 
     index: int
     exchange_rate: Decimal
+    unit: dict | None = None  # a MIG instance or time-sliced replica: its slot (and MIG uuid), kept in the placement
 
 
 # Task fields the snapshot and the apply step read or write; the rest (command, env ...) stays deferred.
@@ -130,11 +132,25 @@ class SnapshotLoader:
         # Plain rows: 16,000 model instances would cost more than the engine's whole cycle.
         devices = list(
             Device.objects.filter(node__cluster__vdc=self.vdc).values_list(
-                "pk", "node_id", "index", "gpu_model__name", "gpu_model__exchange_rate", "health_score", "links"
+                "pk",
+                "node_id",
+                "index",
+                "gpu_model__name",
+                "gpu_model__exchange_rate",
+                "health_score",
+                "links",
+                "parent_id",
+                "parent__health_score",
+                "sharing",
+                "slot",
+                "uuid",
             )
         )
         self.nodes = {n.pk: n for n in nodes}
-        self.devices = {d[0]: DeviceRow(index=d[2], exchange_rate=d[4]) for d in devices}
+        self.devices = {
+            d[0]: DeviceRow(index=d[2], exchange_rate=d[4], unit={"slot": d[10], "uuid": d[11]} if d[7] else None)
+            for d in devices
+        }
         self.queues = {q.pk: q for q in TaskQueue.objects.filter(vdc=self.vdc)}
         quotas = list(ProjectQuota.objects.filter(vdc=self.vdc))
         exhausted = set(
@@ -158,7 +174,11 @@ class SnapshotLoader:
             self.preferred.setdefault(task_id, []).append(cluster_id)
 
         devices_by_node: dict[int, list[em.Device]] = {}
-        for pk, node_id, index, model, _rate, health, links_json in devices:
+        for pk, node_id, index, model, _rate, health, links_json, parent, parent_health, sharing, *_ in devices:
+            if sharing != Sharing.WHOLE:
+                continue  # a partitioned card is offered as its MIG instances or replicas only
+            if parent is not None:
+                health, links_json = min(health, parent_health), ()  # a unit is as healthy as its card
             links = tuple(
                 em.Link(
                     peer_index=link["peer"], kind=link.get("type", "pcie"), bandwidth_gbps=link.get("bandwidth_gbps", 0)
@@ -233,6 +253,7 @@ class SnapshotLoader:
                     tflops_fp32=_f(m.tflops_fp32),
                     exchange_rate=_f(m.exchange_rate),
                     shareable=m.shareable,
+                    partition=m.partition,
                 )  # fmt: skip
                 for m in gpu_models
             ),
@@ -393,7 +414,12 @@ class SnapshotLoader:
                     "node_name": node.name,
                     "gpu_model": p.gpu_model,
                     "devices": [
-                        {"id": d.device_id, "index": self.devices[d.device_id].index, "milli": d.milli}
+                        {
+                            "id": d.device_id,
+                            "index": self.devices[d.device_id].index,
+                            "milli": d.milli,
+                            **(self.devices[d.device_id].unit or {}),
+                        }  # fmt: skip
                         for d in p.devices
                     ],
                 }

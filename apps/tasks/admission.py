@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from django.db.models import Count, Sum
+from django.db.models import Count, Q, Sum
 
 from apps.clusters import services as cluster_services
 from apps.clusters.backends import can_resize
@@ -78,7 +78,8 @@ def _clusters_of(vdc_id: int) -> list[_ClusterView]:
             "nodes__memory_gib",
             "nodes__devices__gpu_model__name",
         )  # fmt: skip
-        .annotate(cards=Count("nodes__devices"))
+        # A card partitioned into MIG instances or replicas counts as those units, never as a whole card.
+        .annotate(cards=Count("nodes__devices", filter=Q(nodes__devices__sharing="whole")))
         .order_by("name")
     )
     clusters: dict[int, _ClusterView] = {}
@@ -161,9 +162,8 @@ def wait_notice(task) -> str:
         # (their GPU-equivalents over the model's exchange rate; a shared card counts its share).
         total = Counter(
             dict(
-                Device.objects.filter(
-                    node__cluster__vdc=task.vdc_id, node__cluster__enabled=True, gpu_model__name__in=options
-                )
+                Device.objects.units()
+                .filter(node__cluster__vdc=task.vdc_id, node__cluster__enabled=True, gpu_model__name__in=options)
                 .values_list("gpu_model__name")
                 .annotate(n=Count("pk"))
             )

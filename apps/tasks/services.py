@@ -416,11 +416,14 @@ def _free_instance(task: Task, node_name: str, model: str | None, shares: list[i
     others = Task.objects.filter(cluster_id=task.cluster_id, status__in=ACTIVE).exclude(pk=task.pk)
     for placement in others.values_list("placement", flat=True):
         used |= {d["id"] for p in placement or () for d in p.get("devices", ()) if p.get("node") == node.pk}
-    devices = node.devices.filter(gpu_model__name=model) if model else node.devices.none()
+    devices = node.devices.units().filter(gpu_model__name=model) if model else node.devices.none()
     free = [d for d in devices.order_by("index") if d.pk not in used]
     if len(free) < len(shares):
         return None
-    chosen = [{"id": d.pk, "index": d.index, "milli": milli} for d, milli in zip(free, shares, strict=False)]
+    chosen = [
+        {"id": d.pk, "index": d.index, "milli": milli, **({"slot": d.slot, "uuid": d.uuid} if d.parent_id else {})}
+        for d, milli in zip(free, shares, strict=False)
+    ]
     return {"node": node.pk, "node_name": node.name, "gpu_model": model, "devices": chosen}
 
 

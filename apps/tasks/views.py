@@ -128,7 +128,7 @@ def user_vdc_ids(user) -> list[int]:
 def device_usage(vdc_ids) -> tuple[list[dict], set[int]]:
     """The devices of the VDCs' enabled clusters and the ids held by active tasks' placements (two queries)."""
     devices = list(
-        Device.objects.filter(node__cluster__vdc__in=vdc_ids, node__cluster__enabled=True).values(
+        Device.objects.units().filter(node__cluster__vdc__in=vdc_ids, node__cluster__enabled=True).values(
             "pk", "utilization", "gpu_model__name", "gpu_model__vendor", "gpu_model__vram_gib",
             "node__cluster_id", "node__cluster__vdc_id",
         )

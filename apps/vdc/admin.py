@@ -195,7 +195,7 @@ class VDCAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request):
         nodes = Node.objects.filter(cluster__vdc=OuterRef("pk"), cluster__enabled=True)
-        devices = Device.objects.filter(node__cluster__vdc=OuterRef("pk"), node__cluster__enabled=True)
+        devices = Device.objects.units().filter(node__cluster__vdc=OuterRef("pk"), node__cluster__enabled=True)
         tasks = Task.objects.filter(vdc=OuterRef("pk"))
         return (
             super()

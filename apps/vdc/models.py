@@ -76,7 +76,9 @@ class VDC(models.Model):
         """Cpu cores, memory GiB and GPU-equivalents: the admin's caps where set, else the clusters' sum."""
         clusters = self.clusters.filter(enabled=True)
         sums = clusters.aggregate(cpu=Sum("nodes__cpu"), memory=Sum("nodes__memory_gib"))
-        gpu = clusters.aggregate(eq=Sum("nodes__devices__gpu_model__exchange_rate"))["eq"]
+        # Schedulable units: a card partitioned into MIG instances or replicas counts as those units.
+        units = Q(nodes__devices__sharing="whole")
+        gpu = clusters.aggregate(eq=Sum("nodes__devices__gpu_model__exchange_rate", filter=units))["eq"]
         return {
             "cpu": self.total_cpu if self.total_cpu is not None else (sums["cpu"] or ZERO),
             "memory_gib": self.total_memory_gib if self.total_memory_gib is not None else (sums["memory"] or ZERO),

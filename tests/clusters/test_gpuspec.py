@@ -265,7 +265,7 @@ def test_seed_exchange_rates():
 def test_derived_rates_are_dense_fp16_relative_to_the_a100():
     seeded = {"A100-80G", "A800-80G", "Ascend910B", "Ascend910A", "DCU-Z100", "MLU370"}
     for entry in CATALOG:
-        if entry.name not in seeded:
+        if entry.name not in seeded and not entry.partition:  # MIG profiles: tests/clusters/test_device_sharing.py
             assert entry.exchange_rate == round(entry.tflops_fp16 / 312, 2), entry.name
 
 

@@ -27,7 +27,10 @@ class GPUModelSerializer(ModelCleanMixin, serializers.ModelSerializer):
         fields = [
             "id", "name", "vendor", "aliases", "vram_gib", "tflops_fp16", "tflops_fp32", "exchange_rate",
             "memory_bandwidth_gbps", "resource_name", "visible_devices_env", "slurm_gres_type", "shareable", "enabled",
+            "partition", "parent_model", "time_slice_replicas",
         ]  # fmt: skip
+        # MIG profile and time-slice rows are made by the seed and by device sharing declarations (docs/engine.md).
+        read_only_fields = ["partition", "parent_model", "time_slice_replicas"]
 
 
 class ClusterSerializer(ModelCleanMixin, serializers.ModelSerializer):
@@ -139,6 +142,7 @@ class DeviceSerializer(ModelCleanMixin, serializers.ModelSerializer):
             "vram_gib", "health_score", "numa_node", "pci_bus_id", "links", "vram_used_gib", "utilization",
             "temperature_c", "ecc_errors", "xid_errors", "health_reason", "reported_name", "driver_version",
             "runtime_version", "memory_bandwidth_gbps", "tflops_fp16", "tflops_fp32", "figures_source", "interconnect",
+            "parent", "slot", "sharing", "time_slice_replicas",
         ]  # fmt: skip
         # The fingerprint and its verdict come from the node agent's reports only.
         read_only_fields = [

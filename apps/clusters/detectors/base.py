@@ -54,6 +54,9 @@ class DeviceReport:
     health_reasons: list[str] = field(default_factory=list)
     # Measured by the tool or a probe; None: not measured here (the portal takes the catalog's figure).
     memory_bandwidth_gbps: float | None = None
+    # NVIDIA MIG: the card is in MIG mode, with these instances ({"profile", "uuid", "gpu_instance_id"}).
+    mig_mode: bool = False
+    mig: list[dict] = field(default_factory=list)
 
 
 @dataclass

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import ctypes.util
 import logging
+import re
 
 from apps.clusters.detectors.base import Detector, DetectorError, DeviceReport, fold_health
 
 log = logging.getLogger(__name__)
+
+# A MIG device's name ends with its profile: "NVIDIA A100-SXM4-80GB MIG 1g.10gb".
+_MIG_PROFILE_RE = re.compile(r"(\d+g\.\d+gb)\s*$", re.IGNORECASE)
 
 
 def _text(value) -> str:
@@ -97,7 +101,8 @@ class NvmlDetector(Detector):
                     name=_text(n.nvmlDeviceGetName(h)),
                     vram_total_gib=round(memory.total / 2**30, 2),
                     vram_used_gib=round(memory.used / 2**30, 2),
-                    utilization=int(n.nvmlDeviceGetUtilizationRates(h).gpu),
+                    # A card in MIG mode has no card-wide utilisation (NVML: not supported).
+                    utilization=int(self._optional(lambda h=h: n.nvmlDeviceGetUtilizationRates(h).gpu) or 0),
                     temperature_c=self._optional(
                         lambda h=h: int(n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU))
                     ),
@@ -111,11 +116,37 @@ class NvmlDetector(Detector):
                     driver_version=driver,
                     runtime_version=runtime,
                 )
+                device.mig_mode, device.mig = self._mig(h)
                 pending = bool(self._optional(lambda h=h: n.nvmlDeviceGetRetiredPagesPendingStatus(h)) or 0)
                 devices.append(fold_health(device, pending))
         except n.NVMLError as exc:
             raise DetectorError(f"NVML read failed: {exc}") from None
         return devices, driver, runtime
+
+    def _mig(self, handle) -> tuple[bool, list[dict]]:
+        """Whether the card is in MIG mode and its MIG instances (profile, uuid, GPU instance id).
+
+        A driver or card without MIG answers NOT_SUPPORTED, which reads as "not in MIG mode".
+        """
+        n = self.nvml
+        read = getattr(n, "nvmlDeviceGetMigMode", None)
+        modes = self._optional(lambda: read(handle)) if read else None
+        if not modes or modes[0] != getattr(n, "NVML_DEVICE_MIG_ENABLE", 1):
+            return False, []
+        instances = []
+        for j in range(self._optional(lambda: n.nvmlDeviceGetMaxMigDeviceCount(handle)) or 0):
+            mig = self._optional(lambda j=j: n.nvmlDeviceGetMigDeviceHandleByIndex(handle, j))
+            if mig is None:
+                continue  # no instance at this position
+            match = _MIG_PROFILE_RE.search(_text(n.nvmlDeviceGetName(mig)))
+            if match is None:
+                log.warning("MIG device %s of GPU %s has no profile in its name; skipped", j, handle)
+                continue
+            instances.append({
+                "profile": match.group(1).lower(), "uuid": _text(n.nvmlDeviceGetUUID(mig)),
+                "gpu_instance_id": self._optional(lambda mig=mig: int(n.nvmlDeviceGetGpuInstanceId(mig))),
+            })  # fmt: skip
+        return True, instances
 
     def _optional(self, read):
         try:

@@ -76,6 +76,7 @@ class DeviceSlot:
     fraction: float = 1.0  # < 1 means a shared card
     vram_gib: float | None = None  # for fractional (HAMi-style) sharing
     cores_percent: int | None = None
+    uuid: str = ""  # a MIG instance: its MIG-... uuid, which CUDA takes in place of an index
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,7 @@ class GPUModelSpec:
     slurm_gres_type: str = ""  # gres type on Slurm clusters, e.g. "a100"
     shareable: bool = False
     vram_gib: float = 0.0  # the card's memory: a share given as a fraction of the card gets that part of it
+    partition: str = ""  # "mig" / "time_slice": the job runs on MIG instances or time-sliced replicas of cards
 
 
 @dataclass(frozen=True)

@@ -347,8 +347,8 @@ def accelerator_env(spec: JobSpec) -> dict[str, str]:
     profile = vendor_profile(spec)
     env = dict(profile.env)
     devices = _visible_devices(spec)
-    # With HAMi the device plugin picks the card and sets the variable itself.
-    if devices is not None and not is_fractional(spec):
+    # With HAMi, MIG or time-slicing the device plugin picks the card (or instance) and sets the variable itself.
+    if devices is not None and not is_fractional(spec) and not gpu_model(spec).partition:
         env[gpu_model(spec).visible_devices_env] = devices
     if spec.instances > 1 and spec.kind in TRAINING_KINDS:
         env.update(profile.comm_env)

@@ -185,6 +185,20 @@ def _sandboxed_process(pid: int) -> int | None:
     return None
 
 
+def _visible_id(spec: JobSpec, slot) -> str:
+    """How the job's runtime names a placed card: its index, or a MIG instance's uuid (a time-sliced replica is
+    its card's index: replicas share the card with no memory isolation unless the VRAM interceptor limits it)."""
+    if spec.gpu_model.partition != "mig":
+        return str(slot.index)
+    if not slot.uuid:
+        raise ExecutorError(
+            f"MIG instance on card {slot.index} has no uuid: run the node agent on the node so it reports the "
+            "instances (CUDA selects a MIG instance only by its MIG-... uuid)",
+            retryable=False,
+        )
+    return slot.uuid
+
+
 def tail_lines(path: Path, tail: int) -> str:
     """The last ``tail`` lines of a file, read from its end so large logs stay cheap."""
     if tail <= 0:
@@ -332,7 +346,7 @@ class LocalExecutor(Executor):
         if spec.instances > 1:
             env["HCS_MASTER_ADDR"] = "127.0.0.1"  # every rank runs on this host
         if spec.gpu_model is not None:
-            visible = ",".join(str(slot.index) for slot in self._devices(spec, rank))
+            visible = ",".join(_visible_id(spec, slot) for slot in self._devices(spec, rank))
             env[spec.gpu_model.visible_devices_env] = visible
             # NVIDIA_VISIBLE_DEVICES is read by the container runtime; a bare process needs CUDA's own.
             if spec.gpu_model.vendor == "nvidia":

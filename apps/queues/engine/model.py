@@ -85,6 +85,9 @@ class GpuModel:
     tflops_fp32: float = 0.0
     exchange_rate: float = 1.0
     shareable: bool = False
+    # "mig" / "time_slice": a unit of a partitioned card (a MIG instance, a time-sliced replica), placed only when a
+    # request names it; "" for a card.
+    partition: str = ""
 
 
 @dataclass(frozen=True, slots=True)

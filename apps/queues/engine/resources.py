@@ -83,7 +83,8 @@ def gpu_alternatives(req, catalog: dict[str, GpuModel]) -> tuple[Alternative, ..
             unknown = [n for n in names if n not in catalog]
             raise RequestError("no_matching_gpu_model", f"no GPU model in the catalog matches {unknown}")
     else:
-        models = sorted(catalog.values(), key=lambda m: m.name)
+        # "Any model" is any card: a MIG instance or a time-sliced replica is placed only when the request names it.
+        models = sorted((m for m in catalog.values() if not m.partition), key=lambda m: m.name)
     alts = tuple((o.model, o.cards, o.milli, float(o.equivalents)) for o in card_options(req, models))
     if not alts:
         raise RequestError("no_matching_gpu_model", "no GPU model in the catalog satisfies the request")

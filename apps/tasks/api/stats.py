@@ -55,7 +55,7 @@ def _cluster_capacities(clusters: QuerySet[Cluster]) -> dict[int, dict[str, Deci
     nodes = Node.objects.filter(cluster__in=clusters).values("cluster_id")
     for row in nodes.annotate(cpu=Sum("cpu"), memory_gib=Sum("memory_gib")):
         capacity[row["cluster_id"]].update(cpu=row["cpu"] or ZERO, memory_gib=row["memory_gib"] or ZERO)
-    devices = Device.objects.filter(node__cluster__in=clusters).values("node__cluster_id")
+    devices = Device.objects.units().filter(node__cluster__in=clusters).values("node__cluster_id")
     for row in devices.annotate(gpu=Sum("gpu_model__exchange_rate")):
         capacity[row["node__cluster_id"]]["gpu"] = row["gpu"] or ZERO
     return capacity
@@ -101,7 +101,8 @@ def cluster_stats(cluster: Cluster) -> dict:
     """Nodes per status, devices per GPU model, capacity and what active tasks hold on the cluster."""
     by_status = dict(cluster.nodes.values_list("status").annotate(n=Count("id")).order_by())
     devices = (
-        Device.objects.filter(node__cluster=cluster)
+        Device.objects.units()
+        .filter(node__cluster=cluster)
         .values("gpu_model__name", "gpu_model__vendor")
         .annotate(count=Count("id"), vram_gib=Sum("vram_gib"), gpu_equivalents=Sum("gpu_model__exchange_rate"))
         .order_by("gpu_model__name")
