@@ -41,15 +41,15 @@ def quota_hard(emulator) -> dict | None:  # noqa: F811
 
 
 def test_task_runs_in_its_project_namespace_under_the_mirrored_quota(per_project):
-    world, emulator = per_project, per_project.emulator
+    world, api = per_project, per_project.api
     task = submit(world, name="iso", gpu_spec="2(A100)", queue="high")
     run_cycle(world.vdc.pk)
     assert launch(task) == world.k8s_cluster.pk
     task.refresh_from_db()
     namespace, workload, name = task.external_id.split("/")
     assert namespace == PROJECT_NS
-    assert name in stored(emulator, "batch/v1/jobs", PROJECT_NS)
-    ns = emulator.objects["v1/namespaces", None, PROJECT_NS].raw
+    assert name in stored(api, "batch/v1/jobs", PROJECT_NS)
+    ns = api.objects["v1/namespaces", None, PROJECT_NS].raw
     assert ns["metadata"]["labels"] == {
         "app.kubernetes.io/managed-by": "hcs-portal",
         "hcs.io/installation": Installation.current().uid.hex,
@@ -57,18 +57,18 @@ def test_task_runs_in_its_project_namespace_under_the_mirrored_quota(per_project
     }
     # The world's quota: limit 64 cores, 256 GiB, 8 GPU-equivalents. A100 is shareable (HAMi counts one card
     # per share), so its card count is not limited, and the quota says why.
-    assert quota_hard(emulator) == {"requests.cpu": "64", "requests.memory": "256Gi"}
-    quota = stored(emulator, QUOTAS, PROJECT_NS)["hcs-project-quota"]
+    assert quota_hard(api) == {"requests.cpu": "64", "requests.memory": "256Gi"}
+    quota = stored(api, QUOTAS, PROJECT_NS)["hcs-project-quota"]
     assert "nvidia.com/gpu: not limited" in quota["metadata"]["annotations"]["hcs.io/quota-notes"]
     # The job's pods in the project namespace are followed like any other.
-    job = stored(emulator, "batch/v1/jobs", PROJECT_NS)[name]
-    emulator.objects["v1/pods", PROJECT_NS, f"{name}-0"] = {
+    template_labels = stored(api, "batch/v1/jobs", PROJECT_NS)[name]["spec"]["template"]["metadata"]["labels"]
+    api.objects["v1/pods", PROJECT_NS, f"{name}-0"] = {
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": f"{name}-0", "namespace": PROJECT_NS, "labels": job["spec"]["template"]["metadata"]["labels"]},
+        "metadata": {"name": f"{name}-0", "namespace": PROJECT_NS, "labels": template_labels},
         "spec": {"containers": [{"name": "main", "image": "busybox"}], "nodeName": "k8s-node-1"},
         "status": {"phase": "Running"},
     }  # fmt: skip
-    emulator.objects["batch/v1/jobs", PROJECT_NS, name].patch({"status": {"active": 1}})
+    api.objects["batch/v1/jobs", PROJECT_NS, name].patch({"status": {"active": 1}})
     result = reconcile_cluster(world.k8s_cluster.pk)
     assert result.reachable and not result.untracked, result
     task.refresh_from_db()
@@ -103,7 +103,7 @@ def test_cards_mirrored_per_resource_by_the_lowest_exchange_rate(per_project):
 
 
 def test_quota_changes_are_carried_to_the_namespace(per_project, monkeypatch, django_capture_on_commit_callbacks):
-    world, emulator = per_project, per_project.emulator
+    world, api = per_project, per_project.api
     queued = []
     monkeypatch.setattr("apps.control.triggers.enqueue", lambda job, *args, **kw: queued.append((job, args)))
     node = NodeFactory(cluster=world.k8s_cluster, name="dcu-node")
@@ -111,7 +111,7 @@ def test_quota_changes_are_carried_to_the_namespace(per_project, monkeypatch, dj
     task = submit(world, name="iso", gpu_spec="1(A100)", queue="high")
     run_cycle(world.vdc.pk)
     assert launch(task) == world.k8s_cluster.pk
-    assert quota_hard(emulator)["requests.hygon.com/dcu"] == "20"
+    assert quota_hard(api)["requests.hygon.com/dcu"] == "20"
 
     quota = world.quota
     quota.limit_cpu, quota.limit_memory_gib, quota.limit_gpu = Decimal("32.5"), Decimal("100"), Decimal("4")
@@ -119,19 +119,21 @@ def test_quota_changes_are_carried_to_the_namespace(per_project, monkeypatch, dj
         quota.save()
     assert queued == [(jobs.sync_project_isolation, (world.project.pk, world.vdc.pk))]
     jobs.sync_project_isolation(world.project.pk, world.vdc.pk)
-    assert quota_hard(emulator) == {"requests.cpu": "32500m", "requests.memory": "100Gi", "requests.hygon.com/dcu": "10"}
+    assert quota_hard(api) == {
+        "requests.cpu": "32500m", "requests.memory": "100Gi", "requests.hygon.com/dcu": "10",
+    }  # fmt: skip
 
     quota.enforce = False  # advisory: the portal limits nothing, so neither does the namespace
     with django_capture_on_commit_callbacks(execute=True):
         quota.save()
     jobs.sync_project_isolation(world.project.pk, world.vdc.pk)
-    assert quota_hard(emulator) is None
-    assert not emulator.objects["v1/namespaces", None, PROJECT_NS].deleted
+    assert quota_hard(api) is None
+    assert not api.objects["v1/namespaces", None, PROJECT_NS].deleted
 
 
 def test_backend_error_while_ensuring_the_namespace_keeps_the_task_queued(per_project):
-    world, emulator = per_project, per_project.emulator
-    emulator["post /api/v1/namespaces"] << kmock.KubernetesError(
+    world, api = per_project, per_project.api
+    api["post /api/v1/namespaces"] << kmock.KubernetesError(
         status=503, reason="ServiceUnavailable", message="etcdserver: leader changed"
     )
     task = submit(world, name="iso", gpu_spec="1(A100)", queue="high")
@@ -143,4 +145,4 @@ def test_backend_error_while_ensuring_the_namespace_keeps_the_task_queued(per_pr
     assert "leader changed" in obj.message and "retrying" in obj.message
     event = task.events.filter(kind=EventKind.BACKEND_ERROR).get()
     assert "leader changed" in event.message and event.data == {"retryable": True}
-    assert not stored(emulator, "batch/v1/jobs", PROJECT_NS)
+    assert not stored(api, "batch/v1/jobs", PROJECT_NS)
