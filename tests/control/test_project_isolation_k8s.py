@@ -41,7 +41,7 @@ def quota_hard(emulator) -> dict | None:  # noqa: F811
 
 
 def test_task_runs_in_its_project_namespace_under_the_mirrored_quota(per_project):
-    world, api = per_project, per_project.api
+    world, api = per_project, per_project.emulator
     task = submit(world, name="iso", gpu_spec="2(A100)", queue="high")
     run_cycle(world.vdc.pk)
     assert launch(task) == world.k8s_cluster.pk
@@ -103,7 +103,7 @@ def test_cards_mirrored_per_resource_by_the_lowest_exchange_rate(per_project):
 
 
 def test_quota_changes_are_carried_to_the_namespace(per_project, monkeypatch, django_capture_on_commit_callbacks):
-    world, api = per_project, per_project.api
+    world, api = per_project, per_project.emulator
     queued = []
     monkeypatch.setattr("apps.control.triggers.enqueue", lambda job, *args, **kw: queued.append((job, args)))
     node = NodeFactory(cluster=world.k8s_cluster, name="dcu-node")
@@ -132,7 +132,7 @@ def test_quota_changes_are_carried_to_the_namespace(per_project, monkeypatch, dj
 
 
 def test_backend_error_while_ensuring_the_namespace_keeps_the_task_queued(per_project):
-    world, api = per_project, per_project.api
+    world, api = per_project, per_project.emulator
     api["post /api/v1/namespaces"] << kmock.KubernetesError(
         status=503, reason="ServiceUnavailable", message="etcdserver: leader changed"
     )
