@@ -90,6 +90,7 @@ def _remote_executor(cluster: Cluster) -> Executor:
             checkpoint_root=cluster.checkpoint_root,
             vram_library=labels.get("vram-library", ""),  # where the nodes have the VRAM interceptor
             per_project=cluster.project_isolation == ProjectIsolation.PER_PROJECT,
+            cluster_name=labels.get("slurm-cluster", ""),  # its name in Slurm accounting, when slurmdbd has several
         )
     if cluster.cluster_type == ClusterType.KUBERNETES:
         from apps.clusters.executors.kubernetes import KubernetesExecutor  # noqa: PLC0415
