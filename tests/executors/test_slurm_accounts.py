@@ -37,12 +37,10 @@ def project_account(slurm_cluster) -> Iterator[str]:
     """A fresh account name per test (Slurm remembers accounts), removed afterwards."""
     name = f"hcs-test-{uuid.uuid4().hex[:8]}"
     yield name
-    for job in subprocess.run(["squeue", "-h", "-A", name, "-o", "%i"], capture_output=True, text=True,
-                              env={**os.environ, "SLURM_CONF": slurm_cluster.conf}, check=False).stdout.split():  # fmt: skip
-        subprocess.run(["scancel", job], env={**os.environ, "SLURM_CONF": slurm_cluster.conf}, check=False)
+    env = {**os.environ, "SLURM_CONF": slurm_cluster.conf}
+    subprocess.run(["scancel", "-A", name], capture_output=True, env=env, check=False)
     time.sleep(1)
-    subprocess.run(["sacctmgr", "-i", "delete", "account", name], capture_output=True,
-                   env={**os.environ, "SLURM_CONF": slurm_cluster.conf}, check=False)  # fmt: skip
+    subprocess.run(["sacctmgr", "-i", "delete", "account", name], capture_output=True, env=env, check=False)
 
 
 @pytest.fixture
@@ -81,8 +79,8 @@ def test_project_account_is_made_with_the_users_association_and_grp_tres(per_pro
 @pytest.mark.slurm
 def test_job_runs_under_its_project_account_and_its_limit_holds(per_project, slurm_cluster, project_account,
                                                                  make_spec):  # fmt: skip
-    spec = make_spec(command="echo in-account", gpus_per_instance=1, gpu_model=A100,
-                     settings={"isolation": isolation(project_account, {"cpu": 2, "mem": 4096, "gres/gpu": 1})})  # fmt: skip
+    limits = {"isolation": isolation(project_account, {"cpu": 2, "mem": 4096, "gres/gpu": 1})}
+    spec = make_spec(command="echo in-account", gpus_per_instance=1, gpu_model=A100, settings=limits)
     job_id = per_project.submit(spec)
     record = per_project._record(job_id)
     assert record["account"] == project_account
@@ -91,8 +89,7 @@ def test_job_runs_under_its_project_account_and_its_limit_holds(per_project, slu
                            text=True, env={**os.environ, "SLURM_CONF": slurm_cluster.conf}, check=True)  # fmt: skip
     assert sacct.stdout.split("\n")[0].startswith(f"{project_account}|")
     # Two cards is more than the project's mirrored limit of one: Slurm holds the job by the association limit.
-    greedy = make_spec(command="sleep 1", gpus_per_instance=2, gpu_model=A100,
-                       settings={"isolation": isolation(project_account, {"cpu": 2, "mem": 4096, "gres/gpu": 1})})  # fmt: skip
+    greedy = make_spec(command="sleep 1", gpus_per_instance=2, gpu_model=A100, settings=limits)
     greedy_id = per_project.submit(greedy)
     deadline = time.monotonic() + 20
     while (state := per_project.status(greedy_id)).message != "waiting: AssocGrpGRES" and time.monotonic() < deadline:
