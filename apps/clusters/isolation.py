@@ -30,6 +30,7 @@ from apps.clusters.executors.base import LABEL_INSTALLATION, LABEL_PROJECT
 from apps.clusters.executors.k8s_manifests import sanitize_label_value
 from apps.clusters.executors.projects import (
     LABEL_MANAGED_BY,
+    LABEL_PROJECT_ID,
     MANAGED_BY,
     ProjectLimits,
     project_backend_name,
@@ -101,6 +102,7 @@ def kubernetes_isolation(cluster: Cluster, project: Project, installation: str) 
         LABEL_MANAGED_BY: MANAGED_BY,
         LABEL_INSTALLATION: installation,
         LABEL_PROJECT: sanitize_label_value(project.name),
+        LABEL_PROJECT_ID: str(project.pk),
     }
     annotations = {NOTE_ANNOTATION: "; ".join(limits.notes)} if limits is not None and limits.notes else {}
     return {

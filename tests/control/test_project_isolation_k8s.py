@@ -54,6 +54,7 @@ def test_task_runs_in_its_project_namespace_under_the_mirrored_quota(per_project
         "app.kubernetes.io/managed-by": "hcs-portal",
         "hcs.io/installation": Installation.current().uid.hex,
         "hcs.io/project": "alpha",
+        "hcs.io/project-id": str(world.project.pk),
     }
     # The world's quota: limit 64 cores, 256 GiB, 8 GPU-equivalents. A100 is shareable (HAMi counts one card
     # per share), so its card count is not limited, and the quota says why.

@@ -104,11 +104,19 @@ def test_a_namespace_the_portal_did_not_make_is_refused_not_taken(per_project, e
     emulator.objects["v1/namespaces", None, PROJECT_NS] = {
         "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PROJECT_NS, "labels": {"team": "theirs"}},
     }  # fmt: skip
-    with pytest.raises(ExecutorError, match="not made by this portal installation") as caught:
+    with pytest.raises(ExecutorError, match="not made by this portal installation for this project") as caught:
         per_project.ensure_project(isolation({"requests.cpu": "4"}))
     assert not caught.value.retryable
     assert namespaces(emulator)[PROJECT_NS]["metadata"]["labels"] == {"team": "theirs"}
     assert QUOTA_NAME not in stored(emulator, "v1/resourcequotas", PROJECT_NS)
+
+
+def test_a_namespace_of_another_project_by_the_same_name_is_refused(per_project, emulator):
+    per_project.ensure_project({**isolation(None), "labels": {**isolation(None)["labels"], "hcs.io/project-id": "7"}})
+    renamed = {**isolation({"requests.cpu": "4"}), "labels": {**isolation(None)["labels"], "hcs.io/project-id": "9"}}
+    with pytest.raises(ExecutorError, match="for this project"):
+        per_project.ensure_project(renamed)
+    assert namespaces(emulator)[PROJECT_NS]["metadata"]["labels"]["hcs.io/project-id"] == "7"
 
 
 def test_job_lands_in_its_project_namespace_and_is_listed_stopped_and_deleted(per_project, emulator):

@@ -779,12 +779,11 @@ class KubernetesExecutor(Executor):
                     raise
         else:
             theirs = (existing.get("metadata") or {}).get("labels") or {}
-            mine = (projects.LABEL_MANAGED_BY, LABEL_INSTALLATION)
-            if any(theirs.get(key) != labels.get(key) for key in mine):
+            identity = (projects.LABEL_MANAGED_BY, LABEL_INSTALLATION, projects.LABEL_PROJECT_ID)
+            if any(theirs.get(key) != labels[key] for key in identity if key in labels):
                 raise ExecutorError(
-                    f"namespace {namespace} exists but was not made by this portal installation "
-                    f"(labels {projects.LABEL_MANAGED_BY}, {LABEL_INSTALLATION}); rename it, or set another "
-                    "isolation prefix on the cluster",
+                    f"namespace {namespace} exists but was not made by this portal installation for this project "
+                    f"(labels {', '.join(identity)}); rename it, or set another isolation prefix on the cluster",
                     retryable=False,
                 )
             if any(theirs.get(key) != value for key, value in labels.items()):

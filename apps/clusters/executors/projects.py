@@ -17,6 +17,8 @@ QUOTA_NAME = "hcs-project-quota"
 # Labels (Kubernetes) the portal puts on a project namespace; the installation label is base.LABEL_INSTALLATION.
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "hcs-portal"
+# The project's id: a project renamed, and a new project given its old name, never share a namespace.
+LABEL_PROJECT_ID = "hcs.io/project-id"
 MAX_NAME = 63  # a DNS label (namespace); Slurm accounts take the same names
 _BAD = re.compile(r"[^a-z0-9-]+")
 
