@@ -119,7 +119,8 @@ def slurm_isolation(cluster: Cluster, project: Project, installation: str) -> di
     return {
         "account": backend_name(cluster, project),
         "description": f"HCS project {project.name}",
-        "organization": f"hcs-{installation[:12]}",
+        # Whose account it is: an account of that name with another organisation is never taken over.
+        "organization": f"hcs-{installation[:12]}-p{project.pk}",
         "grp_tres": slurm_grp_tres(limits) if limits is not None else None,
     }
 

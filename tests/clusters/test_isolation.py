@@ -67,7 +67,7 @@ def test_slurm_mirrors_cores_up_memory_in_mb_and_any_card_by_the_lowest_rate(wor
     assert slurm_isolation(slurm, world.project, "ab" * 16) == {
         "account": "hcs-alpha",
         "description": "HCS project alpha",
-        "organization": "hcs-abababababab",
+        "organization": f"hcs-abababababab-p{world.project.pk}",
         "grp_tres": {"cpu": 21, "mem": 102400, "gres/gpu": 7},
     }
     world.quota.enforce = False

@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from apps.clusters.executors.base import JobPhase
+from apps.clusters.executors.base import ExecutorError, JobPhase
 from apps.clusters.executors.slurm import SlurmExecutor
 
 from .conftest import A100
@@ -96,6 +96,15 @@ def test_job_runs_under_its_project_account_and_its_limit_holds(per_project, slu
         time.sleep(0.5)
     assert state.phase == JobPhase.PENDING and state.message == "waiting: AssocGrpGRES"
     per_project.stop(greedy_id)
+
+
+@pytest.mark.slurm
+def test_an_account_of_that_name_made_by_someone_else_is_refused(per_project, slurm_cluster, project_account):
+    sacctmgr(slurm_cluster.conf, "-i", "add", "account", project_account, "organization=physics", "cluster=hcs-dev")
+    with pytest.raises(ExecutorError, match="not made by this portal for this project") as caught:
+        per_project.ensure_project(isolation(project_account, {"cpu": 2, "mem": 1024}))
+    assert not caught.value.retryable
+    assert grp_tres(slurm_cluster.conf, project_account, "hcs") == "<none>"
 
 
 @pytest.mark.slurm

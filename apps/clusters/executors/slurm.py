@@ -713,7 +713,8 @@ class SlurmExecutor(Executor):
         returns the account to submit under, or None when Slurm accounting is not available (the job then
         runs under the user's default account, its project named in its comment: see :meth:`health`).
 
-        ``isolation``: ``{"account", "description", "organization", "grp_tres": {tres: count} or None}``. The
+        ``isolation``: ``{"account", "description", "organization", "grp_tres": {tres: count} or None}``; the
+        organisation says whose account it is, and an existing account of another is refused, never taken. The
         limits sit on this user's association with the account: the portal submits every job of the project
         as this user, so it bounds all of them (slurmrestd v0.0.38 cannot update an account's own association).
         """
@@ -731,6 +732,16 @@ class SlurmExecutor(Executor):
                 raise self._fail(body, errors, f"cannot create Slurm account {account}")
         elif errors:
             raise self._fail(body, errors, f"cannot read Slurm account {account}")
+        else:
+            found = next((a for a in body.get("accounts") or [] if a.get("name") == account), {})
+            wanted = str(isolation.get("organization") or "hcs").lower()
+            if str(found.get("organization") or "").lower() != wanted:
+                raise ExecutorError(
+                    f"Slurm account {account} exists but was not made by this portal for this project (organisation "
+                    f"{found.get('organization')!r}, expected {wanted!r}); rename it, or set another isolation "
+                    "prefix on the cluster",
+                    retryable=False,
+                )
         associations = self._associations(account, cluster)
         if not any(not a.get("user") for a in associations):
             # The account's own association on the cluster, under root. v0.0.38's parser reports the missing
