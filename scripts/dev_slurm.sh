@@ -36,6 +36,9 @@ DB_NAME="${HCS_SLURM_DB_NAME:-hcs_slurm_acct}"
 CLUSTER_NAME="hcs-dev"
 # The account the job user's jobs are charged to when the portal names none (shared clusters).
 SHARED_ACCOUNT="hcs-shared"
+# 1: slurmdbd and accounting; 0 (set by start when the database server cannot be reached): none, as a cluster
+# without slurmdbd runs (per-project accounts then fall back, docs/slurm.md).
+ACCOUNTING=1
 JOB_USER="${HCS_SLURM_USER:-hcs}"
 REST_USER="slurmrest"
 PARTITION="hcs"
@@ -164,13 +167,7 @@ SlurmdDebug=info
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
-# Accounting through slurmdbd (per-project accounts with GrpTRES); jobs need an association (the job user has
-# the shared account by default), and association limits hold.
-AccountingStorageType=accounting_storage/slurmdbd
-AccountingStorageHost=127.0.0.1
-AccountingStoragePort=$DBD_PORT
-AccountingStorageTRES=gres/gpu
-AccountingStorageEnforce=associations,limits
+$(accounting_conf)
 JobCompType=jobcomp/none
 MpiDefault=none
 SchedulerType=sched/backfill
@@ -268,6 +265,23 @@ start_munge() {
     die "munged did not come up"
 }
 
+accounting_conf() {
+    if [[ $ACCOUNTING -eq 0 ]]; then
+        echo "# No accounting database could be reached when this was written (see dev_slurm.sh start's log)."
+        echo "AccountingStorageType=accounting_storage/none"
+        return
+    fi
+    cat <<EOF
+# Accounting through slurmdbd (per-project accounts with GrpTRES); jobs need an association (the job user has
+# the shared account by default), and association limits hold.
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoragePort=$DBD_PORT
+AccountingStorageTRES=gres/gpu
+AccountingStorageEnforce=associations,limits
+EOF
+}
+
 db() { # db SQL -> run SQL on the accounting database server
     MYSQL_PWD="$DB_PASS" mysql -h "$DB_HOST" -P "$DB_PORT" -u "$DB_USER" -N -B -e "$1"
 }
@@ -298,9 +312,10 @@ ensure_accounting() {
 }
 
 accounting_mismatch() { # 0 when the running slurmctld does not use the accounting this config names
-    local running
+    local running wanted=accounting_storage/slurmdbd
+    [[ $ACCOUNTING -eq 1 ]] || wanted=accounting_storage/none
     running="$(scontrol show config 2>/dev/null | sed -n 's/^AccountingStorageType *= *//p')"
-    [[ -n "$running" && "$running" != "accounting_storage/slurmdbd" ]]
+    [[ -n "$running" && "$running" != "$wanted" ]]
 }
 
 start_slurmctld() {
@@ -327,8 +342,10 @@ start_slurmrestd() {
     adopt "$RUN/slurmrestd.pid" slurmrestd "127.0.0.1:$REST_PORT" && return
     # slurmrestd refuses to run as root or SlurmUser; SLURM_JWT=daemon makes it pass each
     # request's user token on to slurmctld and slurmdbd. dbv0.0.38: accounts and associations.
+    local plugins=openapi/v0.0.38,openapi/v0.0.37
+    if [[ $ACCOUNTING -eq 1 ]]; then plugins+=,openapi/dbv0.0.38; fi # fatal without slurmdbd
     setsid runuser -u "$REST_USER" -- env SLURM_CONF="$SLURM_CONF" SLURM_JWT=daemon \
-        slurmrestd -a rest_auth/jwt -s openapi/v0.0.38,openapi/v0.0.37,openapi/dbv0.0.38 "127.0.0.1:$REST_PORT" \
+        slurmrestd -a rest_auth/jwt -s "$plugins" "127.0.0.1:$REST_PORT" \
         </dev/null >>"$LOG/slurmrestd.log" 2>&1 9>&- &
     echo $! >"$RUN/slurmrestd.pid"
 }
@@ -399,13 +416,20 @@ cmd_start() {
     install_packages
     ensure_users
     ensure_fake_gpus
+    if ! db "SELECT 1" >/dev/null 2>"$LOG/db.log"; then
+        # Slurm itself still runs for everyone; only per-project accounts need the database.
+        log "warning: no MariaDB / MySQL as $DB_USER@$DB_HOST:$DB_PORT ($(head -c 300 "$LOG/db.log")): running without accounting"
+        ACCOUNTING=0
+    fi
     write_config
     start_munge
-    start_slurmdbd
-    ensure_accounting
+    if [[ $ACCOUNTING -eq 1 ]]; then
+        start_slurmdbd
+        ensure_accounting
+    fi
     if adopt "$RUN/slurmctld.pid" slurmctld && accounting_mismatch; then
         # The accounting plugin is read only at startup; jobs survive the restart (StateSaveLocation).
-        log "slurmctld runs without accounting; restarting it and slurmrestd"
+        log "slurmctld runs with other accounting than configured; restarting it and slurmrestd"
         stop_pidfile slurmctld "$RUN/slurmctld.pid"
         if adopt "$RUN/slurmrestd.pid" slurmrestd "127.0.0.1:$REST_PORT"; then
             stop_pidfile slurmrestd "$RUN/slurmrestd.pid"
