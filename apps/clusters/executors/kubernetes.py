@@ -764,20 +764,17 @@ class KubernetesExecutor(Executor):
         """
         namespace, labels = isolation["namespace"], dict(isolation.get("labels") or {})
         core = self._apis["core"]
-        try:
-            existing = self._to_dict(_call(core.read_namespace, namespace))
-        except ExecutorError as exc:
-            if _status_code(exc) != 404:
-                raise
-            existing = None
+        existing = self._read_namespace(namespace)
         if existing is None:
             body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": labels}}
             try:
                 _call(core.create_namespace, body)
             except ExecutorError as exc:
-                if _status_code(exc) != 409:  # made meanwhile by another worker: checked below next time
+                if _status_code(exc) != 409:
                     raise
-        else:
+                # Made meanwhile (another worker, or someone else): whose it is is checked as for any other.
+                existing = self._read_namespace(namespace) or {}
+        if existing is not None:
             theirs = (existing.get("metadata") or {}).get("labels") or {}
             identity = (projects.LABEL_MANAGED_BY, LABEL_INSTALLATION, projects.LABEL_PROJECT_ID)
             if any(theirs.get(key) != labels[key] for key in identity if key in labels):
@@ -789,6 +786,14 @@ class KubernetesExecutor(Executor):
             if any(theirs.get(key) != value for key, value in labels.items()):
                 _call(core.patch_namespace, namespace, {"metadata": {"labels": labels}})
         self._ensure_quota(namespace, labels, isolation.get("quota"), dict(isolation.get("annotations") or {}))
+
+    def _read_namespace(self, name: str) -> dict | None:
+        try:
+            return self._to_dict(_call(self._apis["core"].read_namespace, name))
+        except ExecutorError as exc:
+            if _status_code(exc) != 404:
+                raise
+            return None
 
     def _ensure_quota(self, namespace: str, labels: dict, hard: dict | None, annotations: dict) -> None:
         core = self._apis["core"]
