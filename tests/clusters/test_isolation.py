@@ -10,9 +10,11 @@ import pytest
 from apps.clusters.isolation import isolation_settings, project_limits, slurm_isolation
 from apps.clusters.models import GPUModel
 from apps.control import jobs
+from apps.control.health import check_cluster_health
 from apps.control.jobspec import job_spec
 from apps.control.models import Installation
 from tests.api.base import client_for
+from tests.executors.test_slurm_accounts import no_accounting  # noqa: F401 - a slurmrestd without accounting
 from tests.factories import ClusterFactory, DeviceFactory, NodeFactory, TaskFactory
 
 CLUSTERS = "/api/v1/clusters/"
@@ -109,3 +111,17 @@ def test_a_quota_save_queues_a_mirror_update_only_where_a_cluster_is_per_project
         world.quota.delete()
     expected = (jobs.sync_project_isolation, (world.project.pk, world.vdc.pk))
     assert queued == [expected, expected]
+
+
+def test_health_of_a_per_project_slurm_cluster_without_accounting_says_isolation_is_degraded(
+    world,
+    no_accounting,  # noqa: F811
+):
+    cluster = ClusterFactory(vdc=world.vdc, name="slurm-noacct", cluster_type="slurm", endpoint=no_accounting,
+                             namespace="hcs", project_isolation="per_project", status="unknown")  # fmt: skip
+    cluster.set_credentials({"token": "t", "user": "hcs"})
+    cluster.save()
+    cluster = check_cluster_health(cluster)
+    assert cluster.status == "healthy"
+    assert "project isolation degraded" in cluster.status_message
+    assert "Jobs run under the submitting user's default account" in cluster.status_message

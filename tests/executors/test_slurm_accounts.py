@@ -113,7 +113,7 @@ def test_health_of_a_per_project_cluster_with_accounting_is_not_degraded(per_pro
 
 
 class _NoAccounting(BaseHTTPRequestHandler):
-    """A slurmrestd without the accounting plugin: a ping, a submit, and a plain-text 404 elsewhere."""
+    """A slurmrestd without the accounting plugin: ping, nodes, submit, and a plain-text 404 elsewhere."""
 
     submitted: list[dict] = []
 
@@ -128,6 +128,9 @@ class _NoAccounting(BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802
         if self.path.endswith("/ping"):
             self._json({"meta": {"Slurm": {"release": "22.05.8"}}, "pings": [{"hostname": "ctl", "ping": "UP"}]})
+            return
+        if self.path.endswith("/slurm/v0.0.38/nodes"):
+            self._json({"nodes": [{"name": "node-1", "state": "IDLE", "state_flags": []}], "errors": []})
             return
         self.send_response(404)
         self.send_header("Content-Type", "text/plain")
