@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A real Slurm 22.05 cluster on this host for development and tests (see docs/slurm.md).
 #
-#   scripts/dev_slurm.sh start    install if needed, start munge, slurmctld, 4 slurmd, slurmrestd;
+#   scripts/dev_slurm.sh start    install if needed, start munge, slurmdbd (accounting in the local MariaDB),
+#                                 slurmctld, 4 slurmd, slurmrestd;
 #                                 wait until the nodes are idle and the REST API answers; print env
 #   scripts/dev_slurm.sh env      print the env lines (fresh JWT) for a running cluster
 #   scripts/dev_slurm.sh status   show what runs
@@ -13,11 +14,31 @@ set -euo pipefail
 # The daemons outlive whoever started them: run from a directory that always exists (a test checkout may
 # be deleted while they run, and slurmrestd then fails every job submission with "getcwd failed").
 cd /
+# Nor may they keep a descriptor this script inherited: a caller's lock file (flock LOCK dev_slurm.sh start)
+# would stay locked for as long as the daemons run.
+for fd_path in /proc/$$/fd/*; do
+    fd="${fd_path##*/}"
+    if [[ $fd -gt 2 && $fd -ne 255 ]]; then eval "exec $fd>&-" 2>/dev/null || true; fi
+done
+unset fd_path fd
 
 STATE_DIR="${HCS_SLURM_DIR:-/var/lib/hcs-slurm}"
 REST_PORT="${HCS_SLURM_REST_PORT:-6820}"
 CTLD_PORT="${HCS_SLURM_CTLD_PORT:-16817}"
 SLURMD_BASE_PORT="${HCS_SLURM_SLURMD_PORT:-16900}"
+DBD_PORT="${HCS_SLURM_DBD_PORT:-16819}"
+# Slurm accounting (per-project accounts, docs/slurm.md) keeps its tables in this MariaDB / MySQL database.
+DB_HOST="${HCS_SLURM_DB_HOST:-127.0.0.1}"
+DB_PORT="${HCS_SLURM_DB_PORT:-3306}"
+DB_USER="${HCS_SLURM_DB_USER:-root}"
+DB_PASS="${HCS_SLURM_DB_PASS:-}"
+DB_NAME="${HCS_SLURM_DB_NAME:-hcs_slurm_acct}"
+CLUSTER_NAME="hcs-dev"
+# The account the job user's jobs are charged to when the portal names none (shared clusters).
+SHARED_ACCOUNT="hcs-shared"
+# 1: slurmdbd and accounting; 0 (set by start when the database server cannot be reached): none, as a cluster
+# without slurmdbd runs (per-project accounts then fall back, docs/slurm.md).
+ACCOUNTING=1
 JOB_USER="${HCS_SLURM_USER:-hcs}"
 REST_USER="slurmrest"
 PARTITION="hcs"
@@ -46,6 +67,7 @@ pid_alive() { # pid_alive PIDFILE -> 0 when the recorded process runs (readable 
 installed() {
     command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v sinfo >/dev/null \
         && command -v slurmrestd >/dev/null && command -v munged >/dev/null && command -v curl >/dev/null \
+        && command -v slurmdbd >/dev/null && command -v sacctmgr >/dev/null && command -v mysql >/dev/null \
         && compgen -G "/usr/lib/*/slurm-wlm/auth_jwt.so" >/dev/null
 }
 
@@ -73,11 +95,11 @@ adopt() { # adopt PIDFILE PROGRAM [ARG] -> 0 when the daemon runs (recording its
 install_packages() {
     installed && return
     command -v apt-get >/dev/null || die "Slurm is not installed and apt-get is not available"
-    log "installing slurm-wlm, munge and slurmrestd from Debian"
+    log "installing slurm-wlm, munge, slurmrestd and slurmdbd from Debian"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q >"$LOG/apt.log" 2>&1 || die "apt-get update failed (see $LOG/apt.log)"
     apt-get install -y -q --no-install-recommends slurm-wlm slurmd slurmctld slurm-client munge \
-        slurmrestd slurm-wlm-jwt-plugin curl >>"$LOG/apt.log" 2>&1 \
+        slurmrestd slurm-wlm-jwt-plugin slurmdbd mariadb-client curl >>"$LOG/apt.log" 2>&1 \
         || die "apt-get install failed (see $LOG/apt.log)"
     installed || die "Slurm packages installed but a program or the JWT plugin is missing"
 }
@@ -145,7 +167,7 @@ SlurmdDebug=info
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
+$(accounting_conf)
 JobCompType=jobcomp/none
 MpiDefault=none
 SchedulerType=sched/backfill
@@ -157,7 +179,7 @@ GresTypes=gpu
 # The virtual nodes claim more CPUs and memory than this host has; trust slurm.conf.
 SlurmdParameters=config_overrides
 ReturnToService=2
-# Finished jobs stay visible to listings and status queries for 5 minutes (Slurm's default; no accounting database).
+# Finished jobs stay visible to listings and status queries for 5 minutes (Slurm's default; sacct keeps them after).
 MinJobAge=300
 KillWait=5
 # A dead slurmd is noticed within ~10 s (the fault tests kill one); pings every SlurmdTimeout/3.
@@ -183,6 +205,26 @@ NodeName=${NODES[0]},${NODES[1]} Name=gpu Type=a100 File=${GPU_PREFIX}[0-7]
 NodeName=${NODES[2]},${NODES[3]} Name=gpu Type=v100 File=${GPU_PREFIX}[8-11]
 EOF
 
+    cat >"$ETC/slurmdbd.conf.new" <<EOF
+# Written by scripts/dev_slurm.sh; regenerated on every start.
+AuthType=auth/munge
+AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key=$ETC/jwt_hs256.key
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort=$DBD_PORT
+SlurmUser=root
+PidFile=$RUN/slurmdbd.pid
+LogFile=$LOG/slurmdbd.log
+DebugLevel=info
+StorageType=accounting_storage/mysql
+StorageHost=$DB_HOST
+StoragePort=$DB_PORT
+StorageUser=$DB_USER
+StorageLoc=$DB_NAME
+EOF
+    if [[ -n "$DB_PASS" ]]; then echo "StoragePass=$DB_PASS" >>"$ETC/slurmdbd.conf.new"; fi
+
     cat >"$ETC/cgroup.conf.new" <<EOF
 # Not used by proctrack/linuxproc + task/none; present so nothing tries to mount cgroups.
 CgroupAutomount=no
@@ -191,8 +233,9 @@ ConstrainDevices=no
 ConstrainRAMSpace=no
 EOF
     local file
-    for file in slurm.conf gres.conf cgroup.conf; do
+    for file in slurm.conf gres.conf cgroup.conf slurmdbd.conf; do
         chmod 0644 "$ETC/$file.new"
+        [[ $file == slurmdbd.conf ]] && chmod 0600 "$ETC/$file.new" # slurmdbd refuses a readable one
         if cmp -s "$ETC/$file.new" "$ETC/$file"; then
             rm "$ETC/$file.new"
         else
@@ -222,6 +265,59 @@ start_munge() {
     die "munged did not come up"
 }
 
+accounting_conf() {
+    if [[ $ACCOUNTING -eq 0 ]]; then
+        echo "# No accounting database could be reached when this was written (see dev_slurm.sh start's log)."
+        echo "AccountingStorageType=accounting_storage/none"
+        return
+    fi
+    cat <<EOF
+# Accounting through slurmdbd (per-project accounts with GrpTRES); jobs need an association (the job user has
+# the shared account by default), and association limits hold.
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoragePort=$DBD_PORT
+AccountingStorageTRES=gres/gpu
+AccountingStorageEnforce=associations,limits
+EOF
+}
+
+db() { # db SQL -> run SQL on the accounting database server
+    MYSQL_PWD="$DB_PASS" mysql -h "$DB_HOST" -P "$DB_PORT" -u "$DB_USER" -N -B -e "$1"
+}
+
+start_slurmdbd() {
+    adopt "$RUN/slurmdbd.pid" slurmdbd && return
+    db "CREATE DATABASE IF NOT EXISTS \`$DB_NAME\`" 2>"$LOG/db.log" \
+        || die "cannot reach MariaDB as $DB_USER@$DB_HOST:$DB_PORT to create $DB_NAME: $(cat "$LOG/db.log")"
+    slurmdbd 9>&- 2>>"$LOG/slurmdbd.log" || true
+    for _ in $(seq 100); do
+        sacctmgr -n -P show cluster format=cluster >/dev/null 2>&1 && return
+        sleep 0.2
+    done
+    die "slurmdbd did not answer: $(tail -n 5 "$LOG/slurmdbd.log")"
+}
+
+ensure_accounting() {
+    # The cluster, the shared account and the job user's association to it; each added once.
+    sacctmgr -n -P show cluster format=cluster | grep -qx "$CLUSTER_NAME" \
+        || sacctmgr -i add cluster "$CLUSTER_NAME" >/dev/null
+    sacctmgr -n -P show account "$SHARED_ACCOUNT" format=account | grep -qx "$SHARED_ACCOUNT" \
+        || sacctmgr -i add account "$SHARED_ACCOUNT" cluster="$CLUSTER_NAME" \
+            description="jobs that name no project account" organization=hcs >/dev/null
+    # Operator: the portal (as the job user, through slurmrestd) adds project accounts and their limits.
+    sacctmgr -n -P show user "$JOB_USER" format=user | grep -qx "$JOB_USER" \
+        || sacctmgr -i add user "$JOB_USER" account="$SHARED_ACCOUNT" defaultaccount="$SHARED_ACCOUNT" \
+            cluster="$CLUSTER_NAME" adminlevel=Operator >/dev/null
+}
+
+accounting_mismatch() { # 0 when the running slurmctld does not use the accounting this config names
+    local running wanted=accounting_storage/slurmdbd
+    [[ $ACCOUNTING -eq 1 ]] || wanted=accounting_storage/none
+    running="$(scontrol show config 2>/dev/null | sed -n 's/^AccountingStorageType *= *//p')"
+    [[ -n "$running" && "$running" != "$wanted" ]]
+}
+
 start_slurmctld() {
     adopt "$RUN/slurmctld.pid" slurmctld && return
     slurmctld -f "$SLURM_CONF" 9>&-
@@ -245,10 +341,11 @@ rest_ok() {
 start_slurmrestd() {
     adopt "$RUN/slurmrestd.pid" slurmrestd "127.0.0.1:$REST_PORT" && return
     # slurmrestd refuses to run as root or SlurmUser; SLURM_JWT=daemon makes it pass each
-    # request's user token on to slurmctld. Only the slurmctld API plugins: the slurmdbd ones
-    # are fatal without an accounting database.
+    # request's user token on to slurmctld and slurmdbd. dbv0.0.38: accounts and associations.
+    local plugins=openapi/v0.0.38,openapi/v0.0.37
+    if [[ $ACCOUNTING -eq 1 ]]; then plugins+=,openapi/dbv0.0.38; fi # fatal without slurmdbd
     setsid runuser -u "$REST_USER" -- env SLURM_CONF="$SLURM_CONF" SLURM_JWT=daemon \
-        slurmrestd -a rest_auth/jwt -s openapi/v0.0.38,openapi/v0.0.37 "127.0.0.1:$REST_PORT" \
+        slurmrestd -a rest_auth/jwt -s "$plugins" "127.0.0.1:$REST_PORT" \
         </dev/null >>"$LOG/slurmrestd.log" 2>&1 9>&- &
     echo $! >"$RUN/slurmrestd.pid"
 }
@@ -283,6 +380,8 @@ SLURM_API_VERSION=v0.0.38
 SLURM_PARTITION=$PARTITION
 SLURM_OUTPUT_DIR=$OUTPUT_DIR
 SLURM_CONF=$SLURM_CONF
+SLURM_CLUSTER=$CLUSTER_NAME
+SLURM_SHARED_ACCOUNT=$SHARED_ACCOUNT
 EOF
 }
 
@@ -317,9 +416,25 @@ cmd_start() {
     install_packages
     ensure_users
     ensure_fake_gpus
+    if ! db "SELECT 1" >/dev/null 2>"$LOG/db.log"; then
+        # Slurm itself still runs for everyone; only per-project accounts need the database.
+        log "warning: no MariaDB / MySQL as $DB_USER@$DB_HOST:$DB_PORT ($(head -c 300 "$LOG/db.log")): running without accounting"
+        ACCOUNTING=0
+    fi
     write_config
     start_munge
-    if [[ $CONFIG_CHANGED -eq 1 ]] && adopt "$RUN/slurmctld.pid" slurmctld; then
+    if [[ $ACCOUNTING -eq 1 ]]; then
+        start_slurmdbd
+        ensure_accounting
+    fi
+    if adopt "$RUN/slurmctld.pid" slurmctld && accounting_mismatch; then
+        # The accounting plugin is read only at startup; jobs survive the restart (StateSaveLocation).
+        log "slurmctld runs with other accounting than configured; restarting it and slurmrestd"
+        stop_pidfile slurmctld "$RUN/slurmctld.pid"
+        if adopt "$RUN/slurmrestd.pid" slurmrestd "127.0.0.1:$REST_PORT"; then
+            stop_pidfile slurmrestd "$RUN/slurmrestd.pid"
+        fi
+    elif [[ $CONFIG_CHANGED -eq 1 ]] && adopt "$RUN/slurmctld.pid" slurmctld; then
         log "configuration changed; reconfiguring the running cluster"
         scontrol reconfigure
     fi
@@ -351,6 +466,7 @@ cmd_stop() {
         stop_pidfile "slurmd $node" "$RUN/slurmd-$node.pid"
     done
     stop_pidfile slurmctld "$RUN/slurmctld.pid"
+    stop_pidfile slurmdbd "$RUN/slurmdbd.pid"
     # Daemons of this cluster that lost their pid file (e.g. to a crash of this script).
     local pid
     for _ in 1 2 3 4 5 6; do
@@ -374,7 +490,7 @@ cmd_stop() {
 
 cmd_status() {
     local node rc=0
-    for name in slurmctld slurmrestd; do
+    for name in slurmdbd slurmctld slurmrestd; do
         if pid_alive "$RUN/$name.pid"; then echo "$name: running"; else
             echo "$name: stopped"
             rc=1
@@ -393,7 +509,7 @@ cmd_status() {
 
 # Everything but status needs root; use passwordless sudo when it is there.
 if [[ $EUID -ne 0 && "${1:-}" =~ ^(start|stop|env)$ ]] && command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
-    exec sudo -n --preserve-env=HCS_SLURM_DIR,HCS_SLURM_REST_PORT,HCS_SLURM_CTLD_PORT,HCS_SLURM_SLURMD_PORT,HCS_SLURM_USER,HCS_SLURM_TOKEN_LIFESPAN,HCS_SLURM_WAIT_S \
+    exec sudo -n --preserve-env=HCS_SLURM_DIR,HCS_SLURM_REST_PORT,HCS_SLURM_CTLD_PORT,HCS_SLURM_SLURMD_PORT,HCS_SLURM_DBD_PORT,HCS_SLURM_DB_HOST,HCS_SLURM_DB_PORT,HCS_SLURM_DB_USER,HCS_SLURM_DB_PASS,HCS_SLURM_DB_NAME,HCS_SLURM_USER,HCS_SLURM_TOKEN_LIFESPAN,HCS_SLURM_WAIT_S \
         "$0" "$@"
 fi
 

@@ -46,7 +46,7 @@ class ClusterAdmin(admin.ModelAdmin):
         "name", "vdc", "cluster_type", "status_badge", "enabled", "node_count", "gpu_count", "capacity_gpu",
         "allocated_gpu", "card_utilisation", "running_tasks", "last_heartbeat",
     )  # fmt: skip
-    list_filter = ("vdc", "cluster_type", "status", "enabled")
+    list_filter = ("vdc", "cluster_type", "status", "enabled", "project_isolation")
     search_fields = ("name", "description", "endpoint", "namespace", "vdc__name")
     list_select_related = ("vdc",)
     autocomplete_fields = ("vdc",)
@@ -81,6 +81,15 @@ class ClusterAdmin(admin.ModelAdmin):
             {"fields": ("priority", "weight", "cost_weight", "labels", "max_tasks_per_user", "max_total_tasks")},
         ),
         ("Volumes", {"fields": ("allowed_host_paths",)}),
+        (
+            "Project isolation",
+            {
+                "fields": ("project_isolation", "isolation_prefix"),
+                "description": "Per project: each project gets its own Kubernetes namespace with a ResourceQuota, "
+                "or its own Slurm account with GrpTRES, both mirroring its quota in this VDC and kept in step when "
+                "the quota changes (docs/kubernetes.md, docs/slurm.md).",
+            },
+        ),
         (
             "Admission webhook",
             {

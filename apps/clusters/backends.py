@@ -8,7 +8,7 @@ from collections import OrderedDict
 
 from django.conf import settings
 
-from apps.clusters.choices import ClusterType
+from apps.clusters.choices import ClusterType, ProjectIsolation
 from apps.clusters.executors.base import Executor, ExecutorError
 from apps.clusters.models import Cluster
 
@@ -47,7 +47,7 @@ def executor_for(cluster: Cluster) -> Executor:
             return _local_executors[base_dir]
     key = (cluster.pk, cluster.cluster_type, cluster.endpoint, cluster.api_version, cluster.namespace,
            cluster.credentials_encrypted, json.dumps(cluster.labels or {}, sort_keys=True), cluster.checkpoint_root,
-           cluster.checkpoint_storage_class, cluster.checkpoint_size_gib)  # fmt: skip
+           cluster.checkpoint_storage_class, cluster.checkpoint_size_gib, cluster.project_isolation)  # fmt: skip
     with _lock:
         cached = _remote_executors.get(key)
         if cached is not None:
@@ -89,6 +89,8 @@ def _remote_executor(cluster: Cluster) -> Executor:
             gres_types={k.removeprefix("slurm-gres."): v for k, v in labels.items() if k.startswith("slurm-gres.")},
             checkpoint_root=cluster.checkpoint_root,
             vram_library=labels.get("vram-library", ""),  # where the nodes have the VRAM interceptor
+            per_project=cluster.project_isolation == ProjectIsolation.PER_PROJECT,
+            cluster_name=labels.get("slurm-cluster", ""),  # its name in Slurm accounting, when slurmdbd has several
         )
     if cluster.cluster_type == ClusterType.KUBERNETES:
         from apps.clusters.executors.kubernetes import KubernetesExecutor  # noqa: PLC0415
@@ -103,5 +105,6 @@ def _remote_executor(cluster: Cluster) -> Executor:
             verify_ssl=bool(credentials.get("verify_ssl", True)),
             checkpoint_storage_class=cluster.checkpoint_storage_class,
             checkpoint_size_gib=cluster.checkpoint_size_gib,
+            per_project=cluster.project_isolation == ProjectIsolation.PER_PROJECT,
         )
     raise ExecutorError(f"cluster {cluster.name}: unknown cluster type {cluster.cluster_type!r}", retryable=False)

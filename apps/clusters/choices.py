@@ -9,6 +9,13 @@ class ClusterType(models.TextChoices):
     LOCAL = "local", "Local processes"
 
 
+class ProjectIsolation(models.TextChoices):
+    """How a Kubernetes or Slurm cluster keeps projects apart (docs/kubernetes.md, docs/slurm.md)."""
+
+    SHARED = "shared", "Shared (one namespace / account for every project)"
+    PER_PROJECT = "per_project", "Per project (a namespace / account per project, with its quota)"
+
+
 class ClusterStatus(models.TextChoices):
     UNKNOWN = "unknown", "Not checked yet"  # a new cluster, until its first health check (it takes no work)
     HEALTHY = "healthy", "Healthy"

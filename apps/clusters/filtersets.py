@@ -62,6 +62,8 @@ class ClusterFilterSet(BaseFilterSet):
             "checkpoint_root": ["exact"],
             "checkpoint_storage_class": ["exact"],
             "checkpoint_size_gib": NUMBER,
+            "project_isolation": ["exact", "in"],
+            "isolation_prefix": ["exact"],
             "created_at": TIME,
             "updated_at": TIME,
         }

@@ -20,6 +20,7 @@ from apps.clusters.choices import (
     NodeStatus,
     Partition,
     Sharing,
+    ProjectIsolation,
     Vendor,
 )
 from apps.clusters.crypto import decrypt_json, encrypt_json
@@ -203,6 +204,19 @@ def validate_namespaces(value) -> None:
         raise ValidationError("Expected each namespace once.")
 
 
+# What project namespaces (Kubernetes) and accounts (Slurm) are named from: <prefix><project>.
+_ISOLATION_PREFIX_RE = re.compile(r"^[a-z][-a-z0-9]{0,19}$")
+
+
+def validate_isolation_prefix(value: str) -> None:
+    """A prefix of per-project namespace / account names: a lowercase letter, then letters, digits or '-'."""
+    if not _ISOLATION_PREFIX_RE.match(value):
+        raise ValidationError(
+            f"Expected a prefix of 1 to 20 lowercase letters, digits or '-', starting with a letter (e.g. hcs-), "
+            f"got {value!r}."
+        )
+
+
 class ClusterQuerySet(models.QuerySet):
     def schedulable(self) -> ClusterQuerySet:
         """Clusters that take new tasks: enabled, and healthy or degraded."""
@@ -270,6 +284,20 @@ class Cluster(models.Model):
         help_text="Kubernetes: namespaces whose pods the admission webhook injects the vendor runtime into, "
         "whoever creates them (docs/kubernetes.md); empty: none",
     )
+    project_isolation = models.CharField(
+        max_length=16,
+        choices=ProjectIsolation.choices,
+        default=ProjectIsolation.SHARED,
+        help_text="Kubernetes: a namespace per project with a ResourceQuota mirroring its quota; Slurm: an account "
+        "per project with GrpTRES (needs Slurm accounting). Shared: every project in the cluster's namespace / "
+        "the submitting user's default account",
+    )
+    isolation_prefix = models.CharField(
+        max_length=20,
+        default="hcs-",
+        validators=[validate_isolation_prefix],
+        help_text="Per project: namespaces and accounts are named <prefix><project>, e.g. hcs-vision",
+    )
     # SHA-256 of the token the cluster's API server presents to the admission webhook; empty: webhook off.
     webhook_token_hash = models.CharField(max_length=64, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -312,6 +340,10 @@ class Cluster(models.Model):
             )
         if self.cluster_type == ClusterType.SLURM and not self.namespace:
             raise ValidationError({"namespace": "Expected the Slurm partition jobs go to."})
+        if self.project_isolation == ProjectIsolation.PER_PROJECT and self.cluster_type == ClusterType.LOCAL:
+            raise ValidationError(
+                {"project_isolation": "Expected shared on a local cluster: it has no namespaces or accounts."}
+            )
 
 
 class Node(models.Model):

@@ -129,3 +129,44 @@ def check_clusters() -> None:
 
     for cluster in Cluster.objects.filter(enabled=True):
         check_cluster_health(cluster)
+
+
+# A quota change that could not reach a cluster is tried again this often (the next submit ensures it anyway).
+ISOLATION_RETRY_S, ISOLATION_RETRIES = 30, 10
+
+
+@shared_task(bind=True, ignore_result=True, max_retries=ISOLATION_RETRIES)
+def sync_project_isolation(self, project_id: int, vdc_id: int) -> None:
+    """Bring a project's namespace / account on every per-project cluster of the VDC in step with its quota."""
+    from apps.clusters.executors.base import ExecutorError  # noqa: PLC0415
+    from apps.clusters.isolation import clusters_to_sync, sync_project  # noqa: PLC0415
+    from apps.control.models import Installation  # noqa: PLC0415
+    from apps.vdc.models import Project  # noqa: PLC0415
+
+    project = Project.objects.filter(pk=project_id).first()
+    if project is None:
+        return
+    installation = Installation.current().uid.hex
+    retry = False
+    for cluster in clusters_to_sync(vdc_id):
+        try:
+            sync_project(cluster, project, installation)
+        except ExecutorError as exc:
+            log.warning("quota of %s on %s not mirrored: %s", project.name, cluster.name, exc)
+            retry = retry or exc.retryable
+    if retry:
+        raise self.retry(countdown=ISOLATION_RETRY_S)
+
+
+def on_quota_changed(sender, instance, **kwargs) -> None:
+    """A project quota was saved or deleted: mirror it on the VDC's per-project clusters after the commit."""
+    from django.db import transaction  # noqa: PLC0415
+
+    from apps.clusters.isolation import clusters_to_sync  # noqa: PLC0415
+    from apps.control.triggers import enqueue  # noqa: PLC0415
+
+    if not clusters_to_sync(instance.vdc_id):
+        return
+    project_id, vdc_id = instance.project_id, instance.vdc_id
+    # Lost with a broken broker: the project's next submit on each cluster ensures its limits again.
+    transaction.on_commit(lambda: enqueue(sync_project_isolation, project_id, vdc_id, expires=3600))

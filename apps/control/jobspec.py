@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from apps.clusters.choices import ClusterType
 from apps.clusters.executors.base import (
     LABEL_ATTEMPT,
     LABEL_INSTALLATION,
@@ -16,6 +17,7 @@ from apps.clusters.executors.base import (
 )
 from apps.clusters.executors.k8s_manifests import runtime_classes
 from apps.clusters.gpuspec import GPURequest, GPUSpecError, parse_gpu_spec
+from apps.clusters.isolation import isolation_settings
 from apps.clusters.models import GPUModel
 from apps.remotegpu.keys import remote_gpu_secrets
 from apps.tasks.models import Task
@@ -139,7 +141,12 @@ def job_spec(task: Task, installation: str) -> JobSpec:
         "allowed_host_paths": list(task.cluster.allowed_host_paths or ()),
         # Kubernetes: the RuntimeClass per vendor (cluster labels runtime-class-<vendor>), none by default.
         "runtime_classes": runtime_classes(task.cluster.labels) or None,
+        # Per-project clusters: the project's namespace / account, ensured by the executor before it submits.
+        "isolation": isolation_settings(task.cluster, task.project, installation),
     }  # fmt: skip
+    namespace = task.cluster.namespace
+    if settings["isolation"] and task.cluster.cluster_type == ClusterType.KUBERNETES:
+        namespace = settings["isolation"]["namespace"]
     return JobSpec(
         task_id=task.pk,
         attempt=task.attempt,
@@ -165,7 +172,7 @@ def job_spec(task: Task, installation: str) -> JobSpec:
             )
             for p in placements
         ),
-        namespace=task.cluster.namespace,
+        namespace=namespace,
         time_limit_s=int(task.wall_time.total_seconds()) if task.wall_time else None,
         labels=owner_labels(task, installation),
         settings={k: v for k, v in settings.items() if v not in (None, "")},

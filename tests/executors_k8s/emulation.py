@@ -6,19 +6,36 @@ import datetime
 import uuid
 
 import kmock
+from kmock._internal import parsing
 
 RESOURCES = {
     "v1/pods": "Pod",
     "v1/services": "Service",
     "v1/secrets": "Secret",
     "v1/persistentvolumeclaims": "PersistentVolumeClaim",
+    "v1/resourcequotas": "ResourceQuota",
     "networking.k8s.io/v1/ingresses": "Ingress",
     "autoscaling/v2/horizontalpodautoscalers": "HorizontalPodAutoscaler",
     "batch/v1/jobs": "Job",
     "apps/v1/deployments": "Deployment",
     "batch.volcano.sh/v1alpha1/jobs": "Job",
 }
-CLUSTER_RESOURCES = {"v1/nodes": "Node"}
+CLUSTER_RESOURCES = {"v1/nodes": "Node", "v1/namespaces": "Namespace"}
+
+
+_parse_path = parsing.parse_path
+
+
+def _parse_namespace_path(path: str) -> parsing.ParsedPath:
+    """kmock's path parser, also reading Namespace objects themselves (``/api/v1/namespaces[/<name>]``), which
+    it takes for the namespace prefix of a namespaced path and fails on."""
+    parts = path.strip("/").split("/")
+    if parts[:3] == ["api", "v1", "namespaces"] and len(parts) <= 4:
+        return parsing.ParsedPath("", "v1", "namespaces", None, parts[3] if len(parts) == 4 else None, None)
+    return _parse_path(path)
+
+
+parsing.parse_path = _parse_namespace_path
 
 
 def _selector_matches(labels: dict[str, str], selector: str) -> bool:

@@ -64,7 +64,8 @@ class ClusterSerializer(ModelCleanMixin, serializers.ModelSerializer):
             "credentials", "has_credentials", "namespace", "status", "status_message", "last_heartbeat",
             "missed_heartbeats", "enabled", "is_schedulable", "priority", "weight", "cost_weight", "labels",
             "max_tasks_per_user", "max_total_tasks", "allowed_host_paths", "checkpoint_root",
-            "checkpoint_storage_class", "checkpoint_size_gib", "webhook_namespaces", "created_at", "updated_at",
+            "checkpoint_storage_class", "checkpoint_size_gib", "webhook_namespaces", "project_isolation",
+            "isolation_prefix", "created_at", "updated_at",
         ]  # fmt: skip
         read_only_fields = [
             "status", "status_message", "last_heartbeat", "missed_heartbeats", "enabled", "created_at", "updated_at"

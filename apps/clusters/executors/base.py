@@ -426,6 +426,10 @@ class Executor(abc.ABC):
         """The backend's view of its nodes, in one call; None when the backend has no such view (local)."""
         return None
 
+    def ensure_project(self, isolation: dict) -> None:
+        """Create or update a project's namespace / account and its limits (per-project clusters only)."""
+        raise ExecutorError(f"{type(self).__name__} has no per-project namespaces or accounts", retryable=False)
+
     @abc.abstractmethod
     def health(self) -> str:
         """Raise ExecutorError when the backend cannot be reached; return a short status line otherwise."""

@@ -22,6 +22,7 @@ from kubernetes.stream.ws_client import RESIZE_CHANNEL
 from kubernetes.utils import parse_quantity
 
 from apps.clusters.executors import k8s_manifests as m
+from apps.clusters.executors import projects
 from apps.clusters.executors.base import (
     LABEL_ATTEMPT,
     LABEL_INSTALLATION,
@@ -472,15 +473,18 @@ class KubernetesExecutor(Executor):
         verify_ssl: bool = True,
         checkpoint_storage_class: str = "",
         checkpoint_size_gib: int | None = None,
+        per_project: bool = False,
     ):
         """Connect with, in this order: a ready ApiClient, a kubeconfig (path, YAML text or dict),
         host (+ bearer token, CA as a path or PEM text), or the in-cluster service account / the
         default kubeconfig. With ``checkpoint_size_gib``, every training task gets a checkpoint volume claim
-        of that size (of ``checkpoint_storage_class``, else the cluster's default class)."""
+        of that size (of ``checkpoint_storage_class``, else the cluster's default class). ``per_project``: jobs
+        go to a namespace per project (:meth:`ensure_project`), which listings must reach."""
         self.api_client = api_client or _make_api_client(host, token, kubeconfig, ca_cert, verify_ssl)
         self.checkpoint_storage_class = checkpoint_storage_class
         self.checkpoint_size_gib = checkpoint_size_gib
         self.namespace = namespace
+        self.per_project = per_project
         self.ingress_domain = ingress_domain
         self.ingress_class = ingress_class
         self._apis = {
@@ -607,6 +611,9 @@ class KubernetesExecutor(Executor):
         The Secret comes first because a pod whose Secret is missing fails to start; it is then given the
         workload as owner, so it goes with it like the other objects.
         """
+        isolation = spec.settings.get("isolation")
+        if isolation:
+            self.ensure_project(isolation)
         manifests = self.manifests(spec)
         namespace = spec.namespace or self.namespace
         workload = m.workload_of(spec)
@@ -842,7 +849,9 @@ class KubernetesExecutor(Executor):
         """Delete the task's checkpoint volume claim (its volume goes by the storage class's reclaim policy)."""
         if not TASK_UID_RE.match(task_uid):
             raise ExecutorError(f"invalid task uid: {task_uid!r}", retryable=False)
-        self._delete("PersistentVolumeClaim", self.namespace, m.checkpoint_claim_name(task_uid), "Background")
+        # The claim is where the task's jobs ran: the cluster's namespace, or its project's namespace.
+        for namespace in self._job_namespaces({}):
+            self._delete("PersistentVolumeClaim", namespace, m.checkpoint_claim_name(task_uid), "Background")
 
     def list_by_owner(self, labels: dict[str, str]) -> list[JobState]:
         """States of the workloads (Pods, Jobs, Volcano Jobs, Deployments) carrying all ``labels``.
@@ -850,16 +859,22 @@ class KubernetesExecutor(Executor):
         Pods carry the task labels too, so one pod listing serves every workload's state, its replicas
         (pods not terminating) and its nodes.
         """
+        states = []
+        for namespace in self._job_namespaces(labels):
+            states += self._states_in(namespace, labels)
+        return states
+
+    def _states_in(self, namespace: str, labels: dict[str, str]) -> list[JobState]:
         selector = m.selector_for(labels)
         pods_by_task: dict[str, list[dict]] = {}
-        for pod in sorted(self._list("Pod", self.namespace, selector), key=lambda p: p["metadata"]["name"]):
+        for pod in sorted(self._list("Pod", namespace, selector), key=lambda p: p["metadata"]["name"]):
             pods_by_task.setdefault(pod["metadata"].get("labels", {}).get(m.LABEL_NAME, ""), []).append(pod)
         states = []
         for workload in m.WORKLOADS:
             workload_selector = ",".join(s for s in (selector, f"{m.LABEL_WORKLOAD}={workload}") if s)
-            for obj in self._list(_WORKLOAD_KIND.get(workload, workload), self.namespace, workload_selector):
+            for obj in self._list(_WORKLOAD_KIND.get(workload, workload), namespace, workload_selector):
                 meta = obj["metadata"]
-                ext_id = m.external_id(meta.get("namespace") or self.namespace, workload, meta["name"])
+                ext_id = m.external_id(meta.get("namespace") or namespace, workload, meta["name"])
                 pods = [obj] if workload == m.WORKLOAD_POD else pods_by_task.get(meta["name"], [])
                 state = pod_state(ext_id, obj) if workload == m.WORKLOAD_POD else _STATE_OF[workload](ext_id, obj, pods)
                 placed = [
@@ -883,6 +898,103 @@ class KubernetesExecutor(Executor):
 
     supports_resize = True
     retries_failed_jobs = True
+
+    # --- per-project namespaces ------------------------------------------------------------
+
+    def _job_namespaces(self, labels: dict[str, str]) -> list[str]:
+        """The cluster's namespace and the project namespaces this installation made (labelled with it).
+
+        Listing namespaces needs a cluster-wide permission: a cluster that never ran per project may lack it,
+        and then has no project namespaces to list (a 403 there reads as none); per project, it is an error.
+        """
+        selector = m.selector_for({projects.LABEL_MANAGED_BY: projects.MANAGED_BY, **labels})
+        try:
+            found = _call(self._apis["core"].list_namespace, label_selector=selector)
+        except ExecutorError as exc:
+            if self.per_project or _status_code(exc) != 403:
+                raise
+            return [self.namespace]
+        names = sorted(self._to_dict(item)["metadata"]["name"] for item in found.items or [])
+        ours = [name for name in names if name != self.namespace]
+        return [self.namespace, *ours]
+
+    def ensure_project(self, isolation: dict) -> None:
+        """Create or bring in step a project's namespace (labels) and its ResourceQuota; idempotent.
+
+        ``isolation``: ``{"namespace", "labels", "quota": spec.hard or None, "annotations"}`` (see
+        :func:`apps.clusters.isolation.kubernetes_isolation`). A namespace of that name that this installation
+        did not make is refused, never taken over. No quota (none, or not enforced) removes the ResourceQuota.
+        """
+        namespace, labels = isolation["namespace"], dict(isolation.get("labels") or {})
+        core = self._apis["core"]
+        existing = self._read_namespace(namespace)
+        if existing is None:
+            body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": labels}}
+            try:
+                _call(core.create_namespace, body)
+            except ExecutorError as exc:
+                if _status_code(exc) != 409:
+                    raise
+                # Made meanwhile (another worker, or someone else): whose it is is checked as for any other.
+                existing = self._read_namespace(namespace) or {}
+        if existing is not None:
+            theirs = (existing.get("metadata") or {}).get("labels") or {}
+            identity = (projects.LABEL_MANAGED_BY, LABEL_INSTALLATION, projects.LABEL_PROJECT_ID)
+            if any(theirs.get(key) != labels[key] for key in identity if key in labels):
+                raise ExecutorError(
+                    f"namespace {namespace} exists but was not made by this portal installation for this project "
+                    f"(labels {', '.join(identity)}); rename it, or set another isolation prefix on the cluster",
+                    retryable=False,
+                )
+            if any(theirs.get(key) != value for key, value in labels.items()):
+                _call(core.patch_namespace, namespace, {"metadata": {"labels": labels}})
+        self._ensure_quota(namespace, labels, isolation.get("quota"), dict(isolation.get("annotations") or {}))
+
+    def _read_namespace(self, name: str) -> dict | None:
+        try:
+            return self._to_dict(_call(self._apis["core"].read_namespace, name))
+        except ExecutorError as exc:
+            if _status_code(exc) != 404:
+                raise
+            return None
+
+    def _ensure_quota(self, namespace: str, labels: dict, hard: dict | None, annotations: dict) -> None:
+        core = self._apis["core"]
+        try:
+            existing = self._to_dict(_call(core.read_namespaced_resource_quota, projects.QUOTA_NAME, namespace))
+        except ExecutorError as exc:
+            if _status_code(exc) != 404:
+                raise
+            existing = None
+        if hard is None:
+            if existing is not None:
+                self._delete_quota(namespace)
+            return
+        if existing is None:
+            body = {
+                "apiVersion": "v1",
+                "kind": "ResourceQuota",
+                "metadata": {"name": projects.QUOTA_NAME, "namespace": namespace, "labels": labels,
+                             "annotations": annotations},
+                "spec": {"hard": dict(hard)},
+            }  # fmt: skip
+            _call(core.create_namespaced_resource_quota, namespace, body)
+            return
+        current = (existing.get("spec") or {}).get("hard") or {}
+        current_notes = (existing.get("metadata") or {}).get("annotations") or {}
+        if _same_quantities(current, hard) and all(current_notes.get(k) == v for k, v in annotations.items()):
+            return
+        # A merge patch: keys the portal no longer limits are removed with null.
+        patch_hard = {key: None for key in current if key not in hard} | dict(hard)
+        patch = {"metadata": {"labels": labels, "annotations": annotations}, "spec": {"hard": patch_hard}}
+        _call(core.patch_namespaced_resource_quota, projects.QUOTA_NAME, namespace, patch)
+
+    def _delete_quota(self, namespace: str) -> None:
+        try:
+            _call(self._apis["core"].delete_namespaced_resource_quota, projects.QUOTA_NAME, namespace)
+        except ExecutorError as exc:
+            if _status_code(exc) != 404:
+                raise
 
     def resize(self, external_id: str, replicas: int, keep_nodes: tuple[str, ...] = ()) -> None:
         """Scale a running workload: an Indexed Job's parallelism and completions together (elastic Indexed
@@ -1018,6 +1130,16 @@ def _desired_replicas(workload: str, obj: dict) -> int | None:
         return None
     replicas = (obj.get("spec") or {}).get("replicas")
     return int(replicas) if replicas is not None else 1
+
+
+def _same_quantities(current: dict, wanted: dict) -> bool:
+    """Whether two ``spec.hard`` maps say the same (the API server may write ``8`` back as ``8`` or ``8000m``)."""
+    if current.keys() != wanted.keys():
+        return False
+    try:
+        return all(parse_quantity(str(current[key])) == parse_quantity(str(wanted[key])) for key in wanted)
+    except ValueError:
+        return False
 
 
 def _is_workload(manifest: dict) -> bool:

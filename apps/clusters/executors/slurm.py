@@ -105,6 +105,7 @@ MAKE_CHECKPOINT_DIR = (
 _PROJECT_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]*$")
 
 ESLURM_INVALID_JOB_ID = 2017
+_NOTHING_FOUND = 9003  # slurmdbd: "Nothing found with query"
 # Slurm errnos worth another try: communication and socket errors, "try again" answers,
 # a controller in standby, and -1 (slurmrestd could not talk to slurmctld at all).
 _RETRYABLE_ERRNOS = {-1, 2007, 2020, 2027}
@@ -153,6 +154,35 @@ def with_secret_files(spec: JobSpec, body: str) -> str:
     lines.append("unset " + " ".join(SECRET_FILE_VARIABLE.format(index=i) for i in range(len(spec.secret_files))))
     lines += ["export HCS_SECRETS_DIR", f"/bin/bash -c {shlex.quote(body)} &", 'wait "$!"', "exit $?"]
     return "\n".join(lines)
+
+
+class AccountingUnavailable(ExecutorError):
+    """slurmrestd has no accounting endpoints: per-project accounts fall back to the shared account."""
+
+    def __init__(self, message: str):
+        super().__init__(message, retryable=False)
+
+
+def _tres_map(tres: list[dict] | None) -> dict[str, int]:
+    """A TRES list of slurmrestd as {"cpu": 8, "mem": 4096, "gres/gpu": 2}, without cleared (-1) entries."""
+    out = {}
+    for entry in tres or ():
+        name = f"{entry.get('type')}/{entry['name']}" if entry.get("name") else str(entry.get("type"))
+        if int(entry.get("count", -1)) >= 0:
+            out[name] = int(entry["count"])
+    return out
+
+
+def _tres_list(wanted: dict[str, int] | None, current: list[dict] | None) -> list[dict]:
+    """The TRES list that sets ``wanted`` and clears (-1) what ``current`` has beyond it."""
+    entries = []
+    for name, count in sorted((wanted or {}).items()):
+        kind, _, sub = name.partition("/")
+        entries.append({"type": kind, "name": sub, "count": int(count)} if sub else {"type": kind, "count": int(count)})
+    for name in sorted(_tres_map(current).keys() - (wanted or {}).keys()):
+        kind, _, sub = name.partition("/")
+        entries.append({"type": kind, "name": sub, "count": -1} if sub else {"type": kind, "count": -1})
+    return entries
 
 
 def slurm_phase(job_state: str) -> JobPhase:
@@ -304,11 +334,15 @@ class SlurmExecutor(Executor):
         slurm_conf: str = "",
         checkpoint_root: str = "",
         vram_library: str = "",
+        per_project: bool = False,
+        cluster_name: str = "",
     ):
         """``gres_types`` maps catalog model names to this site's gres types where they differ from the
         catalog's (a Slurm site names its gres types itself). ``checkpoint_root`` is a directory every node
         shares: training tasks keep their checkpoints in ``<root>/<project>/<task uid>``. ``vram_library`` is
-        where the nodes have the VRAM interceptor (``make vram``), by default where this host builds it."""
+        where the nodes have the VRAM interceptor (``make vram``), by default where this host builds it.
+        ``per_project``: jobs run under an account per project (:meth:`ensure_project`) in Slurm accounting's
+        cluster ``cluster_name`` (empty: the only cluster slurmdbd knows)."""
         self.endpoint = endpoint.rstrip("/")
         self.gres_types = dict(gres_types or {})
         self.user = user
@@ -320,6 +354,8 @@ class SlurmExecutor(Executor):
         self.slurm_conf = slurm_conf  # where this host's slurm.conf is, for srun (Web Console); "" for the default
         self.checkpoint_root = checkpoint_root
         self.vram_library = vram_library or str(DEFAULT_LIBRARY)
+        self.per_project = per_project
+        self.cluster_name = cluster_name
         self._session = requests.Session()
         # The last job listing and when it was asked for, for ``update_time`` (reused while nothing changes).
         self._listing: tuple[int, list[dict]] | None = None
@@ -329,13 +365,14 @@ class SlurmExecutor(Executor):
 
     # -- HTTP -----------------------------------------------------------------------------------
 
-    def _url(self, path: str) -> str:
-        return f"{self.endpoint}/slurm/{self.api_version}/{path}"
+    def _url(self, path: str, api: str = "slurm") -> str:
+        return f"{self.endpoint}/{api}/{self.api_version}/{path}"
 
-    def _call(self, method: str, path: str, payload: dict | None = None) -> tuple[dict, list[dict]]:
-        """One REST call; returns the body and its ``errors``, raising only for transport failures."""
+    def _call(self, method: str, path: str, payload: dict | None = None, api: str = "slurm") -> tuple[dict, list[dict]]:
+        """One REST call (``api``: ``slurm``, or ``slurmdb`` for accounting); returns the body and its ``errors``,
+        raising only for transport failures."""
         try:
-            response = self._session.request(method, self._url(path), json=payload, timeout=self.timeout)
+            response = self._session.request(method, self._url(path, api), json=payload, timeout=self.timeout)
         except requests.RequestException as exc:
             raise ExecutorError(f"cannot reach slurmrestd at {self.endpoint}: {exc}", retryable=True)
         return self._parse(response)
@@ -545,6 +582,11 @@ class SlurmExecutor(Executor):
                 and slurm_phase(str(record.get("job_state"))) != JobPhase.CANCELLED
             ):
                 return str(record["job_id"])
+        isolation = spec.settings.get("isolation")
+        if isolation:
+            account = self.ensure_project(isolation)
+            if account:
+                description["job"]["account"] = account
         body, errors = self._call("POST", "job/submit", description)
         job_id = body.get("job_id")
         # Submits can carry informational entries next to a job id (e.g. "job is held").
@@ -714,6 +756,114 @@ class SlurmExecutor(Executor):
         """Slurm node states: down / error / future nodes run nothing; drained or unresponsive ones take nothing new."""
         return [node_condition(node) for node in self.nodes()]
 
+    # -- per-project accounts (Slurm accounting through slurmrestd's slurmdbd endpoints) --------
+
+    def _db(self, method: str, path: str, payload: dict | None = None) -> tuple[dict, list[dict]]:
+        """One call to the accounting endpoints; :class:`AccountingUnavailable` when slurmrestd has none (it
+        answers a path no plugin serves with a plain-text 404)."""
+        try:
+            response = self._session.request(method, self._url(path, "slurmdb"), json=payload, timeout=self.timeout)
+        except requests.RequestException as exc:
+            raise ExecutorError(f"cannot reach slurmrestd at {self.endpoint}: {exc}", retryable=True)
+        if response.status_code == 404 and "json" not in response.headers.get("Content-Type", ""):
+            raise AccountingUnavailable(
+                f"slurmrestd at {self.endpoint} serves no accounting endpoints (its openapi/db{self.api_version} "
+                "plugin is not loaded: Slurm accounting needs slurmdbd)"
+            )
+        return self._parse(response)
+
+    def accounting_cluster(self) -> str:
+        """The cluster name in Slurm accounting: ``cluster_name``, else the only cluster slurmdbd knows.
+
+        Raises :class:`AccountingUnavailable` when slurmrestd has no accounting endpoints."""
+        if self.cluster_name:
+            return self.cluster_name
+        body, errors = self._db("GET", "clusters")
+        if errors:
+            raise self._fail(body, errors, "cannot list the clusters of Slurm accounting")
+        names = sorted(c.get("name", "") for c in body.get("clusters") or [])
+        if len(names) != 1:
+            raise ExecutorError(
+                f"Slurm accounting knows the clusters {', '.join(names) or '(none)'}: set the cluster label "
+                "slurm-cluster to the one this cluster is",
+                retryable=False,
+            )
+        self.cluster_name = names[0]
+        return self.cluster_name
+
+    def _associations(self, account: str, cluster: str) -> list[dict]:
+        body, errors = self._db("GET", f"associations?account={account}&cluster={cluster}")
+        if any(self._errno(e) == _NOTHING_FOUND for e in errors):
+            return []
+        if errors:
+            raise self._fail(body, errors, f"cannot read the associations of account {account}")
+        return [a for a in body.get("associations") or [] if a.get("account") == account]
+
+    def ensure_project(self, isolation: dict) -> str | None:
+        """Create or bring in step the project's account, this user's association to it and its GrpTRES;
+        returns the account to submit under, or None when Slurm accounting is not available (the job then
+        runs under the user's default account, its project named in its comment: see :meth:`health`).
+
+        ``isolation``: ``{"account", "description", "organization", "grp_tres": {tres: count} or None}``; the
+        organisation says whose account it is, and an existing account of another is refused, never taken. The
+        limits sit on this user's association with the account: the portal submits every job of the project
+        as this user, so it bounds all of them (slurmrestd v0.0.38 cannot update an account's own association).
+        """
+        account = str(isolation["account"])
+        try:
+            cluster = self.accounting_cluster()
+        except AccountingUnavailable:
+            return None
+        body, errors = self._db("GET", f"account/{account}")
+        if any(self._errno(e) == _NOTHING_FOUND for e in errors):
+            new = {"name": account, "description": isolation.get("description") or account,
+                   "organization": isolation.get("organization") or "hcs"}  # fmt: skip
+            body, errors = self._db("POST", "accounts", {"accounts": [new]})
+            if errors:
+                raise self._fail(body, errors, f"cannot create Slurm account {account}")
+        elif errors:
+            raise self._fail(body, errors, f"cannot read Slurm account {account}")
+        else:
+            found = next((a for a in body.get("accounts") or [] if a.get("name") == account), {})
+            wanted = str(isolation.get("organization") or "hcs").lower()
+            if str(found.get("organization") or "").lower() != wanted:
+                raise ExecutorError(
+                    f"Slurm account {account} exists but was not made by this portal for this project (organisation "
+                    f"{found.get('organization')!r}, expected {wanted!r}); rename it, or set another isolation "
+                    "prefix on the cluster",
+                    retryable=False,
+                )
+        associations = self._associations(account, cluster)
+        if not any(not a.get("user") for a in associations):
+            # The account's own association on the cluster, under root. v0.0.38's parser reports the missing
+            # user, yet adds it; whether it did is read back below.
+            self._db("POST", "associations", {"associations": [{"account": account, "cluster": cluster,
+                                                                "parent_account": "root"}]})  # fmt: skip
+            associations = self._associations(account, cluster)
+            if not any(not a.get("user") for a in associations):
+                raise ExecutorError(
+                    f"Slurm accounting did not add account {account} to cluster {cluster}; add it with: sacctmgr add "
+                    f"account {account} cluster={cluster}",
+                    retryable=False,
+                )
+        mine = next((a for a in associations if a.get("user") == self.user), None)
+        wanted = _tres_list(isolation.get("grp_tres"), (mine or {}).get("max", {}).get("tres", {}).get("total"))
+        if mine is not None and _tres_map(wanted) == _tres_map(mine.get("max", {}).get("tres", {}).get("total")):
+            return account
+        association = {"account": account, "cluster": cluster, "user": self.user, "max": {"tres": {"total": wanted}}}
+        body, errors = self._db("POST", "associations", {"associations": [association]})
+        if errors:
+            raise self._fail(body, errors, f"cannot associate user {self.user} with Slurm account {account}")
+        return account
+
+    def accounting_problem(self) -> str:
+        """Why per-project accounts cannot be made here ("" when they can): said in the cluster's health."""
+        try:
+            self.accounting_cluster()
+        except ExecutorError as exc:  # no accounting endpoints, or slurmdbd not answering
+            return str(exc)
+        return ""
+
     def health(self) -> str:
         body, errors = self._call("GET", "ping")
         if errors:
@@ -723,4 +873,10 @@ class SlurmExecutor(Executor):
             raise ExecutorError(f"no Slurm controller answers at {self.endpoint}", retryable=True)
         release = (body.get("meta") or {}).get("Slurm", {}).get("release", "?")
         hosts = ", ".join(f"{p.get('hostname')} {p.get('ping')}" for p in pings)
-        return f"Slurm {release} ({self.api_version}): controller {hosts}"
+        line = f"Slurm {release} ({self.api_version}): controller {hosts}"
+        if self.per_project and (problem := self.accounting_problem()):
+            line += (
+                f"; project isolation degraded: {problem}. Jobs run under the submitting user's default account, "
+                "their project named in the job comment"
+            )
+        return line
