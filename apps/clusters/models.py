@@ -19,8 +19,8 @@ from apps.clusters.choices import (
     LinkType,
     NodeStatus,
     Partition,
-    Sharing,
     ProjectIsolation,
+    Sharing,
     Vendor,
 )
 from apps.clusters.crypto import decrypt_json, encrypt_json
