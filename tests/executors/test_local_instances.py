@@ -51,7 +51,9 @@ def test_a_two_instance_job_runs_two_ranks_each_with_its_own_figures(executor, m
     assert [rank0.index, rank1.index] == [0, 1]
     assert rank0.name == f"{job_id}/rank-0" and rank1.name == f"{job_id}/rank-1"
     assert rank0.state == rank1.state == "running"
-    assert rank0.cpu_used_cores > 0.5, rank0  # a busy loop: about one core
+    # A busy loop measures about one core on an idle host, much less on a loaded one (CI shares 2 cores): it is
+    # told apart from the sleeping rank by comparison, not by a fixed figure.
+    assert rank0.cpu_used_cores > max(0.1, 2 * rank1.cpu_used_cores), (rank0, rank1)
     assert rank1.cpu_used_cores < 0.3, rank1  # asleep
     assert rank1.memory_used_gib > 0.06 and rank0.memory_used_gib < rank1.memory_used_gib
     assert rank0.node and rank0.ip and rank0.restarts == 0 and rank0.started_at is not None
