@@ -205,12 +205,13 @@ def test_secrets_are_set_from_stdin_listed_by_name_and_referred_to_by_submit(run
     unknown = run_hcs("submit", "-p", "alpha", "-q", "high", "-n", "j", "-s", "HF=NOPE", "--", "true")
     assert unknown.returncode == 1 and "has no secret NOPE; its secrets are: HF_TOKEN" in unknown.stderr
     submitted = run_hcs("submit", "-p", "alpha", "-q", "high", "-n", "uses-secret", "-s", "HF=HF_TOKEN",
-                        "--secret-file", "/run/secrets/hf=HF_TOKEN", "--json", "--", "true")  # fmt: skip
+                        "--secret-file", "/run/secrets/hf=HF_TOKEN", "--json", "--", "sleep", "600")  # fmt: skip
     assert submitted.returncode == 0, submitted.stderr
     task = Task.objects.get(pk=json.loads(submitted.stdout)["id"])
     assert task.secret_refs == [{"secret": "HF_TOKEN", "env": "HF"}, {"secret": "HF_TOKEN", "file": "/run/secrets/hf"}]
 
     log_in(run_hcs, "olivia")
     in_use = run_hcs("secrets", "rm", "-p", "alpha", "HF_TOKEN")
-    assert in_use.returncode == 1 and f"#{task.pk} uses-secret" in in_use.stderr
+    # (the task runs a long command: one that ended before this would no longer hold the secret)
+    assert in_use.returncode == 1 and f"#{task.pk} uses-secret" in in_use.stderr, (in_use, Task.objects.get(pk=task.pk))
     assert ProjectSecret.objects.filter(name="HF_TOKEN").exists()
