@@ -215,3 +215,4 @@ def test_secrets_are_set_from_stdin_listed_by_name_and_referred_to_by_submit(run
     # (the task runs a long command: one that ended before this would no longer hold the secret)
     assert in_use.returncode == 1 and f"#{task.pk} uses-secret" in in_use.stderr, (in_use, Task.objects.get(pk=task.pk))
     assert ProjectSecret.objects.filter(name="HF_TOKEN").exists()
+    assert run_hcs("stop", str(task.pk)).returncode == 0  # its job ends with the test
