@@ -229,6 +229,10 @@ class Task:
     # Service the task already received in earlier runs, in GPU-seconds (cards x seconds): policy "las" orders by
     # it. The Django layer sums the task's metered GPU usage; the simulator adds each preempted run.
     attained_gpu_s: float = 0.0
+    # An autoscaled inference service: ``max_replicas`` is the count its autoscaler asks for (a demand), so a
+    # replica it lacks may shrink or preempt lower-class work like a queued task of its class; a plain elastic
+    # task only grows into idle capacity.
+    autoscaled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
