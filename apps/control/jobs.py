@@ -129,3 +129,11 @@ def check_clusters() -> None:
 
     for cluster in Cluster.objects.filter(enabled=True):
         check_cluster_health(cluster)
+
+
+@shared_task(ignore_result=True)
+def autoscale_services() -> None:
+    """Beat: desired replica counts of the inference services the portal scales itself (local, Slurm)."""
+    from apps.control import autoscaling  # noqa: PLC0415
+
+    autoscaling.run_autoscaler()

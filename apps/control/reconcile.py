@@ -560,7 +560,7 @@ def _follow_size(obj: BackendObject, state: JobState, executor: Executor) -> boo
     task = obj.task
     if task is None or not executor.supports_resize:
         return False
-    if task.is_elastic:
+    if task.is_elastic or task.autoscale_desired is not None:
         wanted = len(task.live_placement)
         if obj.replicas != wanted:
             executor.resize(obj.external_id, wanted, tuple(p["node_name"] for p in task.live_placement))

@@ -34,7 +34,7 @@ STATE_FIELDS = (
     "status", "status_message", "pending_reason", "pending_message", "queue_position", "estimated_start",
     "cluster", "placement_table", "allocated_gpu", "replicas", "external_id", "attempt", "window",
     "submitted_at", "started_at", "finished_at", "updated_at", "exit_code", "failure_reason", "preemption_count",
-    "lost_gpu_seconds",
+    "lost_gpu_seconds", "autoscale_desired",
 )  # fmt: skip
 # Checked against queue rules and quotas at submission; changing them afterwards would bypass the checks.
 SUBMITTED_FIELDS = (
@@ -65,7 +65,7 @@ REQUEST_FIELDSETS = (
                 "max_retries",
                 ("port", "max_tokens", "temperature"),
                 ("autoscale_min", "autoscale_max"),
-                ("autoscale_cpu_percent", "autoscale_gpu_percent", "autoscale_memory_percent"),
+                ("autoscale_cpu_percent", "autoscale_gpu_percent", "autoscale_memory_percent", "autoscale_rps"),
                 "readiness_path",
             ),  # fmt: skip
         },

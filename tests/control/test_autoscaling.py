@@ -1,0 +1,108 @@
+"""The portal's autoscaler loop (apps/control/autoscaling.py): metrics in, desired count and event out, the
+engine grants the replicas, billing sees what runs."""
+
+import time
+
+import pytest
+
+from apps.control import autoscaling
+from apps.control.scheduling import run_cycle
+from apps.tasks import request_rate
+from apps.tasks.models import Task
+from apps.tasks.services import submit_task
+
+
+@pytest.fixture
+def portal_scaled(monkeypatch):
+    """The local cluster counts as one the portal scales (its executor resizes running jobs)."""
+    monkeypatch.setattr("apps.control.autoscaling.can_resize", lambda cluster: True)
+    monkeypatch.setattr("apps.control.scheduling.can_resize", lambda cluster: True)
+
+
+def service(world, queue="high", name="svc", **fields):
+    fields = {"autoscale_min": 1, "autoscale_max": 3, "autoscale_rps": 10, "gpu_spec": "1(A100)", **fields}
+    task = submit_task(world.member, project=world.project, queue=queue, kind="inference", name=name,
+                       command="serve", port=8000, **fields)  # fmt: skip
+    run_cycle(world.vdc.pk)
+    Task.objects.filter(pk=task.pk).update(status="running")
+    task.refresh_from_db()
+    request_rate.forget(task.pk)
+    return task
+
+
+def load(task, rps, now, seconds=30):
+    """``rps`` requests a second for the ``seconds`` before ``now``, as the proxy counts them."""
+    for s in range(int(now) - seconds, int(now)):
+        for _ in range(rps):
+            request_rate.count(task.pk, now=s)
+
+
+def test_a_rising_request_rate_asks_for_replicas_with_its_reason_and_the_engine_grants_them(world, portal_scaled):
+    svc = service(world)
+    now = time.time()
+    load(svc, 25, now)
+    [outcome] = autoscaling.run_autoscaler(now)
+    assert (outcome.running, outcome.desired, outcome.changed) == (1, 3, True)
+    svc.refresh_from_db()
+    assert svc.autoscale_desired == 3
+    event = svc.events.get(kind="autoscaled")
+    assert "25.0 requests/s for a target of 10 per replica" in event.message
+    assert event.data["desired"] == 3 and event.data["metric"] == "rps"
+    run_cycle(world.vdc.pk)
+    svc.refresh_from_db()
+    assert len(svc.placement) == 3 and svc.replicas == 3
+    assert float(svc.allocated_gpu) == 3.0  # quotas and billing count the granted replicas
+    assert svc.events.filter(kind="resized").exists()
+
+
+def test_gpu_utilisation_of_its_cards_scales_a_service_up(world, portal_scaled):
+    svc = service(world, autoscale_rps=None, autoscale_gpu_percent=50)
+    device_ids = [d["id"] for p in svc.placement for d in p["devices"]]
+    world.node.devices.filter(pk__in=device_ids).update(utilization=100)
+    [outcome] = autoscaling.run_autoscaler(time.time())
+    assert outcome.desired == 2
+    assert "GPU utilisation 100% for a target of 50%" in outcome.reason
+
+
+def test_no_load_scales_down_only_after_the_stabilisation_window(world, portal_scaled):
+    svc = service(world, autoscale_min=1, autoscale_max=3)
+    now = time.time()
+    load(svc, 30, now)
+    autoscaling.run_autoscaler(now)
+    run_cycle(world.vdc.pk)
+    request_rate.forget(svc.pk)
+    window = autoscaling.BEHAVIOUR.down_window_s
+    for step in range(1, int(window // 15)):
+        [o] = autoscaling.run_autoscaler(now + 15 * step)
+        assert o.desired == 3, f"scaled down after {15 * step} s"
+    [o] = autoscaling.run_autoscaler(now + window + 15)
+    assert o.desired == 1 and o.changed
+    run_cycle(world.vdc.pk)
+    svc.refresh_from_db()
+    assert len(svc.live_placement) == 1 and len(svc.releasing_placement) == 2  # billed until the backend confirms
+
+
+def test_scale_up_stops_at_the_project_quota(world, portal_scaled):
+    world.quota.limit_gpu = 2
+    world.quota.save()
+    svc = service(world, autoscale_max=4)
+    now = time.time()
+    load(svc, 40, now)
+    [o] = autoscaling.run_autoscaler(now)
+    assert o.desired == 2
+    assert "quota leaves room for 1 more" in o.reason
+
+
+def test_a_kubernetes_or_fixed_size_service_is_left_to_its_backend(world):
+    svc = service(world)
+    assert autoscaling.run_autoscaler(time.time()) == []  # the local executor cannot resize: nothing to decide
+    svc.refresh_from_db()
+    assert svc.autoscale_desired is None
+
+
+def test_a_requeued_service_forgets_its_desired_count(world, portal_scaled):
+    svc = service(world)
+    Task.objects.filter(pk=svc.pk).update(autoscale_desired=3, status="queued")
+    autoscaling.run_autoscaler(time.time())
+    svc.refresh_from_db()
+    assert svc.autoscale_desired is None
