@@ -11,7 +11,7 @@ from apps.queues.models import TaskQueue
 from apps.tasks.admin_forms import TaskChangeForm, TaskSubmitForm
 from apps.tasks.choices import TaskStatus
 from apps.tasks.models import Task, TaskEvent
-from apps.tasks.services import delete_task, stop_tasks
+from apps.tasks.services import delete_task, stop_tasks, update_autoscaling
 from apps.vdc.admin import GREEN, GREY, ORANGE, RED, ReadOnlyAdminMixin, badge
 from apps.vdc.admin_forms import JSONDocumentField
 
@@ -163,7 +163,15 @@ class TaskAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change) -> None:
         if change:
+            # Autoscaling goes through its service (checks, timeline event, desired count in the new bounds).
+            changes = form.autoscale_changes()
+            if changes:
+                original = Task.objects.get(pk=obj.pk)
+                for field in changes:
+                    setattr(obj, field, getattr(original, field))
             super().save_model(request, obj, form, change)
+            if changes:
+                update_autoscaling(obj, request.user, **changes)
         # On add, TaskSubmitForm already saved the task through submit_task.
 
     def delete_model(self, request, obj) -> None:
