@@ -25,7 +25,8 @@ def test_member_changes_bounds_and_targets_with_a_timeline_event(world):
     svc = service(world)
     response = patch(world, svc, autoscale_min=2, autoscale_max=4, autoscale_rps=20, autoscale_gpu_percent=60)
     assert response.status_code == 200, response.data
-    assert (response.data["autoscale_min"], response.data["autoscale_max"], response.data["autoscale_rps"]) == (2, 4, 20)
+    data = response.data
+    assert (data["autoscale_min"], data["autoscale_max"], data["autoscale_rps"]) == (2, 4, 20)
     event = svc.events.get(kind="autoscaled")
     assert "min 1 → 2" in event.message and "max 2 → 4" in event.message and event.actor == world.member
     assert response.data["events"][-1]["kind"] == "autoscaled"

@@ -15,10 +15,11 @@ def service(world):
 
 def test_members_see_the_form_and_viewers_do_not(client, world):
     svc = service(world)
+    page = reverse("portal:task-monitoring", args=[svc.pk])
     client.force_login(world.member)
-    assert 'data-form="autoscaling"' in client.get(reverse("portal:task-monitoring", args=[svc.pk])).content.decode()
+    assert 'data-form="autoscaling"' in client.get(page).content.decode()
     client.force_login(world.viewer)
-    assert 'data-form="autoscaling"' not in client.get(reverse("portal:task-monitoring", args=[svc.pk])).content.decode()
+    assert 'data-form="autoscaling"' not in client.get(page).content.decode()
 
 
 def test_the_form_saves_through_the_service(client, world):
