@@ -1,7 +1,7 @@
 """The portal's autoscaler: inference services on clusters without an HPA (SPEC §7, docs/tasks.md "Autoscaling").
 
 Every ``INTERVAL_S`` (beat), for each running service with replica bounds on a cluster the portal scales
-itself (one whose executor can resize a running job and that is not Kubernetes, where the HPA decides), it
+itself (a local cluster whose jobs have networks of their own; on Kubernetes the HPA decides), it
 reads the metrics the portal has: the node agent's GPU utilisation of the service's cards and the request rate
 its Connect proxy counted (:mod:`apps.tasks.request_rate`); the pure rules of
 :mod:`apps.queues.engine.autoscale` turn them into a desired replica count. A changed count is written to
@@ -27,8 +27,7 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
-from apps.clusters.backends import can_resize
-from apps.clusters.choices import ClusterType
+from apps.clusters.backends import can_scale_services
 from apps.clusters.models import Cluster, Device
 from apps.control import triggers
 from apps.queues.engine import autoscale as rules
@@ -47,7 +46,7 @@ BEHAVIOUR = rules.Behaviour()
 
 def portal_scaled(cluster: Cluster | None) -> bool:
     """Whether the portal's autoscaler (not a backend's own, like the Kubernetes HPA) scales services there."""
-    return cluster is not None and cluster.cluster_type != ClusterType.KUBERNETES and can_resize(cluster)
+    return cluster is not None and can_scale_services(cluster)
 
 
 @dataclass(frozen=True)
