@@ -27,9 +27,12 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
-from apps.clusters.backends import can_scale_services
+from apps.clusters.backends import can_scale_services, executor_for
+from apps.clusters.executors.base import ExecutorError
 from apps.clusters.models import Cluster, Device
 from apps.control import triggers
+from apps.control.jobspec import job_spec
+from apps.control.models import Installation
 from apps.queues.engine import autoscale as rules
 from apps.tasks import request_rate
 from apps.tasks.choices import ACTIVE, EventKind, TaskKind, TaskStatus
@@ -202,6 +205,28 @@ def _save_history(task_id: int, history: tuple[rules.Recommendation, ...]) -> No
         )
     except redis.RedisError as exc:
         log.warning("autoscaler: cannot keep recommendations of task %s: %s", task_id, exc)
+
+
+def apply_to_backend(task_id: int, *, final: bool = False) -> None:
+    """Give a running service's autoscaling settings to its backend's own autoscaler (a Kubernetes HPA; a no-op
+    elsewhere). A retryable backend error is raised for the job to retry; a refusal, or the last failure when
+    ``final``, goes on the task's timeline."""
+    task = (
+        Task.objects.select_related("cluster", "project", "owner", "queue")
+        .filter(pk=task_id, status__in=ACTIVE)
+        .exclude(external_id="")
+        .first()
+    )
+    if task is None or task.cluster is None:
+        return
+    try:
+        executor_for(task.cluster).update_autoscaling(task.external_id, job_spec(task, Installation.current().uid.hex))
+    except ExecutorError as exc:
+        if exc.retryable and not final:
+            raise
+        with transaction.atomic():
+            record_event(task, EventKind.BACKEND_ERROR,
+                         f"The new autoscaling settings did not reach {task.cluster.name}: {exc}")  # fmt: skip
 
 
 def _forget_stale() -> None:

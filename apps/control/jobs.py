@@ -131,6 +131,19 @@ def check_clusters() -> None:
         check_cluster_health(cluster)
 
 
+@shared_task(bind=True, ignore_result=True, max_retries=6)
+def apply_autoscaling(self, task_id: int) -> None:
+    """A running service's new autoscaling settings to its backend's autoscaler (the HPA); retried with backoff,
+    then the failure goes on the task's timeline."""
+    from apps.clusters.executors.base import ExecutorError  # noqa: PLC0415
+    from apps.control import autoscaling  # noqa: PLC0415
+
+    try:
+        autoscaling.apply_to_backend(task_id, final=self.request.retries >= self.max_retries)
+    except ExecutorError as exc:
+        raise self.retry(countdown=2 ** (self.request.retries + 1), exc=exc)
+
+
 @shared_task(ignore_result=True)
 def autoscale_services() -> None:
     """Beat: desired replica counts of the inference services the portal scales itself (local, Slurm)."""

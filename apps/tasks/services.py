@@ -24,7 +24,7 @@ from apps.tasks.admission import admission_errors
 from apps.tasks.bulk import bulk_update_rows
 from apps.tasks.choices import ACTIVE, FINAL, WAITING, EventKind, TaskKind, TaskStatus
 from apps.tasks.models import Task, TaskEvent
-from apps.tasks.signals import cluster_work, demand_changed, task_changed
+from apps.tasks.signals import autoscaling_changed, cluster_work, demand_changed, task_changed
 from apps.tasks.validation import secret_env_error
 from apps.vdc.models import VDC, Membership, Project, ProjectQuota
 from apps.vdc.services import WRITE_ROLES, can_act, can_view, is_platform_admin
@@ -331,6 +331,9 @@ def update_autoscaling(task: Task, user, **changes: Any) -> Task:
         record_event(locked, EventKind.AUTOSCALED, f"Autoscaling changed by {user}: {said}", actor=user,
                      data={"changes": dict(changes), "by": "user"})  # fmt: skip
         signal_demand_changed()
+        if locked.is_active and locked.external_id:
+            task_id = locked.pk
+            transaction.on_commit(lambda: autoscaling_changed.send(sender=Task, task_id=task_id))
     return locked
 
 

@@ -177,8 +177,16 @@ RESOURCES = [
         create_denied={"outsider": 400},
         deleters=WRITERS,
         # Only a running inference service's autoscaling changes after submission.
-        make_for_update=lambda w: TaskFactory(project=w.project, vdc=w.vdc, queue=w.high, owner=w.member,
-                                              kind="inference", status="running", autoscale_min=1, autoscale_max=2),
+        make_for_update=lambda w: TaskFactory(
+            project=w.project,
+            vdc=w.vdc,
+            queue=w.high,
+            owner=w.member,
+            kind="inference",
+            status="running",
+            autoscale_min=1,
+            autoscale_max=2,
+        ),
         update=lambda w: {"autoscale_max": 3, "autoscale_rps": 15},
         updaters=WRITERS,
     ),

@@ -10,13 +10,7 @@ from apps.control.scheduling import run_cycle
 from apps.tasks import request_rate
 from apps.tasks.models import Task
 from apps.tasks.services import submit_task
-
-
-@pytest.fixture
-def portal_scaled(monkeypatch):
-    """The local cluster counts as one the portal scales (its executor resizes running jobs)."""
-    monkeypatch.setattr("apps.control.autoscaling.can_resize", lambda cluster: True)
-    monkeypatch.setattr("apps.control.scheduling.can_resize", lambda cluster: True)
+from tests.factories import ClusterFactory
 
 
 def service(world, queue="high", name="svc", **fields):
@@ -37,7 +31,7 @@ def load(task, rps, now, seconds=30):
             request_rate.count(task.pk, now=s)
 
 
-def test_a_rising_request_rate_asks_for_replicas_with_its_reason_and_the_engine_grants_them(world, portal_scaled):
+def test_a_rising_request_rate_asks_for_replicas_with_its_reason_and_the_engine_grants_them(world):
     svc = service(world)
     now = time.time()
     load(svc, 25, now)
@@ -55,7 +49,7 @@ def test_a_rising_request_rate_asks_for_replicas_with_its_reason_and_the_engine_
     assert svc.events.filter(kind="resized").exists()
 
 
-def test_gpu_utilisation_of_its_cards_scales_a_service_up(world, portal_scaled):
+def test_gpu_utilisation_of_its_cards_scales_a_service_up(world):
     svc = service(world, autoscale_rps=None, autoscale_gpu_percent=50)
     device_ids = [d["id"] for p in svc.placement for d in p["devices"]]
     world.node.devices.filter(pk__in=device_ids).update(utilization=100)
@@ -64,7 +58,7 @@ def test_gpu_utilisation_of_its_cards_scales_a_service_up(world, portal_scaled):
     assert "GPU utilisation 100% for a target of 50%" in outcome.reason
 
 
-def test_no_load_scales_down_only_after_the_stabilisation_window(world, portal_scaled):
+def test_no_load_scales_down_only_after_the_stabilisation_window(world):
     svc = service(world, autoscale_min=1, autoscale_max=3)
     now = time.time()
     load(svc, 30, now)
@@ -82,7 +76,7 @@ def test_no_load_scales_down_only_after_the_stabilisation_window(world, portal_s
     assert len(svc.live_placement) == 1 and len(svc.releasing_placement) == 2  # billed until the backend confirms
 
 
-def test_scale_up_stops_at_the_project_quota(world, portal_scaled):
+def test_scale_up_stops_at_the_project_quota(world):
     world.quota.limit_gpu = 2
     world.quota.save()
     svc = service(world, autoscale_max=4)
@@ -93,16 +87,39 @@ def test_scale_up_stops_at_the_project_quota(world, portal_scaled):
     assert "quota leaves room for 1 more" in o.reason
 
 
-def test_a_kubernetes_or_fixed_size_service_is_left_to_its_backend(world):
+@pytest.mark.parametrize("cluster_type", ["kubernetes", "slurm"])
+def test_a_service_on_kubernetes_or_slurm_is_left_to_its_backend(world, cluster_type):
     svc = service(world)
-    assert autoscaling.run_autoscaler(time.time()) == []  # the local executor cannot resize: nothing to decide
+    Task.objects.filter(pk=svc.pk).update(cluster=ClusterFactory(vdc=world.vdc, cluster_type=cluster_type))
+    assert autoscaling.run_autoscaler(time.time()) == []  # the HPA scales it, or nothing can (Slurm)
     svc.refresh_from_db()
     assert svc.autoscale_desired is None
 
 
-def test_a_requeued_service_forgets_its_desired_count(world, portal_scaled):
+def test_a_local_cluster_whose_jobs_share_the_hosts_network_keeps_services_at_their_size(world, monkeypatch):
+    service(world)
+    monkeypatch.setattr("apps.clusters.executors.local.LocalExecutor.scales_services", False)
+    assert autoscaling.run_autoscaler(time.time()) == []
+
+
+def test_a_requeued_service_forgets_its_desired_count(world):
     svc = service(world)
     Task.objects.filter(pk=svc.pk).update(autoscale_desired=3, status="queued")
     autoscaling.run_autoscaler(time.time())
     svc.refresh_from_db()
     assert svc.autoscale_desired is None
+
+
+def test_a_backend_that_refuses_new_autoscaling_settings_says_so_on_the_timeline(world, monkeypatch):
+    from apps.clusters.executors.base import ExecutorError  # noqa: PLC0415
+
+    class Refusing:
+        def update_autoscaling(self, external_id, spec):
+            raise ExecutorError("forbidden: horizontalpodautoscalers", retryable=False)
+
+    svc = service(world)
+    Task.objects.filter(pk=svc.pk).update(external_id="hcs/deployment/svc")
+    monkeypatch.setattr("apps.control.autoscaling.executor_for", lambda cluster: Refusing())
+    autoscaling.apply_to_backend(svc.pk)
+    event = svc.events.get(kind="backend_error")
+    assert "did not reach local-1: forbidden" in event.message
