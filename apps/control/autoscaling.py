@@ -20,6 +20,7 @@ import json
 import logging
 import math
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from decimal import Decimal
 
 import redis
@@ -43,6 +44,8 @@ from apps.vdc.models import ProjectQuota
 log = logging.getLogger(__name__)
 
 INTERVAL_S = 15.0
+# A node agent's utilisation older than this is no reading (agents report every few seconds).
+FRESH_S = 120.0
 HISTORY_KEY = "hcs:autoscale:history:{task_id}"
 BEHAVIOUR = rules.Behaviour()
 
@@ -92,7 +95,7 @@ def run_autoscaler(now: float | None = None) -> list[Outcome]:
     if not services:
         return []
     rps = request_rate.rates([t.pk for t in services if t.autoscale_rps], now=now)
-    gpu = _gpu_utilisation(services)
+    gpu = _gpu_utilisation(services, now)
     rooms = _quota_rooms(services)
     histories = _load_histories([t.pk for t in services])
     outcomes = []
@@ -139,13 +142,15 @@ def _apply(task: Task, running: int, decision: rules.Decision) -> bool:
     return decision.desired != previous
 
 
-def _gpu_utilisation(services: list[Task]) -> dict[int, float]:
-    """Mean node-agent utilisation of each service's cards (services without cards have no reading)."""
+def _gpu_utilisation(services: list[Task], now: float) -> dict[int, float]:
+    """Mean node-agent utilisation of each service's cards, from agents that reported within ``FRESH_S``
+    (services without cards, or on a node whose agent went quiet, have no reading)."""
     ids = {t.pk: [d["id"] for p in t.live_placement for d in p.get("devices", ())] for t in services}
     wanted = {i for devs in ids.values() for i in devs}
     if not wanted:
         return {}
-    util = dict(Device.objects.filter(pk__in=wanted).values_list("pk", "utilization"))
+    fresh = datetime.fromtimestamp(now - FRESH_S, tz=UTC)
+    util = dict(Device.objects.filter(pk__in=wanted, node__last_report__gte=fresh).values_list("pk", "utilization"))
     out = {}
     for pk, devs in ids.items():
         seen = [util[i] for i in devs if i in util]

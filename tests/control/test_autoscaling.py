@@ -2,8 +2,10 @@
 engine grants the replicas, billing sees what runs."""
 
 import time
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from apps.control import autoscaling
 from apps.control.scheduling import run_cycle
@@ -53,6 +55,12 @@ def test_gpu_utilisation_of_its_cards_scales_a_service_up(world):
     svc = service(world, autoscale_rps=None, autoscale_gpu_percent=50)
     device_ids = [d["id"] for p in svc.placement for d in p["devices"]]
     world.node.devices.filter(pk__in=device_ids).update(utilization=100)
+    world.node.last_report = timezone.now() - timedelta(seconds=200)
+    world.node.save()
+    [stale] = autoscaling.run_autoscaler(time.time())
+    assert (stale.desired, stale.reason) == (1, "no metric reading")  # the agent went quiet: no reading
+    world.node.last_report = timezone.now()
+    world.node.save()
     [outcome] = autoscaling.run_autoscaler(time.time())
     assert outcome.desired == 2
     assert "GPU utilisation 100% for a target of 50%" in outcome.reason
