@@ -115,12 +115,13 @@ def settle_down(task, now):
 
 
 def test_a_rising_request_rate_starts_a_replica_that_serves_then_it_goes_with_the_load(world):
-    svc = start(world, "svc", "high")
+    svc = start(world, "svc", "high", autoscale_max=2)
     client = Client()
     client.force_login(world.member)
     assert get_when_up(client, svc).startswith("cards=")
-    for _ in range(180):  # ~6 requests/s over the 30 s window the autoscaler reads: above 5 per replica
+    for _ in range(300):  # 10 requests/s over the 30 s window the autoscaler reads: twice 5 per replica
         assert get(client, svc)[0] == 200
+    time.sleep(1.0)  # the rate is read over whole seconds that are over
     now, t0 = time.time(), time.monotonic()
     [outcome] = autoscaling.run_autoscaler(now)
     assert (outcome.running, outcome.desired) == (1, 2), outcome.reason
