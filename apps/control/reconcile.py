@@ -563,7 +563,9 @@ def _follow_size(obj: BackendObject, state: JobState, executor: Executor) -> boo
         return False
     if task.is_elastic or portal_scaled:
         wanted = len(task.live_placement)
-        if obj.replicas != wanted:
+        # A portal-scaled service's replica process that died is started again (resize is idempotent).
+        died = portal_scaled and state.replicas is not None and state.replicas < wanted and not task.releasing_placement
+        if obj.replicas != wanted or died:
             if portal_scaled:
                 executor.resize(obj.external_id, wanted, spec=_live_spec(task))
             else:

@@ -7,6 +7,9 @@ both recover when the pressure goes.
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import time
 
 import pytest
@@ -140,6 +143,17 @@ def test_a_rising_request_rate_starts_a_replica_that_serves_then_it_goes_with_th
     kinds = list(svc.events.values_list("kind", flat=True))
     assert "autoscaled" in kinds and "resized" in kinds
     print(f"\nautoscaler decision to a second replica serving: {reaction_s:.1f} s")
+
+    # A replica process that dies is started again by the reconciler (the placement still holds its card).
+    replica_dir = next((executor_for(svc.cluster).base_dir / svc.external_id / "replicas").glob("gpu-*"))
+    dead = json.loads((replica_dir / "job.json").read_text())["pid"]
+    os.killpg(dead, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while replicas_running(svc) != 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert replicas_running(svc) == 1
+    svc = wait_replicas(svc, 2)
+    assert json.loads((replica_dir / "job.json").read_text())["pid"] != dead
 
     outcome = settle_down(svc, now)
     assert outcome.desired == 1

@@ -422,6 +422,7 @@ class LocalExecutor(Executor):
                             desired_replicas=desired)  # fmt: skip
         if exit_file.exists():  # the command ended between the two checks above
             return self.status(external_id)
+        self._signal_replicas(external_id, job_dir, signal.SIGKILL)  # a service ends with its first replica
         if stop_file.exists():
             finished_at = datetime.fromtimestamp(stop_file.stat().st_mtime, UTC)
             return JobState(external_id, JobPhase.CANCELLED, "stopped", started_at, finished_at)
@@ -619,7 +620,7 @@ class LocalExecutor(Executor):
         tmp.write_text(json.dumps(state))
         tmp.replace(root / "replicas.json")
         for replica_dir in [d for d in root.iterdir() if d.is_dir()]:
-            key = f"{spec.name}/{replica_dir.name}"
+            key = f"{job_dir.name}/{replica_dir.name}"
             meta = self._read_meta(replica_dir)
             alive = meta is not None and self._is_alive(key, meta)
             if replica_dir.name not in wanted:
@@ -638,7 +639,7 @@ class LocalExecutor(Executor):
                 continue
             one = dataclasses.replace(spec, instances=1, placements=(placement,))
             try:
-                self._start_process(replica_dir, f"{spec.name}/{name}", one)
+                self._start_process(replica_dir, f"{job_dir.name}/{name}", one)
             except ExecutorError:
                 shutil.rmtree(replica_dir, ignore_errors=True)
                 raise
@@ -660,15 +661,22 @@ class LocalExecutor(Executor):
         return running, desired
 
     def _signal_replicas(self, external_id: str, job_dir: Path, signum: int) -> None:
+        """Signal every live replica of the job; after SIGKILL, wait (briefly) until they are gone and reaped."""
         root = job_dir / _REPLICAS
         if not root.is_dir():
             return
+        signalled = []
         for replica_dir in (d for d in root.iterdir() if d.is_dir()):
-            meta = self._read_meta(replica_dir)
-            if meta is not None and self._is_alive(f"{external_id}/{replica_dir.name}", meta):
+            key, meta = f"{external_id}/{replica_dir.name}", self._read_meta(replica_dir)
+            if meta is not None and self._is_alive(key, meta):
                 if not (replica_dir / "stopped").exists():
                     (replica_dir / "stopped").touch()
                 self._signal_group(meta["pid"], signum)
+                signalled.append((key, meta))
+        if signum == signal.SIGKILL:
+            deadline = time.monotonic() + 2.0
+            while any(self._is_alive(key, meta) for key, meta in signalled) and time.monotonic() < deadline:
+                time.sleep(0.01)
 
     def nodes(self) -> list[dict]:
         """This host: its cores and memory. Its cards come from the node agent (NVML), not from here."""
