@@ -33,6 +33,12 @@ app.conf.beat_schedule = {
         "schedule": 3600.0,
         "options": {"expires": 3600},
     },
+    # Inference services on clusters without an HPA: desired replicas from GPU utilisation and request rates.
+    "autoscale-services": {
+        "task": "apps.control.jobs.autoscale_services",
+        "schedule": 15.0,
+        "options": {"expires": 15},
+    },
     "usage-metering": {"task": "apps.billing.jobs.meter_usage", "schedule": 60.0, "options": {"expires": 60}},
     # Quota, budget, idle cards, failures, services: alerts for the projects' members (apps/billing/project_alerts.py).
     "project-alerts": {

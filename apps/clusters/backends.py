@@ -28,6 +28,17 @@ def can_resize(cluster: Cluster) -> bool:
     return False
 
 
+def can_scale_services(cluster: Cluster) -> bool:
+    """Whether the portal's autoscaler runs more replicas of inference services there (local clusters whose
+    jobs have networks of their own); Kubernetes scales them with its HPA, Slurm not at all."""
+    if cluster.cluster_type != ClusterType.LOCAL:
+        return False
+    try:
+        return executor_for(cluster).scales_services
+    except ExecutorError:
+        return False
+
+
 def executor_for(cluster: Cluster) -> Executor:
     """The executor that runs tasks on ``cluster``; ExecutorError (not retryable) when misconfigured."""
     if cluster.cluster_type == ClusterType.LOCAL:

@@ -12,7 +12,12 @@ class ControlConfig(AppConfig):
 
         from apps.control import triggers  # noqa: PLC0415 - models are loaded only once the registry is ready
         from apps.control.jobs import on_quota_changed  # noqa: PLC0415
-        from apps.tasks.signals import cluster_work, demand_changed, task_changed  # noqa: PLC0415
+        from apps.tasks.signals import (  # noqa: PLC0415
+            autoscaling_changed,
+            cluster_work,
+            demand_changed,
+            task_changed,
+        )
         from apps.vdc.models import ProjectQuota  # noqa: PLC0415
 
         demand_changed.connect(triggers.on_demand_changed, dispatch_uid="control-demand-changed")
@@ -22,3 +27,4 @@ class ControlConfig(AppConfig):
         # Per-project clusters mirror each project's quota (apps/clusters/isolation.py).
         post_save.connect(on_quota_changed, sender=ProjectQuota, dispatch_uid="control-quota-saved")
         post_delete.connect(on_quota_changed, sender=ProjectQuota, dispatch_uid="control-quota-deleted")
+        autoscaling_changed.connect(triggers.on_autoscaling_changed, dispatch_uid="control-autoscaling-changed")

@@ -170,3 +170,24 @@ def on_quota_changed(sender, instance, **kwargs) -> None:
     project_id, vdc_id = instance.project_id, instance.vdc_id
     # Lost with a broken broker: the project's next submit on each cluster ensures its limits again.
     transaction.on_commit(lambda: enqueue(sync_project_isolation, project_id, vdc_id, expires=3600))
+
+
+@shared_task(bind=True, ignore_result=True, max_retries=6)
+def apply_autoscaling(self, task_id: int) -> None:
+    """A running service's new autoscaling settings to its backend's autoscaler (the HPA); retried with backoff,
+    then the failure goes on the task's timeline."""
+    from apps.clusters.executors.base import ExecutorError  # noqa: PLC0415
+    from apps.control import autoscaling  # noqa: PLC0415
+
+    try:
+        autoscaling.apply_to_backend(task_id, final=self.request.retries >= self.max_retries)
+    except ExecutorError as exc:
+        raise self.retry(countdown=2 ** (self.request.retries + 1), exc=exc)
+
+
+@shared_task(ignore_result=True)
+def autoscale_services() -> None:
+    """Beat: desired replica counts of the inference services the portal scales itself (local, Slurm)."""
+    from apps.control import autoscaling  # noqa: PLC0415
+
+    autoscaling.run_autoscaler()

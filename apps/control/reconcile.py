@@ -21,7 +21,7 @@ they are still in the state the call was made for, so a slow backend never overw
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 from django.db import transaction
@@ -558,12 +558,18 @@ def _follow_size(obj: BackendObject, state: JobState, executor: Executor) -> boo
     """Keep the task's size and its backend's in line: push an elastic task's size to its backend (and settle
     released devices once it confirms), and read back a size the backend chose itself (an HPA)."""
     task = obj.task
-    if task is None or not executor.supports_resize:
+    portal_scaled = task is not None and task.autoscale_desired is not None and executor.scales_services
+    if task is None or not (executor.supports_resize or portal_scaled):
         return False
-    if task.is_elastic:
+    if task.is_elastic or portal_scaled:
         wanted = len(task.live_placement)
-        if obj.replicas != wanted:
-            executor.resize(obj.external_id, wanted, tuple(p["node_name"] for p in task.live_placement))
+        # A portal-scaled service's replica process that died is started again (resize is idempotent).
+        died = portal_scaled and state.replicas is not None and state.replicas < wanted and not task.releasing_placement
+        if obj.replicas != wanted or died:
+            if portal_scaled:
+                executor.resize(obj.external_id, wanted, spec=_live_spec(task))
+            else:
+                executor.resize(obj.external_id, wanted, tuple(p["node_name"] for p in task.live_placement))
             BackendObject.objects.filter(pk=obj.pk).update(replicas=wanted, message=f"resize to {wanted} requested")
             return True
         if state.replicas == wanted and task.releasing_placement:
@@ -578,6 +584,13 @@ def _follow_size(obj: BackendObject, state: JobState, executor: Executor) -> boo
         _adopt_backend_size(obj, state)
         return True
     return False
+
+
+def _live_spec(task: Task):
+    """The task's job spec with one placement per live instance (a portal-scaled service's replicas)."""
+    spec = job_spec(task, Installation.current().uid.hex)
+    live = [i for i, p in enumerate(task.placement or []) if not p.get("releasing")]
+    return replace(spec, instances=len(live), placements=tuple(spec.placements[i] for i in live))
 
 
 def _device_ids(placement: list[dict]) -> list[int]:

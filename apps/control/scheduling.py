@@ -106,6 +106,7 @@ SNAPSHOT_FIELDS = (
     "pending_reason", "pending_message", "queue_position", "estimated_start", "cluster_id", "placement",
     "allocated_gpu", "replicas", "external_id", "attempt", "window", "submitted_at", "started_at", "finished_at",
     "updated_at", "uid", "exit_code", "failure_reason", "preemption_count", "lost_gpu_seconds", "wall_time",
+    "autoscale_min", "autoscale_max", "autoscale_desired",
 )  # fmt: skip
 
 
@@ -352,6 +353,7 @@ class SnapshotLoader:
         return {pk: float(hours) * 3600 for pk, hours in rows}
 
     def _task(self, t: Task, request) -> em.Task:
+        min_replicas, max_replicas, autoscaled = t.replica_bounds
         return em.Task(
             id=t.pk,
             project_id=t.project_id,
@@ -362,8 +364,9 @@ class SnapshotLoader:
             memory_gib=_f(t.memory_gib),
             gpu=request,
             instances=t.instances,
-            min_replicas=t.elastic_min,
-            max_replicas=t.elastic_max,
+            min_replicas=min_replicas,
+            max_replicas=max_replicas,
+            autoscaled=autoscaled,
             expected_duration_s=_seconds(t.expected_duration),
             window_s=_seconds(t.window),
             submit_time=t.submitted_at.timestamp(),

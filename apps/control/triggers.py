@@ -168,3 +168,10 @@ def on_demand_changed(sender, **kwargs) -> None:
 def on_cluster_work(sender, cluster_id: int, **kwargs) -> None:
     """Receiver of ``apps.tasks.signals.cluster_work``."""
     request_reconcile(cluster_id)
+
+
+def on_autoscaling_changed(sender, task_id: int, **kwargs) -> None:
+    """Receiver of ``apps.tasks.signals.autoscaling_changed``: the backend's own autoscaler gets the new settings."""
+    from apps.control import jobs  # noqa: PLC0415 - the jobs module imports this one
+
+    enqueue(jobs.apply_autoscaling, task_id, expires=300.0)

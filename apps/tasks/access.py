@@ -135,6 +135,9 @@ class ConnectTarget:
     executor: Executor
     external_id: str
     port: int
+    # Replicas the proxy spreads requests over: those of a service the portal scales itself, else 1 (instance 0;
+    # a Kubernetes Service balances its own replicas).
+    replicas: int = 1
 
 
 def connect_target(user, task_id: int, port: int) -> ConnectTarget:
@@ -154,7 +157,8 @@ def connect_target(user, task_id: int, port: int) -> ConnectTarget:
         raise Refused(403, f"Port {port} is not a port of this task (its ports: {allowed}).")
     if task.status != TaskStatus.RUNNING or not task.external_id or task.cluster is None:
         raise Refused(409, f"The task is {task.get_status_display().lower()}, not running.")
-    return ConnectTarget(task.pk, executor_for(task.cluster), task.external_id, port)
+    replicas = len(task.live_placement) if task.autoscale_desired is not None else 1
+    return ConnectTarget(task.pk, executor_for(task.cluster), task.external_id, port, max(replicas, 1))
 
 
 # Path characters passed on as written (RFC 3986 pchar and "/").

@@ -21,7 +21,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 
 from apps.clusters.executors.base import ExecutorError
-from apps.tasks import access
+from apps.tasks import access, request_rate
 from apps.tasks.models import Task
 from apps.vdc.services import can_act
 
@@ -121,9 +121,11 @@ async def _relay(upstream: httpx.Response, client: httpx.AsyncClient):
 
 @csrf_exempt  # the service's own XSRF checks apply; the portal's session cookie is SameSite=Lax
 async def task_connect(request: HttpRequest, pk: str, port: str, path: str) -> HttpResponseBase:
-    """Proxy a request to ``port`` of the task's first instance, as the logged-in project owner or member.
+    """Proxy a request to ``port`` of the task, as the logged-in project owner or member.
 
     Only the task's declared ports are reachable; refusals are plain-text answers with the HTTP status.
+    Each request is counted (the autoscaler's request rate); a service the portal scales itself gets its
+    requests spread over its replicas by that count, others go to instance 0.
     """
     user = await request.auser()
     if not user.is_authenticated:
@@ -131,7 +133,9 @@ async def task_connect(request: HttpRequest, pk: str, port: str, path: str) -> H
     task_id, port_number = int(pk), int(port)
     try:
         target = await sync_to_async(access.connect_target)(user, task_id, port_number)
-        endpoint = await asyncio.to_thread(target.executor.port_endpoint, target.external_id, 0, port_number)
+        counted = await asyncio.to_thread(request_rate.count, task_id)
+        instance = (counted or 1) % target.replicas
+        endpoint = await asyncio.to_thread(target.executor.port_endpoint, target.external_id, instance, port_number)
     except access.Refused as refused:
         return HttpResponse(str(refused), status=refused.code, content_type="text/plain; charset=utf-8")
     except ExecutorError as exc:

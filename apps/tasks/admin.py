@@ -11,7 +11,7 @@ from apps.queues.models import TaskQueue
 from apps.tasks.admin_forms import TaskChangeForm, TaskSubmitForm
 from apps.tasks.choices import TaskStatus
 from apps.tasks.models import Task, TaskEvent
-from apps.tasks.services import delete_task, stop_tasks
+from apps.tasks.services import delete_task, stop_tasks, update_autoscaling
 from apps.vdc.admin import GREEN, GREY, ORANGE, RED, ReadOnlyAdminMixin, badge
 from apps.vdc.admin_forms import JSONDocumentField
 
@@ -34,7 +34,7 @@ STATE_FIELDS = (
     "status", "status_message", "pending_reason", "pending_message", "queue_position", "estimated_start",
     "cluster", "placement_table", "allocated_gpu", "replicas", "external_id", "attempt", "window",
     "submitted_at", "started_at", "finished_at", "updated_at", "exit_code", "failure_reason", "preemption_count",
-    "lost_gpu_seconds",
+    "lost_gpu_seconds", "autoscale_desired",
 )  # fmt: skip
 # Checked against queue rules and quotas at submission; changing them afterwards would bypass the checks.
 SUBMITTED_FIELDS = (
@@ -65,7 +65,7 @@ REQUEST_FIELDSETS = (
                 "max_retries",
                 ("port", "max_tokens", "temperature"),
                 ("autoscale_min", "autoscale_max"),
-                ("autoscale_cpu_percent", "autoscale_gpu_percent", "autoscale_memory_percent"),
+                ("autoscale_cpu_percent", "autoscale_gpu_percent", "autoscale_memory_percent", "autoscale_rps"),
                 "readiness_path",
             ),  # fmt: skip
         },
@@ -163,7 +163,15 @@ class TaskAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change) -> None:
         if change:
+            # Autoscaling goes through its service (checks, timeline event, desired count in the new bounds).
+            changes = form.autoscale_changes()
+            if changes:
+                original = Task.objects.get(pk=obj.pk)
+                for field in changes:
+                    setattr(obj, field, getattr(original, field))
             super().save_model(request, obj, form, change)
+            if changes:
+                update_autoscaling(obj, request.user, **changes)
         # On add, TaskSubmitForm already saved the task through submit_task.
 
     def delete_model(self, request, obj) -> None:

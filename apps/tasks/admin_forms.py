@@ -6,7 +6,7 @@ from django import forms
 from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied, ValidationError
 
 from apps.tasks.models import Task
-from apps.tasks.services import SUBMIT_FIELDS, submit_task
+from apps.tasks.services import AUTOSCALE_FIELDS, SUBMIT_FIELDS, autoscale_errors, submit_task
 from apps.vdc.admin_forms import KeyValueField, SecretTextarea
 from apps.vdc.models import VDC
 
@@ -28,6 +28,19 @@ class TaskChangeForm(forms.ModelForm):
 
     def clean_volumes(self):
         return _volumes(self.cleaned_data.get("volumes"))
+
+    def autoscale_changes(self) -> dict:
+        """The autoscaling settings this form changes (the admin saves them through ``update_autoscaling``)."""
+        return {f: self.cleaned_data[f] for f in AUTOSCALE_FIELDS if f in self.changed_data and f in self.cleaned_data}
+
+    def clean(self):
+        cleaned = super().clean()
+        changes = self.autoscale_changes()
+        if changes and self.instance.pk:
+            original = Task.objects.select_related("queue", "vdc").get(pk=self.instance.pk)
+            for field, message in autoscale_errors(original, changes).items():
+                self.add_error(field if field in self.fields else None, message)
+        return cleaned
 
 
 class TaskSubmitForm(forms.ModelForm):

@@ -63,6 +63,7 @@ class EventKind(models.TextChoices):
     SUSPENDED = "suspended", "Suspended"
     REQUEUED = "requeued", "Requeued"
     RESIZED = "resized", "Resized"
+    AUTOSCALED = "autoscaled", "Autoscale decision"
     COMPLETED = "completed", "Completed"
     FAILED = "failed", "Failed"
     STOP_REQUESTED = "stop_requested", "Stop requested"

@@ -64,6 +64,8 @@ class TaskFilterSet(BaseFilterSet):
             "autoscale_cpu_percent": NUMBER,
             "autoscale_gpu_percent": NUMBER,
             "autoscale_memory_percent": NUMBER,
+            "autoscale_rps": NUMBER,
+            "autoscale_desired": NUMBER,
             "readiness_path": ["exact"],
             "ready_replicas": [*NUMBER, "isnull"],
             "status": ["exact", "in"],

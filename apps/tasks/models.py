@@ -168,6 +168,16 @@ class Task(models.Model):
     autoscale_memory_percent = models.PositiveSmallIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(100)]
     )
+    autoscale_rps = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(1_000_000)],
+        verbose_name="autoscale requests/s per replica",
+        help_text="Inference: target requests per second per replica, as the portal's proxy counts them",
+    )  # fmt: skip
+    autoscale_desired = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="Inference on local and Slurm clusters: replicas the portal's autoscaler asks the scheduler for "
+        "(on Kubernetes the HPA decides)",
+    )  # fmt: skip
     readiness_path = models.CharField(
         max_length=255, blank=True,
         help_text="Inference: an HTTP path of the service that answers 2xx once a replica can serve (e.g. /health); "
@@ -244,6 +254,21 @@ class Task(models.Model):
     @property
     def is_elastic(self) -> bool:
         return self.elastic_min is not None and self.elastic_max is not None
+
+    @property
+    def is_autoscaled(self) -> bool:
+        """An inference service with replica bounds: an HPA (Kubernetes) or the portal's autoscaler scales it."""
+        return self.kind == TaskKind.INFERENCE and self.autoscale_min is not None and self.autoscale_max is not None
+
+    @property
+    def replica_bounds(self) -> tuple[int | None, int | None, bool]:
+        """(min, max, autoscaled) replicas the scheduler keeps the task between: an elastic task's bounds, or a
+        running portal-autoscaled service's minimum and desired count; (None, None, False) for a fixed size."""
+        if self.is_elastic:
+            return self.elastic_min, self.elastic_max, False
+        if self.autoscale_desired is not None and self.is_autoscaled and self.status in ACTIVE:
+            return self.autoscale_min, max(self.autoscale_desired, self.autoscale_min), True
+        return None, None, False
 
     @property
     def node_names(self) -> list[str]:

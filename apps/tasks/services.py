@@ -24,7 +24,7 @@ from apps.tasks.admission import admission_errors
 from apps.tasks.bulk import bulk_update_rows
 from apps.tasks.choices import ACTIVE, FINAL, WAITING, EventKind, TaskKind, TaskStatus
 from apps.tasks.models import Task, TaskEvent
-from apps.tasks.signals import cluster_work, demand_changed, task_changed
+from apps.tasks.signals import autoscaling_changed, cluster_work, demand_changed, task_changed
 from apps.tasks.validation import secret_env_error, secret_refs_error
 from apps.vdc.models import VDC, Membership, Project, ProjectQuota, ProjectSecret
 from apps.vdc.services import WRITE_ROLES, can_act, can_view, is_platform_admin
@@ -35,7 +35,7 @@ SUBMIT_FIELDS = (
     "expected_duration", "wall_time", "preemptible", "required_labels", "image", "command", "env", "volumes",
     "ide_type", "framework", "model_path", "epochs", "batch_size", "checkpoint_path", "tensorboard_dir",
     "max_retries", "port", "max_tokens", "temperature", "autoscale_min", "autoscale_max", "autoscale_cpu_percent",
-    "autoscale_gpu_percent", "autoscale_memory_percent", "readiness_path", "secret_refs",
+    "autoscale_gpu_percent", "autoscale_memory_percent", "autoscale_rps", "readiness_path", "secret_refs",
 )  # fmt: skip
 
 
@@ -273,6 +273,106 @@ def _check_quota(task: Task, request: GPURequest, gpu_catalog) -> None:
                 f"tasks, its limit in VDC {task.vdc}."
             }  # fmt: skip
         )
+
+
+# The settings of an inference service's autoscaling that may change while it runs (API PATCH, page, admin).
+AUTOSCALE_FIELDS = (
+    "autoscale_min", "autoscale_max", "autoscale_cpu_percent", "autoscale_gpu_percent", "autoscale_memory_percent",
+    "autoscale_rps",
+)  # fmt: skip
+
+
+def autoscale_errors(task: Task, changes: dict[str, Any]) -> dict[str, str]:
+    """Why ``changes`` to the service's autoscaling cannot be made: {field: message} (empty when they can).
+
+    Only the autoscaling settings, on an inference service that has not ended; min and max set together
+    (or both cleared), min <= max, each in its bounds; min replicas within the project's enforced limits and
+    max replicas within the project's GPU limit and the queue's maximum (a count it could never reach is
+    refused, not kept silently).
+    """
+    from apps.tasks.validation import NUMBER_BOUNDS, task_errors  # noqa: PLC0415
+
+    unknown = sorted(set(changes) - set(AUTOSCALE_FIELDS))
+    if unknown:
+        return dict.fromkeys(unknown, "Only the autoscaling settings of a task can change after submission.")
+    if task.kind != TaskKind.INFERENCE:
+        return {"kind": "Only inference services autoscale."}
+    if task.is_final:
+        return {"status": f"The task has {task.get_status_display().lower()}; its settings no longer change."}
+    edited = Task(**{f.attname: getattr(task, f.attname) for f in Task._meta.concrete_fields})
+    for field, value in changes.items():
+        setattr(edited, field, value)
+    try:
+        edited.clean_fields(exclude=[f.name for f in Task._meta.fields if f.name not in AUTOSCALE_FIELDS])
+    except ValidationError as exc:
+        return {field: " ".join(messages) for field, messages in exc.message_dict.items()}
+    bounded = {field for field, _low, _high in NUMBER_BOUNDS if field in AUTOSCALE_FIELDS}
+    errors = {k: v for k, v in task_errors(edited).items() if k in bounded}
+    if errors:
+        return errors
+    if (edited.autoscale_min is None) != (edited.autoscale_max is None):
+        missing = "autoscale_max" if edited.autoscale_max is None else "autoscale_min"
+        return {missing: "Expected both min and max replicas (or neither, to turn autoscaling off)."}
+    if edited.autoscale_min is None:
+        return {}
+    gpu_catalog = cluster_services.catalog()
+    try:
+        per_replica = _min_gpu_equivalents(cluster_services.validate_gpu_spec(task.gpu_spec, gpu_catalog), gpu_catalog)
+    except ValidationError:
+        per_replica = Decimal(0)
+    quota = ProjectQuota.objects.filter(project_id=task.project_id, vdc_id=task.vdc_id).first()
+    if quota is not None and quota.enforce:
+        for resource, each in (("cpu", task.cpu), ("memory_gib", task.memory_gib), ("gpu", per_replica)):
+            limit = getattr(quota, f"limit_{resource}")
+            if each * edited.autoscale_min > limit:
+                return {"autoscale_min": f"Expected at most the project's {resource.replace('_gib', '')} limit of "
+                        f"{limit} in VDC {task.vdc}: {edited.autoscale_min} replicas need "
+                        f"{(each * edited.autoscale_min).normalize():f}."}  # fmt: skip
+        if per_replica * edited.autoscale_max > quota.limit_gpu:
+            return {"autoscale_max": f"Expected at most {int(quota.limit_gpu / per_replica)} replicas: the project's "
+                    f"GPU limit in VDC {task.vdc} is {quota.limit_gpu} and one replica needs "
+                    f"{per_replica.normalize():f}."}  # fmt: skip
+    queue_max = task.queue.max_gpu
+    if queue_max is not None and per_replica and per_replica * edited.autoscale_max > queue_max:
+        return {"autoscale_max": f"Expected at most {int(queue_max / per_replica)} replicas: queue "
+                f"{task.queue.name} holds at most {queue_max} GPU-equivalents."}  # fmt: skip
+    return {}
+
+
+def update_autoscaling(task: Task, user, **changes: Any) -> Task:
+    """Change a service's autoscaling bounds and targets (API PATCH, monitoring page, admin): checked by
+    :func:`autoscale_errors`, written with an ``autoscaled`` event, and a portal-scaled service's desired
+    count moved into the new bounds at once (the next scheduling cycle follows). Raises ValidationError or
+    PermissionDenied and writes nothing then."""
+    if not can_act(user, task.project):
+        raise PermissionDenied(f"Only owners and members of project {task.project} change its services.")
+    with transaction.atomic():
+        locked = Task.objects.select_for_update().select_related("queue", "vdc").get(pk=task.pk)
+        changes = {k: v for k, v in changes.items() if k not in AUTOSCALE_FIELDS or getattr(locked, k) != v}
+        errors = autoscale_errors(locked, changes)
+        if errors:
+            raise ValidationError(errors)
+        if not changes:
+            return locked
+        said = ", ".join(f"{k.removeprefix('autoscale_')} {getattr(locked, k)} → {v}" for k, v in changes.items())
+        for field, value in changes.items():
+            setattr(locked, field, value)
+        fields = [*changes, "updated_at"]
+        if locked.autoscale_desired is not None:
+            if locked.autoscale_min is None:
+                locked.autoscale_desired = None
+            else:
+                locked.autoscale_desired = min(max(locked.autoscale_desired, locked.autoscale_min),
+                                               locked.autoscale_max)  # fmt: skip
+            fields.append("autoscale_desired")
+        locked.save(update_fields=fields)
+        record_event(locked, EventKind.AUTOSCALED, f"Autoscaling changed by {user}: {said}", actor=user,
+                     data={"changes": dict(changes), "by": "user"})  # fmt: skip
+        signal_demand_changed()
+        if locked.is_active and locked.external_id:
+            task_id = locked.pk
+            transaction.on_commit(lambda: autoscaling_changed.send(sender=Task, task_id=task_id))
+    return locked
 
 
 def stop_task(task: Task, user, reason: str = "") -> Task:

@@ -19,3 +19,7 @@ demand_changed = Signal()
 # Sent on commit, with cluster_id, when something on that cluster's backend must be carried out soon
 # (a stopped task's job to cancel).
 cluster_work = Signal()
+
+# Sent on commit, with task_id, when a running service's autoscaling settings changed: a backend that scales it
+# itself (a Kubernetes HPA) must get the new bounds and targets.
+autoscaling_changed = Signal()

@@ -14,6 +14,7 @@ urlpatterns = [
     path("task-monitoring/<int:pk>/", views.task_monitoring, name="task-monitoring"),
     path("task-monitoring/<int:pk>/logs/", views.task_logs, name="task-logs"),
     path("task-monitoring/<int:pk>/instances/", views.task_instances_part, name="task-instances"),
+    path("task-monitoring/<int:pk>/autoscaling/", views.task_autoscaling, name="task-autoscaling"),
     path("task-monitoring/<int:pk>/terminal/", access_views.task_terminal, name="task-terminal"),
     re_path(
         r"^tasks/(?P<pk>[0-9]+)/connect/(?P<port>[0-9]{1,5})/(?P<path>.*)$",

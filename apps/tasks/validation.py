@@ -26,6 +26,8 @@ MIN_MEMORY_GIB = Decimal("0.01")
 MAX_MEMORY_GIB = Decimal("16384")
 # Gang ranks, elastic replicas and autoscaling replicas alike.
 MAX_INSTANCES = 1024
+# Autoscaling target: requests per second per replica.
+MAX_RPS = 1_000_000
 MAX_EPOCHS = 1_000_000
 MAX_BATCH_SIZE = 1_048_576
 MAX_TOKENS = 10_000_000
@@ -74,6 +76,7 @@ NUMBER_BOUNDS: tuple[tuple[str, Any, Any], ...] = (
     ("elastic_max", 1, MAX_INSTANCES),
     ("autoscale_min", 1, MAX_INSTANCES),
     ("autoscale_max", 1, MAX_INSTANCES),
+    ("autoscale_rps", 1, MAX_RPS),
     ("epochs", 1, MAX_EPOCHS),
     ("batch_size", 1, MAX_BATCH_SIZE),
     ("max_tokens", 1, MAX_TOKENS),

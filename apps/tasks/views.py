@@ -41,7 +41,14 @@ from apps.tasks.choices import ACTIVE, WAITING, EventKind, TaskKind, TaskStatus
 from apps.tasks.filtersets import TaskFilterSet
 from apps.tasks.instances import task_instances
 from apps.tasks.models import Task, TaskEvent
-from apps.tasks.services import delete_task, stop_task, stop_tasks, waiting_gpu_equivalents
+from apps.tasks.services import (
+    AUTOSCALE_FIELDS,
+    delete_task,
+    stop_task,
+    stop_tasks,
+    update_autoscaling,
+    waiting_gpu_equivalents,
+)
 from apps.vdc.models import VDC, Membership, Project, ProjectQuota
 from apps.vdc.services import WRITE_ROLES, is_platform_admin
 
@@ -659,6 +666,30 @@ def task_stop(request: HttpRequest, pk: int) -> HttpResponse:
         # Deleted by another request since it was looked up.
         raise Http404(f"Task {pk} no longer exists.")
     return redirect(_next_url(request, reverse("portal:task-monitoring", args=[task.pk])))
+
+
+@login_required
+@require_POST
+def task_autoscaling(request: HttpRequest, pk: int) -> HttpResponse:
+    """The monitoring page's autoscaling form: new bounds and targets through ``update_autoscaling``."""
+    task = _visible_task(request, pk)
+    changes: dict = {}
+    for name in AUTOSCALE_FIELDS:
+        if name in request.POST:
+            raw = request.POST[name].strip()
+            if raw and not (raw.isdecimal() and len(raw) < 10):
+                label = name.removeprefix("autoscale_")
+                messages.error(request, f"{label}: expected a whole number, got {raw[:20]!r}.")
+                return redirect(reverse("portal:task-monitoring", args=[task.pk]))
+            changes[name] = int(raw) if raw else None
+    try:
+        update_autoscaling(task, request.user, **changes)
+        messages.success(request, f"Autoscaling of #{task.pk} {task.name} saved.")
+    except ValidationError as exc:
+        errors = exc.message_dict if hasattr(exc, "error_dict") else {"": exc.messages}
+        messages.error(request, " ".join(f"{k.removeprefix('autoscale_')}: {' '.join(v)}" if k else " ".join(v)
+                                         for k, v in errors.items()))  # fmt: skip
+    return redirect(reverse("portal:task-monitoring", args=[task.pk]))
 
 
 @login_required

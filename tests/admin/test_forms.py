@@ -329,3 +329,29 @@ def test_a_quota_limit_above_the_vdcs_capacity_is_saved_with_a_warning(admin_web
     assert admin_web.post(admin_url(world.vdc), data).status_code == 302
     shown = [str(m) for m in admin_web.get(admin_url(world.vdc)).context["messages"]]
     assert any(m.startswith("The cpu limit 100000 is more than all of VDC main has (64 cores)") for m in shown)
+
+
+def _running_service(world, **fields):
+    from tests.factories import TaskFactory  # noqa: PLC0415
+
+    fields = {"autoscale_min": 1, "autoscale_max": 2, **fields}
+    return TaskFactory(project=world.project, vdc=world.vdc, queue=world.high, owner=world.member, kind="inference",
+                       status="running", port=8000, **fields)  # fmt: skip
+
+
+def test_autoscaling_edits_go_through_the_service_with_an_event(admin_web, world):
+    svc = _running_service(world, autoscale_desired=2)
+    response = _edit(admin_web, svc, autoscale_max="4", autoscale_rps="25")
+    assert response.status_code == 302, _errors(response)
+    svc.refresh_from_db()
+    assert (svc.autoscale_max, svc.autoscale_rps) == (4, 25)
+    assert "max 2 → 4" in svc.events.get(kind="autoscaled").message
+
+
+def test_autoscaling_edit_with_min_above_max_is_refused_on_its_field(admin_web, world):
+    svc = _running_service(world)
+    response = _edit(admin_web, svc, autoscale_min="3")
+    assert response.status_code == 200
+    assert "autoscale_max" in _errors(response)
+    svc.refresh_from_db()
+    assert svc.autoscale_min == 1 and not svc.events.filter(kind="autoscaled").exists()

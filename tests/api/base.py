@@ -46,6 +46,8 @@ class Resource:
     create_denied: Mapping[str, int] = field(default_factory=dict)
     update: Callable[[object], dict] | None = None
     updaters: frozenset[str] = ADMIN
+    # The object the update test acts on, when an update needs another state than ``make`` gives (default: make).
+    make_for_update: Callable[[object], Model] | None = None
     deleters: frozenset[str] | None = ADMIN
 
     def __str__(self) -> str:

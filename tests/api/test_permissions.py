@@ -213,6 +213,19 @@ RESOURCES = [
         creators=WRITERS,
         create_denied={"outsider": 400},
         deleters=WRITERS,
+        # Only a running inference service's autoscaling changes after submission.
+        make_for_update=lambda w: TaskFactory(
+            project=w.project,
+            vdc=w.vdc,
+            queue=w.high,
+            owner=w.member,
+            kind="inference",
+            status="running",
+            autoscale_min=1,
+            autoscale_max=2,
+        ),
+        update=lambda w: {"autoscale_max": 3, "autoscale_rps": 15},
+        updaters=WRITERS,
     ),
     Resource(
         "billing/prices",
@@ -303,7 +316,7 @@ def test_create(world, resource, role):
 @matrix
 @roles
 def test_update(world, resource, role):
-    obj = resource.make(world)
+    obj = (resource.make_for_update or resource.make)(world)
     data = resource.update(world) if resource.update else {"id": obj.pk}
     response = client_for(world.user(role)).patch(resource.detail_url(obj), data, format="json")
     assert response.status_code == resource.expected_update(role), getattr(response, "data", None)

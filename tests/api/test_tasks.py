@@ -156,7 +156,12 @@ def test_viewer_cannot_delete_and_outsider_gets_404(world):
 
 def test_tasks_are_not_edited_after_submission(world):
     task_id = submit(world).data["id"]
-    assert client_for(world.member).patch(f"{TASKS}{task_id}/", {"name": "x"}, format="json").status_code == 405
+    client = client_for(world.member)
+    assert client.put(f"{TASKS}{task_id}/", {"name": "x"}, format="json").status_code == 405
+    # PATCH takes only an inference service's autoscaling settings (tests/api/test_task_autoscaling.py).
+    response = client.patch(f"{TASKS}{task_id}/", {"name": "x"}, format="json")
+    assert response.status_code == 400 and "name" in response.data
+    assert Task.objects.get(pk=task_id).name == "job"
 
 
 def test_events_endpoint_lists_the_timeline_oldest_first(world):

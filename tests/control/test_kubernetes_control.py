@@ -19,7 +19,7 @@ from apps.control.models import BackendObject, ObjectState
 from apps.control.reconcile import reconcile_cluster
 from apps.control.scheduling import run_cycle
 from apps.tasks.models import Task
-from apps.tasks.services import submit_task
+from apps.tasks.services import submit_task, update_autoscaling
 from tests.api.base import client_for
 from tests.control.drive import intent, launch
 from tests.executors_k8s.conftest import emulator  # noqa: F401 - the kmock fixture
@@ -321,6 +321,20 @@ def test_an_inference_services_autoscaling_reaches_its_hpa_with_the_users_number
         "target": {"type": "Utilization", "averageUtilization": 60},
     }
     assert metrics["Pods"]["pods"]["target"] == {"type": "AverageValue", "averageValue": "70"}
+
+
+def test_autoscaling_edited_while_the_service_runs_patches_its_hpa(k8s, settings, django_capture_on_commit_callbacks):
+    settings.CELERY_TASK_ALWAYS_EAGER = True  # the job the edit queues on commit runs at once
+    world = k8s
+    service = run(world, submit(world, name="serve", kind="inference", queue="high", gpu_spec="1(A100)", port=8080,
+                                autoscale_min=1, autoscale_max=2, autoscale_gpu_percent=70))  # fmt: skip
+    with django_capture_on_commit_callbacks(execute=True):
+        update_autoscaling(service, world.member, autoscale_min=2, autoscale_max=3, autoscale_rps=40)
+    hpa = world.emulator.objects["autoscaling/v2/horizontalpodautoscalers", NS, service.external_id.split("/")[-1]]
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 3)
+    names = {m["pods"]["metric"]["name"] for m in hpa["spec"]["metrics"] if m["type"] == "Pods"}
+    assert names == {"DCGM_FI_DEV_GPU_UTIL", "http_requests_per_second"}
+    assert not service.events.filter(kind="backend_error").exists()
 
 
 def test_a_readiness_path_becomes_the_probe_and_ready_replicas_follow_the_backend(k8s, client):

@@ -101,13 +101,23 @@ def snapshots(draw):
         placement = InstancePlacement(
             n.id, tuple(DeviceShare(d.id, milli) for d in chosen), n.devices[0].model if chosen else None
         )
+        placements = (placement,)
+        if t.kind == "inference" and need == 1 and draw(st.booleans()):
+            # A running autoscaled service: one or two replicas, its autoscaler asking for 1 to 3.
+            single = Task(**{**{f: getattr(single, f) for f in single.__slots__}, "min_replicas": 1,
+                             "max_replicas": draw(st.integers(1, 3)), "autoscaled": True})  # fmt: skip
+            spare = [d for d in n.devices if free[(n.id, d.index)] == 1000]
+            if spare and cpu_free[n.id] >= t.cpu and draw(st.booleans()):
+                free[(n.id, spare[0].index)] -= 1000
+                cpu_free[n.id] -= t.cpu
+                placements += (InstancePlacement(n.id, (DeviceShare(spare[0].id, 1000),), n.devices[0].model),)
         started = float(draw(st.integers(0, 999)))
         window = (
             single.expected_duration_s
             if QUEUES[[q.id for q in QUEUES].index(t.queue_id)].priority_class == "medium"
             else None
         )
-        running.append(RunningTask(single, n.cluster_id, (placement,), started, window))
+        running.append(RunningTask(single, n.cluster_id, placements, started, window))
     queued = [make_task(f"q{i}", True) for i in range(draw(st.integers(0, 10)))]
     quotas = [
         ProjectQuota(

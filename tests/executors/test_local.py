@@ -332,3 +332,66 @@ def test_unknown_ide_is_refused(executor, make_spec):
     with pytest.raises(ExecutorError, match="Unknown IDE 'emacs'") as err:
         executor.submit(make_spec(kind="dev_env", command="", settings={"ide": "emacs"}))
     assert err.value.retryable is False
+
+
+# -- replicas of an inference service the portal scales ----------------------------------------------------------
+
+
+def service_spec(make_spec, gpu_placement, *cards):
+    placements = tuple(p for c in cards for p in gpu_placement("local", c))
+    return make_spec(kind="inference", command='echo "cards=$CUDA_VISIBLE_DEVICES"; exec sleep 60', gpu_model=A100,
+                     gpus_per_instance=1, instances=len(placements), placements=placements,
+                     settings={"min_replicas": 1, "max_replicas": 4, "port": 8000})  # fmt: skip
+
+
+def replica_log(executor, job_id, key) -> str:
+    return (executor.base_dir / job_id / "replicas" / key / "output.log").read_text()
+
+
+def wait_replicas(executor, job_id, n, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while executor.status(job_id).replicas != n and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return executor.status(job_id)
+
+
+def test_a_service_grows_and_shrinks_replica_by_replica_each_on_its_cards(executor, make_spec, gpu_placement):
+    job_id = executor.submit(service_spec(make_spec, gpu_placement, 0))
+    assert executor.status(job_id).replicas is None  # a plain job until it has replicas
+    executor.resize(job_id, 3, spec=service_spec(make_spec, gpu_placement, 0, 2, 3))
+    state = wait_replicas(executor, job_id, 3)
+    assert (state.phase, state.replicas, state.desired_replicas) == (JobPhase.RUNNING, 3, 3)
+    assert wait_for_log(executor, job_id, "cards=0").startswith("cards=0")
+    deadline = time.monotonic() + 10
+    while "cards=3" not in replica_log(executor, job_id, "gpu-3") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert replica_log(executor, job_id, "gpu-2") == "cards=2\n"
+    assert replica_log(executor, job_id, "gpu-3") == "cards=3\n"
+    # The engine takes back the middle replica (card 2): that one stops, the one on card 3 keeps running.
+    pid_3 = json.loads((executor.base_dir / job_id / "replicas" / "gpu-3" / "job.json").read_text())["pid"]
+    executor.resize(job_id, 2, spec=service_spec(make_spec, gpu_placement, 0, 3))
+    assert wait_replicas(executor, job_id, 2).replicas == 2
+    assert json.loads((executor.base_dir / job_id / "replicas" / "gpu-3" / "job.json").read_text())["pid"] == pid_3
+    executor.stop(job_id)
+    assert wait_for(executor, job_id, FINAL).phase == JobPhase.CANCELLED
+    assert not Path(f"/proc/{pid_3}").exists()  # the replica ended with the job (and the executor reaped it)
+
+
+def test_a_replica_that_died_is_started_again_by_the_next_resize(executor, make_spec, gpu_placement):
+    spec = service_spec(make_spec, gpu_placement, 0, 1)
+    job_id = executor.submit(spec)
+    assert wait_replicas(executor, job_id, 2).replicas == 2
+    meta = json.loads((executor.base_dir / job_id / "replicas" / "gpu-1" / "job.json").read_text())
+    os.killpg(meta["pid"], signal.SIGKILL)
+    assert wait_replicas(executor, job_id, 1).replicas == 1
+    executor.resize(job_id, 2, spec=spec)
+    assert wait_replicas(executor, job_id, 2).replicas == 2
+
+
+def test_only_inference_services_are_resized_and_never_without_their_spec(executor, make_spec, gpu_placement):
+    job_id = executor.submit(make_spec(command="sleep 30"))
+    with pytest.raises(ExecutorError, match="resizes only inference services"):
+        executor.resize(job_id, 2)
+    with pytest.raises(ExecutorError, match="single-instance"):
+        executor.submit(make_spec(name="gang", command="sleep 1", instances=2,
+                                  placements=gpu_placement("local", 0) + gpu_placement("local", 1)))  # fmt: skip

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import kmock
 import pytest
 from kubernetes import client
@@ -551,3 +553,15 @@ def test_following_logs_reads_from_the_last_timestamp_seen_and_drops_what_was_se
     assert "sinceSeconds" not in log[3].params and "tailLines" not in log[3].params
     with pytest.raises(ValueError):
         executor.read_logs(ext_id, after="o12")
+
+
+def test_new_autoscaling_settings_patch_the_running_services_hpa(executor, emulator):
+    s = spec(kind="inference", settings={"min_replicas": 1, "max_replicas": 2, "target_gpu_utilization": 70},
+             gpus_per_instance=1, gpu_model=A100)  # fmt: skip
+    external_id = executor.submit(s)
+    edited = dataclasses.replace(s, settings={"min_replicas": 2, "max_replicas": 6, "target_requests_per_second": 30})
+    executor.update_autoscaling(external_id, edited)
+    hpa = stored(emulator, "autoscaling/v2/horizontalpodautoscalers")[s.name]
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 6)
+    assert [metric["pods"]["metric"]["name"] for metric in hpa["spec"]["metrics"]] == ["http_requests_per_second"]
+    assert stored(emulator, "apps/v1/deployments")[s.name]["spec"]["replicas"] == 1  # the HPA, not the patch, scales

@@ -427,3 +427,17 @@ def test_secret_variables_are_references_never_values_in_the_workload():
     assert secret["kind"] == "Secret" and secret["metadata"]["name"] == name
     assert secret["stringData"] == {"API_TOKEN": "s3cr3t"}
     assert m.secret_manifest(spec(), "gpu-jobs") is None
+
+
+def test_inference_request_rate_target_is_a_pods_metric_of_the_hpa():
+    s = spec(kind="inference", settings={"min_replicas": 1, "max_replicas": 4, "target_requests_per_second": 25})
+    hpa = m.build_manifests(s, "ns")[-1]
+    assert hpa["spec"]["metrics"] == [
+        {
+            "type": "Pods",
+            "pods": {
+                "metric": {"name": "http_requests_per_second"},
+                "target": {"type": "AverageValue", "averageValue": "25"},
+            },
+        }
+    ]

@@ -390,7 +390,15 @@ class Executor(abc.ABC):
         """
         raise ExecutorError(f"{type(self).__name__} cannot resize a running job", retryable=False)
 
+    def update_autoscaling(self, external_id: str, spec: JobSpec) -> None:
+        """Give a running inference service's new autoscaling settings (``spec.settings``) to the backend's own
+        autoscaler. Backends without one need nothing: the portal's autoscaler reads the task."""
+        return
+
     supports_resize = False
+    # The portal's autoscaler may run more replicas of an inference service here: ``resize`` then takes the
+    # service's ``spec`` with one placement per replica (the local executor; Kubernetes has its HPA).
+    scales_services = False
     # The backend itself restarts a failed job as often as the task's retry setting says (Kubernetes Jobs'
     # backoffLimit, Volcano's maxRetry); elsewhere the control plane retries it as a new attempt.
     retries_failed_jobs = False

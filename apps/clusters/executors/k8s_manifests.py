@@ -65,6 +65,8 @@ CONTAINER_NAME = "main"
 DEFAULT_MASTER_PORT = 29500
 DEFAULT_INFERENCE_PORT = 8000
 GPU_UTIL_METRIC = "DCGM_FI_DEV_GPU_UTIL"
+# A service's request rate per pod, as prometheus-adapter's usual rule names a counter http_requests_total.
+REQUESTS_METRIC = "http_requests_per_second"
 
 # Pod names get "-<index>" (Indexed Job) or "-worker-<index>" (Volcano) appended and must stay
 # within the 63 characters of a DNS label, so task names are capped below that.
@@ -879,6 +881,9 @@ def _hpa_metrics(settings: dict) -> list[dict]:
                 },
             }
         )
+    if settings.get("target_requests_per_second") is not None:
+        target = {"type": "AverageValue", "averageValue": str(int(settings["target_requests_per_second"]))}
+        metrics.append({"type": "Pods", "pods": {"metric": {"name": REQUESTS_METRIC}, "target": target}})
     if not metrics:
         metrics.append(
             {

@@ -1019,6 +1019,15 @@ class KubernetesExecutor(Executor):
             raise ExecutorError(f"a {workload} cannot be resized (elastic tasks run as Jobs or Deployments)",
                                 retryable=False)  # fmt: skip
 
+    def update_autoscaling(self, external_id: str, spec: JobSpec) -> None:
+        """Patch a Deployment's HPA with the bounds and metrics the spec's settings give now."""
+        namespace, workload, name = m.parse_external_id(external_id)
+        if workload != m.WORKLOAD_DEPLOYMENT:
+            return
+        hpa = m.inference_manifests(spec, namespace)[-1]
+        _call(self._apis["autoscaling"].patch_namespaced_horizontal_pod_autoscaler, name, namespace,
+              {"spec": {k: hpa["spec"][k] for k in ("minReplicas", "maxReplicas", "metrics")}})  # fmt: skip
+
     def nodes(self) -> list[dict]:
         """Every node's allocatable cores, memory and extended resources (GPU-like: ``vendor/resource: count``)."""
         out = []

@@ -45,11 +45,14 @@ from .base import (
     wants_checkpoints,
 )
 from .logfile import LogChunk, read_log_file
-from .sandbox import NETWORK_HOST, TRUSTED_ENV, Sandbox, check_env_names, device_nodes
+from .sandbox import NETWORK_HOST, NETWORK_NONE, TRUSTED_ENV, Sandbox, check_env_names, device_nodes
 from .terminal import PtyTerminal
 from .vram import DEFAULT_LIBRARY, SANDBOX_LIBRARY, check_library, preload_environment, vram_limit_bytes
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+# Under a job's directory: one directory per extra replica of an inference service the portal scales, named by
+# its cards ("gpu-0-1") or, without cards, its rank ("r2"), and replicas.json (their order and the desired count).
+_REPLICAS = "replicas"
 # Under the base directory, beside the job directories (a dot-name is never a job's): one per task.
 _CHECKPOINTS = ".checkpoints"
 
@@ -392,6 +395,13 @@ class LocalExecutor(Executor):
         """Start the command unless a job of this name exists; the job's name is its id."""
         if spec.instances < 1:
             raise ExecutorError(f"a job needs at least one instance; {spec.instances} requested", retryable=False)
+        # Several instances are a gang (one sandbox per rank, one job), or the replicas of a service the portal
+        # scales (each its own process and network, started and stopped one by one: docs/tasks.md "Autoscaling").
+        replicas = spec.instances > 1 and self._serves_replicas(spec)
+        if replicas and len(spec.placements) != spec.instances:
+            raise ExecutorError(
+                f"{spec.instances} replicas asked for with {len(spec.placements)} placements", retryable=False
+            )
         if not job_command(spec).strip():
             raise ExecutorError("the task has no command to run", retryable=False)
         self.sandbox.check()
@@ -405,6 +415,18 @@ class LocalExecutor(Executor):
         except OSError as exc:
             raise ExecutorError(f"cannot create {job_dir}: {exc}")
 
+        first = dataclasses.replace(spec, instances=1, placements=spec.placements[:1]) if replicas else spec
+        try:
+            self._start_process(job_dir, spec.name, first)
+        except ExecutorError:
+            shutil.rmtree(job_dir, ignore_errors=True)
+            raise
+        if replicas:
+            self._sync_replicas(job_dir, spec)
+        return spec.name
+
+    def _start_process(self, job_dir: Path, key: str, spec: JobSpec) -> None:
+        """Start the sandboxed command in ``job_dir`` (the job's, or one of its replicas') and record it."""
         started_at = datetime.now(UTC)
         work_dir = job_dir / "work"
         secret_fds: list[dict[str, int]] = []  # per rank: bwrap reads each descriptor to its end
@@ -439,7 +461,6 @@ class LocalExecutor(Executor):
                     pass_fds=(*(env.fileno() for env in envs), *(fd for fds in secret_fds for fd in fds.values())),
                 )
         except (OSError, ExecutorError) as exc:
-            shutil.rmtree(job_dir, ignore_errors=True)
             if isinstance(exc, ExecutorError):
                 raise
             raise ExecutorError(f"cannot start the job process: {exc}")
@@ -447,7 +468,7 @@ class LocalExecutor(Executor):
             for fds in secret_fds:
                 for fd in fds.values():
                     os.close(fd)
-        self._children[spec.name] = child
+        self._children[key] = child
         pid_start = _proc_start_time(child.pid)
         self._write_meta(
             job_dir,
@@ -465,7 +486,6 @@ class LocalExecutor(Executor):
                 "secret_names": sorted(spec.secret_env),  # names only, for the monitoring page
             },
         )
-        return spec.name
 
     def status(self, external_id: str) -> JobState:
         job_dir = self._job_dir(external_id)
@@ -482,6 +502,7 @@ class LocalExecutor(Executor):
         stop_file = job_dir / "stopped"
         exit_file = job_dir / "exit_code"
         if exit_file.exists():
+            self._signal_replicas(external_id, job_dir, signal.SIGKILL)  # a service ends with its first replica
             # A stop that raced with the command's own end does not turn a result into a cancel.
             stopped = stop_file.exists() and stop_file.stat().st_mtime_ns <= exit_file.stat().st_mtime_ns
             exit_code = int(exit_file.read_text().strip())
@@ -497,9 +518,12 @@ class LocalExecutor(Executor):
                 phase, message, failure = JobPhase.FAILED, f"exit code {exit_code}", Failure.EXIT_CODE
             return JobState(external_id, phase, message, started_at, finished_at, exit_code, failure=failure)
         if self._is_alive(external_id, meta):
-            return JobState(external_id, JobPhase.RUNNING, started_at=started_at)
+            running, desired = self._replica_counts(external_id, job_dir)
+            return JobState(external_id, JobPhase.RUNNING, started_at=started_at, replicas=running,
+                            desired_replicas=desired)  # fmt: skip
         if exit_file.exists():  # the command ended between the two checks above
             return self.status(external_id)
+        self._signal_replicas(external_id, job_dir, signal.SIGKILL)  # a service ends with its first replica
         if stop_file.exists():
             finished_at = datetime.fromtimestamp(stop_file.stat().st_mtime, UTC)
             return JobState(external_id, JobPhase.CANCELLED, "stopped", started_at, finished_at)
@@ -533,6 +557,7 @@ class LocalExecutor(Executor):
             return
         if not (job_dir / "stopped").exists():
             (job_dir / "stopped").touch()
+        self._signal_replicas(external_id, job_dir, signal.SIGTERM)
         self._signal_group(meta["pid"], signal.SIGTERM)  # the job runs in its own session: pid = group id
 
     def kill(self, external_id: str) -> None:
@@ -543,6 +568,7 @@ class LocalExecutor(Executor):
             return
         if self._is_alive(external_id, meta) and not (job_dir / "stopped").exists():
             (job_dir / "stopped").touch()
+        self._signal_replicas(external_id, job_dir, signal.SIGKILL)
         self._signal_group(meta["pid"], signal.SIGKILL)
         while self._is_alive(external_id, meta):
             time.sleep(0.01)
@@ -601,12 +627,20 @@ class LocalExecutor(Executor):
 
     def port_endpoint(self, external_id: str, instance: int, port: int) -> Endpoint:
         """The job's port: on the host's loopback when jobs share its network, else through a unix socket that
-        a forwarder inside the job's network namespace (started on first use, ending with the job) serves."""
+        a forwarder inside the job's network namespace (started on first use, ending with the job) serves.
+        Instance k > 0 of a service the portal scales is its k-th extra replica (in placement order)."""
         job_dir = self._job_dir(external_id)
+        key, rank = external_id, instance
+        order = self._replica_order(job_dir) if instance != 0 else []
+        if order:  # a service the portal scales; a gang's instances are ranks of its one job
+            if not 0 < instance <= len(order):
+                raise ExecutorError(f"the job has no instance {instance}", retryable=False)
+            job_dir, key = job_dir / _REPLICAS / order[instance - 1], f"{external_id}/{order[instance - 1]}"
+            rank = 0
         meta = self._read_meta(job_dir)
-        if meta is None or not self._is_alive(external_id, meta):
+        if meta is None or not self._is_alive(key, meta):
             raise ExecutorError("the job is not running", retryable=False)
-        rank_pid = self._rank_pid(job_dir, meta, instance)
+        rank_pid = self._rank_pid(job_dir, meta, rank)
         if self.sandbox.network == NETWORK_HOST:
             return Endpoint("127.0.0.1", port)
         stem = _socket_stem(job_dir) + (f"-r{instance}" if instance else "")
@@ -720,6 +754,110 @@ class LocalExecutor(Executor):
             if time.monotonic() > deadline:
                 raise ExecutorError(f"the forwarder to port {port} of the job did not start")
             time.sleep(0.02)
+
+    # -- replicas of an inference service the portal scales (docs/tasks.md "Autoscaling") --------------------
+
+    @property
+    def scales_services(self) -> bool:
+        """Extra replicas of a service need a network of their own each (they all listen on the service's port)."""
+        return self.sandbox.network == NETWORK_NONE
+
+    def _serves_replicas(self, spec: JobSpec) -> bool:
+        return self.scales_services and spec.kind == "inference" and spec.settings.get("min_replicas") is not None
+
+    def resize(self, external_id: str, replicas: int, keep_nodes: tuple[str, ...] = (), spec: JobSpec | None = None):
+        """Run ``replicas`` instances of a service from now on: ``spec.placements`` are the live instances in
+        order (the first is the job's own process). A replica keeps running while its cards stay in the placement;
+        replicas whose cards left it get SIGTERM (and SIGKILL after the grace period); new placements start."""
+        if spec is None or not self._serves_replicas(spec):
+            raise ExecutorError("the local executor resizes only inference services it scales", retryable=False)
+        if len(spec.placements) != replicas:
+            raise ExecutorError(f"{replicas} replicas asked for with {len(spec.placements)} placements",
+                                retryable=False)  # fmt: skip
+        job_dir = self._job_dir(external_id)
+        meta = self._read_meta(job_dir)
+        if meta is None or not self._is_alive(external_id, meta):
+            raise ExecutorError("the job is not running")
+        self._sync_replicas(job_dir, spec)
+
+    @staticmethod
+    def _replica_key(placement, rank: int) -> str:
+        return "gpu-" + "-".join(str(d.index) for d in placement.devices) if placement.devices else f"r{rank}"
+
+    @staticmethod
+    def _replica_order(job_dir: Path) -> list[str]:
+        try:
+            return list(json.loads((job_dir / _REPLICAS / "replicas.json").read_text())["order"])
+        except (FileNotFoundError, json.JSONDecodeError, KeyError, TypeError):
+            return []
+
+    def _sync_replicas(self, job_dir: Path, spec: JobSpec) -> None:
+        """Start the replicas ``spec`` places that do not run, stop those it no longer places."""
+        wanted = {self._replica_key(p, rank): p for rank, p in enumerate(spec.placements[1:], start=1)}
+        root = job_dir / _REPLICAS
+        root.mkdir(mode=0o700, exist_ok=True)
+        state = {"order": list(wanted), "desired": len(spec.placements)}
+        tmp = root / "replicas.json.tmp"
+        tmp.write_text(json.dumps(state))
+        tmp.replace(root / "replicas.json")
+        for replica_dir in [d for d in root.iterdir() if d.is_dir()]:
+            key = f"{job_dir.name}/{replica_dir.name}"
+            meta = self._read_meta(replica_dir)
+            alive = meta is not None and self._is_alive(key, meta)
+            if replica_dir.name not in wanted:
+                if alive:
+                    (replica_dir / "stopped").touch()
+                    self._signal_group(meta["pid"], signal.SIGTERM)
+                else:
+                    shutil.rmtree(replica_dir, ignore_errors=True)
+            elif not alive and meta is not None:
+                shutil.rmtree(replica_dir, ignore_errors=True)  # it ended: started again below
+        for name, placement in wanted.items():
+            replica_dir = root / name
+            try:
+                replica_dir.mkdir(mode=0o700)
+            except FileExistsError:
+                continue
+            one = dataclasses.replace(spec, instances=1, placements=(placement,))
+            try:
+                self._start_process(replica_dir, f"{job_dir.name}/{name}", one)
+            except ExecutorError:
+                shutil.rmtree(replica_dir, ignore_errors=True)
+                raise
+
+    def _replica_counts(self, external_id: str, job_dir: Path) -> tuple[int | None, int | None]:
+        """(instances running, instances asked for) of a service with replicas; (None, None) for other jobs."""
+        root = job_dir / _REPLICAS
+        if not root.is_dir():
+            return None, None
+        try:
+            desired = int(json.loads((root / "replicas.json").read_text())["desired"])
+        except (FileNotFoundError, json.JSONDecodeError, KeyError, TypeError, ValueError):
+            desired = None
+        running = 1
+        for replica_dir in (d for d in root.iterdir() if d.is_dir()):
+            meta = self._read_meta(replica_dir)
+            if meta is not None and self._is_alive(f"{external_id}/{replica_dir.name}", meta):
+                running += 1
+        return running, desired
+
+    def _signal_replicas(self, external_id: str, job_dir: Path, signum: int) -> None:
+        """Signal every live replica of the job; after SIGKILL, wait (briefly) until they are gone and reaped."""
+        root = job_dir / _REPLICAS
+        if not root.is_dir():
+            return
+        signalled = []
+        for replica_dir in (d for d in root.iterdir() if d.is_dir()):
+            key, meta = f"{external_id}/{replica_dir.name}", self._read_meta(replica_dir)
+            if meta is not None and self._is_alive(key, meta):
+                if not (replica_dir / "stopped").exists():
+                    (replica_dir / "stopped").touch()
+                self._signal_group(meta["pid"], signum)
+                signalled.append((key, meta))
+        if signum == signal.SIGKILL:
+            deadline = time.monotonic() + 2.0
+            while any(self._is_alive(key, meta) for key, meta in signalled) and time.monotonic() < deadline:
+                time.sleep(0.01)
 
     def nodes(self) -> list[dict]:
         """This host: its cores and memory. Its cards come from the node agent (NVML), not from here."""

@@ -1,11 +1,13 @@
 """Elastic growth (SPEC §4): replicas above the minimum go into capacity nobody waits for.
 
-Shrinking happens in :mod:`.preemption`, before anyone is preempted.
+Shrinking for others happens in :mod:`.preemption`, before anyone is preempted. A task whose maximum dropped
+below what it runs (an autoscaled service whose desired count went down) gives the extra replicas back here.
 """
 
 from __future__ import annotations
 
-from .model import Resources, Task
+from . import preemption
+from .model import CLASS_RANK, LOW, Resources, Task
 from .resources import EPS, Demand, fits_under
 
 ZERO = Resources()
@@ -20,7 +22,7 @@ def grow(sched, cyc) -> None:
         reserved |= nodes
     for run in runs:
         t = run.task
-        if (run.alt[0] or "cpu") in cyc.starved:
+        if sched.running.get(t.id) is not run or (run.alt[0] or "cpu") in cyc.starved:
             continue
         quota = sched.quotas.get(t.project_id)
         q = sched.queues.get(t.queue_id)
@@ -33,6 +35,8 @@ def grow(sched, cyc) -> None:
             if not _room_for_replica(sched, t, q, quota, one):
                 break
             claim = cv.index.find(alt, t.cpu, t.memory_gib, sched.scorer, reserved or None, sched.fgd)
+            if claim is None and t.autoscaled and run.rank > CLASS_RANK[LOW]:
+                claim = _make_room(sched, cyc, run, q, cv, alt, reserved or None)
             if claim is None:
                 break
             cv.index.take(claim)
@@ -46,6 +50,54 @@ def grow(sched, cyc) -> None:
                 cyc.starts[t.id] = (cid, list(run.placements), window)
             else:
                 cyc.resizes.setdefault(t.id, (run, [], []))[1].append(placement)
+                cyc.why.setdefault(t.id, "grows into idle capacity")
+
+
+def _make_room(sched, cyc, run, q, cv, alt, excluded):
+    """A replica an autoscaled service needs, made room for by lower-class work (SPEC §4 preemption rules).
+
+    Its maximum is a demand, not an allowance: like a queued task of its class, it takes replicas of
+    lower-class elastic tasks and services down towards their minimum first, then lower-class whole tasks
+    the class rules let it preempt (low; medium past its window), the minimal set, on its own cluster.
+    Returns the claim of the new replica (taken on the index), or None when even that would not make room.
+    """
+    t = run.task
+    d = sched.demand(t, instances=1)
+    if not isinstance(d, Demand) or q is None:
+        return None
+    alts = (alt,)
+    units = [
+        u
+        for u in preemption._units(sched, t, q, q.priority_class, d, alts, cyc, False, False, excluded)
+        if u[2] is not run and u[2].rank < run.rank and u[2].cluster_id == run.cluster_id
+    ]
+    if not units:
+        return None
+    result = preemption._try(sched, cv, d, alts, units, excluded)
+    if result is None:
+        return None
+    _cost, shrinks, evicted = result
+    for _key, _kind, victim, claim in shrinks:
+        sched._shrink(victim, claim, cyc)
+        cyc.why[victim.task.id] = f"gives replicas back to service {t.id!r} ({q.priority_class} class) that needs them"
+    for _key, reason, victim, _claim in evicted:
+        sched._evict(victim, reason, t, cyc)
+    sched.epoch += 1
+    sched._fail_epoch = sched.epoch
+    cyc.fail.clear()
+    return cv.index.find(alt, t.cpu, t.memory_gib, sched.scorer, excluded, sched.fgd)
+
+
+def trim(sched, cyc) -> None:
+    """Running elastic tasks above their maximum give back their last replicas, down to the maximum."""
+    if not sched.has_elastic:
+        return
+    for run in [r for r in sched.running.values() if r.task.max_replicas is not None]:
+        floor = max(run.elastic_min() or 1, run.task.max_replicas)
+        while len(run.claims) > floor:
+            sched._shrink(run, run.claims[-1], cyc)
+        if run.task.id in cyc.resizes:
+            cyc.why.setdefault(run.task.id, f"down to its maximum of {floor} replicas")
 
 
 def _room_for_replica(sched, t: Task, q, quota, one: Resources) -> bool:

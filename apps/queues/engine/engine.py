@@ -177,6 +177,7 @@ class Cycle:
         self.starts: dict = {}
         self.preempts: list[Preempt] = []
         self.resizes: dict = {}
+        self.why: dict = {}  # task id -> why it was resized (the Resize message)
         self.waiting: list[tuple[Task, Demand | None, str, str]] = []
         # GPU models (and "cpu") that a high/medium task waits for: low work must leave them idle.
         self.hm_blocked: set = set()
@@ -561,6 +562,7 @@ class Scheduler:
             run.fresh = False
         self._fresh = []
         by_queue: dict = {}
+        elastic.trim(self, cyc)
         for t in self.queued.values():
             by_queue.setdefault(t.queue_id, []).append(t)
         if self.reservations:
@@ -586,7 +588,8 @@ class Scheduler:
             self.queued.pop(task_id, None)
         resizes = []
         for task_id, (run, added, removed) in cyc.resizes.items():
-            resizes.append(Resize(task_id, len(run.placements), tuple(added), tuple(removed), "elastic"))
+            why = cyc.why.get(task_id, "elastic")
+            resizes.append(Resize(task_id, len(run.placements), tuple(added), tuple(removed), why))
         self.last_reservations = {
             tid: (t_res, frozenset(self.nodes[pos].node.id for pos in nodes)) for t_res, nodes, _r, tid in cyc.class_res
         }
@@ -1019,6 +1022,7 @@ class Scheduler:
         """Carry out a preemption plan: shrink / evict the victims, then start the task."""
         for run, claim in plan.shrinks:
             self._shrink(run, claim, cyc)
+            cyc.why[run.task.id] = f"gives replicas back to {task.id!r} ({cls} class) before anyone is preempted"
         for run, reason in plan.victims:
             self._evict(run, reason, task, cyc)
         self.epoch += 1

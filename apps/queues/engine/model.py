@@ -239,6 +239,10 @@ class Task:
     # The hard run-time limit (the backend stops the task there); None: none. Capacity reservations trust it
     # before the expected duration when they decide whether the task would still run at their start.
     wall_time_s: float | None = None
+    # An autoscaled inference service: ``max_replicas`` is the count its autoscaler asks for (a demand), so a
+    # replica it lacks may shrink or preempt lower-class work like a queued task of its class; a plain elastic
+    # task only grows into idle capacity.
+    autoscaled: bool = False
 
 
 @dataclass(frozen=True, slots=True)

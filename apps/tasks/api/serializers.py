@@ -17,7 +17,7 @@ from apps.queues.models import TaskQueue
 from apps.tasks import validation as limits
 from apps.tasks.choices import FailureReason, TaskStatus
 from apps.tasks.models import Task, TaskEvent
-from apps.tasks.services import BULK_STOP_MAX, SUBMIT_FIELDS, submit_task
+from apps.tasks.services import AUTOSCALE_FIELDS, BULK_STOP_MAX, SUBMIT_FIELDS, submit_task
 from apps.vdc.api.common import (
     CachedFieldsMixin,
     IdOrNameRelatedField,
@@ -31,7 +31,7 @@ STATE_FIELDS = (
     "uid", "status", "status_message", "queue_position", "estimated_start", "pending_reason", "pending_message",
     "cluster", "cluster_name", "placement", "allocated_gpu", "replicas", "attempt", "window", "external_id",
     "submitted_at", "started_at", "finished_at", "updated_at", "exit_code", "failure_reason", "ready_replicas",
-    "preemption_count", "lost_gpu_seconds",
+    "preemption_count", "lost_gpu_seconds", "autoscale_desired",
 )  # fmt: skip
 
 
@@ -250,6 +250,19 @@ class TaskCreatedSerializer(TaskDetailSerializer):
 
     class Meta(TaskDetailSerializer.Meta):
         fields = [*TaskDetailSerializer.Meta.fields, "notice"]
+
+
+class AutoscaleSerializer(serializers.ModelSerializer):
+    """The autoscaling settings of an inference service, the only fields a PATCH of a task may change."""
+
+    class Meta:
+        model = Task
+        fields = list(AUTOSCALE_FIELDS)
+        extra_kwargs = {
+            field: _bounds(lowest, highest)
+            for field, lowest, highest in limits.NUMBER_BOUNDS
+            if field in AUTOSCALE_FIELDS
+        }
 
 
 class StopSerializer(serializers.Serializer):

@@ -11,7 +11,7 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -21,6 +21,7 @@ from apps.tasks import lineup, live, services
 from apps.tasks.admission import wait_notice
 from apps.tasks.api import stats
 from apps.tasks.api.serializers import (
+    AutoscaleSerializer,
     BulkStopResultSerializer,
     BulkStopSerializer,
     ClusterStatsSerializer,
@@ -37,6 +38,7 @@ from apps.tasks.api.serializers import (
 from apps.tasks.filtersets import TaskFilterSet
 from apps.tasks.instances import task_instances
 from apps.tasks.models import Task, TaskEvent
+from apps.tasks.services import AUTOSCALE_FIELDS
 from apps.vdc.api.common import service_errors
 from apps.vdc.api.permissions import scope_to_projects, scope_to_vdcs, visible_vdcs
 
@@ -67,7 +69,8 @@ class TaskViewSet(
 ):
     """Compute tasks of your projects. Owners and members submit, stop and delete; viewers read.
 
-    A task is not edited after submission: stop it and submit a new one.
+    A task is not edited after submission (stop it and submit a new one), except an inference service's
+    autoscaling settings (PATCH).
     """
 
     serializer_class = TaskSerializer
@@ -98,6 +101,22 @@ class TaskViewSet(
         events = TaskEventSerializer(task.events.all(), many=True).data
         body = {**serializer.data, "events": events, "notice": wait_notice(task)}
         return Response(body, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=AutoscaleSerializer, responses=TaskDetailSerializer)
+    def partial_update(self, request: Request, *args, **kwargs) -> Response:
+        """Change an inference service's autoscaling (min/max replicas, CPU/GPU/memory % and requests/s
+        targets), validated like a submission; any other field is refused."""
+        task = self.get_object()
+        others = sorted(set(request.data) - set(AUTOSCALE_FIELDS)) if hasattr(request.data, "keys") else []
+        if others:
+            raise ValidationError(
+                dict.fromkeys(others, "Only the autoscaling settings of a task can change after submission.")
+            )
+        body = AutoscaleSerializer(data=request.data, partial=True)
+        body.is_valid(raise_exception=True)
+        with service_errors():
+            services.update_autoscaling(task, request.user, **body.validated_data)
+        return Response(self._detail(task.pk))
 
     def perform_destroy(self, instance: Task) -> None:
         with service_errors():

@@ -1,0 +1,168 @@
+"""Reactive autoscaling of inference services (SPEC §7): how many replicas a service should run.
+
+Pure rules, no Django: the control loop (``apps.control.autoscaling``) passes a service's bounds and targets,
+the metrics it measured and the recommendations it kept, and gets a desired replica count with its reason.
+The engine then grants replicas up to that count (quota, queue class, placement) like an elastic task's.
+
+The rules follow the Kubernetes HorizontalPodAutoscaler (autoscaling/v2) so a service behaves alike on
+every backend:
+
+* per metric, ``ceil(replicas x value / target)`` for utilisations (GPU %, CPU %: averages over the replicas),
+  and ``ceil(total rate / target per replica)`` for the request rate; a utilisation within ``tolerance`` of
+  its target leaves the count as it is; the largest count of all metrics wins, clamped to ``[min, max]``;
+* scale up fast: the up stabilisation window (0 s by default) and at most ``max(2 x replicas, replicas + 4)``
+  per decision;
+* scale down slowly: the count only drops to the *largest* recommendation of the last ``down_window_s``
+  (300 s by default), and only once recommendations cover the whole window (after a restart of the loop,
+  or for a fresh service, the portal first watches a full window), so noisy metrics never make it flap;
+* bounds win: below the minimum it scales up at once, above a lowered maximum it drops to it at once;
+* the quota: a scale-up asks for no more replicas than the project's quota leaves room for.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+GPU = "gpu"
+CPU = "cpu"
+RPS = "rps"
+
+
+@dataclass(frozen=True, slots=True)
+class Targets:
+    """A service's bounds and targets; a target None is not used."""
+
+    min_replicas: int
+    max_replicas: int
+    gpu_percent: float | None = None
+    cpu_percent: float | None = None
+    rps_per_replica: float | None = None
+
+    def __post_init__(self):
+        if self.min_replicas < 1 or self.max_replicas < self.min_replicas:
+            raise ValueError(
+                f"replica bounds must satisfy 1 <= min <= max, got {self.min_replicas}..{self.max_replicas}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class Metrics:
+    """What was measured over the last sampling window; None = no reading (that metric is skipped)."""
+
+    gpu_percent: float | None = None  # mean utilisation of the service's cards
+    cpu_percent: float | None = None  # mean CPU utilisation of its replicas, of what they requested
+    rps: float | None = None  # requests per second over all replicas
+
+
+@dataclass(frozen=True, slots=True)
+class Behaviour:
+    """Stabilisation and tolerance, the HPA's defaults."""
+
+    up_window_s: float = 0.0
+    down_window_s: float = 300.0
+    tolerance: float = 0.1
+
+
+DEFAULT = Behaviour()
+
+
+@dataclass(frozen=True, slots=True)
+class Recommendation:
+    """A raw recommendation (before stabilisation) made at ``at`` (epoch seconds)."""
+
+    at: float
+    replicas: int
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The desired replica count, why, and the recommendations to keep for the next decision."""
+
+    desired: int
+    reason: str
+    metric: str | None  # the metric that decided (None: bounds, quota or no metric)
+    value: float | None
+    target: float | None
+    history: tuple[Recommendation, ...]
+
+    def changes(self, current: int) -> bool:
+        """Whether this decision asks for another count than ``current``."""
+        return self.desired != current
+
+
+def _per_metric(targets: Targets, metrics: Metrics, replicas: int, tolerance: float) -> list[tuple]:
+    """(recommended replicas, metric, value, target) for each metric with a target and a reading."""
+    out = []
+    base = max(replicas, 1)
+    for name, value, target in (
+        (GPU, metrics.gpu_percent, targets.gpu_percent),
+        (CPU, metrics.cpu_percent, targets.cpu_percent),
+    ):
+        if value is None or not target:
+            continue
+        ratio = value / target
+        want = base if abs(ratio - 1.0) <= tolerance else math.ceil(base * ratio - 1e-9)
+        out.append((want, name, value, target))
+    if metrics.rps is not None and targets.rps_per_replica:
+        ratio = metrics.rps / (targets.rps_per_replica * base)
+        want = base if abs(ratio - 1.0) <= tolerance else math.ceil(metrics.rps / targets.rps_per_replica - 1e-9)
+        out.append((want, RPS, metrics.rps, targets.rps_per_replica))
+    return out
+
+
+def _describe(metric: str, value: float, target: float) -> str:
+    if metric == RPS:
+        return f"{value:.1f} requests/s for a target of {target:g} per replica"
+    return f"{metric.upper()} utilisation {value:.0f}% for a target of {target:g}%"
+
+
+def decide(
+    targets: Targets,
+    current: int,
+    metrics: Metrics,
+    history: tuple[Recommendation, ...],
+    now: float,
+    behaviour: Behaviour = DEFAULT,
+    quota_room: int | None = None,
+) -> Decision:
+    """The replica count a service running ``current`` replicas should run now.
+
+    ``history``: recommendations of earlier decisions (any order, older ones are dropped).
+    ``quota_room``: how many more replicas than ``current`` the project's quota admits (None: no limit).
+    """
+    # One recommendation older than the down window is kept: it shows the window is covered.
+    keep = 2 * max(behaviour.up_window_s, behaviour.down_window_s)
+    per_metric = _per_metric(targets, metrics, current, behaviour.tolerance)
+    if per_metric:
+        raw, metric, value, target = max(per_metric, key=lambda m: m[0])
+        reason = _describe(metric, value, target)
+    else:
+        raw, metric, value, target = current, None, None, None
+        reason = "no metric reading"
+    raw = min(max(raw, targets.min_replicas), targets.max_replicas)
+    recs = tuple(sorted((r for r in history if now - keep <= r.at < now), key=lambda r: r.at))
+    recs = (*recs, Recommendation(now, raw))
+
+    desired = current
+    if current > targets.max_replicas:
+        desired = targets.max_replicas  # the maximum was lowered (an edit): follow it at once
+        reason = f"the maximum is {targets.max_replicas}"
+    elif raw > current:
+        up = [r.replicas for r in recs if r.at >= now - behaviour.up_window_s]
+        desired = max(current, min(up))
+        if current >= targets.min_replicas:
+            desired = min(desired, max(2 * current, current + 4))
+        if current < targets.min_replicas and metric is None:
+            reason = f"the minimum is {targets.min_replicas}"
+    elif raw < current:
+        covered = any(r.at <= now - behaviour.down_window_s for r in recs)
+        window = [r.replicas for r in recs if r.at >= now - behaviour.down_window_s]
+        desired = max(window) if covered else current
+        if desired >= current:
+            desired = current
+            reason += f"; scale-down waits for {behaviour.down_window_s:g} s of lower recommendations"
+    if desired > current and quota_room is not None and desired > current + max(quota_room, 0):
+        desired = current + max(quota_room, 0)
+        reason += f"; the project's quota leaves room for {max(quota_room, 0)} more"
+    return Decision(desired, reason, metric, value, target, recs)

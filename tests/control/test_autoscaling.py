@@ -1,0 +1,133 @@
+"""The portal's autoscaler loop (apps/control/autoscaling.py): metrics in, desired count and event out, the
+engine grants the replicas, billing sees what runs."""
+
+import time
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from apps.control import autoscaling
+from apps.control.scheduling import run_cycle
+from apps.tasks import request_rate
+from apps.tasks.models import Task
+from apps.tasks.services import submit_task
+from tests.factories import ClusterFactory
+
+
+def service(world, queue="high", name="svc", **fields):
+    fields = {"autoscale_min": 1, "autoscale_max": 3, "autoscale_rps": 10, "gpu_spec": "1(A100)", **fields}
+    task = submit_task(world.member, project=world.project, queue=queue, kind="inference", name=name,
+                       command="serve", port=8000, **fields)  # fmt: skip
+    run_cycle(world.vdc.pk)
+    Task.objects.filter(pk=task.pk).update(status="running")
+    task.refresh_from_db()
+    request_rate.forget(task.pk)
+    return task
+
+
+def load(task, rps, now, seconds=30):
+    """``rps`` requests a second for the ``seconds`` before ``now``, as the proxy counts them."""
+    for s in range(int(now) - seconds, int(now)):
+        for _ in range(rps):
+            request_rate.count(task.pk, now=s)
+
+
+def test_a_rising_request_rate_asks_for_replicas_with_its_reason_and_the_engine_grants_them(world):
+    svc = service(world)
+    now = time.time()
+    load(svc, 25, now)
+    [outcome] = autoscaling.run_autoscaler(now)
+    assert (outcome.running, outcome.desired, outcome.changed) == (1, 3, True)
+    svc.refresh_from_db()
+    assert svc.autoscale_desired == 3
+    event = svc.events.get(kind="autoscaled")
+    assert "25.0 requests/s for a target of 10 per replica" in event.message
+    assert event.data["desired"] == 3 and event.data["metric"] == "rps"
+    run_cycle(world.vdc.pk)
+    svc.refresh_from_db()
+    assert len(svc.placement) == 3 and svc.replicas == 3
+    assert float(svc.allocated_gpu) == 3.0  # quotas and billing count the granted replicas
+    assert svc.events.filter(kind="resized").exists()
+
+
+def test_gpu_utilisation_of_its_cards_scales_a_service_up(world):
+    svc = service(world, autoscale_rps=None, autoscale_gpu_percent=50)
+    device_ids = [d["id"] for p in svc.placement for d in p["devices"]]
+    world.node.devices.filter(pk__in=device_ids).update(utilization=100)
+    world.node.last_report = timezone.now() - timedelta(seconds=200)
+    world.node.save()
+    [stale] = autoscaling.run_autoscaler(time.time())
+    assert (stale.desired, stale.reason) == (1, "no metric reading")  # the agent went quiet: no reading
+    world.node.last_report = timezone.now()
+    world.node.save()
+    [outcome] = autoscaling.run_autoscaler(time.time())
+    assert outcome.desired == 2
+    assert "GPU utilisation 100% for a target of 50%" in outcome.reason
+
+
+def test_no_load_scales_down_only_after_the_stabilisation_window(world):
+    svc = service(world, autoscale_min=1, autoscale_max=3)
+    now = time.time()
+    load(svc, 30, now)
+    autoscaling.run_autoscaler(now)
+    run_cycle(world.vdc.pk)
+    request_rate.forget(svc.pk)
+    window = autoscaling.BEHAVIOUR.down_window_s
+    for step in range(1, int(window // 15)):
+        [o] = autoscaling.run_autoscaler(now + 15 * step)
+        assert o.desired == 3, f"scaled down after {15 * step} s"
+    [o] = autoscaling.run_autoscaler(now + window + 15)
+    assert o.desired == 1 and o.changed
+    run_cycle(world.vdc.pk)
+    svc.refresh_from_db()
+    assert len(svc.live_placement) == 1 and len(svc.releasing_placement) == 2  # billed until the backend confirms
+
+
+def test_scale_up_stops_at_the_project_quota(world):
+    world.quota.limit_gpu = 2
+    world.quota.save()
+    svc = service(world, autoscale_max=4)
+    now = time.time()
+    load(svc, 40, now)
+    [o] = autoscaling.run_autoscaler(now)
+    assert o.desired == 2
+    assert "quota leaves room for 1 more" in o.reason
+
+
+@pytest.mark.parametrize("cluster_type", ["kubernetes", "slurm"])
+def test_a_service_on_kubernetes_or_slurm_is_left_to_its_backend(world, cluster_type):
+    svc = service(world)
+    Task.objects.filter(pk=svc.pk).update(cluster=ClusterFactory(vdc=world.vdc, cluster_type=cluster_type))
+    assert autoscaling.run_autoscaler(time.time()) == []  # the HPA scales it, or nothing can (Slurm)
+    svc.refresh_from_db()
+    assert svc.autoscale_desired is None
+
+
+def test_a_local_cluster_whose_jobs_share_the_hosts_network_keeps_services_at_their_size(world, monkeypatch):
+    service(world)
+    monkeypatch.setattr("apps.clusters.executors.local.LocalExecutor.scales_services", False)
+    assert autoscaling.run_autoscaler(time.time()) == []
+
+
+def test_a_requeued_service_forgets_its_desired_count(world):
+    svc = service(world)
+    Task.objects.filter(pk=svc.pk).update(autoscale_desired=3, status="queued")
+    autoscaling.run_autoscaler(time.time())
+    svc.refresh_from_db()
+    assert svc.autoscale_desired is None
+
+
+def test_a_backend_that_refuses_new_autoscaling_settings_says_so_on_the_timeline(world, monkeypatch):
+    from apps.clusters.executors.base import ExecutorError  # noqa: PLC0415
+
+    class Refusing:
+        def update_autoscaling(self, external_id, spec):
+            raise ExecutorError("forbidden: horizontalpodautoscalers", retryable=False)
+
+    svc = service(world)
+    Task.objects.filter(pk=svc.pk).update(external_id="hcs/deployment/svc")
+    monkeypatch.setattr("apps.control.autoscaling.executor_for", lambda cluster: Refusing())
+    autoscaling.apply_to_backend(svc.pk)
+    event = svc.events.get(kind="backend_error")
+    assert "did not reach local-1: forbidden" in event.message

@@ -1,0 +1,192 @@
+"""Autoscaling end to end on the local cluster: real processes, requests through the portal's Connect proxy.
+
+A service whose request rate rises gets a replica that really starts and serves; when the load goes, the
+replica stops after the stabilisation window. A high service that needs a replica shrinks a low one, and
+both recover when the pressure goes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.test import Client
+from django.urls import reverse
+
+from apps.clusters.backends import executor_for
+from apps.control import autoscaling
+from apps.control.scheduling import run_cycle
+from apps.tasks import request_rate
+from apps.tasks.models import Task
+from apps.tasks.services import stop_task, submit_task
+from tests.control.drive import reconcile_all, run_until_running, wait_status
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PORT = 8000
+# Answers every GET with the cards its replica was given, so a test sees which replica served it.
+SERVICE = r"""
+cat > serve.py <<'PY'
+import http.server, os
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = ("cards=" + os.environ.get("CUDA_VISIBLE_DEVICES", "")).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(("0.0.0.0", PORT_NUMBER), Handler).serve_forever()
+PY
+exec python3 serve.py
+""".replace("PORT_NUMBER", str(PORT))
+
+
+@pytest.fixture(autouse=True)
+def local_jobs_dir(settings, tmp_path):
+    settings.HCS_LOCAL_EXECUTOR_DIR = tmp_path / "local-jobs"
+
+
+@pytest.fixture
+def three_cards(world):
+    """The local node keeps 3 of its 8 cards, so two services contend for them."""
+    world.node.devices.filter(index__gte=3).delete()
+    return world
+
+
+def start(world, name, queue, **fields):
+    fields = {"autoscale_min": 1, "autoscale_max": 3, "autoscale_rps": 5, **fields}
+    task = submit_task(world.member, project=world.project, queue=queue, name=name, kind="inference",
+                       command=SERVICE, gpu_spec="1(A100)", port=PORT, **fields)  # fmt: skip
+    task = run_until_running(task)
+    request_rate.forget(task.pk)
+    return task
+
+
+async def _read(response) -> bytes:
+    return b"".join([chunk async for chunk in response.streaming_content])
+
+
+def get(client, task, path="") -> tuple[int, str]:
+    response = client.get(reverse("portal:task-connect", args=[task.pk, PORT, path]))
+    content = async_to_sync(_read)(response) if response.streaming else response.content
+    return response.status_code, content.decode(errors="replace")
+
+
+def get_when_up(client, task, tries=100) -> str:
+    for _ in range(tries):
+        status, body = get(client, task)
+        if status == 200:
+            return body
+        time.sleep(0.1)
+    raise AssertionError(f"the service of task {task.pk} never answered: {status} {body}")
+
+
+def replicas_running(task) -> int | None:
+    task.refresh_from_db()
+    return executor_for(task.cluster).status(task.external_id).replicas
+
+
+def wait_replicas(task, n, timeout=30.0):
+    """Reconcile (what beat does) until the backend runs ``n`` instances and the portal settled its placement."""
+    deadline = time.monotonic() + timeout
+    while True:
+        reconcile_all()
+        task.refresh_from_db()
+        if replicas_running(task) == n and len(task.placement) == n and not task.releasing_placement:
+            return task
+        if time.monotonic() > deadline:
+            events = list(task.events.values_list("kind", "message"))
+            raise AssertionError(f"task {task.pk}: {replicas_running(task)} running, placement {task.placement}; "
+                                 f"events {events}")  # fmt: skip
+        time.sleep(0.2)
+
+
+def settle_down(task, now):
+    """No load for a stabilisation window: the autoscaler's passes (beat, every 15 s) until it asks for less."""
+    request_rate.forget(task.pk)
+    for step in range(1, 40):
+        for outcome in autoscaling.run_autoscaler(now + 15 * step):
+            if outcome.task_id == task.pk and outcome.changed:
+                return outcome
+    raise AssertionError("the autoscaler never scaled down")
+
+
+def test_a_rising_request_rate_starts_a_replica_that_serves_then_it_goes_with_the_load(world):
+    svc = start(world, "svc", "high", autoscale_max=2)
+    client = Client()
+    client.force_login(world.member)
+    assert get_when_up(client, svc).startswith("cards=")
+    for _ in range(300):  # 10 requests/s over the 30 s window the autoscaler reads: twice 5 per replica
+        assert get(client, svc)[0] == 200
+    time.sleep(1.0)  # the rate is read over whole seconds that are over
+    now, t0 = time.time(), time.monotonic()
+    [outcome] = autoscaling.run_autoscaler(now)
+    assert (outcome.running, outcome.desired) == (1, 2), outcome.reason
+    run_cycle(world.vdc.pk)
+    svc = wait_replicas(svc, 2)
+    bodies: set[str] = set()
+    for _ in range(100):  # the proxy spreads requests over both replicas once the new one listens
+        status, body = get(client, svc)
+        if status == 200:
+            bodies.add(body)
+        if len(bodies) == 2:
+            break
+        time.sleep(0.05)
+    reaction_s = time.monotonic() - t0
+    assert len(bodies) == 2, bodies
+    kinds = list(svc.events.values_list("kind", flat=True))
+    assert "autoscaled" in kinds and "resized" in kinds
+    print(f"\nautoscaler decision to a second replica serving: {reaction_s:.1f} s")
+
+    # A replica process that dies is started again by the reconciler (the placement still holds its card).
+    replica_dir = next((executor_for(svc.cluster).base_dir / svc.external_id / "replicas").glob("gpu-*"))
+    dead = json.loads((replica_dir / "job.json").read_text())["pid"]
+    os.killpg(dead, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while replicas_running(svc) != 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert replicas_running(svc) == 1
+    svc = wait_replicas(svc, 2)
+    assert json.loads((replica_dir / "job.json").read_text())["pid"] != dead
+
+    outcome = settle_down(svc, now)
+    assert outcome.desired == 1
+    run_cycle(world.vdc.pk)
+    svc.refresh_from_db()
+    assert len(svc.releasing_placement) == 1  # billed until the backend confirms the replica gone
+    svc = wait_replicas(svc, 1)
+    assert get_when_up(client, svc).startswith("cards=")
+    stop_task(svc, world.member)
+    wait_status(svc, {"stopped"})
+
+
+def test_a_high_service_under_pressure_shrinks_a_low_one_and_both_recover(three_cards):
+    world = three_cards
+    low = start(world, "batch-svc", "low")
+    high = start(world, "prod-svc", "high")
+    # Their autoscalers ask: the low service for 2 replicas (it gets the third card), then the high one for 2.
+    Task.objects.filter(pk=low.pk).update(autoscale_desired=2)
+    run_cycle(world.vdc.pk)
+    low = wait_replicas(low, 2)
+    Task.objects.filter(pk=high.pk).update(autoscale_desired=2)
+    run_cycle(world.vdc.pk)
+    high = wait_replicas(high, 2)
+    low = wait_replicas(low, 1)
+    why = f"gives replicas back to service {high.pk} (high"
+    assert low.events.filter(kind="resized", message__contains=why).exists()
+    assert not low.events.filter(kind__in=("preempted", "suspended")).exists()
+
+    Task.objects.filter(pk=high.pk).update(autoscale_desired=1)  # the pressure went
+    run_cycle(world.vdc.pk)
+    high = wait_replicas(high, 1)
+    run_cycle(world.vdc.pk)  # the released card is free once the backend confirmed it
+    low = wait_replicas(low, 2)
+    for task in (low, high):
+        stop_task(task, world.member)
+        wait_status(task, {"stopped"})

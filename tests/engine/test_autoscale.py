@@ -1,0 +1,118 @@
+"""Reactive autoscaling rules (apps/queues/engine/autoscale.py): HPA-like, no flapping."""
+
+import random
+
+import pytest
+
+from apps.queues.engine.autoscale import DEFAULT, RPS, Behaviour, Metrics, Recommendation, Targets, decide
+
+T = Targets(min_replicas=1, max_replicas=4, gpu_percent=70, cpu_percent=None, rps_per_replica=10)
+
+
+def run(targets, replicas, samples, step=15.0, behaviour=DEFAULT, quota_room=None):
+    """Feed a metric series through ``decide`` like the control loop does; the replica count follows each decision."""
+    history: tuple = ()
+    counts = []
+    for i, m in enumerate(samples):
+        d = decide(targets, replicas, m, history, i * step, behaviour, quota_room)
+        history, replicas = d.history, d.desired
+        counts.append(replicas)
+    return counts
+
+
+def test_request_rate_above_target_scales_up_at_once_to_what_the_rate_needs():
+    d = decide(T, 1, Metrics(rps=35.0), (), 0.0)
+    assert d.desired == 4
+    assert d.metric == RPS
+    assert "35.0 requests/s for a target of 10 per replica" in d.reason
+
+
+def test_scale_up_stops_at_the_maximum():
+    assert decide(T, 2, Metrics(rps=500.0), (), 0.0).desired == 4
+
+
+def test_scale_up_is_limited_by_the_quota_room_and_says_so():
+    d = decide(T, 1, Metrics(rps=40.0), (), 0.0, quota_room=1)
+    assert d.desired == 2
+    assert "quota leaves room for 1 more" in d.reason
+    assert decide(T, 1, Metrics(rps=40.0), (), 0.0, quota_room=0).desired == 1
+
+
+def test_gpu_utilisation_above_target_scales_up_by_the_ratio():
+    d = decide(T, 2, Metrics(gpu_percent=100.0), (), 0.0)
+    assert d.desired == 3  # ceil(2 x 100 / 70)
+    assert "GPU utilisation 100% for a target of 70%" in d.reason
+
+
+def test_the_metric_asking_for_most_replicas_wins():
+    d = decide(T, 1, Metrics(gpu_percent=20.0, rps=28.0), (), 0.0)
+    assert (d.desired, d.metric) == (3, RPS)
+
+
+def test_utilisation_within_tolerance_keeps_the_count():
+    assert decide(T, 3, Metrics(gpu_percent=75.0), (), 0.0).desired == 3
+
+
+def test_no_metric_keeps_the_count():
+    d = decide(T, 2, Metrics(), (), 0.0)
+    assert d.desired == 2 and d.metric is None
+
+
+def test_scale_down_waits_for_the_stabilisation_window():
+    idle = [Metrics(rps=0.0)] * 30  # 15 s apart: 450 s of no requests
+    counts = run(T, 4, idle)
+    first_drop = next(i for i, c in enumerate(counts) if c < 4)
+    assert first_drop * 15.0 >= Behaviour().down_window_s
+    assert counts[-1] == 1
+
+
+def test_scale_down_goes_to_the_highest_recommendation_of_the_window():
+    history = (Recommendation(-400.0, 1), Recommendation(-200.0, 3), Recommendation(-100.0, 2))
+    d = decide(T, 4, Metrics(rps=5.0), history, 0.0)
+    assert d.desired == 3
+
+
+def test_a_fresh_loop_does_not_scale_down_before_it_watched_a_full_window():
+    d = decide(T, 4, Metrics(rps=0.0), (), 0.0)
+    assert d.desired == 4
+    assert "scale-down waits for 300 s" in d.reason
+
+
+def test_noisy_metrics_around_the_target_never_flap():
+    rnd = random.Random(7)
+    # 2 replicas' worth of load with +-30 % noise for two hours, a sample every 15 s.
+    samples = [Metrics(rps=20.0 * (1 + rnd.uniform(-0.3, 0.3))) for _ in range(480)]
+    counts = run(T, 2, samples)
+    changes = sum(1 for a, b in zip(counts, counts[1:], strict=False) if a != b)
+    downs = [i for i, (a, b) in enumerate(zip(counts, counts[1:], strict=False)) if b < a]
+    # Spikes may add a replica, but the count never goes down within a window of having gone up.
+    ups = [i for i, (a, b) in enumerate(zip(counts, counts[1:], strict=False)) if b > a]
+    for d in downs:
+        assert all(not (0 <= d - u < 300 / 15) for u in ups)
+    assert changes <= 6
+
+
+def test_load_that_comes_and_goes_scales_up_then_back_down():
+    samples = [Metrics(rps=5.0)] * 4 + [Metrics(rps=38.0)] * 8 + [Metrics(rps=5.0)] * 40
+    counts = run(T, 1, samples)
+    assert counts[4] == 4  # up in the first decision that sees the load
+    assert counts[-1] == 1
+
+
+def test_a_lowered_maximum_applies_at_once_and_a_raised_minimum_too():
+    d = decide(Targets(1, 2, rps_per_replica=10), 4, Metrics(rps=100.0), (), 0.0)
+    assert d.desired == 2 and "maximum is 2" in d.reason
+    assert decide(Targets(3, 4, rps_per_replica=10), 1, Metrics(), (), 0.0).desired == 3
+
+
+def test_scale_up_step_is_at_most_double_or_four_more():
+    t = Targets(1, 100, rps_per_replica=1)
+    assert decide(t, 2, Metrics(rps=90.0), (), 0.0).desired == 6
+    assert decide(t, 10, Metrics(rps=90.0), (), 0.0).desired == 20
+
+
+def test_bounds_are_validated():
+    with pytest.raises(ValueError, match="1 <= min <= max"):
+        Targets(3, 2)
+    with pytest.raises(ValueError):
+        Targets(0, 2)
