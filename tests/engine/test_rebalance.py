@@ -236,7 +236,7 @@ def test_open_new_false_only_returns():
     assert plan([starved(), idle()], [], [], now=0.0, policy=POLICY, open_new=False).opened == ()
 
 
-@pytest.mark.parametrize("bad", [dict(threshold=1.5), dict(max_duration_s=0), dict(cooldown_s=-1)])
+@pytest.mark.parametrize("bad", [{"threshold": 1.5}, {"max_duration_s": 0}, {"cooldown_s": -1}])
 def test_policy_rejects_bad_settings(bad):
     with pytest.raises(ValueError):
         Policy(**bad)
