@@ -129,3 +129,13 @@ def check_clusters() -> None:
 
     for cluster in Cluster.objects.filter(enabled=True):
         check_cluster_health(cluster)
+
+
+@shared_task(ignore_result=True)
+def rebalance_capacity() -> None:
+    """Beat: the inter-project rebalancer in every VDC that has it on or still has loans out (seed 003)."""
+    from apps.control.rebalance import run_all  # noqa: PLC0415
+
+    for result in run_all():
+        if result.opened or result.returned:
+            log.info("rebalancer %s: %d loans opened, %d returned", result.vdc, result.opened, result.returned)
