@@ -72,3 +72,16 @@ def test_filters_by_project_and_state(world, loan):
     assert ids(world.admin, "?active=false") == []
     assert ids(world.admin, f"?lender={world.project.pk}") == []
     assert client_for(world.admin).get(URL + "?active=maybe").status_code == 400
+
+
+def test_dashboard_card_lists_active_loans_of_my_projects(client, world, loan, stranger):
+    CapacityLoan.objects.create(
+        vdc=world.vdc, lender=world.other_project, borrower=world.project, gpu=Decimal(1), reason="old one",
+        started_at=loan.started_at - timedelta(hours=5), expires_at=loan.started_at - timedelta(hours=1),
+        returned_at=loan.started_at - timedelta(hours=1), return_reason="expired",
+    )  # fmt: skip
+    client.force_login(world.member)
+    html = client.get("/").content.decode()
+    assert "Capacity loans" in html and "alpha uses 100% of its guarantee" in html and "old one" not in html
+    client.force_login(stranger)
+    assert "Capacity loans" not in client.get("/").content.decode()

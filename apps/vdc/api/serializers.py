@@ -11,7 +11,7 @@ from apps.queues.services import create_class_queues
 from apps.vdc import services
 from apps.vdc.api.common import ModelCleanMixin, SlugField, service_errors
 from apps.vdc.api.permissions import visible_projects
-from apps.vdc.choices import Role
+from apps.vdc.choices import LoanReturnReason, Role
 from apps.vdc.models import MAX_SECRET_LENGTH, VDC, CapacityLoan, Membership, Project, ProjectQuota, ProjectSecret
 from apps.vdc.services import can_manage
 
@@ -192,6 +192,9 @@ class CapacityLoanSerializer(serializers.ModelSerializer):
     lender_name = serializers.CharField(source="lender.name", read_only=True)
     borrower_name = serializers.CharField(source="borrower.name", read_only=True)
     active = serializers.BooleanField(read_only=True, help_text="Not returned yet")
+    return_reason = serializers.ChoiceField(
+        choices=LoanReturnReason.choices, allow_blank=True, read_only=True, help_text="Empty while active"
+    )
 
     class Meta:
         model = CapacityLoan
