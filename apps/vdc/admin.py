@@ -141,7 +141,7 @@ class RebalancerSettingsInline(admin.StackedInline):
     extra = 0
     max_num = 1
     can_delete = True
-    verbose_name_plural = "inter-project rebalancer (capacity loans; see docs/engine.md)"
+    verbose_name = verbose_name_plural = "inter-project rebalancer (capacity loans; see docs/engine.md)"
 
 
 class VDCAddForm(forms.ModelForm):
