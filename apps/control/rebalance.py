@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime
-from decimal import Decimal
+from decimal import ROUND_DOWN, Decimal
 
 from django.db import transaction
 from django.utils import timezone
@@ -154,6 +154,8 @@ def rebalance_vdc(vdc_id: int, now: datetime | None = None) -> RebalanceResult:
             loan.save(update_fields=["returned_at", "return_reason", "return_message", "figures", "settlement"])
             log.info("rebalancer %s: returned %s (%s: %s)", vdc.name, loan, r.reason, r.message)
         for new in decided.opened:
+            if not any(_quantity(v) > 0 for v in (new.amount.gpu, new.amount.cpu, new.amount.memory_gib)):
+                continue  # less than the smallest amount a loan records: not worth one
             loan = CapacityLoan.objects.create(
                 vdc=vdc, lender_id=new.lender_id, borrower_id=new.borrower_id,
                 gpu=_quantity(new.amount.gpu), cpu=_quantity(new.amount.cpu),
@@ -161,10 +163,11 @@ def rebalance_vdc(vdc_id: int, now: datetime | None = None) -> RebalanceResult:
                 started_at=now, expires_at=now + settings.max_loan_duration, accounted_until=now,
             )  # fmt: skip
             log.info("rebalancer %s: opened %s: %s", vdc.name, loan, new.reason)
+            result.opened += 1
         if due:
             settings.last_run_at = now
             settings.save(update_fields=["last_run_at"])
-        result.considered, result.opened, result.returned = due, len(decided.opened), len(decided.returned)
+        result.considered, result.returned = due, len(decided.returned)
         if result.opened or result.returned:
             transaction.on_commit(triggers.request_cycle)
     return result
@@ -202,7 +205,8 @@ def run_all(now: datetime | None = None) -> list[RebalanceResult]:
 
 
 def _quantity(value: float) -> Decimal:
-    return Decimal(f"{max(0.0, value):.2f}")
+    """An amount as stored (2 decimals), rounded down so a loan never exceeds the rules' bounds."""
+    return Decimal(str(max(0.0, value))).quantize(Decimal("0.01"), rounding=ROUND_DOWN)
 
 
 def _accrue(active: list[CapacityLoan], in_use: dict[int, em.Resources], now: datetime) -> None:
