@@ -62,6 +62,7 @@ def policy_of(settings: RebalancerSettings) -> rules.Policy:
 
 
 def engine_loan(loan: CapacityLoan) -> rules.Loan:
+    """An active loan row as the pure rules see it."""
     return rules.Loan(
         id=loan.pk,
         lender_id=loan.lender_id,
