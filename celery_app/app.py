@@ -39,6 +39,12 @@ app.conf.beat_schedule = {
         "schedule": 15.0,
         "options": {"expires": 15},
     },
+    # Inter-project capacity loans (seed 003): returns every tick, new loans at each VDC's own interval.
+    "rebalancer": {
+        "task": "apps.control.jobs.rebalance_capacity",
+        "schedule": settings.HCS_REBALANCER_TICK.total_seconds(),
+        "options": {"expires": settings.HCS_REBALANCER_TICK.total_seconds()},
+    },
     "usage-metering": {"task": "apps.billing.jobs.meter_usage", "schedule": 60.0, "options": {"expires": 60}},
     # Quota, budget, idle cards, failures, services: alerts for the projects' members (apps/billing/project_alerts.py).
     "project-alerts": {

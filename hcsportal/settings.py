@@ -317,6 +317,9 @@ WHITENOISE_USE_FINDERS = True
 
 # --- Portal behaviour ----------------------------------------------------------------------------
 HCS_SCHEDULER_INTERVAL = timedelta(seconds=env_int("HCS_SCHEDULER_INTERVAL_S", 2, minimum=1))
+# The rebalancer's beat (apps/control/rebalance.py): loans are returned at the next tick; each VDC's settings say
+# how often new ones are considered.
+HCS_REBALANCER_TICK = timedelta(seconds=env_int("HCS_REBALANCER_TICK_S", 10, minimum=1))
 # Ended backend objects (jobs the backend confirmed gone) are kept this long for audit, then forgotten.
 HCS_BACKEND_OBJECT_RETENTION = timedelta(days=env_int("HCS_BACKEND_OBJECT_RETENTION_DAYS", 30, minimum=1))
 # Web server processes `make run` starts (uvicorn, HTTP and WebSocket). Each runs every request's view in a

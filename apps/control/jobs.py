@@ -191,3 +191,13 @@ def autoscale_services() -> None:
     from apps.control import autoscaling  # noqa: PLC0415
 
     autoscaling.run_autoscaler()
+
+
+@shared_task(ignore_result=True)
+def rebalance_capacity() -> None:
+    """Beat: the inter-project rebalancer in every VDC that has it on or still has loans out (seed 003)."""
+    from apps.control.rebalance import run_all  # noqa: PLC0415
+
+    for result in run_all():
+        if result.opened or result.returned:
+            log.info("rebalancer %s: %d loans opened, %d returned", result.vdc, result.opened, result.returned)

@@ -36,12 +36,13 @@ from apps.control.models import BackendObject
 from apps.queues import engine, stats
 from apps.queues.choices import PriorityClass
 from apps.queues.engine import model as em
+from apps.queues.engine import rebalance
 from apps.queues.models import TaskQueue
 from apps.tasks.bulk import bulk_update_rows
 from apps.tasks.choices import ACTIVE, WAITING, EventKind, TaskStatus
 from apps.tasks.models import Task, TaskEvent
 from apps.tasks.signals import task_changed
-from apps.vdc.models import VDC, ProjectQuota
+from apps.vdc.models import VDC, CapacityLoan, ProjectQuota
 
 # What the engine accepts of a task: durations and sizes beyond these are set aside, not scheduled.
 MAX_DURATION_S = 366 * 24 * 3600
@@ -123,6 +124,7 @@ class SnapshotLoader:
         # Queued tasks set aside, with why: a GPU spec the catalog no longer satisfies, values the engine
         # cannot take, or a task that made the engine fail.
         self.bad_specs: dict[int, str] = {}
+        self.loan_adjustments: dict[int, tuple[em.Resources, em.Resources]] = {}
 
     def load(self, now: datetime) -> em.Snapshot:
         gpu_models = list(GPUModel.objects.filter(enabled=True))
@@ -154,6 +156,11 @@ class SnapshotLoader:
         }
         self.queues = {q.pk: q for q in TaskQueue.objects.filter(vdc=self.vdc)}
         quotas = list(ProjectQuota.objects.filter(vdc=self.vdc))
+        # Active capacity loans (apps.control.rebalance) move guarantee from lender to borrower until returned.
+        self.loan_adjustments = rebalance.quota_adjustments(
+            rebalance.Loan(x.pk, x.lender_id, x.borrower_id, em.Resources(_f(x.cpu), _f(x.memory_gib), _f(x.gpu)), 0, 0)
+            for x in CapacityLoan.objects.filter(vdc=self.vdc).active()
+        )
         exhausted = set(
             Account.objects.filter(project__quotas__vdc=self.vdc, enforce_budget=True).values_list(
                 "project_id", "balance", "credit_limit"
@@ -392,10 +399,16 @@ class SnapshotLoader:
         )
 
     def _quota(self, q: ProjectQuota, budget_exhausted: bool) -> em.ProjectQuota:
+        guaranteed = em.Resources(_f(q.guaranteed_cpu), _f(q.guaranteed_memory_gib), _f(q.guaranteed_gpu))
+        limit = em.Resources(_f(q.limit_cpu), _f(q.limit_memory_gib), _f(q.limit_gpu))
+        if q.project_id in self.loan_adjustments:
+            guarantee_delta, limit_delta = self.loan_adjustments[q.project_id]
+            guaranteed = rebalance.apply_adjustment(guaranteed, guarantee_delta)
+            limit = rebalance.apply_adjustment(limit, limit_delta)
         return em.ProjectQuota(
             project_id=q.project_id,
-            guaranteed=em.Resources(_f(q.guaranteed_cpu), _f(q.guaranteed_memory_gib), _f(q.guaranteed_gpu)),
-            limit=em.Resources(_f(q.limit_cpu), _f(q.limit_memory_gib), _f(q.limit_gpu)),
+            guaranteed=guaranteed,
+            limit=limit,
             max_concurrent=q.max_concurrent_tasks,
             max_per_kind={
                 kind: getattr(q, field) for kind, field in KIND_LIMIT_KEYS.items() if getattr(q, field) is not None

@@ -17,7 +17,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
-from django.db.models import Case, Count, F, QuerySet, Sum, Value, When, Window
+from django.db.models import Case, Count, F, Q, QuerySet, Sum, Value, When, Window
 from django.db.models.functions import Lower
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -49,11 +49,12 @@ from apps.tasks.services import (
     update_autoscaling,
     waiting_gpu_equivalents,
 )
-from apps.vdc.models import VDC, Membership, Project, ProjectQuota
+from apps.vdc.models import VDC, CapacityLoan, Membership, Project, ProjectQuota
 from apps.vdc.services import WRITE_ROLES, is_platform_admin
 
 PAGE_SIZE = 50
 DASHBOARD_TASKS = 20
+DASHBOARD_LOANS = 20
 
 
 @dataclass(frozen=True)
@@ -387,6 +388,12 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         c.gpu_util = round(sum(stats["util"]) / len(stats["util"])) if stats["util"] else 0
         c.busy_percent = round(100 * c.gpu_busy / c.gpu_total) if c.gpu_total else 0
     chart = activity_chart(activity(Task.objects.visible_to(user)))
+    # Capacity the rebalancer lent between these projects and others: who lent what, since when, why.
+    loans = list(
+        CapacityLoan.objects.active()
+        .filter(Q(lender__in=projects) | Q(borrower__in=projects))
+        .select_related("vdc", "lender", "borrower")[:DASHBOARD_LOANS]
+    )
     return render(
         request,
         "portal/dashboard.html",
@@ -400,6 +407,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
             "free_models": free_by_model(devices, used),
             "projects": projects,
             "alerts": open_alerts_for(user),
+            "loans": loans,
             "nav": "dashboard",
         },
     )

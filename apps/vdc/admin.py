@@ -23,7 +23,7 @@ from apps.tasks.choices import ACTIVE, WAITING
 from apps.tasks.models import Task
 from apps.vdc import services
 from apps.vdc.admin_forms import SecretTextarea
-from apps.vdc.models import VDC, Membership, Project, ProjectQuota, ProjectSecret
+from apps.vdc.models import VDC, CapacityLoan, Membership, Project, ProjectQuota, ProjectSecret, RebalancerSettings
 from apps.vdc.signals import secret_in_use
 
 ZERO = Decimal("0")
@@ -129,6 +129,21 @@ class VDCQuotaInline(ProjectQuotaInline):
     verbose_name_plural = "project quotas"
 
 
+class RebalancerSettingsInline(admin.StackedInline):
+    """The VDC's inter-project rebalancer (seed 003): off until a row is added here."""
+
+    model = RebalancerSettings
+    fields = (
+        "enabled", "threshold_percent", "interval", "max_loan_duration", "min_loan_duration", "cooldown",
+        "loan_billing", "last_run_at",
+    )  # fmt: skip
+    readonly_fields = ("last_run_at",)
+    extra = 0
+    max_num = 1
+    can_delete = True
+    verbose_name = verbose_name_plural = "inter-project rebalancer (capacity loans; see docs/engine.md)"
+
+
 class VDCAddForm(forms.ModelForm):
     class_queues = forms.BooleanField(
         required=False,
@@ -150,7 +165,7 @@ class VDCAdmin(admin.ModelAdmin):
     )  # fmt: skip
     list_filter = ("enabled", "allow_overcommit", "default_queue_policy", "cluster_selection_strategy")
     search_fields = ("name", "description")
-    inlines = (ClusterInline, VDCQuotaInline)
+    inlines = (ClusterInline, VDCQuotaInline, RebalancerSettingsInline)
     readonly_fields = ("created_at", "updated_at")
     fieldsets = (
         (None, {"fields": ("name", "description", "enabled", "is_default")}),
@@ -456,3 +471,63 @@ class ProjectSecretAdmin(admin.ModelAdmin):
     def delete_queryset(self, request, queryset) -> None:
         for secret in queryset:
             services.delete_secret(request.user, secret)
+
+
+@admin.register(RebalancerSettings)
+class RebalancerSettingsAdmin(admin.ModelAdmin):
+    """Per VDC, when the rebalancer lends unused guarantees and how loans are billed (apps.control.rebalance)."""
+
+    list_display = ("vdc", "enabled", "threshold_percent", "interval", "max_loan_duration", "min_loan_duration",
+                    "cooldown", "loan_billing", "last_run_at")  # fmt: skip
+    list_filter = ("enabled", "loan_billing")
+    list_select_related = ("vdc",)
+    search_fields = ("vdc__name",)
+    autocomplete_fields = ("vdc",)
+    readonly_fields = ("last_run_at",)
+
+
+@admin.register(CapacityLoan)
+class CapacityLoanAdmin(admin.ModelAdmin):
+    """Every capacity loan the rebalancer opened: who lent what to whom, since when, why, and how it ended.
+
+    Nobody edits a loan; "Return now" ends an active one (settled like any return), and the lender reclaims.
+    """
+
+    list_display = ("id", "vdc", "lender", "borrower", "amount", "started_at", "expires_at", "state",
+                    "used_gpu_hours", "reason")  # fmt: skip
+    list_filter = ("vdc", ("returned_at", admin.EmptyFieldListFilter), "return_reason")
+    list_select_related = ("vdc", "lender", "borrower")
+    search_fields = ("lender__name", "borrower__name", "reason", "return_message")
+    date_hierarchy = "started_at"
+    actions = ("return_now",)
+    readonly_fields = (
+        "vdc", "lender", "borrower", "gpu", "cpu", "memory_gib", "reason", "figures", "started_at", "expires_at",
+        "returned_at", "return_reason", "return_message", "used_gpu_hours", "accounted_until", "settlement",
+    )  # fmt: skip
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    @admin.display(description="Amount")
+    def amount(self, obj: CapacityLoan) -> str:
+        return obj.amount_text
+
+    @admin.display(description="State", ordering="returned_at")
+    def state(self, obj: CapacityLoan):
+        if obj.returned_at is None:
+            return badge("active", GREEN)
+        return badge(f"returned: {obj.get_return_reason_display().lower()}", GREY)
+
+    @admin.action(description="Return selected loans now (the lender reclaims)", permissions=["change"])
+    def return_now(self, request, queryset) -> None:
+        from apps.control.rebalance import return_loan  # noqa: PLC0415 - control builds on vdc
+
+        returned = 0
+        for loan in queryset.filter(returned_at__isnull=True):
+            loan = return_loan(loan.pk, user=request.user)
+            self.log_change(request, loan, f"returned: {loan.settlement}")
+            returned += 1
+        self.message_user(request, f"{returned} loans returned; the lenders reclaim at the next scheduling cycle.")

@@ -31,3 +31,20 @@ class Role(models.TextChoices):
     OWNER = "owner", "Owner"
     MEMBER = "member", "Member"
     VIEWER = "viewer", "Viewer"
+
+
+class LoanBilling(models.TextChoices):
+    """Who pays for capacity a project runs on a loan (``RebalancerSettings.loan_billing``)."""
+
+    BORROWER_PAYS = "borrower_pays", "Borrower pays (metered like any usage)"
+    LENDER_CREDITED = "lender_credited", "Borrower pays, lender is credited the same value"
+    NEITHER = "neither", "Neither: the borrower is refunded the loaned usage"
+
+
+class LoanReturnReason(models.TextChoices):
+    """Why a capacity loan ended (the rebalancer's rules, or an admin)."""
+
+    EXPIRED = "expired", "Expired"
+    LENDER_DEMAND = "lender_demand", "The lender needs it"
+    BORROWER_IDLE = "borrower_idle", "The borrower no longer uses it"
+    ADMIN = "admin", "Returned by an admin"

@@ -17,7 +17,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q, QuerySet
 
-from apps.vdc.models import VDC, Membership, Project, ProjectQuota, ProjectSecret
+from apps.vdc.models import VDC, CapacityLoan, Membership, Project, ProjectQuota, ProjectSecret, RebalancerSettings
 
 NUMBER = ["exact", "gte", "lte"]
 TIME = ["exact", "gte", "lte"]
@@ -201,3 +201,53 @@ class ProjectSecretFilterSet(BaseFilterSet):
         model = ProjectSecret
         fields = {"id": ["exact", "in"], "project": ["exact", "in"], "name": NAME, "created_by": ["exact"],
                   "updated_by": ["exact"], "created_at": TIME, "updated_at": TIME}  # fmt: skip
+
+
+class RebalancerSettingsFilterSet(BaseFilterSet):
+    search_fields = ("vdc__name",)
+
+    class Meta(BaseFilterSet.Meta):
+        model = RebalancerSettings
+        fields = {
+            "id": ["exact", "in"],
+            "vdc": ["exact", "in"],
+            "enabled": ["exact"],
+            "interval": NUMBER,
+            "threshold_percent": NUMBER,
+            "max_loan_duration": NUMBER,
+            "min_loan_duration": NUMBER,
+            "cooldown": NUMBER,
+            "loan_billing": ["exact", "in"],
+            "last_run_at": TIME,
+        }
+
+
+class CapacityLoanFilterSet(BaseFilterSet):
+    """Loans by lender, borrower, either (``project``), VDC, state and time."""
+
+    search_fields = ("lender__name", "borrower__name", "reason", "return_message")
+
+    project = django_filters.NumberFilter(method="lent_or_borrowed", label="Lent or borrowed by project (id)")
+    active = StrictBooleanFilter(field_name="returned_at", lookup_expr="isnull", label="Not returned yet")
+
+    class Meta(BaseFilterSet.Meta):
+        model = CapacityLoan
+        fields = {
+            "id": ["exact", "in"],
+            "vdc": ["exact", "in"],
+            "lender": ["exact", "in"],
+            "borrower": ["exact", "in"],
+            "gpu": NUMBER,
+            "cpu": NUMBER,
+            "memory_gib": NUMBER,
+            "started_at": TIME,
+            "expires_at": TIME,
+            "returned_at": TIME,
+            "return_reason": ["exact", "in"],
+            "used_gpu_hours": NUMBER,
+            "accounted_until": TIME,
+            "settlement": NAME,
+        }
+
+    def lent_or_borrowed(self, queryset: QuerySet, name: str, value) -> QuerySet:
+        return queryset.filter(Q(lender_id=value) | Q(borrower_id=value))

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from decimal import Decimal
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator, RegexValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q, Sum
 
 from apps.clusters.crypto import decrypt_text, encrypt_text
-from apps.vdc.choices import ClusterSelectionStrategy, NodeScorer, QueuePolicy, Role
+from apps.vdc.choices import ClusterSelectionStrategy, LoanBilling, LoanReturnReason, NodeScorer, QueuePolicy, Role
 
 ZERO = Decimal("0")
 
@@ -288,3 +289,141 @@ class ProjectSecret(models.Model):
     def get_value(self) -> str:
         """The decrypted value, for the job spec only; raises ValueError when the key changed."""
         return decrypt_text(self.value)
+
+
+class RebalancerSettings(models.Model):
+    """Per VDC, the inter-project rebalancer's settings (seed 003); a VDC without a row is not rebalanced.
+
+    The rules are ``apps.queues.engine.rebalance``; the loop is ``apps.control.rebalance``.
+    """
+
+    vdc = models.OneToOneField(VDC, on_delete=models.CASCADE, related_name="rebalancer", verbose_name="VDC")
+    enabled = models.BooleanField(default=True)
+    interval = models.DurationField(
+        default=timedelta(minutes=1), help_text="How often new loans are considered (returns are checked every tick)"
+    )
+    threshold_percent = models.PositiveSmallIntegerField(
+        default=20, validators=[MinValueValidator(1), MaxValueValidator(100)],
+        help_text="Lend only when the lender's use of its guarantee is this many points below the borrower's",
+    )  # fmt: skip
+    max_loan_duration = models.DurationField(
+        default=timedelta(hours=4), help_text="A loan is returned this long after it opened, at the latest"
+    )
+    min_loan_duration = models.DurationField(
+        default=timedelta(minutes=10), help_text="An unused loan is kept at least this long (the lender's demand "
+        "takes it back at once)",
+    )  # fmt: skip
+    cooldown = models.DurationField(
+        default=timedelta(minutes=15), help_text="After a loan between two projects ends, wait this long before "
+        "the same lender lends to the same borrower again",
+    )  # fmt: skip
+    loan_billing = models.CharField(max_length=16, choices=LoanBilling.choices, default=LoanBilling.BORROWER_PAYS)
+    last_run_at = models.DateTimeField(
+        null=True, blank=True, editable=False, help_text="When loans were last considered"
+    )
+
+    class Meta:
+        verbose_name = "rebalancer settings of a VDC"
+        verbose_name_plural = "rebalancer settings"
+        constraints = [
+            models.CheckConstraint(condition=Q(threshold_percent__gte=1, threshold_percent__lte=100),
+                                   name="rebalancer_threshold_range"),
+            models.CheckConstraint(condition=Q(interval__gt=timedelta(0)), name="rebalancer_interval_positive"),
+            models.CheckConstraint(condition=Q(max_loan_duration__gt=timedelta(0)),
+                                   name="rebalancer_max_duration_positive"),
+        ]  # fmt: skip
+
+    def __str__(self) -> str:
+        return f"rebalancer of {self.vdc}"
+
+    def clean(self) -> None:
+        errors = {}
+        for name in ("interval", "max_loan_duration"):
+            value = getattr(self, name)
+            if value is not None and value <= timedelta(0):
+                errors[name] = f"Expected a duration above zero, got {value}."
+        for name in ("min_loan_duration", "cooldown"):
+            value = getattr(self, name)
+            if value is not None and value < timedelta(0):
+                errors[name] = f"Expected a duration of zero or more, got {value}."
+        if (
+            not errors
+            and self.min_loan_duration
+            and self.max_loan_duration
+            and (self.min_loan_duration > self.max_loan_duration)
+        ):
+            errors["min_loan_duration"] = (
+                f"Expected at most the maximum loan duration {self.max_loan_duration}, got {self.min_loan_duration}."
+            )
+        if errors:
+            raise ValidationError(errors)
+
+
+class CapacityLoanQuerySet(models.QuerySet):
+    def active(self) -> CapacityLoanQuerySet:
+        """Loans not returned yet (an expired one stays active until the rebalancer returns it)."""
+        return self.filter(returned_at__isnull=True)
+
+    def for_user(self, user) -> CapacityLoanQuerySet:
+        """Loans the user may read: those lent or borrowed by their projects (all for platform admins)."""
+        if user.is_superuser or user.is_staff:
+            return self
+        return self.filter(Q(lender__memberships__user=user) | Q(borrower__memberships__user=user)).distinct()
+
+
+class CapacityLoan(models.Model):
+    """Part of one project's unused guarantee in a VDC lent to another project with waiting work (seed 003).
+
+    While active, the borrower's guarantee and limit are raised by the amount and the lender's guarantee lowered
+    (``apps.control.scheduling``); returning it lets the lender reclaim through the ordinary reclaim rules.
+    ``reason`` and ``figures`` keep what triggered it, ``return_reason`` / ``return_message`` why it ended.
+    """
+
+    vdc = models.ForeignKey(VDC, on_delete=models.CASCADE, related_name="loans", verbose_name="VDC")
+    lender = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="loans_given")
+    borrower = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="loans_taken")
+    gpu = _quantity(default=ZERO, help_text="GPU-equivalents lent")
+    cpu = _quantity(default=ZERO, help_text="Cores lent")
+    memory_gib = _quantity(default=ZERO, help_text="GiB lent")
+    reason = models.TextField(help_text="The figures that opened it, in words")
+    figures = models.JSONField(default=dict, blank=True, help_text="The same figures, as numbers")
+    started_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+    returned_at = models.DateTimeField(null=True, blank=True)
+    return_reason = models.CharField(max_length=16, choices=LoanReturnReason.choices, blank=True)
+    return_message = models.TextField(blank=True)
+    used_gpu_hours = models.DecimalField(
+        max_digits=16, decimal_places=6, default=ZERO,
+        help_text="GPU-equivalent hours the borrower ran on the loan (above its own limit), as the rebalancer saw",
+    )  # fmt: skip
+    accounted_until = models.DateTimeField(null=True, blank=True, help_text="used_gpu_hours counts up to here")
+    settlement = models.CharField(max_length=255, blank=True, help_text="What billing did at the return")
+
+    objects = CapacityLoanQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        indexes = [models.Index(fields=["vdc", "returned_at"], name="loan_vdc_returned")]
+        constraints = [
+            models.CheckConstraint(condition=~Q(lender=models.F("borrower")), name="loan_lender_is_not_borrower"),
+            models.CheckConstraint(condition=Q(expires_at__gt=models.F("started_at")), name="loan_expires_after_start"),
+            models.CheckConstraint(condition=Q(gpu__gte=0, cpu__gte=0, memory_gib__gte=0), name="loan_amount_gte_0"),
+            models.CheckConstraint(
+                condition=Q(returned_at__isnull=True, return_reason="")
+                | Q(returned_at__isnull=False) & ~Q(return_reason=""),
+                name="loan_returned_with_reason",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"loan #{self.pk}: {self.lender} -> {self.borrower} ({self.amount_text})"
+
+    @property
+    def active(self) -> bool:
+        return self.returned_at is None
+
+    @property
+    def amount_text(self) -> str:
+        """The amount in words, e.g. "2 GPU-eq, 16 cores"."""
+        parts = [(self.gpu, "GPU-eq"), (self.cpu, "cores"), (self.memory_gib, "GiB")]
+        return ", ".join(f"{Decimal(v).normalize():f} {unit}" for v, unit in parts if v) or "nothing"

@@ -27,6 +27,7 @@ from apps.billing.models import (
 from apps.clusters.models import CapacityReservation, GPUModel
 from apps.control.models import BackendObject, CheckpointStore, Installation
 from apps.tasks.models import TaskEvent
+from apps.vdc.models import CapacityLoan, RebalancerSettings
 from apps.vdc.services import create_secret
 from tests.factories import TaskFactory
 
@@ -92,6 +93,10 @@ def every_model(world):
     window.nodes.set([world.node])
     window.projects.set([world.project])
     create_secret(world.admin, world.project, "HF_TOKEN", "hf_admin_s3cret", "the hub")
+    RebalancerSettings.objects.create(vdc=world.vdc, threshold_percent=25)
+    CapacityLoan.objects.create(vdc=world.vdc, lender=world.other_project, borrower=world.project, gpu=Decimal(2),
+                                reason="gpu: alpha uses 100% of its guarantee, beta uses 0%", started_at=start,
+                                expires_at=end, figures={"threshold": 0.2})  # fmt: skip
     Group.objects.create(name="operators")
     Token.objects.create(user=world.admin)
     Installation.current()

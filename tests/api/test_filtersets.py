@@ -19,6 +19,7 @@ EXEMPT = {
     "vdc.VDC": {"description"},
     "vdc.Project": {"description"},
     "vdc.ProjectSecret": {"description", "value"},  # free text, and the encrypted value
+    "vdc.CapacityLoan": {"reason", "figures", "return_message"},  # free text (searched with q) and its numbers
     "clusters.GPUModel": {"aliases"},
     "clusters.Cluster": {
         "description",

@@ -67,6 +67,16 @@ def alpha_secret(w):
     return create_secret(w.admin, w.project, "REGISTRY_PASSWORD", "hunter2", "registry.example")
 
 
+def alpha_loan(w):
+    """A loan from a third project to alpha: alpha's roles see it (the borrower), beta's outsider does not."""
+    from apps.vdc.models import CapacityLoan  # noqa: PLC0415
+
+    gamma = ProjectQuotaFactory(vdc=w.vdc).project
+    now = timezone.now()
+    return CapacityLoan.objects.create(vdc=w.vdc, lender=gamma, borrower=w.project, gpu=Decimal(2), reason="test",
+                                       started_at=now, expires_at=now + timedelta(hours=1))  # fmt: skip
+
+
 def a100():
     return GPUModel.objects.get(name="A100-80G")
 
@@ -263,6 +273,7 @@ RESOURCES = [
         deleters=None,
     ),  # fmt: skip
     Resource("backend-objects", make=backend_object, readers=ADMIN, deleters=None),
+    Resource("capacity-loans", make=alpha_loan, readers=PROJECT_ROLES, deleters=None),
 ]
 
 matrix = pytest.mark.parametrize("resource", RESOURCES, ids=str)

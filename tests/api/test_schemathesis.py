@@ -38,6 +38,7 @@ from apps.clusters.models import CapacityReservation, GPUModel
 from apps.clusters.services import issue_agent_token
 from apps.control.models import BackendObject
 from apps.tasks.models import TaskEvent
+from apps.vdc.models import CapacityLoan
 from apps.vdc.services import create_secret
 from tests.factories import TaskFactory
 
@@ -146,6 +147,16 @@ def fuzz_world(world):
         "billing/transactions": charge,
         "billing/usage": usage,
         "alerts": alert,
+        "capacity-loans": CapacityLoan.objects.create(
+            vdc=world.vdc,
+            lender=world.other_project,
+            borrower=world.project,
+            gpu=Decimal(2),
+            reason="fuzz",
+            figures={"threshold": 0.2},
+            started_at=end,
+            expires_at=end + timedelta(hours=4),
+        ),
         "capacity-reservations": CapacityReservation.objects.create(
             vdc=world.vdc, name="fuzz-window", starts_at=timezone.now(), ends_at=timezone.now() + timedelta(hours=1)
         ),

@@ -11,8 +11,8 @@ from apps.queues.services import create_class_queues
 from apps.vdc import services
 from apps.vdc.api.common import ModelCleanMixin, SlugField, service_errors
 from apps.vdc.api.permissions import visible_projects
-from apps.vdc.choices import Role
-from apps.vdc.models import MAX_SECRET_LENGTH, VDC, Membership, Project, ProjectQuota, ProjectSecret
+from apps.vdc.choices import LoanReturnReason, Role
+from apps.vdc.models import MAX_SECRET_LENGTH, VDC, CapacityLoan, Membership, Project, ProjectQuota, ProjectSecret
 from apps.vdc.services import can_manage
 
 
@@ -182,3 +182,25 @@ class ProjectSecretSerializer(serializers.ModelSerializer):
             return services.update_secret(
                 user, instance, value=validated_data.get("value"), description=validated_data.get("description")
             )
+
+
+class CapacityLoanSerializer(serializers.ModelSerializer):
+    """A capacity loan between two projects of a VDC (read-only: only the rebalancer and admins open and return
+    them): who lent what to whom, since when, until when, why, and why it ended."""
+
+    vdc_name = serializers.CharField(source="vdc.name", read_only=True)
+    lender_name = serializers.CharField(source="lender.name", read_only=True)
+    borrower_name = serializers.CharField(source="borrower.name", read_only=True)
+    active = serializers.BooleanField(read_only=True, help_text="Not returned yet")
+    return_reason = serializers.ChoiceField(
+        choices=LoanReturnReason.choices, allow_blank=True, read_only=True, help_text="Empty while active"
+    )
+
+    class Meta:
+        model = CapacityLoan
+        fields = [
+            "id", "vdc", "vdc_name", "lender", "lender_name", "borrower", "borrower_name", "gpu", "cpu",
+            "memory_gib", "reason", "figures", "started_at", "expires_at", "returned_at", "return_reason",
+            "return_message", "active", "used_gpu_hours", "accounted_until", "settlement",
+        ]  # fmt: skip
+        read_only_fields = fields

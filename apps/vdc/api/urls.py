@@ -8,6 +8,7 @@ ROUTES = [
     ("memberships", views.MembershipViewSet, "membership"),
     ("vdc-quotas", views.ProjectQuotaViewSet, "projectquota"),
     ("project-secrets", views.ProjectSecretViewSet, "projectsecret"),
+    ("capacity-loans", views.CapacityLoanViewSet, "capacityloan"),
 ]
 
 urlpatterns: list = []

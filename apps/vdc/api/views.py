@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from django.db.models import Count, OuterRef, Subquery
+from django.db.models import Count, OuterRef, Q, Subquery
 from drf_spectacular.utils import extend_schema
-from rest_framework import status, viewsets
+from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.permissions import IsAuthenticated
@@ -18,11 +18,14 @@ from apps.vdc.api.permissions import (
     MembershipPermission,
     ProjectPermission,
     ProjectSecretPermission,
+    is_platform_admin,
+    member_project_ids,
     scope_to_projects,
     visible_projects,
     visible_vdcs,
 )
 from apps.vdc.api.serializers import (
+    CapacityLoanSerializer,
     MembershipSerializer,
     ProjectQuotaSerializer,
     ProjectSecretSerializer,
@@ -32,13 +35,14 @@ from apps.vdc.api.serializers import (
 )
 from apps.vdc.choices import Role
 from apps.vdc.filtersets import (
+    CapacityLoanFilterSet,
     MembershipFilterSet,
     ProjectFilterSet,
     ProjectQuotaFilterSet,
     ProjectSecretFilterSet,
     VDCFilterSet,
 )
-from apps.vdc.models import Membership, ProjectQuota, ProjectSecret
+from apps.vdc.models import CapacityLoan, Membership, ProjectQuota, ProjectSecret
 
 
 def quotas_of(user):
@@ -164,3 +168,27 @@ class ProjectSecretViewSet(viewsets.ModelViewSet):
     def perform_destroy(self, instance: ProjectSecret) -> None:
         with service_errors():
             services.delete_secret(self.request.user, instance)
+
+
+def loans_of(user):
+    """Loans the user may read: those its projects lent or borrowed (all for platform admins), names loaded."""
+    loans = CapacityLoan.objects.select_related("vdc", "lender", "borrower")
+    if is_platform_admin(user):
+        return loans
+    mine = member_project_ids(user)
+    return loans.filter(Q(lender_id__in=mine) | Q(borrower_id__in=mine))
+
+
+class CapacityLoanViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Capacity loans between projects (``capacity-loans``, read-only): the rebalancer lends a project's unused
+    guarantee to another with waiting work, for a bounded time. Members of the lender and of the borrower see
+    them; platform admins see all (and return one early in the admin)."""
+
+    serializer_class = CapacityLoanSerializer
+    permission_classes = [IsAuthenticated]
+    filterset_class = CapacityLoanFilterSet
+    search_fields = ["lender__name", "borrower__name", "reason"]
+    ordering_fields = ["started_at", "expires_at", "returned_at", "gpu"]
+
+    def get_queryset(self):
+        return loans_of(self.request.user)
