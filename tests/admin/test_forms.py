@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 
 import pytest
@@ -284,10 +285,14 @@ def test_a_vdc_added_in_the_admin_gets_its_class_queues_unless_unticked(admin_we
 
     form = {"name": "west", "default_queue_policy": "backfill", "cluster_selection_strategy": "load_balancing",
             "node_scorer": "fgd", "overcommit_ratio": "1.0", "enabled": "on", "class_queues": "on"}  # fmt: skip
+    page = admin_web.get(admin_url(VDC, "add")).content.decode()
+    # Every inline of the page (clusters, quotas, rebalancer settings) posted empty.
+    prefixes = re.findall(r'name="([\w-]+)-TOTAL_FORMS"', page)
+    assert {"clusters", "quotas"} <= set(prefixes), prefixes
     form.update(
         {
             f"{prefix}-{k}": v
-            for prefix in ("clusters", "quotas")
+            for prefix in prefixes
             for k, v in (
                 ("TOTAL_FORMS", "0"),
                 ("INITIAL_FORMS", "0"),
@@ -296,7 +301,6 @@ def test_a_vdc_added_in_the_admin_gets_its_class_queues_unless_unticked(admin_we
             )
         }
     )
-    page = admin_web.get(admin_url(VDC, "add")).content.decode()
     assert 'name="class_queues"' in page and "checked" in page.split('name="class_queues"')[1][:80]
     response = admin_web.post(admin_url(VDC, "add"), form)
     assert response.status_code == 302, _errors(response)
