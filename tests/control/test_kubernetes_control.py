@@ -323,8 +323,15 @@ def test_an_inference_services_autoscaling_reaches_its_hpa_with_the_users_number
     assert metrics["Pods"]["pods"]["target"] == {"type": "AverageValue", "averageValue": "70"}
 
 
-def test_autoscaling_edited_while_the_service_runs_patches_its_hpa(k8s, settings, django_capture_on_commit_callbacks):
-    settings.CELERY_TASK_ALWAYS_EAGER = True  # the job the edit queues on commit runs at once
+def test_autoscaling_edited_while_the_service_runs_patches_its_hpa(
+    k8s, settings, monkeypatch, django_capture_on_commit_callbacks
+):
+    from celery_app.app import app as celery  # noqa: PLC0415
+
+    # The job the edit queues on commit runs at once. Set on the Celery app itself: once an earlier test of the
+    # session set (and restored) the key there, the Django setting is no longer read.
+    monkeypatch.setitem(celery.conf, "task_always_eager", True)
+    settings.CELERY_TASK_ALWAYS_EAGER = True
     world = k8s
     service = run(world, submit(world, name="serve", kind="inference", queue="high", gpu_spec="1(A100)", port=8080,
                                 autoscale_min=1, autoscale_max=2, autoscale_gpu_percent=70))  # fmt: skip

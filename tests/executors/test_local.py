@@ -392,6 +392,7 @@ def test_only_inference_services_are_resized_and_never_without_their_spec(execut
     job_id = executor.submit(make_spec(command="sleep 30"))
     with pytest.raises(ExecutorError, match="resizes only inference services"):
         executor.resize(job_id, 2)
-    with pytest.raises(ExecutorError, match="single-instance"):
-        executor.submit(make_spec(name="gang", command="sleep 1", instances=2,
-                                  placements=gpu_placement("local", 0) + gpu_placement("local", 1)))  # fmt: skip
+    gang = executor.submit(make_spec(name="gang", command="sleep 30", instances=2,
+                                     placements=gpu_placement("local", 0) + gpu_placement("local", 1)))  # fmt: skip
+    with pytest.raises(ExecutorError, match="resizes only inference services"):  # a gang's ranks are fixed
+        executor.resize(gang, 1)
