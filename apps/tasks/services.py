@@ -278,7 +278,7 @@ def _check_quota(task: Task, request: GPURequest, gpu_catalog) -> None:
 # The settings of an inference service's autoscaling that may change while it runs (API PATCH, page, admin).
 AUTOSCALE_FIELDS = (
     "autoscale_min", "autoscale_max", "autoscale_cpu_percent", "autoscale_gpu_percent", "autoscale_memory_percent",
-    "autoscale_rps",
+    "autoscale_rps", "autoscale_predictive",
 )  # fmt: skip
 
 
