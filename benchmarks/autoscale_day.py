@@ -10,10 +10,12 @@ read as the Connect proxy reads it (mean of the last 30 s); the predictive modes
 the measured rate at each new bucket, as ``apps.control.autoscaling`` does.
 
 Load generator (seeded, documented so the figures can be reproduced): per minute,
-``demand = trough + (peak - trough) x shape(hour) x day_factor + noise`` where ``shape`` is a smooth daily
-curve (``(1 - cos)/2`` raised to 1.5, low at 04:00, high at 16:00), ``day_factor`` is uniform in [0.9, 1.1]
-per day, noise is Gaussian (5 % of the level), plus random spikes (Poisson, ``--spikes`` a day, each +30 to
-+100 % of the level for 3 to 20 minutes, ramping up over 2 minutes).
+``demand = trough + (peak - trough) x shape(hour) x day_factor + noise`` where ``shape`` (:func:`daily_shape`)
+is a smooth daily cycle (``(1 - cos)/2`` raised to 1.5, low at 04:00) plus office hours that start steeply
+at 08:45 and a scheduled batch at 13:00-13:30, ``day_factor`` is uniform in [0.9, 1.1] per day (times
+``(1 + --growth)`` per day), noise is Gaussian (5 % of the level), plus random spikes (Poisson, ``--spikes``
+a day, each +30 to +100 % of the level for 3 to 20 minutes, ramping up over 2 minutes: no history predicts
+them).
 
 Serving model: each replica (one GPU) serves ``--capacity`` requests/s once it has started, ``--startup`` s
 after the decision that asked for it (image pulled, model loaded); replicas stop at once on a scale-down. The
@@ -46,16 +48,28 @@ SEASON = DAY_MIN // BUCKET_MIN
 RATE_WINDOW_S = 30.0
 
 
-def demand_per_minute(days: int, seed: int, trough: float, peak: float, spikes_per_day: float) -> list[float]:
-    """The offered load (requests/s) of each minute of ``days`` synthetic days."""
+def daily_shape(hour: float) -> float:
+    """The day's load between 0 (night) and 1 (peak): a smooth daily cycle (low at 04:00, high at 16:00),
+    office hours that start steeply at 08:45 (10 % to 90 % in about 20 minutes) and end slowly after 18:00,
+    and a scheduled batch at 13:00-13:30 (the same every day, so history can see it coming)."""
+    cycle = ((1 - math.cos(2 * math.pi * (hour - 4.0) / 24.0)) / 2) ** 1.5
+    office = 1 / (1 + math.exp(-(hour - 8.75) * 12)) / (1 + math.exp((hour - 18.5) * 3))
+    batch = 0.5 / (1 + math.exp(-(hour - 13.0) * 30)) / (1 + math.exp((hour - 13.5) * 30))
+    return min(1.0, 0.3 * cycle + 0.55 * office + batch)
+
+
+def demand_per_minute(
+    days: int, seed: int, trough: float, peak: float, spikes_per_day: float, growth: float = 0.0
+) -> tuple[list[float], list[bool]]:
+    """The offered load (requests/s) of each minute of ``days`` synthetic days, and whether a random spike
+    is on in that minute."""
     rng = random.Random(seed)
-    out = []
-    for _ in range(days):
-        factor = rng.uniform(0.9, 1.1)
+    out, spiking = [], []
+    for day in range(days):
+        factor = rng.uniform(0.9, 1.1) * (1 + growth) ** day
         level = []
         for m in range(DAY_MIN):
-            shape = ((1 - math.cos(2 * math.pi * (m / 60.0 - 4.0) / 24.0)) / 2) ** 1.5
-            base = trough + (peak - trough) * shape * factor
+            base = trough + (peak - trough) * daily_shape(m / 60.0) * factor
             level.append(max(0.0, base + rng.gauss(0.0, 0.05 * base)))
         extra = [0.0] * DAY_MIN
         t = rng.expovariate(spikes_per_day / DAY_MIN) if spikes_per_day > 0 else DAY_MIN
@@ -66,7 +80,8 @@ def demand_per_minute(days: int, seed: int, trough: float, peak: float, spikes_p
                     extra[start + k] = max(extra[start + k], height * min(1.0, (k + 1) / 2))
             t += rng.expovariate(spikes_per_day / DAY_MIN)
         out.extend(v * (1 + e) for v, e in zip(level, extra, strict=True))
-    return out
+        spiking.extend(e > 0 for e in extra)
+    return out, spiking
 
 
 @dataclass
@@ -74,18 +89,17 @@ class Result:
     mode: str
     gpu_hours: float = 0.0
     violation_minutes: int = 0
+    in_spikes: int = 0
     scale_events: int = 0
     peak_replicas: int = 0
     methods: set | None = None
 
 
-def simulate(mode: str, demand: list[float], args, report_from_min: int) -> Result:
+def simulate(mode: str, demand: list[float], spiking: list[bool], args, report_from_min: int) -> Result:
     """Run one mode over the whole demand; figures are counted from ``report_from_min`` on."""
     step = args.interval
     steps_per_min = round(60 / step)
-    targets = rules.Targets(
-        min_replicas=1, max_replicas=args.max_replicas, rps_per_replica=args.target * args.capacity
-    )
+    targets = rules.Targets(min_replicas=1, max_replicas=args.max_replicas, rps_per_replica=args.target * args.capacity)
     static = math.ceil(max(demand) / args.capacity) if mode == "static" else None
     serving_at: list[float] = [0.0] * (static or 1)  # start times of replicas (started or starting)
     history: tuple = ()
@@ -134,6 +148,7 @@ def simulate(mode: str, demand: list[float], args, report_from_min: int) -> Resu
             if rate_now > serving * args.capacity and violated_minute != minute:
                 violated_minute = minute
                 result.violation_minutes += 1
+                result.in_spikes += spiking[minute]
     return result
 
 
@@ -154,19 +169,20 @@ def run(argv: list[str] | None = None) -> list[Result]:
     p.add_argument("--trough", type=float, default=20.0, help="requests/s at night")
     p.add_argument("--peak", type=float, default=300.0, help="requests/s at the daily peak (before spikes)")
     p.add_argument("--spikes", type=float, default=8.0, help="spikes a day")
+    p.add_argument("--growth", type=float, default=0.0, help="day-on-day growth of the load (0.2: +20 %% a day)")
     p.add_argument("--capacity", type=float, default=20.0, help="requests/s one replica serves")
     p.add_argument("--target", type=float, default=0.8, help="autoscaler target, a fraction of the capacity")
-    p.add_argument("--startup", type=float, default=120.0, help="seconds from decision to a replica serving")
+    p.add_argument("--startup", type=float, default=180.0, help="seconds from decision to a replica serving")
     p.add_argument("--lead", type=int, default=10, help="minutes ahead the forecast looks (>= start-up + a step)")
     p.add_argument("--interval", type=float, default=15.0, help="seconds between decisions")
     p.add_argument("--max-replicas", type=int, default=40)
     args = p.parse_args(argv)
-    demand = demand_per_minute(args.days, args.seed, args.trough, args.peak, args.spikes)
+    demand, spiking = demand_per_minute(args.days, args.seed, args.trough, args.peak, args.spikes, args.growth)
     report_from = (args.days - 1) * DAY_MIN
     results = []
     for mode in MODES:
         t0 = time.perf_counter()
-        r = simulate(mode, demand, args, report_from)
+        r = simulate(mode, demand, spiking, args, report_from)
         r.seconds = time.perf_counter() - t0
         results.append(r)
     day = demand[report_from:]
@@ -176,12 +192,22 @@ def run(argv: list[str] | None = None) -> list[Result]:
         f"decisions every {args.interval:g} s, forecast {args.lead} min ahead"
     )
     print_table(
-        ["mode", "GPU-hours", "SLO-violation min", "scale events", "peak replicas", "forecast", "sim s"],
+        [
+            "mode",
+            "GPU-hours",
+            "SLO-violation min",
+            "of which in spikes",
+            "scale events",
+            "peak replicas",
+            "forecast",
+            "sim s",
+        ],  # fmt: skip
         [
             [
                 LABELS[r.mode],
                 round(r.gpu_hours, 1),
                 r.violation_minutes,
+                r.in_spikes,
                 r.scale_events,
                 r.peak_replicas,
                 ", ".join(sorted(r.methods)) or "-",
