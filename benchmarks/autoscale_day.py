@@ -27,13 +27,21 @@ Modes: **static at peak** (the whole run's peak demand / capacity replicas, alwa
 HPA-like rules on the measured rate), **predictive (seasonal naive)** and **predictive (Holt-Winters)**:
 reactive plus the forecast (Holt-Winters needs two days of history; before that it falls back to seasonal
 naive). The table reports the last day (by default day 3: two seasons of history behind it).
+
+``--reaction`` measures instead, on the local cluster with real processes, the time from a step in a service's
+load to a new replica serving (:func:`reaction`; the test environment's DATABASE_URL and REDIS_URL).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import os
 import random
+import subprocess
+import sys
+import tempfile
 import time
 from dataclasses import dataclass
 
@@ -161,6 +169,35 @@ LABELS = {
 }
 
 
+def reaction() -> dict:
+    """Measure the reaction time on the local cluster: runs the end-to-end test
+    ``tests/control/test_autoscaling_reaction_local.py`` (needs the test environment: DATABASE_URL, REDIS_URL)
+    and prints its figures."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "reaction.json")
+        test = "tests/control/test_autoscaling_reaction_local.py"
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
+            env={**os.environ, "HCS_REACTION_OUT": out},
+            capture_output=True,
+            text=True,
+        )
+        if not os.path.exists(out):
+            sys.exit(f"the reaction test gave no figures (rc {done.returncode}):\n{done.stdout[-3000:]}")
+        with open(out) as f:
+            figures = json.load(f)
+    print(
+        f"Local cluster: load steps from 0 to {figures['step_rps']} req/s (target {figures['target_rps']} per "
+        f"replica, 1 replica) just after an autoscaler pass (beat every {figures['beat_s']:g} s, rate over "
+        f"{figures['rate_window_s']} s)"
+    )
+    print_table(
+        ["load step to decision s", "decision to new replica serving s", "reaction time s", "seed 003 target"],
+        [[figures["decision_s"], figures["decision_to_serving_s"], figures["reaction_s"], "< 30 s"]],
+    )
+    return figures
+
+
 def run(argv: list[str] | None = None) -> list[Result]:
     """Simulate every mode and print the table of the last day."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -176,7 +213,11 @@ def run(argv: list[str] | None = None) -> list[Result]:
     p.add_argument("--lead", type=int, default=10, help="minutes ahead the forecast looks (>= start-up + a step)")
     p.add_argument("--interval", type=float, default=15.0, help="seconds between decisions")
     p.add_argument("--max-replicas", type=int, default=40)
+    p.add_argument("--reaction", action="store_true", help="measure the reaction time on the local cluster instead")
     args = p.parse_args(argv)
+    if args.reaction:
+        reaction()
+        return []
     demand, spiking = demand_per_minute(args.days, args.seed, args.trough, args.peak, args.spikes, args.growth)
     report_from = (args.days - 1) * DAY_MIN
     results = []
