@@ -35,8 +35,7 @@ def test_a_load_step_gets_a_new_replica_serving_within_30_s(world):
     assert get_when_up(client, svc).startswith("cards=")
     request_rate.forget(svc.pk)
     time.sleep(max(0.0, 1.0 - time.time() % 1.0))  # start the step on a whole second, as the counters count
-    # The beat's passes every INTERVAL_S; the step starts just after one (the worst phase: a whole interval
-    # before the next pass looks).
+    # The beat's passes every INTERVAL_S; the step starts just after one, so the next pass sees 15 s of it.
     t0 = time.monotonic()
     next_pass = t0 + autoscaling.INTERVAL_S
     sent, bodies, decided, reconciled = 0, set(), None, 0.0
