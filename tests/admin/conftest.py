@@ -55,8 +55,15 @@ def every_model(world):
         env={"EPOCHS": "3"},
     )
     TaskEvent.objects.create(task=task, kind="started", from_status="starting", to_status="running")
-    ServiceLoadSample.objects.create(task=task, start=timezone.now().replace(second=0, microsecond=0), rps=12.5,
-                                     gpu_percent=60.0, samples=20, forecast_rps=14.0, forecast_method="holt-winters")  # fmt: skip
+    ServiceLoadSample.objects.create(
+        task=task,
+        start=timezone.now().replace(second=0, microsecond=0),
+        rps=12.5,
+        gpu_percent=60.0,
+        samples=20,
+        forecast_rps=14.0,
+        forecast_method="holt-winters",
+    )
     PriceRule.objects.create(
         resource_type="gpu",
         gpu_model=a100,
