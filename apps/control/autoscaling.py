@@ -12,6 +12,13 @@ and billing counts.
 
 The recommendations of the last stabilisation window are kept in Redis: losing them only delays a
 scale-down by one window (the rules scale down only once a whole window of recommendations is known).
+
+Predictive scaling (docs/tasks.md "Predictive scaling"): every pass also averages each service's request rate
+and GPU utilisation into its current 5-minute bucket (:class:`~apps.tasks.models.ServiceLoadSample`, kept
+``LOAD_KEEP_DAYS`` days, so the history survives restarts). When a bucket opens, a service with
+``autoscale_predictive`` gets a fresh forecast of the next hour's buckets
+(:func:`apps.queues.engine.forecast.forecast`: Holt-Winters over up to ``FIT_DAYS`` days, seasonal naive with
+less than two days); the decision then takes the peak forecast of the next ``LEAD_S`` seconds into account.
 """
 
 from __future__ import annotations
@@ -20,11 +27,11 @@ import json
 import logging
 import math
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import redis
-from django.db import transaction
+from django.db import models, transaction
 from django.db.models import Sum
 from django.utils import timezone
 
@@ -35,9 +42,10 @@ from apps.control import triggers
 from apps.control.jobspec import job_spec
 from apps.control.models import Installation
 from apps.queues.engine import autoscale as rules
+from apps.queues.engine import forecast as forecasting
 from apps.tasks import request_rate
 from apps.tasks.choices import ACTIVE, EventKind, TaskKind, TaskStatus
-from apps.tasks.models import Task
+from apps.tasks.models import ServiceLoadSample, Task
 from apps.tasks.services import record_event
 from apps.vdc.models import ProjectQuota
 
@@ -48,6 +56,15 @@ INTERVAL_S = 15.0
 FRESH_S = 120.0
 HISTORY_KEY = "hcs:autoscale:history:{task_id}"
 BEHAVIOUR = rules.Behaviour()
+# Load history for predictive scaling: bucket size, how long it is kept, how much of it a forecast fits.
+BUCKET_S = 300
+SEASON = 86400 // BUCKET_S
+LOAD_KEEP_DAYS = 14
+FIT_DAYS = 7
+# The forecast covers the next hour (the monitoring page shows it); decisions look LEAD_S ahead, enough for
+# a replica to start and serve (see the start-up delay in benchmarks/autoscale_day.py).
+HORIZON_BUCKETS = 12
+LEAD_S = 600
 
 
 def portal_scaled(cluster: Cluster | None) -> bool:
@@ -94,17 +111,24 @@ def run_autoscaler(now: float | None = None) -> list[Outcome]:
     _forget_stale()
     if not services:
         return []
-    rps = request_rate.rates([t.pk for t in services if t.autoscale_rps], now=now)
+    rps = request_rate.rates([t.pk for t in services], now=now)
     gpu = _gpu_utilisation(services, now)
+    opened = record_load(services, rps, gpu, now)
+    predictive = [t for t in services if t.autoscale_predictive and t.autoscale_rps]
+    for task in predictive:
+        if task.pk in opened:
+            refresh_forecast(task, now)
+    ahead = forecast_peaks([t.pk for t in predictive], now)
     rooms = _quota_rooms(services)
     histories = _load_histories([t.pk for t in services])
     outcomes = []
     for task in services:
         running = max(len(task.live_placement), 1)
-        metrics = rules.Metrics(gpu_percent=gpu.get(task.pk), rps=rps.get(task.pk))
+        metrics = rules.Metrics(gpu_percent=gpu.get(task.pk), rps=rps.get(task.pk) if task.autoscale_rps else None)
         decision = rules.decide(
-            targets_of(task), running, metrics, histories.get(task.pk, ()), now, BEHAVIOUR, rooms.get(task.pk)
-        )
+            targets_of(task), running, metrics, histories.get(task.pk, ()), now, BEHAVIOUR, rooms.get(task.pk),
+            forecast_rps=ahead.get(task.pk),
+        )  # fmt: skip
         _save_history(task.pk, decision.history)
         changed = _apply(task, running, decision)
         outcomes.append(Outcome(task.pk, running, decision.desired, decision.reason, changed))
@@ -140,6 +164,99 @@ def _apply(task: Task, running: int, decision: rules.Decision) -> bool:
                 },
             )
     return decision.desired != previous
+
+
+def bucket_start(at: float) -> datetime:
+    """The start of the load bucket that holds the instant ``at`` (epoch seconds)."""
+    return datetime.fromtimestamp(at - at % BUCKET_S, tz=UTC)
+
+
+def record_load(services: list[Task], rps: dict, gpu: dict, now: float) -> set[int]:
+    """Average this pass's readings into each service's current bucket; returns the services whose bucket
+    opened with this pass (their forecast is due). Buckets older than ``LOAD_KEEP_DAYS`` are dropped then."""
+    start = bucket_start(now)
+    rows = {s.task_id: s for s in ServiceLoadSample.objects.filter(task__in=services, start=start)}
+    opened = set()
+    for task in services:
+        rate, util = rps.get(task.pk), gpu.get(task.pk)
+        row = rows.get(task.pk) or ServiceLoadSample(task=task, start=start)
+        if row.pk is None or (not row.samples and (rate is not None or util is not None)):
+            opened.add(task.pk)
+        if rate is None and util is None:
+            if row.pk is None:
+                row.save()
+            continue
+        n = row.samples
+        if rate is not None:
+            row.rps = rate if row.rps is None or not n else (row.rps * n + rate) / (n + 1)
+        if util is not None:
+            row.gpu_percent = util if row.gpu_percent is None or not n else (row.gpu_percent * n + util) / (n + 1)
+        row.samples = n + 1
+        row.save()
+    if opened:
+        ServiceLoadSample.objects.filter(start__lt=start - timedelta(days=LOAD_KEEP_DAYS)).delete()
+    return opened
+
+
+def load_history(task_id: int, until: datetime, days: int = FIT_DAYS) -> list[float]:
+    """The measured request rates of the service's closed buckets before ``until``, one per bucket, oldest first.
+    A bucket with no reading (the service did not run, the loop was down) repeats the bucket one day earlier,
+    or the previous one, so the daily season stays aligned."""
+    first = until - timedelta(days=days)
+    seen = dict(
+        ServiceLoadSample.objects.filter(task_id=task_id, start__gte=first, start__lt=until, rps__isnull=False)
+        .order_by("start")
+        .values_list("start", "rps")
+    )
+    if not seen:
+        return []
+    at, out = min(seen), []
+    while at < until:
+        value = seen.get(at)
+        if value is None:
+            value = out[-SEASON] if len(out) >= SEASON else out[-1]
+        out.append(value)
+        at += timedelta(seconds=BUCKET_S)
+    return out
+
+
+def refresh_forecast(task: Task, now: float) -> forecasting.Forecast:
+    """Forecast the service's request rate for the current bucket and the next hour's from its history, and
+    write it on those buckets (a fresher forecast replaces an older one)."""
+    start = bucket_start(now)
+    result = forecasting.forecast(load_history(task.pk, start), SEASON, HORIZON_BUCKETS + 1)
+    ServiceLoadSample.objects.bulk_create(
+        [
+            ServiceLoadSample(
+                task=task,
+                start=start + timedelta(seconds=BUCKET_S * i),
+                forecast_rps=value,
+                forecast_method=result.method,
+            )
+            for i, value in enumerate(result.values)
+        ],
+        update_conflicts=True,
+        unique_fields=["task", "start"],
+        update_fields=["forecast_rps", "forecast_method"],
+    )
+    return result
+
+
+def forecast_peaks(task_ids: list[int], now: float) -> dict[int, float]:
+    """The highest request rate forecast for each service's buckets from now to ``LEAD_S`` ahead."""
+    if not task_ids:
+        return {}
+    rows = (
+        ServiceLoadSample.objects.filter(
+            task_id__in=task_ids,
+            start__gte=bucket_start(now),
+            start__lte=datetime.fromtimestamp(now + LEAD_S, tz=UTC),
+            forecast_rps__isnull=False,
+        )
+        .values("task_id")
+        .annotate(peak=models.Max("forecast_rps"))
+    )
+    return {r["task_id"]: r["peak"] for r in rows}
 
 
 def _gpu_utilisation(services: list[Task], now: float) -> dict[int, float]:

@@ -10,7 +10,7 @@ from django.utils.html import format_html, format_html_join
 from apps.queues.models import TaskQueue
 from apps.tasks.admin_forms import TaskChangeForm, TaskSubmitForm
 from apps.tasks.choices import TaskStatus
-from apps.tasks.models import Task, TaskEvent
+from apps.tasks.models import ServiceLoadSample, Task, TaskEvent
 from apps.tasks.services import delete_task, stop_tasks, update_autoscaling
 from apps.vdc.admin import GREEN, GREY, ORANGE, RED, ReadOnlyAdminMixin, badge
 from apps.vdc.admin_forms import JSONDocumentField
@@ -66,6 +66,7 @@ REQUEST_FIELDSETS = (
                 ("port", "max_tokens", "temperature"),
                 ("autoscale_min", "autoscale_max"),
                 ("autoscale_cpu_percent", "autoscale_gpu_percent", "autoscale_memory_percent", "autoscale_rps"),
+                "autoscale_predictive",
                 "readiness_path",
             ),  # fmt: skip
         },
@@ -249,3 +250,14 @@ class TaskEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         if term.isdigit():
             results |= queryset.filter(task_id=int(term))
         return results, may_have_duplicates
+
+
+@admin.register(ServiceLoadSample)
+class ServiceLoadSampleAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Services' load history (5-minute buckets) and forecasts, written by the autoscaler: read-only."""
+
+    list_display = ("start", "task", "rps", "forecast_rps", "forecast_method", "gpu_percent", "samples")
+    list_filter = ("forecast_method", "task__project")
+    search_fields = ("task__name",)
+    list_select_related = ("task",)
+    date_hierarchy = "start"

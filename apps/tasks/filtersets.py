@@ -6,7 +6,7 @@ import django_filters
 
 from apps.queues.choices import PriorityClass
 from apps.tasks.choices import ACTIVE, WAITING
-from apps.tasks.models import Task, TaskEvent
+from apps.tasks.models import ServiceLoadSample, Task, TaskEvent
 from apps.vdc.filtersets import NAME, NUMBER, TIME, BaseFilterSet, BoundedDateTimeFilter, StrictBooleanFilter
 
 
@@ -65,6 +65,7 @@ class TaskFilterSet(BaseFilterSet):
             "autoscale_gpu_percent": NUMBER,
             "autoscale_memory_percent": NUMBER,
             "autoscale_rps": NUMBER,
+            "autoscale_predictive": ["exact"],
             "autoscale_desired": NUMBER,
             "readiness_path": ["exact"],
             "ready_replicas": [*NUMBER, "isnull"],
@@ -106,4 +107,21 @@ class TaskEventFilterSet(BaseFilterSet):
             "to_status": ["exact"],
             "actor": ["exact"],
             "created_at": TIME,
+        }
+
+
+class ServiceLoadSampleFilterSet(BaseFilterSet):
+    search_fields = ("task__name",)
+
+    class Meta(BaseFilterSet.Meta):
+        model = ServiceLoadSample
+        fields = {
+            "id": ["exact", "in"],
+            "task": ["exact", "in"],
+            "start": TIME,
+            "rps": [*NUMBER, "isnull"],
+            "gpu_percent": [*NUMBER, "isnull"],
+            "samples": NUMBER,
+            "forecast_rps": [*NUMBER, "isnull"],
+            "forecast_method": ["exact"],
         }

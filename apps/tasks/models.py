@@ -173,6 +173,11 @@ class Task(models.Model):
         verbose_name="autoscale requests/s per replica",
         help_text="Inference: target requests per second per replica, as the portal's proxy counts them",
     )  # fmt: skip
+    autoscale_predictive = models.BooleanField(
+        default=False,
+        help_text="Inference on local and Slurm clusters: also scale ahead of the request rate forecast from the "
+        "service's history (Holt-Winters, daily season); never scales down on a forecast alone",
+    )
     autoscale_desired = models.PositiveIntegerField(
         null=True, blank=True,
         help_text="Inference on local and Slurm clusters: replicas the portal's autoscaler asks the scheduler for "
@@ -339,3 +344,24 @@ class TaskEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_id}: {self.kind}"
+
+
+class ServiceLoadSample(models.Model):
+    """A service's load over one bucket of time (5 minutes), written by the portal's autoscaler: the measured
+    request rate and GPU utilisation, and the request rate forecast for it; the history predictive scaling
+    fits and the monitoring page charts. Pruned after ``apps.control.autoscaling.LOAD_KEEP_DAYS`` days."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="load_samples")
+    start = models.DateTimeField(db_index=True, help_text="Start of the bucket")
+    rps = models.FloatField(null=True, blank=True, help_text="Mean requests per second measured (none yet: future)")
+    gpu_percent = models.FloatField(null=True, blank=True, help_text="Mean GPU utilisation of the service's cards")
+    samples = models.PositiveIntegerField(default=0, help_text="Readings averaged into the bucket")
+    forecast_rps = models.FloatField(null=True, blank=True, help_text="Requests per second forecast for the bucket")
+    forecast_method = models.CharField(max_length=32, blank=True)
+
+    class Meta:
+        ordering = ("task", "start")
+        constraints = [models.UniqueConstraint(fields=("task", "start"), name="one_load_sample_per_bucket")]
+
+    def __str__(self) -> str:
+        return f"#{self.task_id} {self.start:%Y-%m-%d %H:%M}"

@@ -40,6 +40,7 @@ from apps.tasks.admission import wait_notice
 from apps.tasks.choices import ACTIVE, WAITING, EventKind, TaskKind, TaskStatus
 from apps.tasks.filtersets import TaskFilterSet
 from apps.tasks.instances import task_instances
+from apps.tasks.load import load_series
 from apps.tasks.models import Task, TaskEvent
 from apps.tasks.services import (
     AUTOSCALE_FIELDS,
@@ -266,13 +267,13 @@ def activity(tasks: QuerySet[Task], group: str | None = None, hours: int = 24, b
     return Activity(times=[start + step * (i + 1) for i in range(buckets)], series=out)
 
 
-def svg_chart(times: list[datetime], lines: list[tuple[str, str, list[float], float]]) -> dict:
+def svg_chart(times: list[datetime], lines: list[tuple[str, str, list, float]], end_label: str = "now") -> dict:
     """Polyline points of a small line chart (600 x 160 view box) for templates/portal/_chart.html.
 
-    Each line is (label, css class, values, current value).
+    Each line is (label, css class, values, current value); a value None is a gap (no point drawn).
     """
     width, height, left, bottom, top = 600, 160, 36, 22, 8
-    peak = max((max(values, default=0) for _, _, values, _ in lines), default=0)
+    peak = max((max((v for v in values if v is not None), default=0) for _, _, values, _ in lines), default=0)
     ymax = max(1, peak)
     ymax = int(ymax) + (1 if ymax != int(ymax) else 0)
     n = max(len(times) - 1, 1)
@@ -290,7 +291,7 @@ def svg_chart(times: list[datetime], lines: list[tuple[str, str, list[float], fl
             {
                 "label": label,
                 "css": css,
-                "points": " ".join(f"{x(i)},{y(v)}" for i, v in enumerate(values)),
+                "points": " ".join(f"{x(i)},{y(v)}" for i, v in enumerate(values) if v is not None),
                 "now": now,
             }
             for label, css, values, now in lines
@@ -305,7 +306,7 @@ def svg_chart(times: list[datetime], lines: list[tuple[str, str, list[float], fl
         "x_mid": x(n // 2),
         "start_label": timezone.localtime(times[0] - (times[1] - times[0])).strftime("%H:%M") if len(times) > 1 else "",
         "mid_label_x": timezone.localtime(times[n // 2]).strftime("%H:%M") if times else "",
-        "end_label": "now",
+        "end_label": end_label,
     }
 
 
@@ -589,9 +590,31 @@ def task_monitoring(request: HttpRequest, pk: int) -> HttpResponse:
             "ide_url": access.ide_connect_url(task),
             "service": access.service_facts(task, backend_state, request.build_absolute_uri("/")),
             "instances": task_instances(task),
+            "load_chart": load_chart(task),
             "nav": "compute-tasks",
         },
     )
+
+
+def load_chart(task: Task) -> dict | None:
+    """An autoscaled service's request rate per 5 minutes over the last day, and its forecast to an hour
+    ahead (predictive scaling); None when the autoscaler has recorded nothing for it."""
+    if task.kind != TaskKind.INFERENCE or not task.autoscale_max:
+        return None
+    rows = load_series(task)
+    if len(rows) < 2:
+        return None
+    now = timezone.now()
+    actual = [r.rps if r.start <= now else None for r in rows]
+    forecast = [r.forecast_rps for r in rows]
+    current = next((r for r in reversed(rows) if r.start <= now), rows[0])
+    lines = [("Requests/s", "running", actual, current.rps or 0.0)]
+    if any(v is not None for v in forecast):
+        lines.append(("Forecast", "waiting", forecast, current.forecast_rps or 0.0))
+    ahead = int((rows[-1].start - now).total_seconds() // 60)
+    chart = svg_chart([r.start for r in rows], lines, end_label=f"+{ahead} min" if ahead > 0 else "now")
+    chart["method"] = next((r.forecast_method for r in reversed(rows) if r.forecast_method), "")
+    return chart
 
 
 @login_required
@@ -683,13 +706,16 @@ def task_autoscaling(request: HttpRequest, pk: int) -> HttpResponse:
     task = _visible_task(request, pk)
     changes: dict = {}
     for name in AUTOSCALE_FIELDS:
-        if name in request.POST:
+        if name in request.POST and name != "autoscale_predictive":
             raw = request.POST[name].strip()
             if raw and not (raw.isdecimal() and len(raw) < 10):
                 label = name.removeprefix("autoscale_")
                 messages.error(request, f"{label}: expected a whole number, got {raw[:20]!r}.")
                 return redirect(reverse("portal:task-monitoring", args=[task.pk]))
             changes[name] = int(raw) if raw else None
+    if "autoscale_min" in request.POST:
+        # The form's checkbox: absent when unticked.
+        changes["autoscale_predictive"] = request.POST.get("autoscale_predictive") in ("on", "true", "1")
     try:
         update_autoscaling(task, request.user, **changes)
         messages.success(request, f"Autoscaling of #{task.pk} {task.name} saved.")

@@ -26,7 +26,7 @@ from apps.billing.models import (
 )
 from apps.clusters.models import CapacityReservation, GPUModel
 from apps.control.models import BackendObject, CheckpointStore, Installation
-from apps.tasks.models import TaskEvent
+from apps.tasks.models import ServiceLoadSample, TaskEvent
 from apps.vdc.models import CapacityLoan, RebalancerSettings
 from apps.vdc.services import create_secret
 from tests.factories import TaskFactory
@@ -55,6 +55,15 @@ def every_model(world):
         env={"EPOCHS": "3"},
     )
     TaskEvent.objects.create(task=task, kind="started", from_status="starting", to_status="running")
+    ServiceLoadSample.objects.create(
+        task=task,
+        start=timezone.now().replace(second=0, microsecond=0),
+        rps=12.5,
+        gpu_percent=60.0,
+        samples=20,
+        forecast_rps=14.0,
+        forecast_method="holt-winters",
+    )
     PriceRule.objects.create(
         resource_type="gpu",
         gpu_model=a100,

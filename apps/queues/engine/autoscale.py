@@ -16,7 +16,10 @@ every backend:
   (300 s by default), and only once recommendations cover the whole window (after a restart of the loop,
   or for a fresh service, the portal first watches a full window), so noisy metrics never make it flap;
 * bounds win: below the minimum it scales up at once, above a lowered maximum it drops to it at once;
-* the quota: a scale-up asks for no more replicas than the project's quota leaves room for.
+* the quota: a scale-up asks for no more replicas than the project's quota leaves room for;
+* predictive scaling (a service's ``autoscale_predictive``): the request rate forecast for the next lead window
+  (:mod:`apps.queues.engine.forecast`) gives a count too, and the larger of it and the reactive count wins, so
+  a service scales *ahead* of predicted load but never scales down because of a forecast alone.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 GPU = "gpu"
 CPU = "cpu"
 RPS = "rps"
+FORECAST = "forecast"
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,11 +129,14 @@ def decide(
     now: float,
     behaviour: Behaviour = DEFAULT,
     quota_room: int | None = None,
+    forecast_rps: float | None = None,
 ) -> Decision:
     """The replica count a service running ``current`` replicas should run now.
 
     ``history``: recommendations of earlier decisions (any order, older ones are dropped).
     ``quota_room``: how many more replicas than ``current`` the project's quota admits (None: no limit).
+    ``forecast_rps``: the highest request rate forecast for the next lead window (None: not predictive); with
+    a requests/s target it raises the recommendation when it asks for more than the metrics do.
     """
     # One recommendation older than the down window is kept: it shows the window is covered.
     keep = 2 * max(behaviour.up_window_s, behaviour.down_window_s)
@@ -140,6 +147,11 @@ def decide(
     else:
         raw, metric, value, target = current, None, None, None
         reason = "no metric reading"
+    if forecast_rps is not None and targets.rps_per_replica:
+        ahead = math.ceil(max(forecast_rps, 0.0) / targets.rps_per_replica - 1e-9)
+        if ahead > raw:
+            raw, metric, value, target = ahead, FORECAST, forecast_rps, targets.rps_per_replica
+            reason = f"forecast {forecast_rps:.1f} req/s for a target of {target:g} per replica"
     raw = min(max(raw, targets.min_replicas), targets.max_replicas)
     recs = tuple(sorted((r for r in history if now - keep <= r.at < now), key=lambda r: r.at))
     recs = (*recs, Recommendation(now, raw))

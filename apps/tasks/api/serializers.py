@@ -16,7 +16,7 @@ from apps.clusters.models import Cluster
 from apps.queues.models import TaskQueue
 from apps.tasks import validation as limits
 from apps.tasks.choices import FailureReason, TaskStatus
-from apps.tasks.models import Task, TaskEvent
+from apps.tasks.models import ServiceLoadSample, Task, TaskEvent
 from apps.tasks.services import AUTOSCALE_FIELDS, BULK_STOP_MAX, SUBMIT_FIELDS, submit_task
 from apps.vdc.api.common import (
     CachedFieldsMixin,
@@ -263,6 +263,14 @@ class AutoscaleSerializer(serializers.ModelSerializer):
             for field, lowest, highest in limits.NUMBER_BOUNDS
             if field in AUTOSCALE_FIELDS
         }
+
+
+class LoadPointSerializer(serializers.ModelSerializer):
+    """One 5-minute bucket of a service's load: measured (null in the future) and forecast (null when none)."""
+
+    class Meta:
+        model = ServiceLoadSample
+        fields = ["start", "rps", "forecast_rps", "forecast_method", "gpu_percent"]
 
 
 class StopSerializer(serializers.Serializer):

@@ -25,6 +25,7 @@ from apps.tasks.api.serializers import (
     BulkStopResultSerializer,
     BulkStopSerializer,
     ClusterStatsSerializer,
+    LoadPointSerializer,
     QueueLineupSerializer,
     StopSerializer,
     TaskCreatedSerializer,
@@ -37,6 +38,7 @@ from apps.tasks.api.serializers import (
 )
 from apps.tasks.filtersets import TaskFilterSet
 from apps.tasks.instances import task_instances
+from apps.tasks.load import load_series
 from apps.tasks.models import Task, TaskEvent
 from apps.tasks.services import AUTOSCALE_FIELDS
 from apps.vdc.api.common import service_errors
@@ -155,6 +157,16 @@ class TaskViewSet(
         task = self.get_object()
         page = self.paginate_queryset(task.events.select_related("actor").order_by("created_at", "id"))
         return self.get_paginated_response(TaskEventSerializer(page, many=True).data)
+
+    @extend_schema(responses=LoadPointSerializer(many=True))
+    @action(detail=True, methods=["get"], serializer_class=LoadPointSerializer, filterset_class=None,
+            pagination_class=None)  # fmt: skip
+    def load(self, request: Request, pk=None) -> Response:
+        """An inference service's load per 5-minute bucket, from a day ago to an hour ahead: the request rate
+        and GPU utilisation the autoscaler measured, and the request rate forecast for the bucket (predictive
+        scaling). Empty for a task the portal's autoscaler does not watch."""
+        task = self.get_object()
+        return Response(LoadPointSerializer(load_series(task), many=True).data)
 
     @extend_schema(responses=TaskInstancesSerializer)
     @action(detail=True, methods=["get"], serializer_class=TaskInstancesSerializer, filterset_class=None,
