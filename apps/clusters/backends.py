@@ -30,8 +30,8 @@ def can_resize(cluster: Cluster) -> bool:
 
 def can_scale_services(cluster: Cluster) -> bool:
     """Whether the portal's autoscaler runs more replicas of inference services there (local clusters whose
-    jobs have networks of their own); Kubernetes scales them with its HPA, Slurm not at all."""
-    if cluster.cluster_type != ClusterType.LOCAL:
+    jobs have networks of their own, and Slurm clusters: a job per replica); Kubernetes scales them with its HPA."""
+    if cluster.cluster_type not in (ClusterType.LOCAL, ClusterType.SLURM):
         return False
     try:
         return executor_for(cluster).scales_services

@@ -17,6 +17,7 @@ Written against Slurm 22.05's ``v0.0.38`` API. Notes on that API that shaped thi
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -96,6 +97,13 @@ _STATE_FAILURES = {
 }
 
 _ACTIVE = (JobPhase.PENDING, JobPhase.RUNNING, JobPhase.UNKNOWN)
+# Replicas of an inference service the portal scales (docs/tasks.md "Autoscaling"): the service's own job is its
+# first instance and carries LABEL_SCALED; each extra replica is a job of its own whose comment adds the main
+# job's id and the replica's placement key to the task's owner labels. Listings fold replica jobs into their
+# service's state, so the reconciler sees one job per attempt (never a replica as a stray).
+LABEL_SCALED = "hcs.io/scaled-service"
+LABEL_REPLICA_OF = "hcs.io/replica-of"
+LABEL_REPLICA = "hcs.io/replica"
 # A job that cannot keep checkpoints would lose its work at the next preemption without a word: it fails instead.
 MAKE_CHECKPOINT_DIR = (
     'mkdir -p "$HCS_CHECKPOINT_DIR" || { echo "hcs: cannot create the checkpoint directory $HCS_CHECKPOINT_DIR" >&2; '
@@ -235,6 +243,18 @@ def _labels(record: dict) -> dict:
     except ValueError:
         return {}
     return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
+
+
+def replica_key(placement, rank: int) -> str:
+    """A replica's identity in its service: its node and cards (its rank where it holds no cards)."""
+    cards = "-".join(str(d.index) for d in placement.devices)
+    return f"{placement.node}-gpu-{cards}" if cards else f"{placement.node}-r{rank}"
+
+
+def replica_labels(spec: JobSpec, main_id: str, key: str) -> dict[str, str]:
+    """The owner labels of an extra replica job: the task's (same installation, task and attempt) and whose
+    replica it is."""
+    return {**{k: str(v) for k, v in spec.labels.items()}, LABEL_REPLICA_OF: str(main_id), LABEL_REPLICA: key}
 
 
 def job_state(record: dict) -> JobState:
@@ -503,9 +523,12 @@ class SlurmExecutor(Executor):
         """The ``job/submit`` request body for a spec (public so tests and the admin can show it)."""
         spec = self._with_checkpoints(spec)
         partition = spec.namespace or self.partition
+        labels = {k: str(v) for k, v in spec.labels.items()}
+        if self._serves_replicas(spec) and LABEL_REPLICA_OF not in labels:
+            labels[LABEL_SCALED] = "1"
         job: dict = {
             "name": spec.name,
-            "comment": json.dumps(spec.labels, sort_keys=True, separators=(",", ":")),
+            "comment": json.dumps(labels, sort_keys=True, separators=(",", ":")),
             "nodes": [spec.instances, spec.instances],
             "tasks": spec.instances,
             "tasks_per_node": 1,
@@ -574,14 +597,31 @@ class SlurmExecutor(Executor):
 
         A fresh submit skips the search: it would download every job of the cluster for nothing.
         """
-        description = self.job_description(spec)  # refuses a bad spec before any network call
+        replicas = spec.instances > 1 and self._serves_replicas(spec)
+        if replicas and len(spec.placements) != spec.instances:
+            raise ExecutorError(
+                f"{spec.instances} replicas asked for with {len(spec.placements)} placements", retryable=False
+            )
+        # A service the portal scales: its own job is the first replica, the others are jobs of their own.
+        first = dataclasses.replace(spec, instances=1, placements=spec.placements[:1]) if replicas else spec
+        description = self.job_description(first)  # refuses a bad spec before any network call
+        labels = _labels({"comment": description["job"]["comment"]})
         for record in () if fresh else self._jobs():
             if (
                 record.get("name") == spec.name
-                and _labels(record) == {k: str(v) for k, v in spec.labels.items()}
+                and _labels(record) == labels
                 and slurm_phase(str(record.get("job_state"))) != JobPhase.CANCELLED
             ):
-                return str(record["job_id"])
+                job_id = str(record["job_id"])
+                break
+        else:
+            job_id = self._post(first, description)
+        if replicas:
+            self._sync_replicas(job_id, spec)
+        return job_id
+
+    def _post(self, spec: JobSpec, description: dict) -> str:
+        """Submit one job description (under the project's account where there is one); returns its id."""
         isolation = spec.settings.get("isolation")
         if isolation:
             account = self.ensure_project(isolation)
@@ -599,7 +639,11 @@ class SlurmExecutor(Executor):
         record = self._record(external_id)
         if record is None:
             return JobState(external_id, JobPhase.LOST, message=f"Slurm no longer knows job {external_id}")
-        return job_state(record)
+        if LABEL_SCALED not in _labels(record):
+            return job_state(record)
+        records = self._jobs()
+        self._end_orphans(records, only={str(record.get("job_id")): record})
+        return self._service_state(record, records)
 
     def logs(self, external_id: str, tail: int = 200) -> str:
         """The job's output file, read where this host mounts the shared output directory."""
@@ -656,6 +700,13 @@ class SlurmExecutor(Executor):
 
     def stop(self, external_id: str) -> None:
         """Cancel the job: Slurm sends SIGTERM, then SIGKILL after the cluster's KillWait."""
+        self._cancel(external_id)
+        # A service the portal scales: its extra replica jobs go with it.
+        for record in self._replica_records(external_id, self._jobs()):
+            if slurm_phase(str(record.get("job_state"))) in _ACTIVE:
+                self._cancel(str(record["job_id"]))
+
+    def _cancel(self, external_id: str) -> None:
         body, errors = self._call("DELETE", f"job/{self._job_id(external_id)}")
         errors = [e for e in errors if self._errno(e) != ESLURM_INVALID_JOB_ID]
         if errors:
@@ -690,19 +741,27 @@ class SlurmExecutor(Executor):
         state = self.status(external_id)
         if state.phase != JobPhase.RUNNING:
             raise ExecutorError(f"Slurm job {external_id} is not running", retryable=False)
-        if instance >= len(state.nodes):
-            raise ExecutorError(f"Slurm job {external_id} has no instance {instance}", retryable=False)
-        node = state.nodes[instance]
+        if instance < len(state.nodes):
+            node = state.nodes[instance]
+        else:
+            # Instance k > 0 of a service the portal scales: its k-th running replica job, in submission order.
+            running = [job_state(r) for r in self._replica_records(external_id, self._jobs())]
+            running = [r for r in running if r.phase == JobPhase.RUNNING and r.nodes]
+            if not state.replicas or not 0 < instance <= len(running):
+                raise ExecutorError(f"Slurm job {external_id} has no instance {instance}", retryable=False)
+            node = running[instance - 1].nodes[0]
         address = next((n.get("address") for n in self.nodes() if n.get("name") == node), "") or node
         return Endpoint(address, port)
 
     def delete(self, external_id: str) -> None:
         """Cancel the job and remove its output file; Slurm forgets the record after MinJobAge."""
         record = self._record(external_id)
+        replicas = self._replica_records(external_id, self._jobs()) if LABEL_SCALED in _labels(record or {}) else []
         self.stop(external_id)
-        output = (record or {}).get("standard_output") or ""
-        if output and self.output_dir and Path(output).parent == Path(self.output_dir):
-            Path(output).unlink(missing_ok=True)
+        for one in [record, *replicas]:
+            output = (one or {}).get("standard_output") or ""
+            if output and self.output_dir and Path(output).parent == Path(self.output_dir):
+                Path(output).unlink(missing_ok=True)
 
     def remove_checkpoints(self, task_uid: str, project: str) -> None:
         """Remove the task's directory under the checkpoint root, where this host mounts the shared root (as for
@@ -715,12 +774,94 @@ class SlurmExecutor(Executor):
             raise ExecutorError(f"cannot remove the checkpoint directory {directory}")
 
     def list_by_owner(self, labels: dict[str, str]) -> list[JobState]:
+        """The jobs whose owner labels include ``labels``; a service's replica jobs count in its own state (one
+        state per job the portal submitted), and replica jobs whose service job has ended are cancelled."""
+        records = self._jobs()
+        self._end_orphans(records)
         states = []
-        for record in self._jobs():
+        for record in records:
             job_labels = _labels(record)
             if job_labels and all(job_labels.get(key) == value for key, value in labels.items()):
-                states.append(job_state(record))
+                if LABEL_REPLICA_OF in job_labels:
+                    continue
+                states.append(self._service_state(record, records) if LABEL_SCALED in job_labels else job_state(record))
         return states
+
+    # -- replicas of an inference service the portal scales (docs/tasks.md "Autoscaling") --------------------
+
+    # Each extra replica is a Slurm job of its own on its node (a Slurm job cannot grow or shrink).
+    scales_services = True
+
+    @staticmethod
+    def _serves_replicas(spec: JobSpec) -> bool:
+        return spec.kind == "inference" and spec.settings.get("min_replicas") is not None
+
+    @staticmethod
+    def _replica_records(main_id: str, records: list[dict]) -> list[dict]:
+        """The replica jobs of service job ``main_id`` in ``records``, in submission order."""
+        mine = [r for r in records if _labels(r).get(LABEL_REPLICA_OF) == str(main_id)]
+        return sorted(mine, key=lambda r: int(r.get("job_id") or 0))
+
+    def _service_state(self, record: dict, records: list[dict]) -> JobState:
+        """A service job's state with its replicas: running = its own job and its running replica jobs, desired =
+        its own job and its replica jobs not ended (pending ones included)."""
+        state = job_state(record)
+        if state.phase not in _ACTIVE:
+            return state
+        phases = [slurm_phase(str(r.get("job_state"))) for r in self._replica_records(state.external_id, records)]
+        running = int(state.phase == JobPhase.RUNNING) + sum(p == JobPhase.RUNNING for p in phases)
+        desired = 1 + sum(p in _ACTIVE for p in phases)
+        return dataclasses.replace(state, replicas=running, desired_replicas=desired)
+
+    def _end_orphans(self, records: list[dict], only: dict[str, dict] | None = None) -> None:
+        """Cancel the replica jobs in ``records`` whose service job has ended or is gone (only those of the
+        service jobs in ``only``, when given): a replica never outlives its service. A failed cancel is tried
+        again at the next listing."""
+        by_id = {str(r.get("job_id")): r for r in records} | (only or {})
+        for record in records:
+            main_id = _labels(record).get(LABEL_REPLICA_OF)
+            if not main_id or slurm_phase(str(record.get("job_state"))) not in _ACTIVE:
+                continue
+            if only is not None and main_id not in only:
+                continue
+            main = by_id.get(main_id)
+            if main is None or slurm_phase(str(main.get("job_state"))) not in _ACTIVE:
+                with contextlib.suppress(ExecutorError):
+                    self._cancel(str(record["job_id"]))
+
+    def resize(self, external_id: str, replicas: int, keep_nodes: tuple[str, ...] = (), spec: JobSpec | None = None):
+        """Run ``replicas`` instances of a service from now on: ``spec.placements`` are the live instances in
+        order (the first is the service's own job). A replica job keeps running while its node and cards stay in
+        the placement; those whose placement left are cancelled; new placements (and replicas whose job ended)
+        are submitted."""
+        if spec is None or not self._serves_replicas(spec):
+            raise ExecutorError("the Slurm executor resizes only inference services the portal scales", retryable=False)
+        if len(spec.placements) != replicas or replicas < 1:
+            raise ExecutorError(f"{replicas} replicas asked for with {len(spec.placements)} placements",
+                                retryable=False)  # fmt: skip
+        record = self._record(external_id)
+        if record is None or slurm_phase(str(record.get("job_state"))) not in _ACTIVE:
+            raise ExecutorError(f"Slurm job {external_id} is not running")
+        self._sync_replicas(external_id, spec)
+
+    def _sync_replicas(self, main_id: str, spec: JobSpec) -> None:
+        """Submit the replica jobs ``spec`` places that do not run, cancel those it no longer places."""
+        wanted = {replica_key(p, rank): p for rank, p in enumerate(spec.placements[1:], start=1)}
+        live: set[str] = set()
+        for record in self._replica_records(main_id, self._jobs()):
+            if slurm_phase(str(record.get("job_state"))) not in _ACTIVE:
+                continue  # ended (or died): submitted again below if still placed
+            key = _labels(record).get(LABEL_REPLICA, "")
+            if key in wanted and key not in live:
+                live.add(key)
+            else:
+                self._cancel(str(record["job_id"]))
+        for key, placement in wanted.items():
+            if key in live:
+                continue
+            one = dataclasses.replace(spec, name=f"{spec.name}-{key}", instances=1, placements=(placement,),
+                                      labels=replica_labels(spec, main_id, key))  # fmt: skip
+            self._post(one, self.job_description(one))
 
     def nodes(self) -> list[dict]:
         """The partition's nodes: name, cpus, memory GiB, state and GPU gres as ``{type: count}``."""
