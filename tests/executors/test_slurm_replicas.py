@@ -130,6 +130,25 @@ def test_resize_submits_new_placements_cancels_those_that_left_and_restarts_dead
         fake.resize(main_id, 2, spec=service_spec([card("n1", 0)]))
 
 
+def test_a_services_instances_are_its_job_and_its_running_replica_jobs():
+    labels = {"hcs.io/task-uid": "u", "hcs.io/attempt": "1"}
+    fake = FakeSlurm([
+        {**record(1, "RUNNING", {**labels, LABEL_SCALED: "1"}), "nodes": "n1"},
+        {**record(3, "RUNNING", {**labels, LABEL_REPLICA_OF: "1"}, name="svc-n3-gpu-0"), "nodes": "n3"},
+        {**record(2, "RUNNING", {**labels, LABEL_REPLICA_OF: "1"}, name="svc-n2-gpu-0"), "nodes": "n2"},
+        {**record(4, "PENDING", {**labels, LABEL_REPLICA_OF: "1"}, name="svc-n4-gpu-0"), "nodes": ""},
+    ])  # fmt: skip
+    fake._call = lambda method, path, payload=None, api="slurm": (
+        {"nodes": [{"name": f"n{i}", "address": f"10.0.0.{i}"} for i in range(1, 5)]},
+        [],
+    )
+
+    instances = fake.instances("1")
+
+    assert [(i.index, i.name, i.ip) for i in instances] == [(0, "1/n1", "10.0.0.1"), (1, "2/n2", "10.0.0.2"),
+                                                            (2, "3/n3", "10.0.0.3")]  # fmt: skip
+
+
 def test_only_scaled_services_are_resized():
     fake = FakeSlurm([])
     with pytest.raises(Exception, match="only inference services") as err:
@@ -181,6 +200,7 @@ def test_a_service_resized_1_2_1_runs_that_many_slurm_jobs_and_stopping_it_cance
         assert sorted(j["nodes"] for j in jobs) == ["hcs-node-1", "hcs-node-2"]
         [listed] = slurm.list_by_owner({"hcs/task-id": str(one.task_id)})  # one state per attempt
         assert (listed.external_id, listed.replicas, listed.desired_replicas) == (job_id, 2, 2)
+        assert sorted(i.node for i in slurm.instances(job_id)) == ["hcs-node-1", "hcs-node-2"]
         assert slurm.port_endpoint(job_id, 1, 8000).port == 8000
         with pytest.raises(Exception, match="no instance 2"):
             slurm.port_endpoint(job_id, 2, 8000)

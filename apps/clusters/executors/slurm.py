@@ -670,32 +670,37 @@ class SlurmExecutor(Executor):
 
     def instances(self, external_id: str) -> list[InstanceState]:
         """One instance per node of the job (its ranks run there through srun), with the node's address; CPU and
-        memory use are unknown (None): the REST API does not report them. Two calls: the job, then its nodes."""
+        memory use are unknown (None): the REST API does not report them. Two calls: the job, then its nodes.
+        A service the portal scales adds one instance per running replica job (in submission order)."""
         record = self._record(external_id)
         if record is None:
             return []
         state = job_state(record)
         if state.phase == JobPhase.PENDING:
             return []
-        nodes = expand_hostlist(str(record.get("nodes") or ""))
+        records = [record]
+        if LABEL_SCALED in _labels(record) and state.phase == JobPhase.RUNNING:
+            replicas = self._replica_records(external_id, self._jobs())
+            records += [r for r in replicas if slurm_phase(str(r.get("job_state"))) == JobPhase.RUNNING]
+        placed = [(r, job_state(r), node) for r in records for node in expand_hostlist(str(r.get("nodes") or ""))]
         addresses = {}
-        if nodes and state.phase == JobPhase.RUNNING:
+        if placed and state.phase == JobPhase.RUNNING:
             body, errors = self._call("GET", "nodes")
             if not errors:
                 addresses = {n.get("name"): n.get("address") or None for n in body.get("nodes") or []}
         return [
             InstanceState(
                 index=index,
-                name=f"{external_id}/{node}",
-                state=str(record.get("job_state") or ""),
+                name=f"{one.external_id}/{node}",
+                state=str(job.get("job_state") or ""),
                 node=node,
                 ip=addresses.get(node),
-                restarts=state.restarts,
-                started_at=state.started_at,
-                message=state.message,
+                restarts=one.restarts,
+                started_at=one.started_at,
+                message=one.message,
                 usage_note=NO_USAGE_NOTE,
             )
-            for index, node in enumerate(nodes)
+            for index, (job, one, node) in enumerate(placed)
         ]
 
     def stop(self, external_id: str) -> None:
