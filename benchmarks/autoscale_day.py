@@ -2,10 +2,10 @@
 predictive.
 
 Run: ``python -m benchmarks.autoscale_day`` (``--days``, ``--seed``, ``--capacity``, ``--startup``). Driven
-through the real code: every ``--interval`` s (15 s, the beat loop's period) the replica count is decided by
+through the real code: every ``--interval`` s (5 s, the beat loop's period) the replica count is decided by
 :func:`apps.queues.engine.autoscale.decide` with the same behaviour as the portal's loop (scale up at once, at
 most max(2 x n, n + 4) per decision, scale down to the highest recommendation of the last 5 minutes), the rate
-read as the Connect proxy reads it (mean of the last 30 s); the predictive modes also pass the peak of
+read as the Connect proxy reads it (mean of the last 15 s); the predictive modes also pass the peak of
 :func:`apps.queues.engine.forecast.forecast` over the next ``--lead`` minutes, refitted on 5-minute buckets of
 the measured rate at each new bucket, as ``apps.control.autoscaling`` does.
 
@@ -21,7 +21,7 @@ Serving model: each replica (one GPU) serves ``--capacity`` requests/s once it h
 after the decision that asked for it (image pulled, model loaded); replicas stop at once on a scale-down. The
 engine's placement is assumed to find room (the service's queue class and quota are not the question here).
 The autoscaler's target is ``--target`` x capacity per replica (headroom, as an operator sets it). An **SLO
-violation minute** is a minute in which, at some 15 s step, demand exceeds the capacity of the replicas serving.
+violation minute** is a minute in which, at some decision step, demand exceeds the capacity of the replicas serving.
 
 Modes: **static at peak** (the whole run's peak demand / capacity replicas, always on), **reactive** (the
 HPA-like rules on the measured rate), **predictive (seasonal naive)** and **predictive (Holt-Winters)**:
@@ -53,7 +53,7 @@ from .table import print_table
 DAY_MIN = 1440
 BUCKET_MIN = 5  # the history's step, as apps.control.autoscaling stores it
 SEASON = DAY_MIN // BUCKET_MIN
-RATE_WINDOW_S = 30.0
+RATE_WINDOW_S = 15.0  # apps.tasks.request_rate.WINDOW_S
 
 
 def daily_shape(hour: float) -> float:
@@ -122,7 +122,7 @@ def simulate(mode: str, demand: list[float], spiking: list[bool], args, report_f
         rate_now = demand[minute]
         counted = minute >= report_from_min
         if static is None:
-            # The proxy's rate: the mean of the last 30 s of offered load.
+            # The proxy's rate: the mean of the last RATE_WINDOW_S of offered load.
             back = [demand[max(0, (i - k) // steps_per_min)] for k in range(round(RATE_WINDOW_S / step))]
             measured = sum(back) / len(back)
             bucket_sum, bucket_n = bucket_sum + measured, bucket_n + 1
@@ -211,7 +211,7 @@ def run(argv: list[str] | None = None) -> list[Result]:
     p.add_argument("--target", type=float, default=0.8, help="autoscaler target, a fraction of the capacity")
     p.add_argument("--startup", type=float, default=180.0, help="seconds from decision to a replica serving")
     p.add_argument("--lead", type=int, default=10, help="minutes ahead the forecast looks (>= start-up + a step)")
-    p.add_argument("--interval", type=float, default=15.0, help="seconds between decisions")
+    p.add_argument("--interval", type=float, default=5.0, help="seconds between decisions")
     p.add_argument("--max-replicas", type=int, default=40)
     p.add_argument("--reaction", action="store_true", help="measure the reaction time on the local cluster instead")
     args = p.parse_args(argv)

@@ -36,8 +36,8 @@ app.conf.beat_schedule = {
     # Inference services on clusters without an HPA: desired replicas from GPU utilisation and request rates.
     "autoscale-services": {
         "task": "apps.control.jobs.autoscale_services",
-        "schedule": 15.0,
-        "options": {"expires": 15},
+        "schedule": 5.0,  # apps.control.autoscaling.INTERVAL_S
+        "options": {"expires": 5},
     },
     # Inter-project capacity loans (seed 003): returns every tick, new loans at each VDC's own interval.
     "rebalancer": {

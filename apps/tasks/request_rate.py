@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 KEY = "hcs:rps:{task_id}:{second}"
 KEEP_S = 120
 # A rate is read over this many whole seconds before the current one.
-WINDOW_S = 30
+WINDOW_S = 15
 _TIMEOUTS = {"socket_connect_timeout": 0.5, "socket_timeout": 0.5}
 
 
