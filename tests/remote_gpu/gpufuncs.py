@@ -1,14 +1,23 @@
-"""Functions a test worker serves: plain-Python stand-ins for GPU kernels (no numpy in the test venv)."""
+"""Functions a test worker serves: plain-Python stand-ins for GPU kernels.
+
+The worker hands them numpy arrays when numpy is installed (it is, through statsmodels), plain Tensors otherwise:
+they read both.
+"""
 
 import time
 
 from hcs_remote import Tensor, expose
 
 
+def _values(x) -> list:
+    """The elements of a Tensor or a numpy array as one flat list, in C order."""
+    return x.flat() if isinstance(x, Tensor) else x.ravel().tolist()
+
+
 @expose
 def scale(x: Tensor, factor: float = 2.0) -> Tensor:
     """Multiply every element by ``factor``."""
-    return Tensor.from_values([v * factor for v in x.flat()], dtype="float64", shape=x.shape)
+    return Tensor.from_values([v * factor for v in _values(x)], dtype="float64", shape=x.shape)
 
 
 @expose
@@ -25,9 +34,9 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
 @expose(name="stats")
 def summary(x: Tensor, label: str = "") -> dict:
     """Sum, shape and dtype of a tensor, with its first element as a 0-d tensor."""
-    values = x.flat()
-    return {"label": label, "sum": sum(values), "shape": list(x.shape), "dtype": x.dtype,
-            "first": Tensor.from_values(values[:1], dtype=x.dtype, shape=())}  # fmt: skip
+    values = _values(x)
+    return {"label": label, "sum": sum(values), "shape": list(x.shape), "dtype": str(x.dtype),
+            "first": Tensor.from_values(values[:1], dtype=str(x.dtype), shape=())}  # fmt: skip
 
 
 @expose
