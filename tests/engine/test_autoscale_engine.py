@@ -3,7 +3,7 @@
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from apps.queues.engine import ProjectQuota, Resources, RunningTask, schedule
+from apps.queues.engine import Cluster, ProjectQuota, Resources, RunningTask, schedule
 
 from .builders import node, preempted, running, snap, task
 from .builders import running as running_task
@@ -23,6 +23,19 @@ def test_autoscaled_service_grows_to_its_desired_count_and_no_further():
     d = schedule(snap([node("n1", cards=8)], running=[running(svc, [("n1", [0])])]))
     r = resize_of(d, "svc")
     assert r.replicas == 3 and len(r.added) == 2
+
+
+def test_on_slurm_each_replica_of_a_service_gets_a_node_of_its_own():
+    # Replica jobs share their node's network on Slurm: two on one node would both listen on the service's port.
+    svc = service("svc", "high", desired=3)
+    slurm = (Cluster("c1", type="slurm"),)
+    d = schedule(snap([node("n1", cards=8), node("n2", cards=8)], running=[running(svc, [("n1", [0])])],
+                      clusters=slurm))  # fmt: skip
+    r = resize_of(d, "svc")
+    assert r.replicas == 2 and [p.node_id for p in r.added] == ["n2"]  # not a third: no node left without one
+    # The same service on a local cluster packs its replicas (each has a network of its own there).
+    d = schedule(snap([node("n1", cards=8), node("n2", cards=8)], running=[running(svc, [("n1", [0])])]))
+    assert resize_of(d, "svc").replicas == 3
 
 
 def test_lower_desired_count_gives_replicas_back():

@@ -31,12 +31,16 @@ def grow(sched, cyc) -> None:
             continue
         one = Resources(t.cpu, t.memory_gib, run.alt[3])
         alt = _grow_alt(sched, run)
+        # On Slurm a service's replicas are jobs that share their node's network, so each listens on the service's
+        # port only on a node of its own (docs/slurm.md): a new replica goes to a node the service is not on.
+        one_per_node = t.autoscaled and cv.cluster.type == "slurm"
         while len(run.placements) < t.max_replicas:
             if not _room_for_replica(sched, t, q, quota, one):
                 break
-            claim = cv.index.find(alt, t.cpu, t.memory_gib, sched.scorer, reserved or None, sched.fgd)
+            excluded = (reserved | {c[0].pos for c in run.claims}) if one_per_node else reserved
+            claim = cv.index.find(alt, t.cpu, t.memory_gib, sched.scorer, excluded or None, sched.fgd)
             if claim is None and t.autoscaled and run.rank > CLASS_RANK[LOW]:
-                claim = _make_room(sched, cyc, run, q, cv, alt, reserved or None)
+                claim = _make_room(sched, cyc, run, q, cv, alt, excluded or None)
             if claim is None:
                 break
             cv.index.take(claim)
