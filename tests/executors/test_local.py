@@ -276,7 +276,8 @@ def test_command_exiting_124_on_its_own_is_not_a_time_limit(executor, make_spec)
 
 def test_processes_left_behind_by_the_command_end_with_the_job(executor, make_spec):
     # One plain background process and one that left the job's session: both end with the job.
-    job_id = executor.submit(make_spec(command="sleep 300 & setsid sleep 301 & echo main done"))
+    # (Durations no other test uses: Slurm jobs of the dev cluster run on this host too, and "sleep 300" is common.)
+    job_id = executor.submit(make_spec(command="sleep 307 & setsid sleep 308 & echo main done"))
 
     assert wait_for(executor, job_id, FINAL).phase == JobPhase.SUCCEEDED
     assert executor.logs(job_id) == "main done\n"
@@ -295,7 +296,7 @@ def _sleepers() -> list[str]:
                 cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
             except OSError:
                 continue
-            if cmdline in ("sleep 300", "sleep 301"):
+            if cmdline in ("sleep 307", "sleep 308"):
                 found.append(cmdline)
     return found
 
