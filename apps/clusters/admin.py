@@ -412,15 +412,8 @@ class ReservationStateFilter(admin.SimpleListFilter):
         return (("current", "Current"), ("upcoming", "Upcoming"), ("ended", "Ended"))
 
     def queryset(self, request, queryset):
-        now = timezone.now()
-        match self.value():
-            case "current":
-                return queryset.filter(starts_at__lte=now, ends_at__gt=now)
-            case "upcoming":
-                return queryset.filter(starts_at__gt=now)
-            case "ended":
-                return queryset.filter(ends_at__lte=now)
-        return queryset
+        # An unknown value (a hand-edited URL) filters nothing, as for any admin list filter.
+        return queryset.in_window(self.value(), timezone.now()) if self.value() in queryset.WINDOWS else queryset
 
 
 @admin.register(CapacityReservation)

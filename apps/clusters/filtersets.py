@@ -188,12 +188,4 @@ class CapacityReservationFilterSet(BaseFilterSet):
         }
 
     def filter_window(self, queryset, name, value):
-        now = timezone.now()
-        match value:
-            case "current":
-                return queryset.filter(starts_at__lte=now, ends_at__gt=now)
-            case "upcoming":
-                return queryset.filter(starts_at__gt=now)
-            case "ended":
-                return queryset.filter(ends_at__lte=now)
-        return queryset.filter(ends_at__gt=now)
+        return queryset.in_window(value, timezone.now())

@@ -506,6 +506,21 @@ class AgentToken(models.Model):
 
 
 class CapacityReservationQuerySet(models.QuerySet):
+    WINDOWS = ("current", "upcoming", "ended", "active")
+
+    def in_window(self, window: str, now) -> CapacityReservationQuerySet:
+        """Reservations ``window`` at ``now``: current, upcoming, ended, or active (current or upcoming)."""
+        match window:
+            case "current":
+                return self.filter(starts_at__lte=now, ends_at__gt=now)
+            case "upcoming":
+                return self.filter(starts_at__gt=now)
+            case "ended":
+                return self.filter(ends_at__lte=now)
+            case "active":
+                return self.filter(ends_at__gt=now)
+        raise ValueError(f"expected a window of {', '.join(self.WINDOWS)}, got {window!r}")
+
     def current_and_upcoming(self, now) -> CapacityReservationQuerySet:
         """Reservations that have not ended, soonest first."""
         return self.filter(ends_at__gt=now).order_by("starts_at", "ends_at", "pk")

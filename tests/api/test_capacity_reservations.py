@@ -103,3 +103,24 @@ def test_admin_form_refuses_an_end_before_the_start_and_saves_a_valid_one(client
     assert r.status_code == 302, r.content.decode()[:2000]
     saved = CapacityReservation.objects.get()
     assert list(saved.nodes.all()) == [world.node] and saved.held_summary() == "nodes gpu-node-1"
+
+
+def test_windows_filter_the_same_in_the_api_and_the_admin(world, client):
+    client.force_login(world.admin)
+    admin_web = client
+    now = timezone.now()
+    for name, start, end in (("past", -3, -1), ("now", -1, 1), ("soon", 1, 3)):
+        CapacityReservation.objects.create(vdc=world.vdc, name=name, starts_at=now + timedelta(hours=start),
+                                           ends_at=now + timedelta(hours=end))  # fmt: skip
+    expected = {"current": ["now"], "upcoming": ["soon"], "ended": ["past"], "active": ["now", "soon"]}
+    for window, names in expected.items():
+        listed = client_for(world.member).get(URL, {"window": window}).json()["results"]
+        assert sorted(x["name"] for x in listed) == names, window
+        if window != "active":  # the admin's list filter offers the three states
+            page = admin_web.get(admin_url(CapacityReservation, "changelist"), {"window": window}).content.decode()
+            assert [n for n in ("past", "now", "soon") if f">{n}<" in page] == [n for n in ("past", "now", "soon")
+                                                                                if n in names], window  # fmt: skip
+    assert client_for(world.member).get(URL, {"window": "someday"}).status_code == 400
+    # A hand-edited admin URL filters nothing rather than failing.
+    page = admin_web.get(admin_url(CapacityReservation, "changelist"), {"window": "someday"})
+    assert page.status_code == 200 and all(f">{n}<" in page.content.decode() for n in ("past", "now", "soon"))

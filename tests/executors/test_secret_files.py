@@ -20,15 +20,9 @@ from apps.clusters.executors.base import JobPhase
 from apps.clusters.executors.local import LocalExecutor, _sandboxed_process
 from apps.clusters.executors.slurm import SlurmExecutor
 
+from .test_local import FINAL, wait_for
+
 VALUE = "dataset-token-5e8a\nsecond line"
-FINAL = {JobPhase.SUCCEEDED, JobPhase.FAILED, JobPhase.CANCELLED, JobPhase.LOST}
-
-
-def wait_for(executor, external_id, phases, timeout=15.0):
-    deadline = time.monotonic() + timeout
-    while executor.status(external_id).phase not in phases and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return executor.status(external_id)
 
 
 @pytest.fixture
@@ -67,7 +61,7 @@ def test_a_local_job_reads_its_secret_files_owner_only_and_nobody_else_can(execu
                                check=False)  # fmt: skip
         assert other.returncode != 0 and "dataset-token" not in other.stdout
     executor.stop(job)
-    assert wait_for(executor, job, FINAL).phase == JobPhase.CANCELLED
+    assert wait_for(executor, job, FINAL, timeout=15.0).phase == JobPhase.CANCELLED
 
 
 def test_every_rank_of_a_local_gang_reads_the_whole_secret_file(executor, make_spec):
@@ -75,7 +69,7 @@ def test_every_rank_of_a_local_gang_reads_the_whole_secret_file(executor, make_s
     # empty file (bubblewrap reads it to its end).
     spec = make_spec(command="sha256sum < /run/secrets/token", instances=2, secret_files={"/run/secrets/token": VALUE})
     job = executor.submit(spec)
-    assert wait_for(executor, job, FINAL).phase == JobPhase.SUCCEEDED
+    assert wait_for(executor, job, FINAL, timeout=15.0).phase == JobPhase.SUCCEEDED
     digest = hashlib.sha256(VALUE.encode()).hexdigest()
     assert executor.logs(job).splitlines() == [f"{digest}  -"] * 2
 

@@ -19,6 +19,7 @@ from apps.clusters.executors.base import ExecutorError, JobPhase
 from apps.clusters.executors.slurm import SlurmExecutor
 
 from .conftest import A100
+from .test_slurm import wait_for
 
 
 def sacctmgr(conf: str, *args: str) -> str:
@@ -50,15 +51,6 @@ def per_project(slurm_cluster) -> SlurmExecutor:
 
 def isolation(account: str, tres: dict | None) -> dict:
     return {"account": account, "description": "HCS project test", "organization": "hcs-test", "grp_tres": tres}
-
-
-def wait_for(executor: SlurmExecutor, job_id: str, phases: set, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        state = executor.status(job_id)
-        if state.phase in phases or time.monotonic() > deadline:
-            return state
-        time.sleep(0.5)
 
 
 @pytest.mark.slurm
