@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gc
 from bisect import insort
+from heapq import heappop, heappush
 from collections.abc import Sequence
 
 from .model import CLASS_RANK, HIGH, MEDIUM, Reason, Waiting
@@ -40,42 +41,73 @@ _MEDIUM_RANK = CLASS_RANK[MEDIUM]
 
 
 class _Pool:
-    """Free capacity of one pool as a step function of time."""
+    """Free capacity of one pool as a step function of time.
 
-    __slots__ = ("free", "releases", "ptr", "cursor", "ahead")
+    The releases are read in (end, seq, amount) order: the running tasks' (``releases``, sorted, read from
+    ``ptr``) merged with the queued tasks' own (``queued``: a sorted buffer read from ``qptr``, fed from the
+    heap ``later``). A queued release lands anywhere in time, so one sorted list would pay a memmove of its
+    tail per waiting task; the buffer only holds what was read ahead and not yet consumed.
+    """
+
+    __slots__ = ("free", "releases", "ptr", "queued", "qptr", "later", "cursor", "ahead")
 
     def __init__(self, free: float, now: float):
         self.free = free
         self.releases: list[tuple[float, int, float]] = []
         self.ptr = 0
+        self.queued: list[tuple[float, int, float]] = []
+        self.qptr = 0
+        self.later: list[tuple[float, int, float]] = []
         self.cursor = now
         self.ahead = 0.0  # sum of releases not yet consumed: a quick "never" answer
 
-    def earliest(self, need: float) -> tuple[float | None, int, float]:
-        """Earliest time ``need`` is free (or None), with the release index and amount reached."""
+    def earliest(self, need: float) -> tuple[float | None, tuple, float]:
+        """Earliest time ``need`` is free (or None), with where the reading stopped (running and queued
+        positions, the last release read or None) and the amount reached."""
         acc = self.free
-        if acc + self.ahead + 1e-9 < need:
-            return None, self.ptr, acc
-        t = self.cursor
         j = self.ptr
+        k = self.qptr
+        if acc + self.ahead + 1e-9 < need:
+            return None, (j, k, None), acc
+        t = self.cursor
         rel = self.releases
+        nrel = len(rel)
+        queued = self.queued
+        later = self.later
+        entry = None
         while acc + 1e-9 < need:
-            when, _seq, amount = rel[j]
+            if k == len(queued) and later:
+                queued.append(heappop(later))
+            if k < len(queued) and (j == nrel or queued[k] < rel[j]):
+                entry = queued[k]
+                k += 1
+            else:
+                entry = rel[j]
+                j += 1
+            when = entry[0]
             if when > t:
                 t = when
-            acc += amount
-            j += 1
-        return t, j, acc
+            acc += entry[2]
+        return t, (j, k, entry), acc
 
-    def commit(self, t: float, j: int, acc: float, need: float, duration: float | None) -> None:
+    def commit(self, t: float, at: tuple, acc: float, need: float, duration: float | None) -> None:
         """Take ``need`` at ``t`` (from :meth:`earliest`) and give it back after ``duration``."""
         self.ahead -= acc - self.free
-        self.ptr = j
+        self.ptr, k, _last = at
         self.cursor = t
         self.free = acc - need
+        queued = self.queued
+        if k > 64 and 2 * k > len(queued):
+            del queued[:k]
+            k = 0
+        self.qptr = k
         if duration is not None:
             # Queued work sorts after running work that ends at the same time.
-            insort(self.releases, (t + duration, _QUEUED_SEQ, need))
+            entry = (t + duration, _QUEUED_SEQ, need)
+            if len(queued) > k and entry < queued[-1]:
+                insort(queued, entry, k)
+            else:
+                heappush(self.later, entry)
             self.ahead += need
 
 
@@ -126,16 +158,17 @@ class Estimator:
                 continue
             if best is not None and pool.cursor >= best[0]:
                 continue  # this pool cannot offer an earlier time than the best so far
-            t, j, acc = pool.earliest(need)
+            t, at, acc = pool.earliest(need)
             if best is None or t < best[0]:
-                best = (t, j, acc, need, pool)
+                best = (t, at, acc, need, pool)
         if best is None:
             return None, None
-        t, j, acc, need, pool = best
+        t, at, acc, need, pool = best
+        last = at[2]
         blocker = None
-        if j > pool.ptr and pool.releases[j - 1][1] != _QUEUED_SEQ:
-            blocker = pool.releases[j - 1][1]
-        pool.commit(t, j, acc, need, duration)
+        if last is not None and last[1] != _QUEUED_SEQ:
+            blocker = last[1]
+        pool.commit(t, at, acc, need, duration)
         return t, blocker
 
 
