@@ -55,6 +55,7 @@ class NodeState:
         "fkey",
         "wc",
         "ifit",
+        "mixed_tiers",
     )
 
     def __init__(self, pos: int, node: Node, subhealthy_below: int, unhealthy_below: int):
@@ -69,13 +70,14 @@ class NodeState:
         self.dev_free = [WHOLE] * len(devs)
         self.dev_ok = [d.health >= unhealthy_below for d in devs]
         self.dev_tier = [0 if d.health >= subhealthy_below else 1 for d in devs]
+        self.mixed_tiers = len(set(self.dev_tier)) > 1
         self._island: list[int] | None = None
         self.schedulable = node.status == "ready" and node.health >= unhealthy_below
         self.tier = 0 if node.health >= subhealthy_below else 1
         self.fkey = None
         self.wc: dict[str, int] = {}
-        # island_fit answers per (model, k) until the node changes: best-fit looks at the same few
-        # candidate nodes for every task of a shape, and most of them do not change in between.
+        # island_fit's answer (the most free cards per model on one island) until the node changes: best-fit
+        # looks at the same few candidate nodes for every task of a shape, and most do not change in between.
         self.ifit: dict | None = None
 
     def free_gpu_milli(self) -> int:
@@ -151,17 +153,25 @@ def choose_whole_devices(ns: NodeState, model: str, k: int) -> list[int] | None:
         return None if best is None else [best]
     groups: dict[int, list[int]] = {}
     island = ns.dev_island
+    total = 0
     for i, m in enumerate(ns.dev_model):
         if m == model and ok[i] and free[i] == WHOLE:
-            groups.setdefault(island[i], []).append(i)
-    if sum(len(g) for g in groups.values()) < k:
+            total += 1
+            g = groups.get(island[i])
+            if g is None:
+                groups[island[i]] = [i]
+            else:
+                g.append(i)
+    if total < k:
         return None
-    for g in groups.values():
-        g.sort(key=lambda i: (tier[i], i))
+    if ns.mixed_tiers:
+        # Groups are in device order; healthier cards first only matters when the tiers differ.
+        for g in groups.values():
+            g.sort(key=lambda i: (tier[i], i))
     fitting = [g for g in groups.values() if len(g) >= k]
     if fitting:
-        best = min(fitting, key=lambda g: (len(g), g[0]))
-        return sorted(best[:k])
+        best = min(fitting, key=lambda g: (len(g), g[0])) if len(fitting) > 1 else fitting[0]
+        return sorted(best[:k]) if ns.mixed_tiers else best[:k]
     chosen: list[int] = []
     for g in sorted(groups.values(), key=lambda g: (-len(g), g[0])):
         chosen.extend(g[: k - len(chosen)])
@@ -172,27 +182,27 @@ def choose_whole_devices(ns: NodeState, model: str, k: int) -> list[int] | None:
 
 def island_fit(ns: NodeState, model: str, k: int) -> bool:
     """True when ``k`` free cards of ``model`` on this node share one fast-link island."""
-    memo = ns.ifit
-    if memo is None:
-        memo = ns.ifit = {}
-    key = (model, k)
-    known = memo.get(key)
-    if known is not None:
-        return known
-    sizes: dict[int, int] = {}
+    most = ns.ifit
+    if most is None:
+        most = ns.ifit = _island_free(ns)
+    return most.get(model, 0) >= k
+
+
+def _island_free(ns: NodeState) -> dict[str, int]:
+    """The most free usable cards of each model on one fast-link island of the node."""
+    sizes: dict[tuple, int] = {}
     free = ns.dev_free
     ok = ns.dev_ok
     island = ns.dev_island
-    result = False
     for i, m in enumerate(ns.dev_model):
-        if m == model and ok[i] and free[i] == WHOLE:
-            isl = island[i]
-            sizes[isl] = n = sizes.get(isl, 0) + 1
-            if n >= k:
-                result = True
-                break
-    memo[key] = result
-    return result
+        if ok[i] and free[i] == WHOLE:
+            key = (m, island[i])
+            sizes[key] = sizes.get(key, 0) + 1
+    most: dict[str, int] = {}
+    for (m, _isl), n in sizes.items():
+        if n > most.get(m, 0):
+            most[m] = n
+    return most
 
 
 def remaining_share(ns: NodeState, cpu: float, mem: float, gpu_milli: int) -> float:
@@ -383,6 +393,16 @@ class ClusterIndex:
                 claim, key = found
                 # The paper's scheduler breaks equal FGD scores by node only, not by the card model's rank.
                 key = (*key, rank)
+            elif cards and model is not None and scorer in (BEST_FIT, FIRST_FIT):
+                # Only the node decides the key: the cards are chosen for the winner alone.
+                ns = self._find_whole(model, cards, cpu, mem, scorer, excluded)
+                if ns is None:
+                    continue
+                claim = ns
+                if scorer == FIRST_FIT:
+                    key = (ns.tier, ns.pos, rank)
+                else:
+                    key = (ns.tier, ns.wc.get(model, 0) - cards, rank, ns.pos)
             else:
                 claim = self.find(alt, cpu, mem, scorer, excluded, fgd)
                 if claim is None:
@@ -399,6 +419,10 @@ class ClusterIndex:
                     key = (ns.tier, ns.dev_free[dev] - milli, rank, ns.pos)
             if best_key is None or key < best_key:
                 best, best_key = (claim, alt), key
+        if best is not None and type(best[0]) is NodeState:
+            ns, alt = best
+            devs = choose_whole_devices(ns, alt[0], alt[1])
+            best = ((ns, cpu, mem, tuple((i, WHOLE) for i in devs)), alt)
         return best
 
     def _find_whole(self, model, k, cpu, mem, scorer, excluded) -> NodeState | None:
@@ -406,24 +430,38 @@ class ClusterIndex:
         if not buckets or k >= len(buckets):
             return None
         by_pos = self.by_pos
+        first_fit = scorer == FIRST_FIT
+        nb = len(buckets)
         best: NodeState | None = None
         for tier in (0, 1):
-            for kk in range(k, len(buckets)):
+            for kk in range(k, nb):
                 lst = buckets[kk]
                 if not lst:
                     continue
-                i = bisect_left(lst, (tier, -1))
+                # Entries are (tier, position) with tier 0 or 1: tier 0 starts the list.
+                i = 0 if tier == 0 else bisect_left(lst, (1, -1))
+                n = len(lst)
                 seen: list[NodeState] = []
-                while i < len(lst) and lst[i][0] == tier:
-                    ns = by_pos[lst[i][1]]
+                while i < n:
+                    t, pos = lst[i]
+                    if t != tier:
+                        break
                     i += 1
-                    if ns.fits(cpu, mem) and (excluded is None or ns.pos not in excluded):
-                        if scorer == FIRST_FIT:
-                            if best is None or ns.pos < best.pos:
+                    ns = by_pos[pos]
+                    # NodeState.fits, inlined: this loop runs for every placement.
+                    if (
+                        ns.free_cpu + EPS >= cpu
+                        and ns.free_mem + EPS >= mem
+                        and (excluded is None or pos not in excluded)
+                    ):
+                        if first_fit:
+                            if best is None or pos < best.pos:
                                 best = ns
                             break
+                        if k == 1:
+                            return ns
                         seen.append(ns)
-                        if k == 1 or len(seen) >= TOPOLOGY_LOOKAHEAD:
+                        if len(seen) >= TOPOLOGY_LOOKAHEAD:
                             break
                 if seen:
                     if k > 1:

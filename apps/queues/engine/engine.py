@@ -26,7 +26,8 @@ from __future__ import annotations
 import gc
 from bisect import bisect_left
 from collections import deque
-from dataclasses import replace
+from dataclasses import fields, replace
+from operator import attrgetter
 
 from . import backfill, elastic, preemption, reservations
 from .capacity import FGD, NODE_SCORERS, Claim, ClusterIndex, NodeState
@@ -44,6 +45,7 @@ from .model import (
     RESERVING_POLICIES,
     Decisions,
     DeviceShare,
+    GpuRequest,
     InstancePlacement,
     Preempt,
     Reason,
@@ -190,6 +192,7 @@ class Cycle:
         self.class_res_queues: set = set()
         self.preempt_failed: set = set()
         self.eligible: dict = {}
+        self.eligible_static: dict = {}
         self.victim_pool: dict = {}
         # Capacity reservations resolved for this cycle (None without any), and the earliest start of the
         # tasks they hold off (task id -> the reservation's end).
@@ -257,6 +260,7 @@ class Scheduler:
         self.capacity = Resources(*total)
         self.cap = s.cap
         self.per_user_limits = any(c.max_tasks_per_user is not None for c in snapshot.clusters)
+        self.task_limits = self.per_user_limits or any(c.max_total_tasks is not None for c in snapshot.clusters)
 
         self.proj_usage: dict = {}
         self.queue_usage: dict = {}
@@ -354,8 +358,12 @@ class Scheduler:
         if cached is not None and cached[0] is task and instances is None:
             return cached[1]
         n = instances if instances is not None else _start_size(task)
+        gpu = task.gpu
         try:
-            shape = (task.gpu, float(task.cpu), float(task.memory_gib), n)
+            # A GpuRequest by its fields: equal requests have equal fields, and hashing the tuple skips the
+            # dataclass's Python-level __hash__ / __eq__ (one each per task of a 100,000-task backlog).
+            req = (GpuRequest, _gpu_fields(gpu)) if type(gpu) is GpuRequest else gpu
+            shape = (req, float(task.cpu), float(task.memory_gib), n)
             d = self._shapes.get(shape)
         except TypeError:  # an unhashable request object: no sharing between tasks
             shape, d = None, None
@@ -915,29 +923,41 @@ class Scheduler:
         )
         out = cyc.eligible.get(key)
         if out is None:
-            out = self._eligible_uncached(task)
+            out = self._eligible_uncached(task, key, cyc)
             cyc.eligible[key] = out
         return out
 
-    def _eligible_uncached(self, task: Task) -> list[ClusterView]:
-        out = []
-        for cv in self.clusters.values():
-            c = cv.cluster
-            if not cv.usable or (task.cluster_type and c.type != task.cluster_type):
-                continue
-            if task.max_replicas is not None and not c.resizable:
-                continue
-            if any(c.labels.get(k) != v for k, v in task.required_labels.items()):
-                continue
-            if c.max_total_tasks is not None and cv.running >= c.max_total_tasks:
-                continue
-            if c.max_tasks_per_user is not None and cv.per_user.get(task.owner, 0) >= c.max_tasks_per_user:
-                continue
-            out.append(cv)
+    def _eligible_uncached(self, task: Task, key: tuple, cyc: Cycle) -> list[ClusterView]:
+        # The filters on fixed cluster fields hold for the whole cycle; starts and stops only change the
+        # task limits and the strategy's order.
+        out = cyc.eligible_static.get(key)
+        if out is None:
+            out = []
+            for cv in self.clusters.values():
+                c = cv.cluster
+                if not cv.usable or (task.cluster_type and c.type != task.cluster_type):
+                    continue
+                if task.max_replicas is not None and not c.resizable:
+                    continue
+                if any(c.labels.get(k) != v for k, v in task.required_labels.items()):
+                    continue
+                out.append(cv)
+            cyc.eligible_static[key] = out
+        if self.task_limits:
+            out = [
+                cv
+                for cv in out
+                if (cv.cluster.max_total_tasks is None or cv.running < cv.cluster.max_total_tasks)
+                and (
+                    cv.cluster.max_tasks_per_user is None
+                    or cv.per_user.get(task.owner, 0) < cv.cluster.max_tasks_per_user
+                )
+            ]
         if len(out) > 1:
             strategy = self.strategy
-            out.sort(key=lambda cv: (strategy(cv, task), cv.order))
-        return out
+            # (key, order) is unique per cluster, so the views themselves are never compared.
+            return [e[2] for e in sorted([(strategy(cv, task), cv.order, cv) for cv in out])]
+        return list(out)
 
     def _place(self, d: Demand, alts, cands, excluded, token, cyc: Cycle):
         """Place all instances on one cluster (first alternative / cluster that fits); claims are taken."""
@@ -1000,9 +1020,10 @@ class Scheduler:
     def placements_of(self, alt, claims) -> list[InstancePlacement]:
         """Output placements for claims on the index."""
         out = []
+        model = alt[0]
         for ns, _cpu, _mem, devs in claims:
-            shares = tuple(DeviceShare(ns.dev_ids[i], milli) for i, milli in devs)
-            out.append(InstancePlacement(ns.node.id, shares, alt[0]))
+            ids = ns.dev_ids
+            out.append(InstancePlacement(ns.node.id, tuple([DeviceShare(ids[i], milli) for i, milli in devs]), model))
         return out
 
     def _start(self, task: Task, q, cls: str, d: Demand, placed, cyc: Cycle) -> None:
@@ -1107,6 +1128,9 @@ def _node_state(ns: NodeState) -> tuple:
 def _one_tier(_task: Task, _q) -> int:
     """Every task in the first tier: plain queue order, the queues taking turns."""
     return 0
+
+
+_gpu_fields = attrgetter(*(f.name for f in fields(GpuRequest)))
 
 
 def _start_size(task: Task) -> int:

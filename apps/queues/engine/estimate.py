@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import gc
 from bisect import insort
-from heapq import heappop, heappush
 from collections.abc import Sequence
+from heapq import heappop, heappush
 
 from .model import CLASS_RANK, HIGH, MEDIUM, Reason, Waiting
 from .resources import WHOLE
