@@ -470,20 +470,24 @@ class Scheduler:
         t = run.task
         if t.max_replicas is not None:
             self.has_elastic = True
-        u = run.usage()
         if sign > 0:
             self.running[t.id] = run
         else:
             self.running.pop(t.id, None)
-        self.proj_usage[t.project_id] = plus(self.proj_usage.get(t.project_id, ZERO), u, sign)
-        self.queue_usage[t.queue_id] = self.queue_usage.get(t.queue_id, 0.0) + sign * u.gpu
-        self.total_usage = plus(self.total_usage, u, sign)
+        # run.usage() times sign, added to the counters (written out: this runs for every start).
+        n = sign * len(run.placements)
+        cpu, mem, gpu = t.cpu * n, t.memory_gib * n, run.alt[3] * n
+        p = self.proj_usage.get(t.project_id, ZERO)
+        self.proj_usage[t.project_id] = Resources(p.cpu + cpu, p.memory_gib + mem, p.gpu + gpu)
+        self.queue_usage[t.queue_id] = self.queue_usage.get(t.queue_id, 0.0) + gpu
+        tu = self.total_usage
+        self.total_usage = Resources(tu.cpu + cpu, tu.memory_gib + mem, tu.gpu + gpu)
         self.proj_count[t.project_id] = self.proj_count.get(t.project_id, 0) + sign
         k = (t.project_id, t.kind)
         self.kind_count[k] = self.kind_count.get(k, 0) + sign
         cv = self.clusters.get(run.cluster_id)
         if cv is not None:
-            cv.used_gpu += sign * u.gpu
+            cv.used_gpu += gpu
             cv.running += sign
             cv.per_user[t.owner] = cv.per_user.get(t.owner, 0) + sign
 

@@ -158,7 +158,11 @@ class Estimator:
                 continue
             if best is not None and pool.cursor >= best[0]:
                 continue  # this pool cannot offer an earlier time than the best so far
-            t, at, acc = pool.earliest(need)
+            if pool.free + 1e-9 >= need:
+                # Free now (at the pool's cursor): what earliest() returns without reading a release.
+                t, at, acc = pool.cursor, (pool.ptr, pool.qptr, None), pool.free
+            else:
+                t, at, acc = pool.earliest(need)
             if best is None or t < best[0]:
                 best = (t, at, acc, need, pool)
         if best is None:
