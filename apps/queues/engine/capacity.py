@@ -113,8 +113,10 @@ def _islands(node: Node) -> list[int]:
     pos_of = {d.index: i for i, d in enumerate(devices)}
     for i, d in enumerate(devices):
         for link in d.links:
+            if link.kind not in LINK_FAST:
+                continue
             j = pos_of.get(link.peer_index)
-            if j is None or link.kind not in LINK_FAST:
+            if j is None:
                 continue
             a, b = i, j
             while parent[a] != a:

@@ -30,7 +30,7 @@ from dataclasses import fields, replace
 from operator import attrgetter
 
 from . import backfill, elastic, preemption, reservations
-from .capacity import FGD, NODE_SCORERS, Claim, ClusterIndex, NodeState
+from .capacity import BEST_FIT, FGD, FIRST_FIT, NODE_SCORERS, Claim, ClusterIndex, NodeState
 from .estimate import Estimator, WaitingList
 from .fragmentation import FragmentationModel, shape_of
 from .model import (
@@ -662,6 +662,18 @@ class Scheduler:
         A task's tier is read when its turn comes (starts change guarantees); a task found in a later tier
         waits there in its queue order.
         """
+        if tier_of is _one_tier:
+            # Plain queue order: the queues take turns until all are drained.
+            consider = self._consider
+            while iters:
+                alive = []
+                for q, it in iters:
+                    task = next(it, None)
+                    if task is not None:
+                        alive.append((q, it))
+                        consider(task, q, cls, cyc)
+                iters = alive
+            return
         later: dict = {q.id: ([], []) for q, _it in iters}
         seq = 0
         while iters:
@@ -968,6 +980,9 @@ class Scheduler:
         n = d.instances
         cpu, mem = d.cpu, d.memory_gib
         fail = cyc.fail
+        # For one instance, best / first fit's search is as cheap as the could_fit pre-check and finds nothing
+        # exactly when it says no; the other scorers scan nodes, so the pre-check stays.
+        precheck = n > 1 or self.scorer not in (BEST_FIT, FIRST_FIT)
         for cv in cands:
             index = cv.index
             if n == 1 and len(alts) > 1:
@@ -994,7 +1009,7 @@ class Scheduler:
                 fkey = (cv.order, alt, cpu, mem, n, token)
                 if fkey in fail:
                     continue
-                if not index.could_fit(alt[0], alt[1], alt[2], d.instances):
+                if precheck and not index.could_fit(alt[0], alt[1], alt[2], n):
                     fail.add(fkey)
                     continue
                 claims = self.place_gang(index, alt, cpu, mem, n, excluded)
