@@ -73,12 +73,14 @@ class _Pool:
         rel = self.releases
         nrel = len(rel)
         queued = self.queued
+        nq = len(queued)
         later = self.later
         entry = None
         while acc + 1e-9 < need:
-            if k == len(queued) and later:
+            if k == nq and later:
                 queued.append(heappop(later))
-            if k < len(queued) and (j == nrel or queued[k] < rel[j]):
+                nq += 1
+            if k < nq and (j == nrel or queued[k] < rel[j]):
                 entry = queued[k]
                 k += 1
             else:
