@@ -460,16 +460,14 @@ class ClusterIndex:
                             if best is None or pos < best.pos:
                                 best = ns
                             break
-                        if k == 1:
+                        # The first of the next few fitting nodes whose free cards share an island, else the
+                        # first of them: checked as they come, so the look-ahead stops at the first such node.
+                        if k == 1 or island_fit(ns, model, k):
                             return ns
                         seen.append(ns)
                         if len(seen) >= TOPOLOGY_LOOKAHEAD:
                             break
                 if seen:
-                    if k > 1:
-                        for ns in seen:
-                            if island_fit(ns, model, k):
-                                return ns
                     return seen[0]
             if best is not None:
                 return best
