@@ -236,21 +236,25 @@ class Scheduler:
             self.nodes.append(ns)
             self.node_by_id[node.id] = ns
             by_cluster[node.cluster_id].append(ns)
-            for i, dev in enumerate(node.devices):
-                self.device_at[dev.id] = (ns, i)
+        if snapshot.running:
+            # Where each device is, for the running tasks' placements (a backlog-only snapshot needs none).
+            for ns in self.nodes:
+                for i, dev_id in enumerate(ns.dev_ids):
+                    self.device_at[dev_id] = (ns, i)
         # Running work is subtracted from the nodes before the index is built: one indexing
         # per node instead of one re-indexing per running task.
         self.seq = 0
         pending = [self._run_of(rt) for rt in snapshot.running]
         self.clusters: dict = {}
         total = [0.0, 0.0, 0.0]
+        rate = {m.name: m.exchange_rate for m in self.catalog.values()}
         for order, c in enumerate(snapshot.clusters):
             index = ClusterIndex(c.id, by_cluster[c.id], shareable)
             gpu = 0.0
             for ns in index.schedulable:
-                for i, m in enumerate(ns.dev_model):
-                    if ns.dev_ok[i] and m in self.catalog:
-                        gpu += self.catalog[m].exchange_rate
+                for m, ok in zip(ns.dev_model, ns.dev_ok, strict=True):
+                    if ok and m in rate:
+                        gpu += rate[m]
             cv = ClusterView(c, index, order, gpu)
             self.clusters[c.id] = cv
             if cv.usable:
