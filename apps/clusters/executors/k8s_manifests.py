@@ -67,7 +67,7 @@ DEFAULT_INFERENCE_PORT = 8000
 GPU_UTIL_METRIC = "DCGM_FI_DEV_GPU_UTIL"
 # A service's request rate per pod, as prometheus-adapter's usual rule names a counter http_requests_total.
 REQUESTS_METRIC = "http_requests_per_second"
-# A service's requests in flight per pod: the gauge the usual HTTP instrumentations publish under this name.
+# A service's requests in flight per pod: a gauge the service exports (or the adapter renames to this; docs/tasks.md).
 IN_FLIGHT_METRIC = "http_requests_in_flight"
 
 # Pod names get "-<index>" (Indexed Job) or "-worker-<index>" (Volcano) appended and must stay
