@@ -8,6 +8,7 @@ both recover when the pressure goes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -221,6 +222,39 @@ def test_slow_requests_start_a_replica_on_concurrency_while_their_rate_is_under_
     svc = wait_replicas(svc, 2)
     bodies = {get_when_up(sync, svc) for _ in range(4)}  # the proxy spreads requests over both replicas
     assert len(bodies) == 2, bodies
+    stop_task(svc, world.member)
+    wait_status(svc, {"stopped"})
+
+
+async def _cut_off(client, task, after: float) -> None:
+    """Ask for /slow and read its stream until ``after`` seconds, then go (as a browser's closed tab does: the
+    ASGI server cancels the response)."""
+    response = await client.get(reverse("portal:task-connect", args=[task.pk, PORT, "slow"]))
+    assert response.status_code == 200
+
+    async def read():
+        async for _ in response.streaming_content:
+            pass
+
+    reading = asyncio.ensure_future(read())
+    await asyncio.sleep(after)
+    reading.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await reading
+
+
+def test_a_request_cut_off_mid_stream_counts_for_the_time_it_was_relayed(world):
+    svc = start(world, "svc", "high", autoscale_max=2, autoscale_concurrency=2)
+    client = AsyncClient()
+    client.force_login(world.member)
+    sync = Client()
+    sync.force_login(world.member)
+    assert get_when_up(sync, svc).startswith("cards=")
+    request_rate.forget(svc.pk)
+    t0 = time.time()
+    async_to_sync(_cut_off)(client, svc, after=SLOW_S / 2)
+    busy_s = request_rate.concurrency([svc.pk], window_s=5, now=time.time() + 2)[svc.pk] * 5
+    assert SLOW_S / 2 <= busy_s < min(time.time() - t0, SLOW_S), busy_s
     stop_task(svc, world.member)
     wait_status(svc, {"stopped"})
 
