@@ -3,6 +3,8 @@
 import random
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from apps.queues.engine.autoscale import (
     CONCURRENCY,
@@ -163,3 +165,28 @@ def test_bounds_are_validated():
         Targets(3, 2)
     with pytest.raises(ValueError):
         Targets(0, 2)
+
+
+readings = st.none() | st.floats(0, 10_000, allow_nan=False)
+
+
+@given(
+    low=st.integers(1, 5),
+    extra=st.integers(0, 20),
+    current=st.integers(1, 30),
+    rps=readings,
+    concurrency=readings,
+    rps_target=st.none() | st.integers(1, 100),
+    concurrency_target=st.none() | st.integers(1, 100),
+)
+def test_any_reading_gives_a_count_in_bounds_that_steps_up_at_most_the_hpa_step(
+    low, extra, current, rps, concurrency, rps_target, concurrency_target
+):
+    targets = Targets(low, low + extra, rps_per_replica=rps_target, concurrency_per_replica=concurrency_target)
+    d = decide(targets, current, Metrics(rps=rps, concurrency=concurrency), (), 0.0)
+    if current >= low:
+        assert low <= d.desired <= max(low + extra, 1)
+        assert d.desired <= max(2 * current, current + 4)
+    if d.desired > max(current, low):  # only a reading above its target asks for more
+        assert d.metric in (RPS, CONCURRENCY)
+        assert d.value > d.target * current * 1.1 - 1e-9
