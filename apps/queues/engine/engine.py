@@ -967,20 +967,25 @@ class Scheduler:
                     fail.add((cv.order, alt, cpu, mem, n, token))
                 continue
             for alt in alts:
-                fkey = (cv.order, alt, cpu, mem, n, token)
+                fkey = (cv.order, alt, cpu, mem, n, token, d.one_per_node)
                 if fkey in fail:
                     continue
                 if not index.could_fit(alt[0], alt[1], alt[2], d.instances):
                     fail.add(fkey)
                     continue
-                claims = self.place_gang(index, alt, cpu, mem, n, excluded)
+                claims = self.place_gang(index, alt, cpu, mem, n, excluded, d.one_per_node)
                 if claims is not None:
                     return (cv, alt, claims)
                 fail.add(fkey)
         return None
 
-    def place_gang(self, index: ClusterIndex, alt, cpu: float, mem: float, n: int, excluded):
-        """Take claims for ``n`` instances on one cluster, or take nothing and return None."""
+    def place_gang(self, index: ClusterIndex, alt, cpu: float, mem: float, n: int, excluded, one_per_node=False):
+        """Take claims for ``n`` instances on one cluster, or take nothing and return None.
+
+        ``one_per_node`` (an autoscaled service, ``Demand.one_per_node``) puts each instance on a node of its own
+        when the cluster is a Slurm one, as :func:`elastic.grow` does for its later replicas.
+        """
+        spread = one_per_node and self.clusters[index.cluster_id].cluster.type == "slurm"
         claims = []
         for _ in range(n):
             claim = index.find(alt, cpu, mem, self.scorer, excluded, self.fgd)
@@ -990,6 +995,8 @@ class Scheduler:
                 return None
             index.take(claim)
             claims.append(claim)
+            if spread:
+                excluded = (excluded or frozenset()) | {claim[0].pos}
         return claims
 
     def _undo(self, placed) -> None:

@@ -199,7 +199,7 @@ class _Trial:
 def _fits(sched, cv, d: Demand, alts, excluded=None) -> bool:
     for alt in alts:
         if cv.index.could_fit(alt[0], alt[1], alt[2], d.instances):
-            claims = sched.place_gang(cv.index, alt, d.cpu, d.memory_gib, d.instances, excluded)
+            claims = sched.place_gang(cv.index, alt, d.cpu, d.memory_gib, d.instances, excluded, d.one_per_node)
             if claims is not None:
                 for c in claims:
                     cv.index.release(c)
