@@ -1,4 +1,5 @@
-"""Run every benchmark in one go: ``python -m benchmarks.run_all`` (about 4 minutes on 2 cores)."""
+"""Run every benchmark in one go: ``python -m benchmarks.run_all`` (about 5 minutes on 2 cores; the autoscaling
+day's Holt-Winters fits take about a minute of it)."""
 
 from __future__ import annotations
 
