@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from apps.queues.engine import ProjectQuota, Queue, Resources, schedule
 from apps.queues.engine.engine import Scheduler
@@ -142,3 +144,33 @@ def test_loans_low_class_only_does_not_hold_medium_work_back_for_the_projects_ow
     two = replace(s, queued=(task("b-medium", "medium", gpu=2, models=["A100-80G"], project="b",
                                   expected_duration_s=600),))  # fmt: skip
     assert waiting(schedule(two))["b-medium"].reason == Reason.QUOTA_EXCEEDED
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    loan_gpu=st.integers(1, 4),
+    own_limit=st.integers(1, 4),
+    low_running=st.integers(0, 4),
+    queued=st.lists(st.tuples(st.sampled_from(["high", "medium", "low"]), st.integers(1, 3)), max_size=6),
+)
+def test_with_loans_for_low_class_only_other_work_never_starts_onto_borrowed_capacity(
+    loan_gpu, own_limit, low_running, queued
+):
+    # Whatever low work runs and whatever waits: after a cycle the borrower's work above the low class fits under
+    # its own limit, and all its work under the limit the loan raised.
+    limit = own_limit + loan_gpu
+    low_running = min(low_running, limit)
+    rts = [running(task("b-low", "low", gpu=low_running, project="b"), on("n1", 0, low_running))] if low_running else []
+    tasks = [
+        task(f"q{i}", cls, gpu=n, models=["A100-80G"], project="b", submit_time=i, expected_duration_s=600)
+        for i, (cls, n) in enumerate(queued)
+    ]
+    s = snap([node("n1", cards=8), node("n2", cards=8)], tasks, rts, [quota("b", limit, limit)],
+             loans_low_class_only=True)  # fmt: skip
+    s = replace(s, loans=(Loan(1, "l", "b", gpu(loan_gpu, 0, 0), 0.0, 3600.0),))
+    d = schedule(s)
+    sizes = {f"q{i}": (cls, n) for i, (cls, n) in enumerate(queued)}
+    new_other = sum(sizes[x.task_id][1] for x in d.starts if sizes[x.task_id][0] != "low")
+    new_low = sum(sizes[x.task_id][1] for x in d.starts if sizes[x.task_id][0] == "low")
+    assert new_other <= own_limit
+    assert low_running + new_low + new_other <= limit
