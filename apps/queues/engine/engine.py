@@ -761,9 +761,11 @@ class Scheduler:
         if res is not None:
             t_res, nodes = res
             dur = task.expected_duration_s
-            # EASY backfill lets work that ends before the reservation onto its nodes; the other reserving
-            # policies keep the nodes of a blocked head for it alone (no estimate is trusted).
-            if q.policy != BACKFILL or dur is None or cyc.now + dur > t_res + EPS:
+            # Work that ends (by its expected duration) before the reservation starts may use its nodes: EASY
+            # backfill; in a high queue also under the other reserving policies when the head's start is known
+            # from expected ends (None: it waits for unestimated work). Elsewhere those keep a blocked head's
+            # nodes for it alone (no estimate is trusted; letting medium / low work in measured worse for sjf).
+            if (q.policy != BACKFILL and cls != HIGH) or dur is None or t_res is None or cyc.now + dur > t_res + EPS:
                 excluded, token = nodes, res
         held = self._held_off(task, cls, cyc) if cyc.class_res else None
         if held:
