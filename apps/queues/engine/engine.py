@@ -738,7 +738,10 @@ class Scheduler:
                 self._wait(cyc, task, d, Reason.QUEUE_ORDER, "waiting behind an earlier task of its queue")
                 self._starving(cyc, cls, keys)
                 return
-        if cls == LOW and cyc.hm_blocked:
+        if cls == LOW and cyc.hm_blocked and (task.preemptions or not task.preemptible):
+            # Low work runs only on otherwise idle capacity: a preemptible low task that was never preempted may
+            # take idle cards that waiting high / medium work cannot use yet (it is suspended at once when they
+            # can); a preempted one starts again only when none of them waits for these models (SPEC §4).
             alts = tuple(a for a in alts if (a[0] or "cpu") not in cyc.hm_blocked)
             if not alts:
                 self._wait(
@@ -1071,7 +1074,8 @@ class Scheduler:
         lost = max(0.0, cyc.now - run.started_at) * run.alt[3] * claims
         cyc.preempts.append(Preempt(task.id, reason, by.id, msg, True, new_window, lost))
         cyc.resizes.pop(task.id, None)
-        self.queued[task.id] = replace(task, window_s=new_window) if new_window is not None else task
+        requeued = replace(task, preemptions=task.preemptions + 1)
+        self.queued[task.id] = replace(requeued, window_s=new_window) if new_window is not None else requeued
 
     def _waiting(self, cyc: Cycle) -> WaitingList:
         """Positions, estimated starts and reasons of the tasks that stay queued, computed as they are read.
