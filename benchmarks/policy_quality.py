@@ -30,6 +30,14 @@ interval. The engine and the other references pay the same preemption cost: work
 (``--checkpoint`` s) is lost and every restart costs ``--restart`` s. Waits are from arrival to first start;
 JCT from arrival to finish; utilisation is allocated GPU-time over capacity while jobs arrive; Jain's index is
 over projects of (GPU-seconds of work done / GPU-seconds spent in the system).
+
+High-class target (issue 13: "high-class p99 wait <= 2 cycles whenever the high task fits the VDC and its quota"):
+``hi fit`` counts the high tasks that fit when they arrive (:func:`high_fits`: their request can be placed on
+capacity held by no non-preemptible work, i.e. running high tasks, medium tasks inside their window and tasks
+marked not preemptible, after the high tasks that arrived earlier and still wait took theirs; within the
+project's enforced quota; in a strict fifo / drf queue, not behind a waiting task of its queue that does not fit
+and wants the same models); ``p99 fit hi cyc`` is their 99th-percentile wait in cycles (``--interval``). A wait of
+up to one cycle is the coalescing of the cycle loop itself. The references are class-blind and have no such column.
 """
 
 from __future__ import annotations
