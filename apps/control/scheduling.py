@@ -391,6 +391,7 @@ class SnapshotLoader:
             preferred_clusters=tuple(self.preferred.get(t.pk, ())),
             attained_gpu_s=self.attained.get(t.pk, 0.0),
             wall_time_s=_seconds(t.wall_time),
+            preemptions=t.preemption_count,
         )
 
     def _placements(self, t: Task) -> tuple[em.InstancePlacement, ...]:

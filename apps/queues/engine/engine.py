@@ -823,7 +823,10 @@ class Scheduler:
                 self._wait(cyc, task, d, Reason.QUEUE_ORDER, "waiting behind an earlier task of its queue")
                 self._starving(cyc, cls, keys)
                 return
-        if cls == LOW and cyc.hm_blocked:
+        if cls == LOW and cyc.hm_blocked and (task.preemptions or not task.preemptible):
+            # Low work runs only on otherwise idle capacity: a preemptible low task that was never preempted may
+            # take idle cards that waiting high / medium work cannot use yet (it is suspended at once when they
+            # can); a preempted one starts again only when none of them waits for these models (SPEC §4).
             alts = tuple(a for a in alts if (a[0] or "cpu") not in cyc.hm_blocked)
             if not alts:
                 self._wait(
@@ -846,9 +849,11 @@ class Scheduler:
         if res is not None:
             t_res, nodes = res
             dur = task.expected_duration_s
-            # EASY backfill lets work that ends before the reservation onto its nodes; the other reserving
-            # policies keep the nodes of a blocked head for it alone (no estimate is trusted).
-            if q.policy != BACKFILL or dur is None or cyc.now + dur > t_res + EPS:
+            # Work that ends (by its expected duration) before the reservation starts may use its nodes: EASY
+            # backfill; in a high queue also under the other reserving policies when the head's start is known
+            # from expected ends (None: it waits for unestimated work). Elsewhere those keep a blocked head's
+            # nodes for it alone (no estimate is trusted; letting medium / low work in measured worse for sjf).
+            if (q.policy != BACKFILL and cls != HIGH) or dur is None or t_res is None or cyc.now + dur > t_res + EPS:
                 excluded, token = nodes, res
         held = self._held_off(task, cls, cyc) if cyc.class_res else None
         if held:
@@ -1161,7 +1166,8 @@ class Scheduler:
         lost = max(0.0, cyc.now - run.started_at) * run.alt[3] * claims
         cyc.preempts.append(Preempt(task.id, reason, by.id, msg, True, new_window, lost))
         cyc.resizes.pop(task.id, None)
-        self.queued[task.id] = replace(task, window_s=new_window) if new_window is not None else task
+        requeued = replace(task, preemptions=task.preemptions + 1)
+        self.queued[task.id] = replace(requeued, window_s=new_window) if new_window is not None else requeued
 
     def _waiting(self, cyc: Cycle) -> WaitingList:
         """Positions, estimated starts and reasons of the tasks that stay queued, computed as they are read.

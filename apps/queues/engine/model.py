@@ -249,6 +249,10 @@ class Task:
     # replica it lacks may shrink or preempt lower-class work like a queued task of its class; a plain elastic
     # task only grows into idle capacity.
     autoscaled: bool = False
+    # Times the task was preempted (or suspended) before: a preempted low task is started again only when no high or
+    # medium task that could use those resources waits (SPEC §4). The Django layer maps ``Task.preemption_count``; a
+    # kept Scheduler counts its own preemptions.
+    preemptions: int = 0
 
 
 @dataclass(frozen=True, slots=True)
