@@ -12,11 +12,14 @@ neither may use the other's idle half). *starved* submits 1-, 2- and 4-GPU jobs 
 ``--load`` x its 8 GPUs (Poisson arrivals, lognormal durations, median 20 min); *lender* is idle except in two
 busy phases (hours 3-5 and 8-10 of a 12-hour day) where it submits work of its own at ~7 GPUs of load.
 
+The starved project's work is all medium, all low, or mixed (every other job low, the rest medium).
 Modes: **no loans** (the split as configured), **loans** (the rebalancer, threshold 20 %, loans up to 4 h,
-min lifetime 10 min, cool-down 15 min), and **free borrowing** for reference (limits raised to 16, guarantees
-8: the existing borrow-and-reclaim with no admin limit at all). Reported: waits of the starved project
-(arrival to first start), the lender's reclaim delay (arrival to start of its jobs that fit its guarantee),
-GPU utilisation, the starved project's preemptions and the loans opened and returned.
+min lifetime 10 min, cool-down 15 min; any class may run on a loan), **loans, low only** (the same with
+``loans_low_class_only``: only low-class work runs on borrowed capacity and asks for loans), and **free
+borrowing** for reference (limits raised to 16, guarantees 8: the existing borrow-and-reclaim with no admin
+limit at all). Reported: waits of the starved project (arrival to first start; in all and per class), the
+lender's reclaim delay (arrival to start of its jobs that fit its guarantee), GPU utilisation, the starved
+project's preemptions and the loans opened and returned.
 """
 
 from __future__ import annotations
@@ -29,7 +32,18 @@ from dataclasses import dataclass, field, replace
 
 from apps.queues.engine import GpuModel, GpuRequest, Queue, Task
 from apps.queues.engine.engine import Scheduler
-from apps.queues.engine.model import LOW, MEDIUM, Cluster, Device, Node, ProjectQuota, Reason, Resources, Snapshot
+from apps.queues.engine.model import (
+    LOW,
+    MEDIUM,
+    Cluster,
+    Device,
+    Node,
+    ProjectQuota,
+    Reason,
+    Resources,
+    Snapshot,
+    VdcSettings,
+)
 from apps.queues.engine.rebalance import (
     Loan,
     PastLoan,
@@ -48,6 +62,8 @@ LENDER, STARVED = "lender", "starved"
 GUARANTEE = 8.0
 QUEUES = (Queue("medium", MEDIUM, min_run_before_reclaim_s=300.0), Queue("low", LOW, min_run_before_reclaim_s=300.0))
 POLICY = Policy(threshold=0.20, max_duration_s=4 * 3600, min_lifetime_s=600, cooldown_s=900)
+MIXED = "mixed"
+MODES = ("no loans", "loans", "loans, low only", "free borrowing")
 
 
 @dataclass(frozen=True)
@@ -63,6 +79,7 @@ class Job:
 class Outcome:
     mode: str
     starved_waits: list = field(default_factory=list)
+    waits_by_class: dict = field(default_factory=dict)
     starved_done: int = 0
     lender_delays: list = field(default_factory=list)
     gpu_hours: Counter = field(default_factory=Counter)
@@ -98,6 +115,16 @@ def workload(hours: float, load: float, seed: int) -> list[Job]:
     return sorted(jobs, key=lambda j: (j.arrival, j.id))
 
 
+def class_of(job: Job, starved_class: str) -> str:
+    """The job's queue: the lender's work is medium; the starved project's is its class, or every other job low
+    when mixed."""
+    if job.project != STARVED:
+        return MEDIUM
+    if starved_class == MIXED:
+        return LOW if int(job.id.rsplit("-", 1)[1]) % 2 else MEDIUM
+    return starved_class
+
+
 def run(mode: str, jobs: list[Job], horizon: float, cycle_s: float, tick_s: float, interval_s: float,
         starved_class: str = MEDIUM) -> Outcome:  # fmt: skip
     nodes = tuple(
@@ -107,7 +134,9 @@ def run(mode: str, jobs: list[Job], horizon: float, cycle_s: float, tick_s: floa
     own = {
         p: ProjectQuota(p, Resources(64, 512, GUARANTEE), Resources(128, 1024, limit)) for p in (LENDER, STARVED)
     }  # fmt: skip
-    sched = Scheduler(Snapshot(0.0, (Cluster("c"),), nodes, (A100,), QUEUES, tuple(own.values())))
+    low_only = mode == "loans, low only"
+    settings = VdcSettings(loans_low_class_only=low_only)
+    sched = Scheduler(Snapshot(0.0, (Cluster("c"),), nodes, (A100,), QUEUES, tuple(own.values()), settings=settings))
     out = Outcome(mode, horizon=horizon)
     by_id = {j.id: j for j in jobs}
     arrivals = list(jobs)
@@ -138,20 +167,23 @@ def run(mode: str, jobs: list[Job], horizon: float, cycle_s: float, tick_s: floa
             j = arrivals.pop(0)
             queued_own = sum(by_id[q].gpus for q in sched.queued if by_id[q].project == j.project)
             entitled[j.id] = held[j.project] + queued_own + j.gpus <= GUARANTEE
-            queue = starved_class if j.project == STARVED else MEDIUM
+            queue = class_of(j, starved_class)
             # A medium job's expected duration is its true one: its guaranteed window is the whole run.
             sched.submit(Task(j.id, j.project, queue, cpu=1, memory_gib=4, gpu=GpuRequest(count=j.gpus),
                               submit_time=j.arrival, expected_duration_s=j.duration))  # fmt: skip
-        if mode == "loans" and t >= next_tick:
+        if mode.startswith("loans") and t >= next_tick:
             next_tick = t + tick_s
             states = []
             for p in (LENDER, STARVED):
                 mine = [q for q in sched.queued if by_id[q].project == p]
-                blocked = [q for q in mine if waiting_reason.get(q) == Reason.QUOTA_EXCEEDED]
+                # As apps.control.rebalance: with low only, only low-class work asks for (and keeps) a loan.
+                usable = [q for q in mine if not low_only or class_of(by_id[q], starved_class) == LOW]
+                blocked = [q for q in usable if waiting_reason.get(q) == Reason.QUOTA_EXCEEDED]
                 states.append(
                     ProjectState(p, Resources(gpu=GUARANTEE), Resources(gpu=GUARANTEE), Resources(gpu=held[p]),
                                  Resources(gpu=sum(by_id[q].gpus for q in mine)),
-                                 Resources(gpu=sum(by_id[q].gpus for q in blocked)), name=p)
+                                 Resources(gpu=sum(by_id[q].gpus for q in blocked)), name=p,
+                                 loanable=Resources(gpu=sum(by_id[q].gpus for q in usable)))
                 )  # fmt: skip
             due = t - last_open >= interval_s
             decided = plan(states, loans, past, t, POLICY, open_new=due)
@@ -170,6 +202,7 @@ def run(mode: str, jobs: list[Job], horizon: float, cycle_s: float, tick_s: floa
                 g, lim = adjust.get(p, (Resources(), Resources()))
                 sched.quotas[p] = replace(q, guaranteed=apply_adjustment(q.guaranteed, g),
                                           limit=apply_adjustment(q.limit, lim))  # fmt: skip
+            sched.set_loans(loans)
         d = sched.cycle(t)
         for p in d.preemptions:
             j = by_id[p.task_id]
@@ -193,6 +226,7 @@ def run(mode: str, jobs: list[Job], horizon: float, cycle_s: float, tick_s: floa
         wait = first_start[j.id] - j.arrival
         if j.project == STARVED:
             out.starved_waits.append(wait)
+            out.waits_by_class.setdefault(class_of(j, starved_class), []).append(wait)
         elif entitled[j.id]:
             out.lender_delays.append(wait)
     return out
@@ -211,20 +245,27 @@ def main(argv: list[str] | None = None) -> list[list]:
     parser.add_argument("--cycle", type=float, default=5.0, help="scheduling cycle, s")
     parser.add_argument("--tick", type=float, default=10.0, help="rebalancer tick (returns), s")
     parser.add_argument("--interval", type=float, default=60.0, help="rebalancer interval (new loans), s")
+    parser.add_argument("--classes", default=f"{MEDIUM},{LOW},{MIXED}", help="the starved project's classes to run")
     args = parser.parse_args(argv)
+    classes = [c.strip() for c in args.classes.split(",") if c.strip()]
+    bad = [c for c in classes if c not in (MEDIUM, LOW, MIXED)]
+    if bad or not classes:
+        parser.error(f"--classes: expected some of {MEDIUM}, {LOW}, {MIXED}; got {args.classes!r}")
     jobs = workload(args.hours, args.load, args.seed)
     horizon = args.hours * 3600
     headers = ["starved class", "mode", "starved jobs", "started", "wait p50 min", "wait p95 min", "mean wait min",
-               "lender delay p50 s", "p95 s", "max s", "GPU util %", "preempted", "loans", "returned"]  # fmt: skip
+               "medium mean", "low mean", "lender delay p50 s", "p95 s", "max s", "GPU util %", "preempted", "loans",
+               "returned"]  # fmt: skip
     rows = []
-    for starved_class, mode in [(c, m) for c in (MEDIUM, LOW) for m in ("no loans", "loans", "free borrowing")]:
+    for starved_class, mode in [(c, m) for c in classes for m in MODES]:
         o = run(mode, jobs, horizon, args.cycle, args.tick, args.interval, starved_class)
         starved = [j for j in jobs if j.project == STARVED]
         util = 100 * sum(o.gpu_hours.values()) / (16 * horizon / 3600)
         returned = ", ".join(f"{k} {v}" for k, v in sorted(o.returns.items())) or "-"
+        by_class = [_mean_min(o.waits_by_class.get(c)) for c in (MEDIUM, LOW)]
         rows.append([
             starved_class, mode, len(starved), len(o.starved_waits), percentile(o.starved_waits, 50) / 60,
-            percentile(o.starved_waits, 95) / 60, sum(o.starved_waits) / max(1, len(o.starved_waits)) / 60,
+            percentile(o.starved_waits, 95) / 60, _mean_min(o.starved_waits), *by_class,
             percentile(o.lender_delays, 50), percentile(o.lender_delays, 95), max(o.lender_delays, default=0.0),
             util, o.preempted[STARVED], o.loans_opened, returned,
         ])  # fmt: skip
@@ -234,6 +275,11 @@ def main(argv: list[str] | None = None) -> list[list]:
           f"interval {args.interval:g} s, seed {args.seed}")  # fmt: skip
     print_table(headers, rows)
     return rows
+
+
+def _mean_min(waits: list | None):
+    """Mean wait in minutes, "-" when there is none."""
+    return sum(waits) / len(waits) / 60 if waits else "-"
 
 
 if __name__ == "__main__":

@@ -2,8 +2,8 @@
 
 Every ``INTERVAL_S`` (beat), for each running service with replica bounds on a cluster the portal scales
 itself (a local cluster whose jobs have networks of their own; on Kubernetes the HPA decides), it
-reads the metrics the portal has: the node agent's GPU utilisation of the service's cards and the request rate
-its Connect proxy counted (:mod:`apps.tasks.request_rate`); the pure rules of
+reads the metrics the portal has: the node agent's GPU utilisation of the service's cards, and the request rate
+and concurrency (requests in flight) its Connect proxy measured (:mod:`apps.tasks.request_rate`); the pure rules of
 :mod:`apps.queues.engine.autoscale` turn them into a desired replica count. A changed count is written to
 ``Task.autoscale_desired`` with an ``autoscaled`` event giving the reason (metric against target), and a
 scheduling cycle is asked for: the engine then grants replicas up to that count like an elastic task's
@@ -94,6 +94,7 @@ def targets_of(task: Task) -> rules.Targets:
         gpu_percent=task.autoscale_gpu_percent,
         cpu_percent=task.autoscale_cpu_percent,
         rps_per_replica=task.autoscale_rps,
+        concurrency_per_replica=task.autoscale_concurrency,
     )
 
 
@@ -114,6 +115,7 @@ def run_autoscaler(now: float | None = None) -> list[Outcome]:
     if not services:
         return []
     rps = request_rate.rates([t.pk for t in services], now=now)
+    in_flight = request_rate.concurrency([t.pk for t in services if t.autoscale_concurrency], now=now)
     gpu = _gpu_utilisation(services, now)
     opened = record_load(services, rps, gpu, now)
     predictive = [t for t in services if t.autoscale_predictive and t.autoscale_rps]
@@ -126,7 +128,11 @@ def run_autoscaler(now: float | None = None) -> list[Outcome]:
     outcomes = []
     for task in services:
         running = max(len(task.live_placement), 1)
-        metrics = rules.Metrics(gpu_percent=gpu.get(task.pk), rps=rps.get(task.pk) if task.autoscale_rps else None)
+        metrics = rules.Metrics(
+            gpu_percent=gpu.get(task.pk),
+            rps=rps.get(task.pk) if task.autoscale_rps else None,
+            concurrency=in_flight.get(task.pk),
+        )
         decision = rules.decide(
             targets_of(task), running, metrics, histories.get(task.pk, ()), now, BEHAVIOUR, rooms.get(task.pk),
             forecast_rps=ahead.get(task.pk),

@@ -67,7 +67,7 @@ def _autoscaling(task: Task) -> dict:
         "min_replicas": task.autoscale_min, "max_replicas": task.autoscale_max,
         "target_cpu_utilization": task.autoscale_cpu_percent, "target_gpu_utilization": task.autoscale_gpu_percent,
         "target_memory_utilization": task.autoscale_memory_percent, "health_path": task.readiness_path or None,
-        "target_requests_per_second": task.autoscale_rps,
+        "target_requests_per_second": task.autoscale_rps, "target_requests_in_flight": task.autoscale_concurrency,
     }  # fmt: skip
     return {key: value for key, value in settings.items() if value is not None}
 

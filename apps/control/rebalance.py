@@ -10,7 +10,8 @@ Billing (``RebalancerSettings.loan_billing``): usage is always metered to the pr
 borrower pays by default. Each run adds the GPU-equivalent hours the borrower ran on each loan (its usage
 above its own limit, given to its loans oldest first) to ``used_gpu_hours``; at the return, "lender credited"
 credits the lender's account with their value at the VDC's GPU-equivalent price, and "neither" refunds the
-borrower that value. Fair share (DRF) counts whoever runs, in every mode.
+borrower that value. Fair share (drf, fair_share queues) follows the same mode in the engine
+(``Scheduler.loan_credit``). With ``loans_low_class_only`` only low-class waiting work asks for loans.
 """
 
 from __future__ import annotations
@@ -73,11 +74,15 @@ def engine_loan(loan: CapacityLoan) -> rules.Loan:
     )
 
 
-def project_states(vdc: VDC, now: datetime) -> dict[int, rules.ProjectState]:
-    """Each project's own quota, running usage and waiting demand in the VDC (the snapshot the scheduler loads)."""
+def project_states(vdc: VDC, now: datetime, low_class_only: bool = False) -> dict[int, rules.ProjectState]:
+    """Each project's own quota, running usage and waiting demand in the VDC (the snapshot the scheduler loads).
+
+    ``low_class_only`` (loans for low-class work only): only low-class waiting work counts as what a loan is for.
+    """
     loader = SnapshotLoader(vdc)
     snapshot = loader.load(now)
     catalog = {m.name: m for m in snapshot.gpu_models}
+    low_queues = {q.id for q in snapshot.queues if q.priority_class == em.LOW}
     used: dict[int, list[float]] = {}
     for run in snapshot.running:
         n = len(run.placements)
@@ -87,6 +92,7 @@ def project_states(vdc: VDC, now: datetime) -> dict[int, rules.ProjectState]:
         row[2] += float(loader.equivalents(run.placements))
     waiting: dict[int, list[float]] = {}
     blocked: dict[int, list[float]] = {}
+    loanable: dict[int, list[float]] = {}
     for task in snapshot.queued:
         reason = loader.tasks[task.id].pending_reason
         if reason in NOT_DEMAND:
@@ -97,7 +103,10 @@ def project_states(vdc: VDC, now: datetime) -> dict[int, rules.ProjectState]:
         except RequestError:
             continue
         vec = demand.vector(min(demand.alternatives, key=lambda a: a[3]))
-        for target in (waiting, blocked) if reason == em.Reason.QUOTA_EXCEEDED else (waiting,):
+        targets = [waiting]
+        if not low_class_only or task.queue_id in low_queues:
+            targets += [loanable, blocked] if reason == em.Reason.QUOTA_EXCEEDED else [loanable]
+        for target in targets:
             row = target.setdefault(task.project_id, [0.0, 0.0, 0.0])
             row[0], row[1], row[2] = row[0] + vec.cpu, row[1] + vec.memory_gib, row[2] + vec.gpu
 
@@ -115,6 +124,7 @@ def project_states(vdc: VDC, now: datetime) -> dict[int, rules.ProjectState]:
             blocked=res(blocked.get(q.project_id)),
             enforce=q.enforce,
             name=q.project.name,
+            loanable=res(loanable.get(q.project_id)),
         )
     return out
 
@@ -138,7 +148,7 @@ def rebalance_vdc(vdc_id: int, now: datetime | None = None) -> RebalanceResult:
             return result
         policy = policy_of(settings) if settings is not None else rules.Policy(cooldown_s=0)
         due = on and (settings.last_run_at is None or now - settings.last_run_at >= settings.interval)
-        states = project_states(vdc, now)
+        states = project_states(vdc, now, settings is not None and settings.loans_low_class_only)
         loans = [engine_loan(x) for x in active]
         recent = CapacityLoan.objects.filter(vdc=vdc, returned_at__gte=now - settings.cooldown) if on else []
         past = [rules.PastLoan(x.lender_id, x.borrower_id, x.returned_at.timestamp()) for x in recent]

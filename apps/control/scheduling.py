@@ -42,7 +42,7 @@ from apps.tasks.bulk import bulk_update_rows
 from apps.tasks.choices import ACTIVE, WAITING, EventKind, TaskStatus
 from apps.tasks.models import Task, TaskEvent
 from apps.tasks.signals import task_changed
-from apps.vdc.models import VDC, CapacityLoan, ProjectQuota
+from apps.vdc.models import VDC, CapacityLoan, ProjectQuota, RebalancerSettings
 
 # What the engine accepts of a task: durations and sizes beyond these are set aside, not scheduled.
 MAX_DURATION_S = 366 * 24 * 3600
@@ -125,6 +125,7 @@ class SnapshotLoader:
         # cannot take, or a task that made the engine fail.
         self.bad_specs: dict[int, str] = {}
         self.loan_adjustments: dict[int, tuple[em.Resources, em.Resources]] = {}
+        self.loans: tuple[em.Loan, ...] = ()
 
     def load(self, now: datetime) -> em.Snapshot:
         gpu_models = list(GPUModel.objects.filter(enabled=True))
@@ -157,10 +158,15 @@ class SnapshotLoader:
         self.queues = {q.pk: q for q in TaskQueue.objects.filter(vdc=self.vdc)}
         quotas = list(ProjectQuota.objects.filter(vdc=self.vdc))
         # Active capacity loans (apps.control.rebalance) move guarantee from lender to borrower until returned.
-        self.loan_adjustments = rebalance.quota_adjustments(
-            rebalance.Loan(x.pk, x.lender_id, x.borrower_id, em.Resources(_f(x.cpu), _f(x.memory_gib), _f(x.gpu)), 0, 0)
+        # The engine gets the loans too: fair share follows the VDC's loan billing, and work above the low class may
+        # be kept off borrowed capacity (RebalancerSettings).
+        self.loans = tuple(
+            em.Loan(x.pk, x.lender_id, x.borrower_id, em.Resources(_f(x.cpu), _f(x.memory_gib), _f(x.gpu)),
+                    x.started_at.timestamp(), x.expires_at.timestamp())
             for x in CapacityLoan.objects.filter(vdc=self.vdc).active()
-        )
+        )  # fmt: skip
+        self.loan_adjustments = rebalance.quota_adjustments(self.loans)
+        rebalancer = RebalancerSettings.objects.filter(vdc=self.vdc).first()
         exhausted = set(
             Account.objects.filter(project__quotas__vdc=self.vdc, enforce_budget=True).values_list(
                 "project_id", "balance", "credit_limit"
@@ -287,8 +293,11 @@ class SnapshotLoader:
                 cluster_strategy=self.vdc.cluster_selection_strategy,
                 node_scorer=self.vdc.node_scorer,
                 cap=self._cap(),
+                loan_billing=rebalancer.loan_billing if rebalancer is not None else em.LOAN_BORROWER_PAYS,
+                loans_low_class_only=rebalancer is not None and rebalancer.loans_low_class_only,
             ),
             reservations=self._reservations(now),
+            loans=self.loans,
         )
 
     def _cap(self) -> em.Resources | None:
@@ -382,6 +391,7 @@ class SnapshotLoader:
             preferred_clusters=tuple(self.preferred.get(t.pk, ())),
             attained_gpu_s=self.attained.get(t.pk, 0.0),
             wall_time_s=_seconds(t.wall_time),
+            preemptions=t.preemption_count,
         )
 
     def _placements(self, t: Task) -> tuple[em.InstancePlacement, ...]:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from http.cookies import SimpleCookie
 from urllib.parse import quote
 
@@ -109,14 +110,19 @@ def _copy_response_headers(upstream: httpx.Response, response: HttpResponseBase,
         response.headers[name] = value
 
 
-async def _relay(upstream: httpx.Response, client: httpx.AsyncClient):
-    """The service's body as it comes, still encoded as the service sent it."""
+async def _relay(upstream: httpx.Response, client: httpx.AsyncClient, task_id: int, started: float):
+    """The service's body as it comes, still encoded as the service sent it. When it ends (relayed or cut off),
+    the request's time from ``started`` goes into the service's concurrency (:func:`request_rate.busy`)."""
     try:
         async for chunk in upstream.aiter_raw():
             yield chunk
     finally:
-        await upstream.aclose()
-        await client.aclose()
+        ended = time.time()
+        try:
+            await upstream.aclose()
+            await client.aclose()
+        finally:
+            await asyncio.to_thread(request_rate.busy, task_id, started, ended)
 
 
 @csrf_exempt  # the service's own XSRF checks apply; the portal's session cookie is SameSite=Lax
@@ -124,8 +130,9 @@ async def task_connect(request: HttpRequest, pk: str, port: str, path: str) -> H
     """Proxy a request to ``port`` of the task, as the logged-in project owner or member.
 
     Only the task's declared ports are reachable; refusals are plain-text answers with the HTTP status.
-    Each request is counted (the autoscaler's request rate); a service the portal scales itself gets its
-    requests spread over its replicas by that count, others go to instance 0.
+    Each request is counted, and timed until its response is relayed to the end (the autoscaler's request rate
+    and concurrency); a service the portal scales itself gets its requests spread over its replicas by that
+    count, others go to instance 0.
     """
     user = await request.auser()
     if not user.is_authenticated:
@@ -150,13 +157,14 @@ async def task_connect(request: HttpRequest, pk: str, port: str, path: str) -> H
     client = httpx.AsyncClient(transport=transport, timeout=_CONNECT_TIMEOUT, follow_redirects=False)
     outgoing = client.build_request(request.method, url, headers=_upstream_headers(request, prefix),
                                     content=request.body)  # fmt: skip
+    started = time.time()
     try:
         upstream = await client.send(outgoing, stream=True)
     except httpx.HTTPError as exc:
         await client.aclose()
         return HttpResponse(f"Nothing answers on port {port_number} of the task: {exc or type(exc).__name__}",
                             status=502, content_type="text/plain; charset=utf-8")  # fmt: skip
-    response = StreamingHttpResponse(_relay(upstream, client), status=upstream.status_code)
+    response = StreamingHttpResponse(_relay(upstream, client, task_id, started), status=upstream.status_code)
     del response["Content-Type"]
     _copy_response_headers(upstream, response, prefix, origin)
     # The service brings its own pages and scripts; the portal's policy would break them (docs/console.md).

@@ -65,7 +65,8 @@ REQUEST_FIELDSETS = (
                 "max_retries",
                 ("port", "max_tokens", "temperature"),
                 ("autoscale_min", "autoscale_max"),
-                ("autoscale_cpu_percent", "autoscale_gpu_percent", "autoscale_memory_percent", "autoscale_rps"),
+                ("autoscale_cpu_percent", "autoscale_gpu_percent", "autoscale_memory_percent"),
+                ("autoscale_rps", "autoscale_concurrency"),
                 "autoscale_predictive",
                 "readiness_path",
             ),  # fmt: skip

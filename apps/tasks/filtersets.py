@@ -65,6 +65,7 @@ class TaskFilterSet(BaseFilterSet):
             "autoscale_gpu_percent": NUMBER,
             "autoscale_memory_percent": NUMBER,
             "autoscale_rps": NUMBER,
+            "autoscale_concurrency": NUMBER,
             "autoscale_predictive": ["exact"],
             "autoscale_desired": NUMBER,
             "readiness_path": ["exact"],

@@ -329,7 +329,8 @@ class InferenceForm(TaskForm):
     basic_fields = ("name", "project", "model_path", "port", "image")
     kind_fields = (
         "readiness_path", "max_tokens", "temperature", "autoscale_min", "autoscale_max", "autoscale_cpu_percent",
-        "autoscale_gpu_percent", "autoscale_memory_percent", "autoscale_rps", "autoscale_predictive",
+        "autoscale_gpu_percent", "autoscale_memory_percent", "autoscale_rps", "autoscale_concurrency",
+        "autoscale_predictive",
     )  # fmt: skip
 
     model_path = forms.CharField(max_length=255, help_text="e.g. /models/qwen-7b-chat")
@@ -354,6 +355,12 @@ class InferenceForm(TaskForm):
     autoscale_rps = forms.IntegerField(
         min_value=1, max_value=limits.MAX_RPS, required=False, label="Autoscaling: target requests/s per replica",
         help_text="Requests per second one replica should serve, counted at the portal's Connect proxy.",
+    )  # fmt: skip
+    autoscale_concurrency = forms.IntegerField(
+        min_value=1, max_value=limits.MAX_CONCURRENCY, required=False,
+        label="Autoscaling: target requests in flight per replica",
+        help_text="Requests one replica should work on at a time (concurrency), timed at the portal's Connect "
+        "proxy; suits slow requests such as streamed completions.",
     )  # fmt: skip
     autoscale_predictive = forms.BooleanField(
         required=False, label="Autoscaling: predictive",

@@ -173,6 +173,11 @@ class Task(models.Model):
         verbose_name="autoscale requests/s per replica",
         help_text="Inference: target requests per second per replica, as the portal's proxy counts them",
     )  # fmt: skip
+    autoscale_concurrency = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(10_000)],
+        verbose_name="autoscale requests in flight per replica",
+        help_text="Inference: target concurrency (requests in flight) per replica, as the portal's proxy times them",
+    )  # fmt: skip
     autoscale_predictive = models.BooleanField(
         default=False,
         help_text="Inference on local and Slurm clusters: also scale ahead of the request rate forecast from the "

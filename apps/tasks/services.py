@@ -35,8 +35,8 @@ SUBMIT_FIELDS = (
     "expected_duration", "wall_time", "preemptible", "required_labels", "image", "command", "env", "volumes",
     "ide_type", "framework", "model_path", "epochs", "batch_size", "checkpoint_path", "tensorboard_dir",
     "max_retries", "port", "max_tokens", "temperature", "autoscale_min", "autoscale_max", "autoscale_cpu_percent",
-    "autoscale_gpu_percent", "autoscale_memory_percent", "autoscale_rps", "autoscale_predictive", "readiness_path",
-    "secret_refs",
+    "autoscale_gpu_percent", "autoscale_memory_percent", "autoscale_rps", "autoscale_concurrency",
+    "autoscale_predictive", "readiness_path", "secret_refs",
 )  # fmt: skip
 
 
@@ -279,7 +279,7 @@ def _check_quota(task: Task, request: GPURequest, gpu_catalog) -> None:
 # The settings of an inference service's autoscaling that may change while it runs (API PATCH, page, admin).
 AUTOSCALE_FIELDS = (
     "autoscale_min", "autoscale_max", "autoscale_cpu_percent", "autoscale_gpu_percent", "autoscale_memory_percent",
-    "autoscale_rps", "autoscale_predictive",
+    "autoscale_rps", "autoscale_concurrency", "autoscale_predictive",
 )  # fmt: skip
 
 

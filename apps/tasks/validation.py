@@ -28,6 +28,8 @@ MAX_MEMORY_GIB = Decimal("16384")
 MAX_INSTANCES = 1024
 # Autoscaling target: requests per second per replica.
 MAX_RPS = 1_000_000
+# Autoscaling target: requests in flight per replica.
+MAX_CONCURRENCY = 10_000
 MAX_EPOCHS = 1_000_000
 MAX_BATCH_SIZE = 1_048_576
 MAX_TOKENS = 10_000_000
@@ -77,6 +79,7 @@ NUMBER_BOUNDS: tuple[tuple[str, Any, Any], ...] = (
     ("autoscale_min", 1, MAX_INSTANCES),
     ("autoscale_max", 1, MAX_INSTANCES),
     ("autoscale_rps", 1, MAX_RPS),
+    ("autoscale_concurrency", 1, MAX_CONCURRENCY),
     ("epochs", 1, MAX_EPOCHS),
     ("batch_size", 1, MAX_BATCH_SIZE),
     ("max_tokens", 1, MAX_TOKENS),

@@ -56,6 +56,8 @@ from apps.vdc.services import WRITE_ROLES, is_platform_admin
 PAGE_SIZE = 50
 DASHBOARD_TASKS = 20
 DASHBOARD_LOANS = 20
+ZERO = Decimal(0)
+NO_LOAN = (ZERO, ZERO, ZERO)
 
 
 @dataclass(frozen=True)
@@ -356,16 +358,32 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         )
         .order_by()
     }  # fmt: skip
+    # Capacity the rebalancer lent between these projects and others: who lent what, since when, why. Active
+    # loans are few (at most one per lender and borrower pair), so all are read once for the meters and the card.
+    active_loans = list(
+        CapacityLoan.objects.active()
+        .filter(Q(lender__in=projects) | Q(borrower__in=projects))
+        .select_related("vdc", "lender", "borrower")
+    )
+    borrowed: dict[tuple, list[Decimal]] = defaultdict(lambda: [ZERO, ZERO, ZERO])
+    lent: dict[tuple, list[Decimal]] = defaultdict(lambda: [ZERO, ZERO, ZERO])
+    for loan in active_loans:
+        for side, project_id in ((borrowed, loan.borrower_id), (lent, loan.lender_id)):
+            row = side[(project_id, loan.vdc_id)]
+            row[0], row[1], row[2] = row[0] + loan.cpu, row[1] + loan.memory_gib, row[2] + loan.gpu
     quota_rows = []
     for q in quotas:
         used = usage.get((q.project_id, q.vdc_id), {})
+        got, gave = borrowed.get((q.project_id, q.vdc_id), NO_LOAN), lent.get((q.project_id, q.vdc_id), NO_LOAN)
         quota_rows.append(
             {
                 "quota": q,
                 "resources": [
-                    _meter("CPU cores", used.get("cpu"), q.guaranteed_cpu, q.limit_cpu),
-                    _meter("Memory GiB", used.get("memory"), q.guaranteed_memory_gib, q.limit_memory_gib),
-                    _meter("GPU-eq", used.get("gpu"), q.guaranteed_gpu, q.limit_gpu),
+                    _meter("CPU cores", used.get("cpu"), q.guaranteed_cpu, q.limit_cpu, got[0], gave[0]),
+                    _meter(
+                        "Memory GiB", used.get("memory"), q.guaranteed_memory_gib, q.limit_memory_gib, got[1], gave[1]
+                    ),
+                    _meter("GPU-eq", used.get("gpu"), q.guaranteed_gpu, q.limit_gpu, got[2], gave[2]),
                 ],
                 "tasks": used.get("n", 0),
             }
@@ -389,12 +407,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         c.gpu_util = round(sum(stats["util"]) / len(stats["util"])) if stats["util"] else 0
         c.busy_percent = round(100 * c.gpu_busy / c.gpu_total) if c.gpu_total else 0
     chart = activity_chart(activity(Task.objects.visible_to(user)))
-    # Capacity the rebalancer lent between these projects and others: who lent what, since when, why.
-    loans = list(
-        CapacityLoan.objects.active()
-        .filter(Q(lender__in=projects) | Q(borrower__in=projects))
-        .select_related("vdc", "lender", "borrower")[:DASHBOARD_LOANS]
-    )
+    loans = active_loans[:DASHBOARD_LOANS]
     return render(
         request,
         "portal/dashboard.html",
@@ -414,10 +427,14 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     )
 
 
-def _meter(label: str, used, guaranteed: Decimal, limit: Decimal) -> dict:
+def _meter(label: str, used, guaranteed: Decimal, limit: Decimal, borrowed=ZERO, lent=ZERO) -> dict:
+    """One quota meter: use against the limit plus what the project borrowed (its loans raise its limit), with
+    what it lent out of its guarantee."""
     used = Decimal(used or 0)
-    percent = min(100, round(100 * used / limit)) if limit else 0
-    return {"label": label, "used": used, "guaranteed": guaranteed, "limit": limit, "percent": percent}
+    room = limit + borrowed
+    percent = min(100, round(100 * used / room)) if room else 0
+    return {"label": label, "used": used, "guaranteed": guaranteed, "limit": limit, "borrowed": borrowed,
+            "lent": lent, "percent": percent}  # fmt: skip
 
 
 # --- task lists -----------------------------------------------------------------------------------

@@ -135,7 +135,7 @@ class RebalancerSettingsInline(admin.StackedInline):
     model = RebalancerSettings
     fields = (
         "enabled", "threshold_percent", "interval", "max_loan_duration", "min_loan_duration", "cooldown",
-        "loan_billing", "last_run_at",
+        "loan_billing", "loans_low_class_only", "last_run_at",
     )  # fmt: skip
     readonly_fields = ("last_run_at",)
     extra = 0
@@ -478,8 +478,8 @@ class RebalancerSettingsAdmin(admin.ModelAdmin):
     """Per VDC, when the rebalancer lends unused guarantees and how loans are billed (apps.control.rebalance)."""
 
     list_display = ("vdc", "enabled", "threshold_percent", "interval", "max_loan_duration", "min_loan_duration",
-                    "cooldown", "loan_billing", "last_run_at")  # fmt: skip
-    list_filter = ("enabled", "loan_billing")
+                    "cooldown", "loan_billing", "loans_low_class_only", "last_run_at")  # fmt: skip
+    list_filter = ("enabled", "loan_billing", "loans_low_class_only")
     list_select_related = ("vdc",)
     search_fields = ("vdc__name",)
     autocomplete_fields = ("vdc",)

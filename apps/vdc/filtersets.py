@@ -218,6 +218,7 @@ class RebalancerSettingsFilterSet(BaseFilterSet):
             "min_loan_duration": NUMBER,
             "cooldown": NUMBER,
             "loan_billing": ["exact", "in"],
+            "loans_low_class_only": ["exact"],
             "last_run_at": TIME,
         }
 

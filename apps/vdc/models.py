@@ -317,7 +317,15 @@ class RebalancerSettings(models.Model):
         default=timedelta(minutes=15), help_text="After a loan between two projects ends, wait this long before "
         "the same lender lends to the same borrower again",
     )  # fmt: skip
-    loan_billing = models.CharField(max_length=16, choices=LoanBilling.choices, default=LoanBilling.BORROWER_PAYS)
+    loan_billing = models.CharField(
+        max_length=16, choices=LoanBilling.choices, default=LoanBilling.BORROWER_PAYS,
+        help_text="Who pays for usage on a loan; fair share (drf, fair_share queues) counts loans the same way",
+    )  # fmt: skip
+    loans_low_class_only = models.BooleanField(
+        default=True, verbose_name="loans for low-class work only",
+        help_text="Only low-class work runs on borrowed capacity: it is suspended at once when the lender needs "
+        "its guarantee back, where medium work would keep it until its guaranteed window ends",
+    )  # fmt: skip
     last_run_at = models.DateTimeField(
         null=True, blank=True, editable=False, help_text="When loans were last considered"
     )

@@ -345,10 +345,10 @@ def _running_service(world, **fields):
 
 def test_autoscaling_edits_go_through_the_service_with_an_event(admin_web, world):
     svc = _running_service(world, autoscale_desired=2)
-    response = _edit(admin_web, svc, autoscale_max="4", autoscale_rps="25")
+    response = _edit(admin_web, svc, autoscale_max="4", autoscale_rps="25", autoscale_concurrency="8")
     assert response.status_code == 302, _errors(response)
     svc.refresh_from_db()
-    assert (svc.autoscale_max, svc.autoscale_rps) == (4, 25)
+    assert (svc.autoscale_max, svc.autoscale_rps, svc.autoscale_concurrency) == (4, 25, 8)
     assert "max 2 → 4" in svc.events.get(kind="autoscaled").message
 
 

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from apps.billing.models import Account, Invoice, InvoiceLine, PriceRule, ProjectAlert, Transaction, UsageRecord
 from apps.clusters.models import CapacityReservation, GPUModel
+from apps.vdc.models import RebalancerSettings
 from tests.api.base import ADMIN, EVERYONE, PROJECT_ROLES, ROLES, Resource, client_for, same
 from tests.factories import (
     ClusterFactory,
@@ -274,6 +275,13 @@ RESOURCES = [
     ),  # fmt: skip
     Resource("backend-objects", make=backend_object, readers=ADMIN, deleters=None),
     Resource("capacity-loans", make=alpha_loan, readers=PROJECT_ROLES, deleters=None),
+    Resource(
+        "rebalancer-settings",
+        make=lambda w: RebalancerSettings.objects.create(vdc=alpha_vdc(w)),
+        readers=PROJECT_ROLES,
+        create=lambda w: {"vdc": w.vdc.pk, "threshold_percent": 30, "interval": "00:02:00"},
+        update=lambda w: {"loans_low_class_only": False, "loan_billing": "neither"},
+    ),
 ]
 
 matrix = pytest.mark.parametrize("resource", RESOURCES, ids=str)

@@ -38,7 +38,7 @@ from apps.clusters.models import CapacityReservation, GPUModel
 from apps.clusters.services import issue_agent_token
 from apps.control.models import BackendObject
 from apps.tasks.models import TaskEvent
-from apps.vdc.models import CapacityLoan
+from apps.vdc.models import CapacityLoan, RebalancerSettings
 from apps.vdc.services import create_secret
 from tests.factories import TaskFactory
 
@@ -157,6 +157,7 @@ def fuzz_world(world):
             started_at=end,
             expires_at=end + timedelta(hours=4),
         ),
+        "rebalancer-settings": RebalancerSettings.objects.create(vdc=world.vdc),
         "capacity-reservations": CapacityReservation.objects.create(
             vdc=world.vdc, name="fuzz-window", starts_at=timezone.now(), ends_at=timezone.now() + timedelta(hours=1)
         ),

@@ -32,6 +32,29 @@ def test_member_changes_bounds_and_targets_with_a_timeline_event(world):
     assert response.data["events"][-1]["kind"] == "autoscaled"
 
 
+def test_a_concurrency_target_is_set_and_cleared_like_the_others(world):
+    svc = service(world, autoscale_rps=20)
+    response = patch(world, svc, autoscale_concurrency=8)
+    assert response.status_code == 200, response.data
+    assert (response.data["autoscale_concurrency"], response.data["autoscale_rps"]) == (8, 20)
+    assert "concurrency None → 8" in svc.events.get(kind="autoscaled").message
+    assert patch(world, svc, autoscale_concurrency=None).data["autoscale_concurrency"] is None
+    svc.refresh_from_db()
+    assert svc.autoscale_concurrency is None
+
+
+def test_a_concurrency_target_out_of_range_is_refused_with_its_range_and_nothing_changes(world):
+    svc = service(world, autoscale_concurrency=4)
+    for bad in (0, 10_001):
+        response = patch(world, svc, autoscale_concurrency=bad)
+        assert response.status_code == 400
+        assert "autoscale_concurrency" in response.data
+    assert "less than or equal to 10000" in str(patch(world, svc, autoscale_concurrency=10_001).data)
+    assert patch(world, svc, autoscale_concurrency="many").status_code == 400
+    svc.refresh_from_db()
+    assert svc.autoscale_concurrency == 4 and not svc.events.filter(kind="autoscaled").exists()
+
+
 def test_min_above_max_is_refused_and_nothing_changes(world):
     svc = service(world)
     response = patch(world, svc, autoscale_min=5)

@@ -29,6 +29,8 @@ def submit(world, **fields):
         ("cpu", {"cpu": "0"}),
         ("elastic_max", {"elastic_min": 1, "elastic_max": 100_000}),
         ("autoscale_max", {"kind": "inference", "autoscale_min": 1, "autoscale_max": 100_000}),
+        ("autoscale_concurrency", {"kind": "inference", "autoscale_min": 1, "autoscale_max": 2,
+                                   "autoscale_concurrency": 20_000}),
         ("epochs", {"epochs": 10**9}),
         ("batch_size", {"batch_size": 10**8}),
         ("max_tokens", {"kind": "inference", "max_tokens": 10**9}),
@@ -45,7 +47,8 @@ def submit(world, **fields):
         ("required_labels", {"required_labels": {"gpu": ["a100"]}}),
     ],
     ids=["999999999-days", "negative-duration", "over-the-queue-maximum", "200000-instances-of-nothing", "zero-cpu",
-         "elastic", "autoscale", "epochs", "batch-size", "max-tokens", "retries", "port", "cuda-visible-devices",
+         "elastic", "autoscale", "autoscale-concurrency", "epochs", "batch-size", "max-tokens", "retries", "port",
+         "cuda-visible-devices",
          "nvidia-visible-devices-all", "equals-in-env-name", "empty-env-name", "nul-in-env-value",
          "volumes-not-objects", "volume-without-name", "unapproved-host-path", "label-list"],
 )  # fmt: skip

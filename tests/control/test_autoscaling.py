@@ -51,6 +51,28 @@ def test_a_rising_request_rate_asks_for_replicas_with_its_reason_and_the_engine_
     assert svc.events.filter(kind="resized").exists()
 
 
+def test_slow_requests_ask_for_replicas_on_concurrency_and_the_timeline_names_it(world):
+    svc = service(world, autoscale_rps=10, autoscale_concurrency=2)
+    now = time.time()
+    for s in range(int(now) - 30, int(now)):  # 5 requests a second, each busy 1.2 s: 6 in flight, 5 req/s
+        for i in range(5):
+            request_rate.count(svc.pk, now=s)
+            request_rate.busy(svc.pk, s + i / 5, s + i / 5 + 1.2)
+    [outcome] = autoscaling.run_autoscaler(now)
+    assert (outcome.running, outcome.desired, outcome.changed) == (1, 3, True)
+    event = svc.events.get(kind="autoscaled")
+    assert "6.0 requests in flight for a target of 2 per replica" in event.message
+    assert (event.data["metric"], event.data["value"], event.data["target"]) == ("concurrency", 6.0, 2)
+
+
+def test_a_concurrency_reading_without_a_target_is_not_used(world):
+    svc = service(world, autoscale_rps=None, autoscale_gpu_percent=None)
+    now = time.time()
+    request_rate.busy(svc.pk, now - 20, now)  # one request in flight all along, but no concurrency target
+    [outcome] = autoscaling.run_autoscaler(now)
+    assert (outcome.desired, outcome.reason) == (1, "no metric reading")
+
+
 def test_gpu_utilisation_of_its_cards_scales_a_service_up(world):
     svc = service(world, autoscale_rps=None, autoscale_gpu_percent=50)
     device_ids = [d["id"] for p in svc.placement for d in p["devices"]]

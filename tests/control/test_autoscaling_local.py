@@ -7,6 +7,8 @@ both recover when the pressure goes.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -14,7 +16,7 @@ import time
 
 import pytest
 from asgiref.sync import async_to_sync
-from django.test import Client
+from django.test import AsyncClient, Client
 from django.urls import reverse
 
 from apps.clusters.backends import executor_for
@@ -28,23 +30,31 @@ from tests.control.drive import reconcile_all, run_until_running, wait_status
 pytestmark = pytest.mark.django_db(transaction=True)
 
 PORT = 8000
-# Answers every GET with the cards its replica was given, so a test sees which replica served it.
+# Answers every GET with the cards its replica was given, so a test sees which replica served it; /slow sends
+# its headers at once and streams its body over SLOW_S seconds (a completion streamed token by token).
+SLOW_S = 1.5
 SERVICE = r"""
 cat > serve.py <<'PY'
-import http.server, os
+import http.server, os, time
 class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         body = ("cards=" + os.environ.get("CUDA_VISIBLE_DEVICES", "")).encode()
         self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Length", str(len(body) + (3 if self.path.startswith("/slow") else 0)))
         self.end_headers()
+        self.wfile.flush()
+        if self.path.startswith("/slow"):
+            for _ in range(3):
+                time.sleep(SLOW_S / 3)
+                self.wfile.write(b".")
+                self.wfile.flush()
         self.wfile.write(body)
     def log_message(self, *args):
         pass
 http.server.ThreadingHTTPServer(("0.0.0.0", PORT_NUMBER), Handler).serve_forever()
 PY
 exec python3 serve.py
-""".replace("PORT_NUMBER", str(PORT))
+""".replace("PORT_NUMBER", str(PORT)).replace("SLOW_S", str(SLOW_S))
 
 
 @pytest.fixture(autouse=True)
@@ -162,6 +172,89 @@ def test_a_rising_request_rate_starts_a_replica_that_serves_then_it_goes_with_th
     assert len(svc.releasing_placement) == 1  # billed until the backend confirms the replica gone
     svc = wait_replicas(svc, 1)
     assert get_when_up(client, svc).startswith("cards=")
+    stop_task(svc, world.member)
+    wait_status(svc, {"stopped"})
+
+
+async def _slow_load(client, task, workers: int, seconds: float) -> list[float]:
+    """``workers`` clients each asking for /slow again as soon as its whole body came, for ``seconds``; returns
+    how long each request took (headers to last byte)."""
+    loop = asyncio.get_running_loop()
+    deadline, took = loop.time() + seconds, []
+
+    async def worker():
+        while loop.time() < deadline:
+            t0 = loop.time()
+            response = await client.get(reverse("portal:task-connect", args=[task.pk, PORT, "slow"]))
+            assert response.status_code == 200
+            assert (await _read(response)).startswith(b"...cards=")
+            took.append(loop.time() - t0)
+
+    await asyncio.gather(*(worker() for _ in range(workers)))
+    return took
+
+
+def test_slow_requests_start_a_replica_on_concurrency_while_their_rate_is_under_its_target(world):
+    # 6 clients keep a streamed 1.5 s request each in flight for 10 s: about 40 requests, 2.7 requests/s over the
+    # 15 s window (under the target of 5 for one replica), 60 s of busy time: 4 in flight (twice the target of 2).
+    svc = start(world, "svc", "high", autoscale_max=2, autoscale_rps=5, autoscale_concurrency=2)
+    client = AsyncClient()
+    client.force_login(world.member)
+    sync = Client()
+    sync.force_login(world.member)
+    assert get_when_up(sync, svc).startswith("cards=")
+    request_rate.forget(svc.pk)
+    time.sleep(max(0.0, 1.0 - time.time() % 1.0))  # start on a whole second, as the counters count
+    took = async_to_sync(_slow_load)(client, svc, workers=6, seconds=10.0)
+    assert min(took) >= SLOW_S * 0.9  # each request lasted as long as its stream
+    time.sleep(1.0)  # the last request's second is over
+    now = time.time()
+    rate = request_rate.rates([svc.pk], now=now)[svc.pk]
+    in_flight = request_rate.concurrency([svc.pk], now=now)[svc.pk]
+    assert rate < 5 and in_flight > 2 * 1.1, (rate, in_flight)
+    print(f"\n{len(took)} slow requests: {rate:.1f} requests/s, {in_flight:.2f} in flight over the window")
+    [outcome] = autoscaling.run_autoscaler(now)
+    assert (outcome.running, outcome.desired, outcome.changed) == (1, 2, True), outcome.reason
+    event = svc.events.get(kind="autoscaled")
+    assert "requests in flight for a target of 2 per replica" in event.message
+    assert event.data["metric"] == "concurrency"
+    run_cycle(world.vdc.pk)
+    svc = wait_replicas(svc, 2)
+    bodies = {get_when_up(sync, svc) for _ in range(4)}  # the proxy spreads requests over both replicas
+    assert len(bodies) == 2, bodies
+    stop_task(svc, world.member)
+    wait_status(svc, {"stopped"})
+
+
+async def _cut_off(client, task, after: float) -> None:
+    """Ask for /slow and read its stream until ``after`` seconds, then go (as a browser's closed tab does: the
+    ASGI server cancels the response)."""
+    response = await client.get(reverse("portal:task-connect", args=[task.pk, PORT, "slow"]))
+    assert response.status_code == 200
+
+    async def read():
+        async for _ in response.streaming_content:
+            pass
+
+    reading = asyncio.ensure_future(read())
+    await asyncio.sleep(after)
+    reading.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await reading
+
+
+def test_a_request_cut_off_mid_stream_counts_for_the_time_it_was_relayed(world):
+    svc = start(world, "svc", "high", autoscale_max=2, autoscale_concurrency=2)
+    client = AsyncClient()
+    client.force_login(world.member)
+    sync = Client()
+    sync.force_login(world.member)
+    assert get_when_up(sync, svc).startswith("cards=")
+    request_rate.forget(svc.pk)
+    t0 = time.time()
+    async_to_sync(_cut_off)(client, svc, after=SLOW_S / 2)
+    busy_s = request_rate.concurrency([svc.pk], window_s=5, now=time.time() + 2)[svc.pk] * 5
+    assert SLOW_S / 2 <= busy_s < min(time.time() - t0, SLOW_S), busy_s
     stop_task(svc, world.member)
     wait_status(svc, {"stopped"})
 

@@ -343,6 +343,13 @@ def test_autoscaling_edited_while_the_service_runs_patches_its_hpa(
     assert names == {"DCGM_FI_DEV_GPU_UTIL", "http_requests_per_second"}
     assert not service.events.filter(kind="backend_error").exists()
 
+    with django_capture_on_commit_callbacks(execute=True):
+        update_autoscaling(service, world.member, autoscale_gpu_percent=None, autoscale_concurrency=12)
+    hpa = world.emulator.objects["autoscaling/v2/horizontalpodautoscalers", NS, service.external_id.split("/")[-1]]
+    pods = {m["pods"]["metric"]["name"]: m["pods"]["target"] for m in hpa["spec"]["metrics"] if m["type"] == "Pods"}
+    assert pods == {"http_requests_per_second": {"type": "AverageValue", "averageValue": "40"},
+                    "http_requests_in_flight": {"type": "AverageValue", "averageValue": "12"}}  # fmt: skip
+
 
 def test_a_readiness_path_becomes_the_probe_and_ready_replicas_follow_the_backend(k8s, client):
     # Issue 16: the inference readiness probe had no field feeding it, so every replica counted as ready at once.

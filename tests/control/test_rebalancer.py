@@ -10,9 +10,10 @@ from apps.billing.models import PriceRule, Transaction
 from apps.control import jobs
 from apps.control.rebalance import rebalance_vdc, return_loan
 from apps.control.scheduling import SnapshotLoader, run_cycle
+from apps.queues.models import TaskQueue
 from apps.tasks.models import Task
 from apps.tasks.services import submit_task
-from apps.vdc.models import CapacityLoan, ProjectQuota, RebalancerSettings
+from apps.vdc.models import CapacityLoan, Membership, Project, ProjectQuota, RebalancerSettings
 
 
 def submit(user, project, gpu_spec, name):
@@ -22,9 +23,10 @@ def submit(user, project, gpu_spec, name):
 
 @pytest.fixture
 def two_projects(world):
-    """alpha and beta each guaranteed (and limited to) 4 of the VDC's 8 A100; the rebalancer on at 20 %."""
+    """alpha and beta each guaranteed (and limited to) 4 of the VDC's 8 A100; the rebalancer on at 20 %, lending
+    to work of any class (these tests submit medium work)."""
     ProjectQuota.objects.filter(vdc=world.vdc).update(guaranteed_gpu=Decimal(4), limit_gpu=Decimal(4))
-    RebalancerSettings.objects.create(vdc=world.vdc, interval=timedelta(seconds=1))
+    RebalancerSettings.objects.create(vdc=world.vdc, interval=timedelta(seconds=1), loans_low_class_only=False)
     return world
 
 
@@ -137,3 +139,57 @@ def test_admin_return_settles_by_billing_mode(two_projects):
     credit = Transaction.objects.get()
     assert credit.account.project == w.other_project and credit.amount == Decimal("15.00")
     assert return_loan(loan.pk).returned_at == loan.returned_at  # a second return changes nothing
+
+
+def test_with_loans_for_low_class_work_only_medium_work_gets_no_loan_and_low_work_does(two_projects):
+    w = two_projects
+    RebalancerSettings.objects.update(loans_low_class_only=True)
+    first = submit(w.member, w.project, "4(A100)", "first")
+    medium = submit(w.member, w.project, "2(A100)", "medium-blocked")
+    run_cycle(w.vdc.pk)
+    jobs.rebalance_capacity()
+    assert not CapacityLoan.objects.exists()  # only medium work waits: a loan would not help it
+
+    low = submit_task(w.member, project=w.project, queue="low", kind="training", name="low", command="sleep 1",
+                      gpu_spec="2(A100)")  # fmt: skip
+    run_cycle(w.vdc.pk)
+    RebalancerSettings.objects.update(last_run_at=None)
+    jobs.rebalance_capacity()
+    loan = CapacityLoan.objects.get()
+    assert loan.gpu == Decimal("2.00")  # the low work's need, not the medium task's as well
+    snapshot = SnapshotLoader(w.vdc).load(timezone.now())
+    assert snapshot.settings.loans_low_class_only and [x.id for x in snapshot.loans] == [loan.pk]
+    run_cycle(w.vdc.pk)
+    for t in (first, medium, low):
+        t.refresh_from_db()
+    assert first.status == "scheduled" and low.status == "scheduled"
+    assert medium.status == "queued" and medium.pending_reason == "quota_exceeded"
+    assert "borrowed capacity takes low-class work only" in medium.pending_message
+
+
+@pytest.mark.parametrize(("billing", "first"), [("borrower_pays", "gamma"), ("neither", "alpha")])
+def test_fair_share_follows_the_loan_billing_through_the_scheduling_service(two_projects, billing, first):
+    # alpha (own limit 4) borrowed beta's whole guarantee and runs 7 of the 8 cards, 3 of them on the loan; gamma
+    # runs a CPU task holding 40 of 64 cores (share 0.625). One card is free, asked for by both in a drf queue:
+    # alpha's share is 7/8 when it pays for its loaned usage, 4/8 when that usage counts for nobody.
+    w = two_projects
+    RebalancerSettings.objects.update(enabled=False, loan_billing=billing)
+    now = timezone.now()
+    CapacityLoan.objects.create(vdc=w.vdc, lender=w.other_project, borrower=w.project, gpu=Decimal(4), reason="test",
+                                started_at=now, expires_at=now + timedelta(hours=1))  # fmt: skip
+    gamma = ProjectQuota.objects.create(project=Project.objects.create(name="gamma"), vdc=w.vdc,
+                                        limit_cpu=Decimal(64), limit_memory_gib=Decimal(512),
+                                        limit_gpu=Decimal(8)).project  # fmt: skip
+    Membership.objects.create(project=gamma, user=w.outsider, role="owner")
+    for spec in ("4(A100)", "3(A100)"):
+        submit_task(w.member, project=w.project, queue="high", kind="training", name=spec, command="sleep 1",
+                    gpu_spec=spec)  # fmt: skip
+    submit_task(w.outsider, project=gamma, queue="high", kind="training", name="cpu", command="sleep 1", cpu=40)
+    run_cycle(w.vdc.pk)
+    assert Task.objects.filter(status="scheduled").count() == 3
+    fair = TaskQueue.objects.create(vdc=w.vdc, name="fair", priority_class="high", policy="drf")
+    wants = {p: submit_task(u, project=p, queue=fair, kind="training", name=f"{p.name}-more", command="sleep 1",
+                            gpu_spec="1(A100)") for p, u in ((w.project, w.member), (gamma, w.outsider))}  # fmt: skip
+    run_cycle(w.vdc.pk)
+    ran = {p.name for p, t in wants.items() if Task.objects.get(pk=t.pk).status == "scheduled"}
+    assert ran == {first}

@@ -76,3 +76,12 @@ def test_every_new_policy_is_selectable_and_schedules(world, policy):
 def test_an_unknown_policy_is_refused(world):
     with pytest.raises(ValidationError, match="Expected one of fifo, drf, backfill, nonstrict_fifo"):
         set_queue_policy(world.low, "lifo")
+
+
+def test_preemption_count_reaches_the_engine(world):
+    # A preempted low task is started again only when no high / medium task that could use its resources waits.
+    fresh = submit(world, "fresh")
+    again = submit(world, "again")
+    type(again).objects.filter(pk=again.pk).update(preemption_count=3)
+    snapshot = SnapshotLoader(world.vdc).load(timezone.now())
+    assert {t.id: t.preemptions for t in snapshot.queued} == {fresh.pk: 0, again.pk: 3}

@@ -3,8 +3,19 @@
 import random
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from apps.queues.engine.autoscale import DEFAULT, RPS, Behaviour, Metrics, Recommendation, Targets, decide
+from apps.queues.engine.autoscale import (
+    CONCURRENCY,
+    DEFAULT,
+    RPS,
+    Behaviour,
+    Metrics,
+    Recommendation,
+    Targets,
+    decide,
+)
 
 T = Targets(min_replicas=1, max_replicas=4, gpu_percent=70, cpu_percent=None, rps_per_replica=10)
 
@@ -99,6 +110,44 @@ def test_load_that_comes_and_goes_scales_up_then_back_down():
     assert counts[-1] == 1
 
 
+# A service whose replicas each serve 4 requests at a time; its requests/s target is far off (slow requests).
+C = Targets(min_replicas=1, max_replicas=8, rps_per_replica=50, concurrency_per_replica=4)
+
+
+def test_concurrency_above_target_scales_up_to_what_is_in_flight_over_the_target():
+    d = decide(C, 1, Metrics(rps=3.0, concurrency=13.0), (), 0.0)
+    assert d.desired == 4  # ceil(13 / 4)
+    assert (d.metric, d.value, d.target) == (CONCURRENCY, 13.0, 4)
+    assert "13.0 requests in flight for a target of 4 per replica" in d.reason
+
+
+def test_concurrency_within_tolerance_keeps_the_count():
+    assert decide(C, 3, Metrics(concurrency=12.8), (), 0.0).desired == 3  # 4.27 a replica: within 10 %
+    assert decide(C, 3, Metrics(concurrency=13.6), (), 0.0).desired == 4  # 4.53 a replica
+
+
+def test_slow_requests_scale_on_concurrency_and_fast_ones_on_the_rate():
+    slow = decide(C, 1, Metrics(rps=10.0, concurrency=10.0), (), 0.0)  # 1 s each: 10 in flight
+    fast = decide(C, 1, Metrics(rps=120.0, concurrency=1.2), (), 0.0)  # 10 ms each
+    assert (slow.desired, slow.metric) == (3, CONCURRENCY)
+    assert (fast.desired, fast.metric) == (3, RPS)
+
+
+def test_concurrency_without_a_target_or_a_reading_is_skipped():
+    assert decide(T, 1, Metrics(concurrency=50.0), (), 0.0).metric is None  # T has no concurrency target
+    assert decide(C, 2, Metrics(gpu_percent=99.0), (), 0.0).metric is None  # C has no GPU target, no reading
+
+
+def test_concurrency_that_goes_scales_down_only_after_the_stabilisation_window():
+    samples = [Metrics(concurrency=30.0)] * 4 + [Metrics(concurrency=2.0)] * 40
+    counts = run(C, 1, samples)
+    assert counts[0] == 5  # at most 4 more a decision
+    assert counts[1] == 8  # ceil(30 / 4)
+    first_drop = next(i for i, c in enumerate(counts) if i > 1 and c < 8)
+    assert (first_drop - 3) * 15.0 >= Behaviour().down_window_s  # the last high reading was at sample 3
+    assert counts[-1] == 1
+
+
 def test_a_lowered_maximum_applies_at_once_and_a_raised_minimum_too():
     d = decide(Targets(1, 2, rps_per_replica=10), 4, Metrics(rps=100.0), (), 0.0)
     assert d.desired == 2 and "maximum is 2" in d.reason
@@ -116,3 +165,28 @@ def test_bounds_are_validated():
         Targets(3, 2)
     with pytest.raises(ValueError):
         Targets(0, 2)
+
+
+readings = st.none() | st.floats(0, 10_000, allow_nan=False)
+
+
+@given(
+    low=st.integers(1, 5),
+    extra=st.integers(0, 20),
+    current=st.integers(1, 30),
+    rps=readings,
+    concurrency=readings,
+    rps_target=st.none() | st.integers(1, 100),
+    concurrency_target=st.none() | st.integers(1, 100),
+)
+def test_any_reading_gives_a_count_in_bounds_that_steps_up_at_most_the_hpa_step(
+    low, extra, current, rps, concurrency, rps_target, concurrency_target
+):
+    targets = Targets(low, low + extra, rps_per_replica=rps_target, concurrency_per_replica=concurrency_target)
+    d = decide(targets, current, Metrics(rps=rps, concurrency=concurrency), (), 0.0)
+    if current >= low:
+        assert low <= d.desired <= max(low + extra, 1)
+        assert d.desired <= max(2 * current, current + 4)
+    if d.desired > max(current, low):  # only a reading above its target asks for more
+        assert d.metric in (RPS, CONCURRENCY)
+        assert d.value > d.target * current * 1.1 - 1e-9

@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 from apps.queues.engine import Cluster, ProjectQuota, Resources, RunningTask, schedule
 
-from .builders import node, preempted, running, snap, task
+from .builders import node, preempted, running, snap, started, task, waiting
 from .builders import running as running_task
 
 
@@ -36,6 +36,25 @@ def test_on_slurm_each_replica_of_a_service_gets_a_node_of_its_own():
     # The same service on a local cluster packs its replicas (each has a network of its own there).
     d = schedule(snap([node("n1", cards=8), node("n2", cards=8)], running=[running(svc, [("n1", [0])])]))
     assert resize_of(d, "svc").replicas == 3
+
+
+def test_on_slurm_a_service_starting_with_several_replicas_puts_each_on_a_node_of_its_own():
+    # The first start of a service with min 2 places its replicas together, as a gang would; on Slurm two replica
+    # jobs on one node would both listen on the service's port, so they go to distinct nodes there.
+    svc = service("svc", "high", desired=3, minimum=2)
+    slurm = (Cluster("c1", type="slurm"),)
+    d = schedule(snap([node("n1", cards=8), node("n2", cards=8)], queued=[svc], clusters=slurm))
+    (start,) = d.starts
+    assert sorted(p.node_id for p in start.placements) == ["n1", "n2"]
+    # One node cannot hold two replicas there: the service waits rather than doubling up.
+    d = schedule(snap([node("n1", cards=8)], queued=[svc], clusters=slurm))
+    assert started(d) == [] and waiting(d)["svc"].reason == "insufficient_capacity"
+    # A plain gang of the same shape on Slurm, and the service on a local cluster, still pack onto one node.
+    gang = task("gang", "high", instances=2)
+    d = schedule(snap([node("n1", cards=8)], queued=[gang], clusters=slurm))
+    assert started(d) == ["gang"]
+    d = schedule(snap([node("n1", cards=8), node("n2", cards=8)], queued=[svc]))
+    assert {p.node_id for p in d.starts[0].placements} == {"n1"}
 
 
 def test_lower_desired_count_gives_replicas_back():

@@ -12,6 +12,7 @@ from apps.queues.engine import (
     InstancePlacement,
     ProjectQuota,
     Queue,
+    Reason,
     Resources,
     RunningTask,
     Scheduler,
@@ -20,6 +21,7 @@ from apps.queues.engine import (
     VdcSettings,
     schedule,
 )
+from apps.queues.engine.resources import demand_of
 
 from .builders import MODELS, node
 
@@ -70,6 +72,7 @@ def snapshots(draw):
             else None,
             submit_time=float(draw(st.integers(0, 900))),
             preemptible=draw(st.booleans()) or q.priority_class != "low",
+            preemptions=draw(st.integers(0, 1)) if queued else 0,
         )
 
     running = []
@@ -471,3 +474,40 @@ def _no_start_delays_a_reservation(s):
             if cls == "medium" and h_rank == 2 and t.preemptible and s.now + window <= t_res + 1e-6:
                 continue
             raise AssertionError(f"{t.id} ({cls}) started on nodes reserved for {holder} from {t_res}")
+
+
+# Waits that hold low work off the models the waiting high / medium task wants (capacity, queue order, reservations).
+_CAPACITY_WAITS = (
+    Reason.INSUFFICIENT_CAPACITY,
+    Reason.HOLDS_RESERVATION,
+    Reason.WAITING_FOR_RESERVATION,
+    Reason.QUEUE_ORDER,
+    Reason.CAPACITY_RESERVED,
+)
+
+
+@SETTINGS
+@given(snapshots())
+def test_low_work_started_beside_waiting_higher_class_work_can_be_suspended_for_it(s):
+    """SPEC §4 (issue 13): low runs only on otherwise idle capacity and is suspended at once when a high or medium
+    task needs its resources; a preempted low task starts again only when none that could use them waits. So a low
+    task started while a high / medium task waits for its GPU models (or cpu) is preemptible and was never
+    preempted: no waiting higher-class task is overtaken by low work it could not preempt."""
+    d = schedule(s)
+    cls = {q.id: q.priority_class for q in QUEUES}
+    catalog = {m.name: m for m in MODELS}
+    by_id = {t.id: t for t in s.queued}
+    wanted: set = set()
+    for w in d.waiting:
+        t = by_id[w.task_id]
+        if cls[t.queue_id] == "low" or w.reason not in _CAPACITY_WAITS or "larger than any node" in w.message:
+            continue
+        dem = demand_of(t, catalog)
+        wanted |= dem.models or {"cpu"}
+    for st_ in d.starts:
+        t = by_id[st_.task_id]
+        if cls[t.queue_id] != "low":
+            continue
+        got = {p.gpu_model or "cpu" for p in st_.placements}
+        if got & wanted:
+            assert t.preemptible and t.preemptions == 0, (t.id, got, wanted)

@@ -5,7 +5,18 @@ Each test states a pattern found in long trace replays that the engine before th
 
 from __future__ import annotations
 
-from apps.queues.engine import ProjectQuota, Queue, Reason, Resources, Scheduler, schedule
+from apps.queues.engine import (
+    FAIR_SHARE,
+    LAS,
+    NONSTRICT_FIFO,
+    SJF,
+    ProjectQuota,
+    Queue,
+    Reason,
+    Resources,
+    Scheduler,
+    schedule,
+)
 
 from .builders import node, preempted, queues, running, snap, started, task, waiting
 
@@ -222,3 +233,36 @@ def test_reclaim_prefers_the_smallest_sufficient_victim_over_an_oversized_one():
         )
     )
     assert preempted(d) == ["two"]
+
+
+# -- high-class wait: a fitting high task starts at once -----------------------------------------------------------
+
+
+def _high_head_draining_n1(policy):
+    """Two 4-card nodes of high work (non-preemptible): n1 half busy until 1000 s, n2 full until 5000 s. A 4-card high
+    head (which drains n1 under the non-strict policies), then two 1-card high tasks that fit only on n1 now."""
+    busy = [
+        running(task("a", expected_duration_s=1000.0), [("n1", [0, 1])], started_at=0),
+        running(task("b", expected_duration_s=5000.0), [("n2", [0, 1, 2, 3])], started_at=0),
+    ]
+    queued = [
+        task("head", gpu=4, expected_duration_s=100.0, submit_time=1),
+        task("short", expected_duration_s=300.0, submit_time=2),
+        task("long", expected_duration_s=4000.0, submit_time=3),
+    ]
+    qs = (Queue("high", "high", policy), Queue("medium", "medium", policy), Queue("low", "low", policy))
+    return snap([node("n1"), node("n2")], queued, busy, qs=qs, now=50)
+
+
+def test_high_task_that_ends_before_its_heads_drain_reservation_starts_at_once():
+    # Found by the policy_quality high-wait measure (openb, las / nonstrict_fifo): a 4-GPU, 23-second high task that
+    # fitted on free cards waited 1,604 s behind its queue head's drained nodes, although the head could not start
+    # before running high work ended. Work done by then does not delay the head.
+    for policy in (NONSTRICT_FIFO, LAS, SJF, FAIR_SHARE):
+        d = schedule(_high_head_draining_n1(policy))
+        assert started(d) == ["short"], policy
+        assert d.starts[0].placements[0].node_id == "n1"
+        w = waiting(d)
+        assert w["head"].reason in (Reason.INSUFFICIENT_CAPACITY, Reason.HOLDS_RESERVATION), policy
+        # Still running when the head could start: the head's nodes stay its own.
+        assert w["long"].reason == Reason.WAITING_FOR_RESERVATION, policy

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from apps.queues.engine.model import Resources
@@ -169,6 +171,16 @@ def test_loan_in_use_or_wanted_is_kept():
                 policy=POLICY).returned == ()  # fmt: skip
     # Running 4 with 2 waiting: about to be used.
     assert plan([starved(used=4.0, blocked=2.0), idle()], [loan()], [], now=1000.0, policy=POLICY).returned == ()
+
+
+def test_loan_wanted_only_by_work_that_may_not_run_on_it_is_returned():
+    # Loans for low-class work only: the borrower's 2 waiting GPUs are medium work (not loanable), so the loan is
+    # idle for what may use it; counted as plain waiting work it would be kept.
+    medium_waiting = replace(starved(used=4.0, blocked=0.0, waiting=2.0), loanable=gpu(0))
+    result = plan([medium_waiting, idle()], [loan()], [], now=1000.0, policy=POLICY)
+    assert [r.reason for r in result.returned] == [ReturnReason.BORROWER_IDLE]
+    assert plan([replace(medium_waiting, loanable=None), idle()], [loan()], [], now=1000.0,
+                policy=POLICY).returned == ()  # fmt: skip
 
 
 def test_cool_down_before_lending_to_the_same_pair_again():

@@ -117,18 +117,45 @@ def test_low_runs_only_on_idle_capacity():
     assert started(d) == ["low"]
 
 
-def test_low_is_not_restarted_while_high_waits_for_its_room():
+def _high_waits_for_its_room(low):
     # The high task needs 2 cards on one node; one is held by another high task, so it waits.
     other = task("h0")
-    d = schedule(
-        snap(
-            [node("n1", cards=2)],
-            [task("hi", gpu=2, submit_time=1), task("low", "low", submit_time=0)],
-            [running(other, [("n1", [0])])],
-        )
+    return schedule(
+        snap([node("n1", cards=2)], [task("hi", gpu=2, submit_time=1), low], [running(other, [("n1", [0])])])
     )
+
+
+def test_low_is_not_restarted_while_high_waits_for_its_room():
+    # SPEC §4: a preempted low task is "started again only when no high or medium task that could use those
+    # resources is waiting".
+    d = _high_waits_for_its_room(task("low", "low", submit_time=0, preemptions=1))
     assert started(d) == []
     assert waiting(d)["low"].reason == Reason.WAITING_FOR_HIGHER_CLASS
+
+
+def test_low_never_preempted_takes_idle_cards_a_waiting_high_task_cannot_use_yet():
+    # Low runs on otherwise idle capacity: the high task cannot start on the free card (its other card is held by
+    # high work), so a low task that was never preempted may use it until the high task can start, and is preempted
+    # then. Before this rule the card stayed idle, which cost the synthetic workload's low jobs most of their wait.
+    d = _high_waits_for_its_room(task("low", "low", submit_time=0))
+    assert started(d) == ["low"]
+    assert waiting(d)["hi"].reason == Reason.INSUFFICIENT_CAPACITY
+
+
+def test_non_preemptible_low_task_does_not_take_cards_a_waiting_high_task_needs():
+    # It could not be suspended when the high task can start, so it keeps off as before.
+    d = _high_waits_for_its_room(task("low", "low", submit_time=0, preemptible=False))
+    assert started(d) == []
+    assert waiting(d)["low"].reason == Reason.WAITING_FOR_HIGHER_CLASS
+
+
+def test_kept_scheduler_counts_preemptions_so_a_suspended_low_task_waits_for_high_work():
+    sched = Scheduler(snap([node("n1", cards=1)], [task("low", "low", submit_time=0)], now=0))
+    assert started(sched.cycle(0)) == ["low"]
+    sched.submit(task("hi", submit_time=1))
+    d = sched.cycle(10)
+    assert started(d) == ["hi"] and preempted(d) == ["low"]
+    assert sched.queued["low"].preemptions == 1
 
 
 def test_low_starts_when_waiting_high_needs_another_model():

@@ -555,6 +555,18 @@ def test_following_logs_reads_from_the_last_timestamp_seen_and_drops_what_was_se
         executor.read_logs(ext_id, after="o12")
 
 
+def test_a_concurrency_target_reaches_the_hpa_at_launch_and_when_edited(executor, emulator):
+    s = spec(kind="inference", settings={"min_replicas": 1, "max_replicas": 3, "target_requests_in_flight": 16})
+    external_id = executor.submit(s)
+    hpa = stored(emulator, "autoscaling/v2/horizontalpodautoscalers")[s.name]
+    assert hpa["spec"]["metrics"] == [{"type": "Pods", "pods": {"metric": {"name": "http_requests_in_flight"},
+                                      "target": {"type": "AverageValue", "averageValue": "16"}}}]  # fmt: skip
+    edited = dataclasses.replace(s, settings={"min_replicas": 1, "max_replicas": 3, "target_requests_in_flight": 4})
+    executor.update_autoscaling(external_id, edited)
+    hpa = stored(emulator, "autoscaling/v2/horizontalpodautoscalers")[s.name]
+    assert [metric["pods"]["target"]["averageValue"] for metric in hpa["spec"]["metrics"]] == ["4"]
+
+
 def test_new_autoscaling_settings_patch_the_running_services_hpa(executor, emulator):
     s = spec(kind="inference", settings={"min_replicas": 1, "max_replicas": 2, "target_gpu_utilization": 70},
              gpus_per_instance=1, gpu_model=A100)  # fmt: skip

@@ -429,6 +429,17 @@ def test_secret_variables_are_references_never_values_in_the_workload():
     assert m.secret_manifest(spec(), "gpu-jobs") is None
 
 
+def test_inference_concurrency_target_is_a_pods_metric_of_the_hpa_beside_the_request_rate():
+    targets = {"target_requests_per_second": 25, "target_requests_in_flight": 8}
+    s = spec(kind="inference", settings={"min_replicas": 1, "max_replicas": 4, **targets})
+    hpa = m.build_manifests(s, "ns")[-1]
+    pods = {metric["pods"]["metric"]["name"]: metric["pods"]["target"] for metric in hpa["spec"]["metrics"]}
+    assert pods == {
+        "http_requests_per_second": {"type": "AverageValue", "averageValue": "25"},
+        "http_requests_in_flight": {"type": "AverageValue", "averageValue": "8"},
+    }
+
+
 def test_inference_request_rate_target_is_a_pods_metric_of_the_hpa():
     s = spec(kind="inference", settings={"min_replicas": 1, "max_replicas": 4, "target_requests_per_second": 25})
     hpa = m.build_manifests(s, "ns")[-1]

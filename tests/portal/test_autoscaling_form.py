@@ -35,6 +35,23 @@ def test_the_form_saves_through_the_service(client, world):
     assert svc.events.filter(kind="autoscaled").count() == 1
 
 
+def test_the_form_sets_a_concurrency_target_and_the_page_shows_it(client, world):
+    svc = service(world)
+    client.force_login(world.member)
+    url = reverse("portal:task-autoscaling", args=[svc.pk])
+    page = client.post(url, {"autoscale_min": "1", "autoscale_max": "2", "autoscale_rps": "",
+                             "autoscale_concurrency": "6"}, follow=True).content.decode()  # fmt: skip
+    svc.refresh_from_db()
+    assert svc.autoscale_concurrency == 6
+    assert "6 requests in flight per replica" in page
+    assert 'name="autoscale_concurrency" min="1" max="10000" value="6"' in page
+    page = client.post(url, {"autoscale_min": "1", "autoscale_max": "2", "autoscale_concurrency": "0"},
+                       follow=True).content.decode()  # fmt: skip
+    assert "concurrency: Ensure this value is greater than or equal to 1." in page
+    svc.refresh_from_db()
+    assert svc.autoscale_concurrency == 6
+
+
 def test_a_refused_edit_says_why_and_changes_nothing(client, world):
     svc = service(world)
     client.force_login(world.member)

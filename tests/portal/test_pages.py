@@ -127,11 +127,12 @@ def test_dev_env_and_inference_forms_submit(client, world):
     inference = {**common, "name": "svc", "model_path": "/models/qwen", "port": "8000", "image": "vllm/vllm-openai",
                  "command": "vllm serve /models/qwen --port 8000",
                  "max_tokens": "1024", "temperature": "0.5", "autoscale_min": "1", "autoscale_max": "3",
-                 "autoscale_gpu_percent": "70"}  # fmt: skip
+                 "autoscale_gpu_percent": "70", "autoscale_concurrency": "16"}  # fmt: skip
     assert client.post(reverse("portal:inference-services-new"), inference).status_code == 302
     kinds = dict(Task.objects.values_list("name", "kind"))
     assert kinds == {"nb": "dev_env", "svc": "inference"}
-    assert Task.objects.get(name="svc").autoscale_gpu_percent == 70
+    svc = Task.objects.get(name="svc")
+    assert (svc.autoscale_gpu_percent, svc.autoscale_concurrency) == (70, 16)
 
 
 def test_queued_task_shows_its_position_and_estimated_start(client, world):

@@ -59,6 +59,14 @@ def test_counts_durations_and_text_out_of_bounds_are_refused(world, field, field
     assert "xpected" in errors[field][0]
 
 
+@pytest.mark.parametrize(
+    ("value", "says"), [(0, "greater than or equal to 1"), (10_001, "less than or equal to 10000")]
+)
+def test_a_concurrency_target_out_of_its_range_is_refused_with_the_range(world, value, says):
+    errors = refused(world, kind="inference", autoscale_min=1, autoscale_max=2, autoscale_concurrency=value)
+    assert says in errors["autoscale_concurrency"][0]
+
+
 def test_the_queue_maximum_is_the_admins_to_raise(world):
     world.high.max_expected_duration = timedelta(days=30)
     world.high.save()

@@ -67,6 +67,8 @@ DEFAULT_INFERENCE_PORT = 8000
 GPU_UTIL_METRIC = "DCGM_FI_DEV_GPU_UTIL"
 # A service's request rate per pod, as prometheus-adapter's usual rule names a counter http_requests_total.
 REQUESTS_METRIC = "http_requests_per_second"
+# A service's requests in flight per pod: a gauge the service exports (or the adapter renames to this; docs/tasks.md).
+IN_FLIGHT_METRIC = "http_requests_in_flight"
 
 # Pod names get "-<index>" (Indexed Job) or "-worker-<index>" (Volcano) appended and must stay
 # within the 63 characters of a DNS label, so task names are capped below that.
@@ -881,9 +883,10 @@ def _hpa_metrics(settings: dict) -> list[dict]:
                 },
             }
         )
-    if settings.get("target_requests_per_second") is not None:
-        target = {"type": "AverageValue", "averageValue": str(int(settings["target_requests_per_second"]))}
-        metrics.append({"type": "Pods", "pods": {"metric": {"name": REQUESTS_METRIC}, "target": target}})
+    for name, key in ((REQUESTS_METRIC, "target_requests_per_second"), (IN_FLIGHT_METRIC, "target_requests_in_flight")):
+        if settings.get(key) is not None:
+            target = {"type": "AverageValue", "averageValue": str(int(settings[key]))}
+            metrics.append({"type": "Pods", "pods": {"metric": {"name": name}, "target": target}})
     if not metrics:
         metrics.append(
             {

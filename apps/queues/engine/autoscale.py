@@ -8,8 +8,9 @@ The rules follow the Kubernetes HorizontalPodAutoscaler (autoscaling/v2) so a se
 every backend:
 
 * per metric, ``ceil(replicas x value / target)`` for utilisations (GPU %, CPU %: averages over the replicas),
-  and ``ceil(total rate / target per replica)`` for the request rate; a utilisation within ``tolerance`` of
-  its target leaves the count as it is; the largest count of all metrics wins, clamped to ``[min, max]``;
+  and ``ceil(total / target per replica)`` for the request rate and the concurrency (requests in flight,
+  measured over all replicas); a reading within ``tolerance`` of its target leaves the count as it is; the
+  largest count of all metrics wins, clamped to ``[min, max]``;
 * scale up fast: the up stabilisation window (0 s by default) and at most ``max(2 x replicas, replicas + 4)``
   per decision;
 * scale down slowly: the count only drops to the *largest* recommendation of the last ``down_window_s``
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 GPU = "gpu"
 CPU = "cpu"
 RPS = "rps"
+CONCURRENCY = "concurrency"
 FORECAST = "forecast"
 
 
@@ -42,6 +44,7 @@ class Targets:
     gpu_percent: float | None = None
     cpu_percent: float | None = None
     rps_per_replica: float | None = None
+    concurrency_per_replica: float | None = None
 
     def __post_init__(self):
         if self.min_replicas < 1 or self.max_replicas < self.min_replicas:
@@ -57,6 +60,7 @@ class Metrics:
     gpu_percent: float | None = None  # mean utilisation of the service's cards
     cpu_percent: float | None = None  # mean CPU utilisation of its replicas, of what they requested
     rps: float | None = None  # requests per second over all replicas
+    concurrency: float | None = None  # mean requests in flight over all replicas
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,16 +112,23 @@ def _per_metric(targets: Targets, metrics: Metrics, replicas: int, tolerance: fl
         ratio = value / target
         want = base if abs(ratio - 1.0) <= tolerance else math.ceil(base * ratio - 1e-9)
         out.append((want, name, value, target))
-    if metrics.rps is not None and targets.rps_per_replica:
-        ratio = metrics.rps / (targets.rps_per_replica * base)
-        want = base if abs(ratio - 1.0) <= tolerance else math.ceil(metrics.rps / targets.rps_per_replica - 1e-9)
-        out.append((want, RPS, metrics.rps, targets.rps_per_replica))
+    for name, value, target in (
+        (RPS, metrics.rps, targets.rps_per_replica),
+        (CONCURRENCY, metrics.concurrency, targets.concurrency_per_replica),
+    ):
+        if value is None or not target:
+            continue
+        ratio = value / (target * base)
+        want = base if abs(ratio - 1.0) <= tolerance else math.ceil(value / target - 1e-9)
+        out.append((want, name, value, target))
     return out
 
 
 def _describe(metric: str, value: float, target: float) -> str:
     if metric == RPS:
         return f"{value:.1f} requests/s for a target of {target:g} per replica"
+    if metric == CONCURRENCY:
+        return f"{value:.1f} requests in flight for a target of {target:g} per replica"
     return f"{metric.upper()} utilisation {value:.0f}% for a target of {target:g}%"
 
 

@@ -37,7 +37,7 @@ def _place_uncached(sched, d: Demand, alts, cands):
     for cv in cands:
         for alt in alts:
             if cv.index.could_fit(alt[0], alt[1], alt[2], d.instances):
-                claims = sched.place_gang(cv.index, alt, d.cpu, d.memory_gib, d.instances, None)
+                claims = sched.place_gang(cv.index, alt, d.cpu, d.memory_gib, d.instances, None, d.one_per_node)
                 if claims is not None:
                     return (cv, alt, claims)
     return None

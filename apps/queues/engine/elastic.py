@@ -105,12 +105,16 @@ def trim(sched, cyc) -> None:
 
 
 def _room_for_replica(sched, t: Task, q, quota, one: Resources) -> bool:
-    """Quota limit, queue maximum and VDC cap all leave room for one more replica."""
+    """Quota limit (and, when loans take low-class work only, the project's own limit for other work), queue
+    maximum and VDC cap all leave room for one more replica."""
     if (
         quota is not None
         and quota.enforce
         and quota.limit is not None
-        and not fits_under(sched.proj_usage.get(t.project_id, ZERO), one, quota.limit)
+        and not (
+            fits_under(sched.proj_usage.get(t.project_id, ZERO), one, quota.limit)
+            and sched.fits_own_limit(t.project_id, q.priority_class if q is not None else LOW, one)
+        )
     ):
         return False
     if q is not None and q.max_gpu is not None and sched.queue_usage.get(q.id, 0.0) + one.gpu > q.max_gpu + EPS:

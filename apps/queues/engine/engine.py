@@ -29,7 +29,7 @@ from collections import deque
 from dataclasses import fields, replace
 from operator import attrgetter
 
-from . import backfill, elastic, preemption, reservations
+from . import backfill, elastic, preemption, rebalance, reservations
 from .capacity import BEST_FIT, FGD, FIRST_FIT, NODE_SCORERS, Claim, ClusterIndex, NodeState
 from .estimate import Estimator, WaitingList
 from .fragmentation import FragmentationModel, shape_of
@@ -39,6 +39,8 @@ from .model import (
     DRF,
     FIFO,
     HIGH,
+    LOAN_LENDER_CREDITED,
+    LOAN_NEITHER,
     LOW,
     MEDIUM,
     POLICIES,
@@ -224,6 +226,7 @@ class Scheduler:
         # Capacity reservations (admin-held windows); replace the tuple between cycles to change them.
         self.reservations = snapshot.reservations
         self.has_priorities = any(q.priority for q in snapshot.quotas)
+        self.set_loans(snapshot.loans)
 
         by_cluster: dict = {c.id: [] for c in snapshot.clusters}
         self.nodes: list[NodeState] = []
@@ -267,6 +270,7 @@ class Scheduler:
         self.task_limits = self.per_user_limits or any(c.max_total_tasks is not None for c in snapshot.clusters)
 
         self.proj_usage: dict = {}
+        self.low_usage: dict = {}  # per project, what its low-class work holds (loans_low_class_only)
         self.queue_usage: dict = {}
         self.proj_count: dict = {}
         self.kind_count: dict = {}
@@ -483,6 +487,9 @@ class Scheduler:
         cpu, mem, gpu = t.cpu * n, t.memory_gib * n, run.alt[3] * n
         p = self.proj_usage.get(t.project_id, ZERO)
         self.proj_usage[t.project_id] = Resources(p.cpu + cpu, p.memory_gib + mem, p.gpu + gpu)
+        if not run.rank:
+            lo = self.low_usage.get(t.project_id, ZERO)
+            self.low_usage[t.project_id] = Resources(lo.cpu + cpu, lo.memory_gib + mem, lo.gpu + gpu)
         self.queue_usage[t.queue_id] = self.queue_usage.get(t.queue_id, 0.0) + gpu
         tu = self.total_usage
         self.total_usage = Resources(tu.cpu + cpu, tu.memory_gib + mem, tu.gpu + gpu)
@@ -504,6 +511,8 @@ class Scheduler:
         t = run.task
         u = Resources(t.cpu * delta_instances, t.memory_gib * delta_instances, run.alt[3] * delta_instances)
         self.proj_usage[t.project_id] = plus(self.proj_usage.get(t.project_id, ZERO), u)
+        if not run.rank:
+            self.low_usage[t.project_id] = plus(self.low_usage.get(t.project_id, ZERO), u)
         self.queue_usage[t.queue_id] = self.queue_usage.get(t.queue_id, 0.0) + u.gpu
         self.total_usage = plus(self.total_usage, u)
         self.clusters[run.cluster_id].used_gpu += u.gpu
@@ -519,8 +528,81 @@ class Scheduler:
         return quota.weight if quota is not None else 1.0
 
     def share_of(self, project_id) -> float:
-        """The project's DRF dominant share of the VDC."""
-        return dominant_share(self.proj_usage.get(project_id, ZERO), self.cap or self.capacity)
+        """The project's DRF dominant share of the VDC (its usage, less what :meth:`loan_credit` leaves out)."""
+        usage = self.proj_usage.get(project_id, ZERO)
+        if project_id in self._credited:
+            usage = rebalance.apply_adjustment(usage, plus(ZERO, self.loan_credit(project_id), -1))
+        return dominant_share(usage, self.cap or self.capacity)
+
+    # -- capacity loans (docs/engine.md, Rebalancer) -------------------------------------
+
+    def set_loans(self, loans) -> None:
+        """The active capacity loans the quotas carry (``Snapshot.loans``); replace them together with the quotas.
+
+        Fair share counts them as ``settings.loan_billing`` says (:meth:`loan_credit`); with
+        ``settings.loans_low_class_only`` only low-class work may run on borrowed capacity (:meth:`fits_own_limit`).
+        """
+        self.loans = tuple(sorted(loans, key=lambda x: (x.started_at, str(x.id))))
+        self.borrowed: dict = {}
+        for x in self.loans:
+            self.borrowed[x.borrower_id] = plus(self.borrowed.get(x.borrower_id, ZERO), x.amount)
+        mode = self.settings.loan_billing
+        if mode == LOAN_NEITHER:
+            self._credited = {x.borrower_id for x in self.loans}
+        elif mode == LOAN_LENDER_CREDITED:
+            self._credited = {x.lender_id for x in self.loans}
+        else:
+            self._credited = set()
+
+    def own_limit(self, project_id) -> Resources | None:
+        """The project's quota limit without what it borrowed (None: no quota or no limit)."""
+        quota = self.quotas.get(project_id)
+        if quota is None or quota.limit is None:
+            return None
+        b = self.borrowed.get(project_id)
+        return quota.limit if b is None else rebalance.apply_adjustment(quota.limit, plus(ZERO, b, -1))
+
+    def fits_own_limit(self, project_id, cls: str, add: Resources) -> bool:
+        """With ``settings.loans_low_class_only``, whether work of class ``cls`` adding ``add`` stays off what the
+        project borrowed: work above the low class, counted without the project's low work, must fit under the
+        project's own limit (what it borrowed is for low work, which the lender's reclaim suspends at once)."""
+        if cls == LOW or not self.settings.loans_low_class_only or project_id not in self.borrowed:
+            return True
+        own = self.own_limit(project_id)
+        if own is None:
+            return True
+        above_low = plus(self.proj_usage.get(project_id, ZERO), self.low_usage.get(project_id, ZERO), -1)
+        return fits_under(above_low, add, own)
+
+    def guarantee_for(self, quota, cls: str) -> Resources:
+        """The guarantee a task of class ``cls`` reclaims within: as in :meth:`fits_own_limit`, a borrowed
+        guarantee backs only low-class work when ``settings.loans_low_class_only``."""
+        b = self.borrowed.get(quota.project_id)
+        if b is None or cls == LOW or not self.settings.loans_low_class_only:
+            return quota.guaranteed
+        return rebalance.apply_adjustment(quota.guaranteed, plus(ZERO, b, -1))
+
+    def loan_credit(self, project_id) -> Resources:
+        """What fair share leaves out of the project's usage for capacity loans (``settings.loan_billing``).
+
+        "neither": the borrower's usage on its loans; "lender_credited": the part of what the lender lent that
+        its borrowers use; "borrower_pays": nothing. Usage on loans is the borrower's usage above its own limit,
+        given to its loans oldest first, as billing meters it (:func:`.rebalance.loans_in_use`).
+        """
+        if project_id not in self._credited:
+            return ZERO
+        lending = self.settings.loan_billing == LOAN_LENDER_CREDITED
+        mine = [x for x in self.loans if (x.lender_id if lending else x.borrower_id) == project_id]
+        states = {}
+        for b in {x.borrower_id for x in mine}:
+            limit = self.own_limit(b)
+            if limit is not None:
+                states[b] = rebalance.ProjectState(b, limit=limit, used=self.proj_usage.get(b, ZERO))
+        in_use = rebalance.loans_in_use(states, [x for x in self.loans if x.borrower_id in states])
+        total = ZERO
+        for x in mine:
+            total = plus(total, in_use.get(x.id, ZERO))
+        return total
 
     # -- events (stateful use) ---------------------------------------------------------
 
@@ -745,8 +827,12 @@ class Scheduler:
         if enforce and quota.limit is not None:
             usage = self.proj_usage.get(pid, ZERO)
             alts = tuple(a for a in alts if fits_under(usage, d.vector(a), quota.limit))
+            message = "the project's quota limit would be exceeded"
+            if alts and pid in self.borrowed:
+                alts = tuple(a for a in alts if self.fits_own_limit(pid, cls, d.vector(a)))
+                message += " (its borrowed capacity takes low-class work only)"
             if not alts:
-                self._wait(cyc, task, d, Reason.QUOTA_EXCEEDED, "the project's quota limit would be exceeded")
+                self._wait(cyc, task, d, Reason.QUOTA_EXCEEDED, message)
                 return
         if q.max_gpu is not None:
             used = self.queue_usage.get(q.id, 0.0)
@@ -766,7 +852,10 @@ class Scheduler:
                 self._wait(cyc, task, d, Reason.QUEUE_ORDER, "waiting behind an earlier task of its queue")
                 self._starving(cyc, cls, keys)
                 return
-        if cls == LOW and cyc.hm_blocked:
+        if cls == LOW and cyc.hm_blocked and (task.preemptions or not task.preemptible):
+            # Low work runs only on otherwise idle capacity: a preemptible low task that was never preempted may
+            # take idle cards that waiting high / medium work cannot use yet (it is suspended at once when they
+            # can); a preempted one starts again only when none of them waits for these models (SPEC §4).
             alts = tuple(a for a in alts if (a[0] or "cpu") not in cyc.hm_blocked)
             if not alts:
                 self._wait(
@@ -789,9 +878,11 @@ class Scheduler:
         if res is not None:
             t_res, nodes = res
             dur = task.expected_duration_s
-            # EASY backfill lets work that ends before the reservation onto its nodes; the other reserving
-            # policies keep the nodes of a blocked head for it alone (no estimate is trusted).
-            if q.policy != BACKFILL or dur is None or cyc.now + dur > t_res + EPS:
+            # Work that ends (by its expected duration) before the reservation starts may use its nodes: EASY
+            # backfill; in a high queue also under the other reserving policies when the head's start is known
+            # from expected ends (None: it waits for unestimated work). Elsewhere those keep a blocked head's
+            # nodes for it alone (no estimate is trusted; letting medium / low work in measured worse for sjf).
+            if (q.policy != BACKFILL and cls != HIGH) or dur is None or t_res is None or cyc.now + dur > t_res + EPS:
                 excluded, token = nodes, res
         held = self._held_off(task, cls, cyc) if cyc.class_res else None
         if held:
@@ -1010,20 +1101,25 @@ class Scheduler:
                     fail.add((cv.order, alt, cpu, mem, n, token))
                 continue
             for alt in alts:
-                fkey = (cv.order, alt, cpu, mem, n, token)
+                fkey = (cv.order, alt, cpu, mem, n, token, d.one_per_node)
                 if fkey in fail:
                     continue
                 if precheck and not index.could_fit(alt[0], alt[1], alt[2], n):
                     fail.add(fkey)
                     continue
-                claims = self.place_gang(index, alt, cpu, mem, n, excluded)
+                claims = self.place_gang(index, alt, cpu, mem, n, excluded, d.one_per_node)
                 if claims is not None:
                     return (cv, alt, claims)
                 fail.add(fkey)
         return None
 
-    def place_gang(self, index: ClusterIndex, alt, cpu: float, mem: float, n: int, excluded):
-        """Take claims for ``n`` instances on one cluster, or take nothing and return None."""
+    def place_gang(self, index: ClusterIndex, alt, cpu: float, mem: float, n: int, excluded, one_per_node=False):
+        """Take claims for ``n`` instances on one cluster, or take nothing and return None.
+
+        ``one_per_node`` (an autoscaled service, ``Demand.one_per_node``) puts each instance on a node of its own
+        when the cluster is a Slurm one, as :func:`elastic.grow` does for its later replicas.
+        """
+        spread = one_per_node and self.clusters[index.cluster_id].cluster.type == "slurm"
         claims = []
         for _ in range(n):
             claim = index.find(alt, cpu, mem, self.scorer, excluded, self.fgd)
@@ -1033,6 +1129,8 @@ class Scheduler:
                 return None
             index.take(claim)
             claims.append(claim)
+            if spread:
+                excluded = (excluded or frozenset()) | {claim[0].pos}
         return claims
 
     def _undo(self, placed) -> None:
@@ -1113,7 +1211,8 @@ class Scheduler:
         lost = max(0.0, cyc.now - run.started_at) * run.alt[3] * claims
         cyc.preempts.append(Preempt(task.id, reason, by.id, msg, True, new_window, lost))
         cyc.resizes.pop(task.id, None)
-        self.queued[task.id] = replace(task, window_s=new_window) if new_window is not None else task
+        requeued = replace(task, preemptions=task.preemptions + 1)
+        self.queued[task.id] = replace(requeued, window_s=new_window) if new_window is not None else requeued
 
     def _waiting(self, cyc: Cycle) -> WaitingList:
         """Positions, estimated starts and reasons of the tasks that stay queued, computed as they are read.

@@ -33,6 +33,12 @@ RESERVING_POLICIES = frozenset((NONSTRICT_FIFO, LAS, SJF, FAIR_SHARE))
 
 LINK_FAST = frozenset({"nvlink", "hccs"})
 
+# How capacity loans (:mod:`.rebalance`) count, in billing and in fair share (``VdcSettings.loan_billing``).
+LOAN_BORROWER_PAYS = "borrower_pays"
+LOAN_LENDER_CREDITED = "lender_credited"
+LOAN_NEITHER = "neither"
+LOAN_BILLING = (LOAN_BORROWER_PAYS, LOAN_LENDER_CREDITED, LOAN_NEITHER)
+
 
 class Reason:
     """Machine-readable codes for why a queued task has not started (``Waiting.reason``)."""
@@ -243,6 +249,10 @@ class Task:
     # replica it lacks may shrink or preempt lower-class work like a queued task of its class; a plain elastic
     # task only grows into idle capacity.
     autoscaled: bool = False
+    # Times the task was preempted (or suspended) before: a preempted low task is started again only when no high or
+    # medium task that could use those resources waits (SPEC §4). The Django layer maps ``Task.preemption_count``; a
+    # kept Scheduler counts its own preemptions.
+    preemptions: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,6 +309,14 @@ class VdcSettings:
     subhealthy_below: int = 80
     unhealthy_below: int = 30
     fgd_workload: tuple[WorkloadShape, ...] | None = None
+    # Capacity loans (``Snapshot.loans``): how a loan counts in fair share (drf, fair_share), the same way as in
+    # billing; and whether only low-class work may run on borrowed capacity (docs/engine.md, Rebalancer).
+    loan_billing: str = LOAN_BORROWER_PAYS
+    loans_low_class_only: bool = False
+
+    def __post_init__(self):
+        if self.loan_billing not in LOAN_BILLING:
+            raise ValueError(f"unknown loan billing {self.loan_billing!r}; expected one of {', '.join(LOAN_BILLING)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,6 +368,19 @@ class CapacityReservation:
 
 
 @dataclass(frozen=True, slots=True)
+class Loan:
+    """An active capacity loan (:mod:`.rebalance`): ``amount`` of the lender's guarantee is the borrower's until
+    it is returned. In a :class:`Snapshot` the quotas already carry it (:func:`.rebalance.quota_adjustments`)."""
+
+    id: Id
+    lender_id: Id
+    borrower_id: Id
+    amount: Resources
+    started_at: float
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """Everything one scheduling cycle needs."""
 
@@ -363,6 +394,7 @@ class Snapshot:
     queued: tuple[Task, ...] = ()
     settings: VdcSettings = VdcSettings()
     reservations: tuple[CapacityReservation, ...] = ()
+    loans: tuple[Loan, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,7 +52,7 @@ def reclaim_rights(sched, task, q, d: Demand, alts) -> tuple[bool, bool]:
     quota = sched.quotas.get(task.project_id)
     need = d.vector(alts[0])
     reclaim_p = quota is not None and within_guarantee(
-        sched.proj_usage.get(task.project_id, ZERO), need, quota.guaranteed
+        sched.proj_usage.get(task.project_id, ZERO), need, sched.guarantee_for(quota, q.priority_class)
     )
     reclaim_q = q.guaranteed_gpu > 0 and sched.queue_usage.get(q.id, 0.0) + need.gpu <= q.guaranteed_gpu + 1e-9
     return reclaim_p, reclaim_q
@@ -199,7 +199,7 @@ class _Trial:
 def _fits(sched, cv, d: Demand, alts, excluded=None) -> bool:
     for alt in alts:
         if cv.index.could_fit(alt[0], alt[1], alt[2], d.instances):
-            claims = sched.place_gang(cv.index, alt, d.cpu, d.memory_gib, d.instances, excluded)
+            claims = sched.place_gang(cv.index, alt, d.cpu, d.memory_gib, d.instances, excluded, d.one_per_node)
             if claims is not None:
                 for c in claims:
                     cv.index.release(c)

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from .model import Id, Resources
+from .model import Id, Loan, Resources
 
 EPS = 1e-9
 DIMENSIONS = ("gpu", "cpu", "memory_gib")
@@ -51,7 +51,10 @@ class ProjectState:
 
     ``guaranteed`` and ``limit`` are the project's own (no loans applied); ``used`` is what its running work
     holds; ``waiting`` the demand of its queued work that could run (not set aside as invalid or out of budget);
-    ``blocked`` the part of ``waiting`` whose tasks wait on the project's quota limit.
+    ``blocked`` the part of ``waiting`` whose tasks wait on the project's quota limit and could run on a loan;
+    ``loanable`` the part of ``waiting`` that could run on a loan (None: all of it). With "loans for low-class work
+    only" (``VdcSettings.loans_low_class_only``) the caller counts only low-class work in ``blocked`` and
+    ``loanable``: no loan opens for work that could not use it, and one that only such work wants is returned.
     """
 
     project_id: Id
@@ -62,22 +65,11 @@ class ProjectState:
     blocked: Resources = Resources()
     enforce: bool = True
     name: str = ""
+    loanable: Resources | None = None
 
     @property
     def label(self) -> str:
         return self.name or str(self.project_id)
-
-
-@dataclass(frozen=True, slots=True)
-class Loan:
-    """An active loan: ``amount`` of the lender's guarantee is the borrower's until it is returned."""
-
-    id: Id
-    lender_id: Id
-    borrower_id: Id
-    amount: Resources
-    started_at: float
-    expires_at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,7 +252,8 @@ def plan(
     # The borrower no longer needs it: its work fits under its own limit and its older loans.
     for borrower_id, own in _by_borrower(x for x in active if x.id not in gone).items():
         p = states.get(borrower_id)
-        wanted = _clip(_add(_add(p.used, p.waiting), p.limit, -1)) if p is not None else Resources()
+        waiting = (p.waiting if p.loanable is None else p.loanable) if p is not None else Resources()
+        wanted = _clip(_add(_add(p.used, waiting), p.limit, -1)) if p is not None else Resources()
         for loan in own:
             share = Resources(*(min(_get(wanted, d), _get(loan.amount, d)) for d in ("cpu", "memory_gib", "gpu")))
             wanted = _clip(_add(wanted, share, -1))

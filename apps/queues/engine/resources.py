@@ -43,6 +43,8 @@ class Demand:
     instances: int
     models: frozenset[str]
     key: tuple
+    # An autoscaled service's replicas on Slurm share their node's network and port: one instance per node there.
+    one_per_node: bool = False
 
     def vector(self, alt: Alternative, instances: int | None = None) -> Resources:
         """Total resources of ``instances`` (default: all) instances using ``alt``."""
@@ -100,7 +102,8 @@ def demand_of(task: Task, catalog: dict[str, GpuModel], instances: int | None = 
     models = frozenset(a[0] for a in alts if a[0] is not None)
     cpu = float(task.cpu)
     mem = float(task.memory_gib)
-    return Demand(alts, cpu, mem, n, models, (alts, cpu, mem, n))
+    spread = task.autoscaled and n > 1
+    return Demand(alts, cpu, mem, n, models, (alts, cpu, mem, n, spread), spread)
 
 
 def fits_under(usage: Resources, add: Resources, cap: Resources) -> bool:

@@ -16,7 +16,7 @@ import heapq
 import random
 import time
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from .engine import Scheduler
@@ -70,6 +70,7 @@ class SimResult:
     wall_s: float = 0.0
     fgd_default_cycles: int = 0  # cycles FGD ran on the default workload mix (nothing to learn from)
     finish_times: dict = field(default_factory=dict)
+    start_times: dict = field(default_factory=dict)  # task id -> its first start
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -103,6 +104,7 @@ def replay(
     quotas: Sequence[ProjectQuota] = (),
     cycle_interval: float = 0.0,
     restart_overhead_s: float = 0.0,
+    on_submit: Callable[[Scheduler, Task, float], None] | None = None,
 ) -> SimResult:
     """Replay ``tasks`` on ``nodes`` through the engine.
 
@@ -111,6 +113,8 @@ def replay(
     loop, as the Celery beat task does). A preempted task keeps the work up to its last
     checkpoint (:class:`SimTask`) and needs ``restart_overhead_s`` more when it starts again;
     its ``attained_gpu_s`` grows by the GPU-seconds of every run (policy "las" reads it).
+    ``on_submit(scheduler, task, now)`` is called after each arrival is submitted (for measurements that need
+    the state the task arrives into); it must not change the scheduler.
     """
     if restart_overhead_s < 0:
         raise ValueError(f"restart_overhead_s must be >= 0, got {restart_overhead_s!r}")
@@ -157,6 +161,8 @@ def replay(
                 tick_pending = False
             elif kind == "arrive":
                 sched.submit(by_id[tid].task)
+                if on_submit is not None:
+                    on_submit(sched, by_id[tid].task, now)
             elif version.get(tid, 0) == ver and tid in started_at:
                 sched.finish(tid)
                 alloc -= held.pop(tid)
@@ -206,6 +212,7 @@ def replay(
     res = SimResult(label, len(tasks), len(finish), preemptions=preemptions, cycles=cycles)
     res.lost_gpu_hours = (lost_gpu_s + restart_overhead_s * sum(by_id[t].gpu for t in finish if t in restarting)) / 3600
     res.finish_times = dict(finish)
+    res.start_times = dict(first_start)
     res.fgd_default_cycles = sched.fgd_default_cycles
     if res.fgd_default_cycles:
         warnings.warn(

@@ -106,8 +106,8 @@ class TaskViewSet(
 
     @extend_schema(request=AutoscaleSerializer, responses=TaskDetailSerializer)
     def partial_update(self, request: Request, *args, **kwargs) -> Response:
-        """Change an inference service's autoscaling (min/max replicas, CPU/GPU/memory % and requests/s
-        targets), validated like a submission; any other field is refused."""
+        """Change an inference service's autoscaling (min/max replicas, CPU/GPU/memory %, requests/s and
+        requests-in-flight targets), validated like a submission; any other field is refused."""
         task = self.get_object()
         others = sorted(set(request.data) - set(AUTOSCALE_FIELDS)) if hasattr(request.data, "keys") else []
         if others:

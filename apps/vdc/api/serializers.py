@@ -12,7 +12,16 @@ from apps.vdc import services
 from apps.vdc.api.common import ModelCleanMixin, SlugField, service_errors
 from apps.vdc.api.permissions import visible_projects
 from apps.vdc.choices import LoanReturnReason, Role
-from apps.vdc.models import MAX_SECRET_LENGTH, VDC, CapacityLoan, Membership, Project, ProjectQuota, ProjectSecret
+from apps.vdc.models import (
+    MAX_SECRET_LENGTH,
+    VDC,
+    CapacityLoan,
+    Membership,
+    Project,
+    ProjectQuota,
+    ProjectSecret,
+    RebalancerSettings,
+)
 from apps.vdc.services import can_manage
 
 
@@ -182,6 +191,21 @@ class ProjectSecretSerializer(serializers.ModelSerializer):
             return services.update_secret(
                 user, instance, value=validated_data.get("value"), description=validated_data.get("description")
             )
+
+
+class RebalancerSettingsSerializer(ModelCleanMixin, serializers.ModelSerializer):
+    """A VDC's inter-project rebalancer: when it lends unused guarantees, for how long, how loans are billed and
+    counted in fair share, and whether only low-class work runs on them (docs/engine.md, Rebalancer)."""
+
+    vdc_name = serializers.CharField(source="vdc.name", read_only=True)
+
+    class Meta:
+        model = RebalancerSettings
+        fields = [
+            "id", "vdc", "vdc_name", "enabled", "interval", "threshold_percent", "max_loan_duration",
+            "min_loan_duration", "cooldown", "loan_billing", "loans_low_class_only", "last_run_at",
+        ]  # fmt: skip
+        read_only_fields = ["last_run_at"]
 
 
 class CapacityLoanSerializer(serializers.ModelSerializer):

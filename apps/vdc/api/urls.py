@@ -9,6 +9,7 @@ ROUTES = [
     ("vdc-quotas", views.ProjectQuotaViewSet, "projectquota"),
     ("project-secrets", views.ProjectSecretViewSet, "projectsecret"),
     ("capacity-loans", views.CapacityLoanViewSet, "capacityloan"),
+    ("rebalancer-settings", views.RebalancerSettingsViewSet, "rebalancersettings"),
 ]
 
 urlpatterns: list = []

@@ -21,6 +21,7 @@ from apps.vdc.api.permissions import (
     is_platform_admin,
     member_project_ids,
     scope_to_projects,
+    scope_to_vdcs,
     visible_projects,
     visible_vdcs,
 )
@@ -30,6 +31,7 @@ from apps.vdc.api.serializers import (
     ProjectQuotaSerializer,
     ProjectSecretSerializer,
     ProjectSerializer,
+    RebalancerSettingsSerializer,
     VDCSerializer,
     other_owners,
 )
@@ -40,9 +42,10 @@ from apps.vdc.filtersets import (
     ProjectFilterSet,
     ProjectQuotaFilterSet,
     ProjectSecretFilterSet,
+    RebalancerSettingsFilterSet,
     VDCFilterSet,
 )
-from apps.vdc.models import CapacityLoan, Membership, ProjectQuota, ProjectSecret
+from apps.vdc.models import CapacityLoan, Membership, ProjectQuota, ProjectSecret, RebalancerSettings
 
 
 def quotas_of(user):
@@ -192,3 +195,17 @@ class CapacityLoanViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, view
 
     def get_queryset(self):
         return loans_of(self.request.user)
+
+
+class RebalancerSettingsViewSet(viewsets.ModelViewSet):
+    """Per VDC, the inter-project rebalancer's settings (``rebalancer-settings``); a VDC without a row is not
+    rebalanced. Users of the VDC read them; only platform admins write."""
+
+    serializer_class = RebalancerSettingsSerializer
+    permission_classes = [AdminWriteOrReadOnly]
+    filterset_class = RebalancerSettingsFilterSet
+    search_fields = ["vdc__name"]
+    ordering_fields = ["vdc__name", "threshold_percent", "last_run_at"]
+
+    def get_queryset(self):
+        return scope_to_vdcs(RebalancerSettings.objects.select_related("vdc").order_by("vdc__name"), self.request.user)
