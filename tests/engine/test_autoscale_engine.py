@@ -57,6 +57,17 @@ def test_on_slurm_a_service_starting_with_several_replicas_puts_each_on_a_node_o
     assert {p.node_id for p in d.starts[0].placements} == {"n1"}
 
 
+def test_a_service_keeps_one_replica_per_slurm_node_beside_a_plain_gang_of_its_shape():
+    # Demands are shared per request shape; a plain gang of the service's shape, considered first, must not
+    # hand the service its packed placement.
+    gang = task("gang", "high", instances=2, submit_time=1.0)
+    svc = service("svc", "high", desired=3, minimum=2, submit_time=2.0)
+    slurm = (Cluster("c1", type="slurm"),)
+    d = schedule(snap([node("n1", cards=8), node("n2", cards=8)], queued=[gang, svc], clusters=slurm))
+    placed = {s.task_id: [p.node_id for p in s.placements] for s in d.starts}
+    assert len(set(placed["gang"])) == 1 and sorted(placed["svc"]) == ["n1", "n2"]
+
+
 def test_lower_desired_count_gives_replicas_back():
     svc = service("svc", "high", desired=2)
     d = schedule(snap([node("n1")], running=[running(svc, [("n1", [0]), ("n1", [1]), ("n1", [2]), ("n1", [3])])]))

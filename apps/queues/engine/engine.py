@@ -371,7 +371,8 @@ class Scheduler:
             # A GpuRequest by its fields: equal requests have equal fields, and hashing the tuple skips the
             # dataclass's Python-level __hash__ / __eq__ (one each per task of a 100,000-task backlog).
             req = (GpuRequest, _gpu_fields(gpu)) if type(gpu) is GpuRequest else gpu
-            shape = (req, float(task.cpu), float(task.memory_gib), n)
+            # An autoscaled service's demand differs from a plain task's of the same shape (one_per_node).
+            shape = (req, float(task.cpu), float(task.memory_gib), n, task.autoscaled)
             d = self._shapes.get(shape)
         except TypeError:  # an unhashable request object: no sharing between tasks
             shape, d = None, None
