@@ -1079,6 +1079,11 @@ class Scheduler:
         # For one instance, best / first fit's search is as cheap as the could_fit pre-check and finds nothing
         # exactly when it says no; the other scorers scan nodes, so the pre-check stays.
         precheck = n > 1 or self.scorer not in (BEST_FIT, FIRST_FIT)
+        # A placement that failed leaves every (cluster, alternative) key below in ``fail``, so the same request on
+        # the same clusters fails again until ``fail`` is cleared: one lookup instead of one per pair.
+        every = ("every", alts, cpu, mem, n, token, d.one_per_node, tuple([cv.order for cv in cands]))
+        if every in fail:
+            return None
         for cv in cands:
             index = cv.index
             if n == 1 and len(alts) > 1:
@@ -1112,6 +1117,7 @@ class Scheduler:
                 if claims is not None:
                     return (cv, alt, claims)
                 fail.add(fkey)
+        fail.add(every)
         return None
 
     def place_gang(self, index: ClusterIndex, alt, cpu: float, mem: float, n: int, excluded, one_per_node=False):
