@@ -178,3 +178,26 @@ def test_waiting_list_reads_like_a_tuple():
     assert [x.position for x in w if x.queue_id == "low"] == list(range(1, 1 + sum(x.queue_id == "low" for x in w)))
     with pytest.raises(IndexError):
         w[len(w)]
+
+
+def test_preemption_forgets_failed_cpu_only_placements_on_the_freed_node():
+    """A preemption frees cores as well as cards: a CPU-only request that failed on that cluster in an earlier
+    cycle (its failure kept, nothing was given back in between) must be tried again, not remembered as failing."""
+    from .builders import queues, running, snap, started, task
+
+    busy = task("busy", queue="medium", gpu=1, cpu=8.0, expected_duration_s=1000)
+    cpu_job = task("cpu-job", queue="medium", gpu=0, cpu=2.0, expected_duration_s=50)
+    first = snap(
+        [node("n1", cpu=8.0)],
+        queued=[cpu_job],
+        running=[running(busy, [("n1", [0])], window=10.0)],
+        qs=queues(),
+    )
+    sched = Scheduler(first)
+    # A medium task never preempts medium work: the CPU-only task fails and its failure is cached.
+    assert started(sched.cycle(first.now)) == []
+    sched.submit(task("urgent", queue="high", gpu=1, cpu=4.0))
+    d = sched.cycle(first.now + 1)
+    # The high task preempts the medium one past its window, which leaves 4 cores free for the CPU-only task.
+    assert [p.task_id for p in d.preemptions] == ["busy"]
+    assert sorted(started(d)) == ["cpu-job", "urgent"]

@@ -10,10 +10,11 @@ def reserve(sched, d: Demand, alts, cands, now: float):
     ends = []
     eligible = {cv.cluster.id for cv in cands}
     for run in sched.running.values():
-        end = run.expected_end()
-        if end is not None and run.cluster_id in eligible:
-            ends.append((max(end, now), run.seq, run))
-    ends.sort(key=lambda e: (e[0], e[1]))
+        dur = run.task.expected_duration_s  # run.expected_end(), inlined: this walks every running task
+        if dur is not None and run.cluster_id in eligible:
+            end = run.started_at + dur
+            ends.append((end if end > now else now, run.seq, run))
+    ends.sort()  # by end, then seq (unique: the runs themselves are never compared)
     released = []
     result = None
     for end, _seq, run in ends:

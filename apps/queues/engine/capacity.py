@@ -46,6 +46,7 @@ class NodeState:
         "free_mem",
         "dev_ids",
         "dev_model",
+        "models",
         "dev_free",
         "_island",
         "dev_tier",
@@ -67,6 +68,7 @@ class NodeState:
         devs = node.devices
         self.dev_ids = [d.id for d in devs]
         self.dev_model = [d.model for d in devs]
+        self.models = frozenset(self.dev_model)  # the GPU models it has, whatever their health
         self.dev_free = [WHOLE] * len(devs)
         self.dev_ok = [d.health >= unhealthy_below for d in devs]
         self.dev_tier = [0 if d.health >= subhealthy_below else 1 for d in devs]

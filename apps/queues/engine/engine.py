@@ -178,6 +178,10 @@ class Cycle:
     def __init__(self, now: float):
         self.now = now
         self.fail: set = set()
+        # The keys of ``fail`` by (cluster order, GPU model or None), and its "every" keys: which to forget when
+        # capacity is given back (:func:`_forget_failures`). They may name keys ``fail`` no longer holds.
+        self.fail_by: dict = {}
+        self.fail_every: list = []
         self.starts: dict = {}
         self.preempts: list[Preempt] = []
         self.resizes: dict = {}
@@ -291,6 +295,8 @@ class Scheduler:
         # ``epoch`` counts give-backs, so the cache survives cycles that only add work.
         self.epoch = 0
         self._fail: set = set()
+        self._fail_by: dict = {}
+        self._fail_every: list = []
         self._fail_epoch = 0
         for run in pending:
             self._charge(run, +1)
@@ -652,8 +658,12 @@ class Scheduler:
         cyc = Cycle(now)
         if self._fail_epoch != self.epoch:
             self._fail = set()
+            self._fail_by = {}
+            self._fail_every = []
             self._fail_epoch = self.epoch
         cyc.fail = self._fail
+        cyc.fail_by = self._fail_by
+        cyc.fail_every = self._fail_every
         self._cycle = cyc
         if self.fgd is not None and self.settings.fgd_workload is None:
             self._refresh_fgd()
@@ -1076,6 +1086,7 @@ class Scheduler:
         n = d.instances
         cpu, mem = d.cpu, d.memory_gib
         fail = cyc.fail
+        by = cyc.fail_by
         # For one instance, best / first fit's search is as cheap as the could_fit pre-check and finds nothing
         # exactly when it says no; the other scorers scan nodes, so the pre-check stays.
         precheck = n > 1 or self.scorer not in (BEST_FIT, FIRST_FIT)
@@ -1096,6 +1107,7 @@ class Scheduler:
                             viable.append(alt)
                         else:
                             fail.add(fkey)
+                            by.setdefault((cv.order, alt[0]), []).append(fkey)
                 if not viable:
                     continue
                 found = index.find_best(viable, cpu, mem, self.scorer, excluded, self.fgd)
@@ -1104,7 +1116,9 @@ class Scheduler:
                     index.take(claim)
                     return (cv, alt, [claim])
                 for alt in viable:
-                    fail.add((cv.order, alt, cpu, mem, n, token))
+                    fkey = (cv.order, alt, cpu, mem, n, token)
+                    fail.add(fkey)
+                    by.setdefault((cv.order, alt[0]), []).append(fkey)
                 continue
             for alt in alts:
                 fkey = (cv.order, alt, cpu, mem, n, token, d.one_per_node)
@@ -1112,12 +1126,15 @@ class Scheduler:
                     continue
                 if precheck and not index.could_fit(alt[0], alt[1], alt[2], n):
                     fail.add(fkey)
+                    by.setdefault((cv.order, alt[0]), []).append(fkey)
                     continue
                 claims = self.place_gang(index, alt, cpu, mem, n, excluded, d.one_per_node)
                 if claims is not None:
                     return (cv, alt, claims)
                 fail.add(fkey)
+                by.setdefault((cv.order, alt[0]), []).append(fkey)
         fail.add(every)
+        cyc.fail_every.append(every)
         return None
 
     def place_gang(self, index: ClusterIndex, alt, cpu: float, mem: float, n: int, excluded, one_per_node=False):
@@ -1169,6 +1186,8 @@ class Scheduler:
 
     def _apply_plan(self, plan, task: Task, q, cls: str, d: Demand, cyc: Cycle, excluded=None) -> None:
         """Carry out a preemption plan: shrink / evict the victims, then start the task."""
+        freed = [claim[0] for _run, claim in plan.shrinks]
+        freed += [c[0] for run, _reason in plan.victims for c in run.claims]
         for run, claim in plan.shrinks:
             self._shrink(run, claim, cyc)
             cyc.why[run.task.id] = f"gives replicas back to {task.id!r} ({cls} class) before anyone is preempted"
@@ -1176,7 +1195,7 @@ class Scheduler:
             self._evict(run, reason, task, cyc)
         self.epoch += 1
         self._fail_epoch = self.epoch
-        cyc.fail.clear()
+        _forget_failures(cyc, freed, self.clusters)
         token = None if excluded is None else ("held", excluded)
         placed = self._place(d, plan.alts, [plan.cluster], excluded, token, cyc)
         if placed is None:
@@ -1247,6 +1266,29 @@ FGD_PRIOR = 20.0
 DEFAULT_FGD_WORKLOAD = tuple(
     (weight, 1.0, 1.0, cards * WHOLE, None) for cards, weight in ((1, 8), (2, 4), (4, 2), (8, 1))
 )
+
+
+def _forget_failures(cyc: Cycle, freed: list, clusters: dict) -> None:
+    """Forget the remembered placement failures that capacity given back on the ``freed`` nodes could turn.
+
+    A placement of an alternative only looks at nodes of its cluster that have its GPU model (any node for
+    CPU-only work), and taking capacity never makes a failed placement fit; so a failure stays a failure
+    unless one of these nodes is in its cluster and has its model. "every" keys (a whole request) are all
+    forgotten: they are rebuilt from the per-cluster keys in one lookup each.
+    """
+    fail, by = cyc.fail, cyc.fail_by
+    touched = set()
+    for ns in freed:
+        order = clusters[ns.cluster_id].order
+        touched.add((order, None))
+        for model in ns.models:
+            touched.add((order, model))
+    for pair in touched:
+        keys = by.pop(pair, None)
+        if keys:
+            fail.difference_update(keys)
+    fail.difference_update(cyc.fail_every)
+    cyc.fail_every.clear()
 
 
 def _node_state(ns: NodeState) -> tuple:
