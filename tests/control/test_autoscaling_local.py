@@ -97,6 +97,18 @@ def get_when_up(client, task, tries=100) -> str:
     raise AssertionError(f"the service of task {task.pk} never answered: {status} {body}")
 
 
+def serving(world, svc) -> tuple[AsyncClient, Client]:
+    """An async and a plain client logged in as the member, once the service answers; its request counters are
+    then cleared, so what a test reads is its own load."""
+    client = AsyncClient()
+    client.force_login(world.member)
+    sync = Client()
+    sync.force_login(world.member)
+    assert get_when_up(sync, svc).startswith("cards=")
+    request_rate.forget(svc.pk)
+    return client, sync
+
+
 def replicas_running(task) -> int | None:
     task.refresh_from_db()
     return executor_for(task.cluster).status(task.external_id).replicas
@@ -198,12 +210,7 @@ def test_slow_requests_start_a_replica_on_concurrency_while_their_rate_is_under_
     # 6 clients keep a streamed 1.5 s request each in flight for 10 s: about 40 requests, 2.7 requests/s over the
     # 15 s window (under the target of 5 for one replica), 60 s of busy time: 4 in flight (twice the target of 2).
     svc = start(world, "svc", "high", autoscale_max=2, autoscale_rps=5, autoscale_concurrency=2)
-    client = AsyncClient()
-    client.force_login(world.member)
-    sync = Client()
-    sync.force_login(world.member)
-    assert get_when_up(sync, svc).startswith("cards=")
-    request_rate.forget(svc.pk)
+    client, sync = serving(world, svc)
     time.sleep(max(0.0, 1.0 - time.time() % 1.0))  # start on a whole second, as the counters count
     took = async_to_sync(_slow_load)(client, svc, workers=6, seconds=10.0)
     assert min(took) >= SLOW_S * 0.9  # each request lasted as long as its stream
@@ -245,12 +252,7 @@ async def _cut_off(client, task, after: float) -> None:
 
 def test_a_request_cut_off_mid_stream_counts_for_the_time_it_was_relayed(world):
     svc = start(world, "svc", "high", autoscale_max=2, autoscale_concurrency=2)
-    client = AsyncClient()
-    client.force_login(world.member)
-    sync = Client()
-    sync.force_login(world.member)
-    assert get_when_up(sync, svc).startswith("cards=")
-    request_rate.forget(svc.pk)
+    client, sync = serving(world, svc)
     t0 = time.time()
     async_to_sync(_cut_off)(client, svc, after=SLOW_S / 2)
     busy_s = request_rate.concurrency([svc.pk], window_s=5, now=time.time() + 2)[svc.pk] * 5
