@@ -486,28 +486,75 @@ _CAPACITY_WAITS = (
 )
 
 
+def _could_fit_before(s: Snapshot, d, w: Task, w_cls: str, node_id: str, horizon: float) -> bool:
+    """Whether one instance of the waiting task ``w`` fits on the node once every holder of it after the decisions
+    ``d`` that ``w`` may preempt, or that may end before ``horizon`` (by its expected duration; at any time without
+    one, or as an elastic task), is gone."""
+    cls = {q.id: q.priority_class for q in QUEUES}
+    start_of = {rt.task.id: (rt.started_at, rt.window_s) for rt in s.running}
+    for st_ in d.starts:
+        start_of[st_.task_id] = (s.now, st_.window_s)
+    n = next(x for x in s.nodes if x.id == node_id)
+    cpu, mem = n.cpu, n.memory_gib
+    free = {dev.id: 1000 for dev in n.devices}
+    for t, pl in _final_allocation(s, d):
+        if pl.node_id != node_id:
+            continue
+        began, window = start_of[t.id]
+        c = cls[t.queue_id]
+        if t.expected_duration_s is None or t.max_replicas is not None or (c == "low" and t.preemptible):
+            continue  # may be gone at once
+        end = began + t.expected_duration_s
+        if c == "medium" and w_cls == "high" and t.preemptible and window is not None:
+            end = min(end, began + window)
+        if end < horizon:
+            continue
+        cpu -= t.cpu
+        mem -= t.memory_gib
+        for share in pl.devices:
+            free[share.device_id] -= share.milli
+    dem = demand_of(w, {m.name: m for m in MODELS})
+    if cpu + 1e-9 < dem.cpu or mem + 1e-9 < dem.memory_gib:
+        return False
+    for model, cards, milli, _eq in dem.alternatives:
+        if model is None:
+            return True
+        ok = [free[dev.id] for dev in n.devices if dev.model == model]
+        if (cards and sum(1 for f in ok if f >= 1000) >= cards) or (milli and any(f >= milli for f in ok)):
+            return True
+    return False
+
+
 @SETTINGS
 @given(snapshots())
 def test_low_work_started_beside_waiting_higher_class_work_can_be_suspended_for_it(s):
     """SPEC §4 (issue 13): low runs only on otherwise idle capacity and is suspended at once when a high or medium
     task needs its resources; a preempted low task starts again only when none that could use them waits. So a low
-    task started while a high / medium task waits for its GPU models (or cpu) is preemptible and was never
-    preempted: no waiting higher-class task is overtaken by low work it could not preempt."""
+    task started while a high / medium task waits for its GPU models (or cpu) is preemptible, and if it was
+    preempted before, no waiting high / medium task could fit on its nodes before it is expected to end: no waiting
+    higher-class task is overtaken by low work it could not preempt, and a restarted one is not in their way."""
     d = schedule(s)
     cls = {q.id: q.priority_class for q in QUEUES}
     catalog = {m.name: m for m in MODELS}
     by_id = {t.id: t for t in s.queued}
     wanted: set = set()
+    waiters = []
     for w in d.waiting:
         t = by_id[w.task_id]
         if cls[t.queue_id] == "low" or w.reason not in _CAPACITY_WAITS or "larger than any node" in w.message:
             continue
         dem = demand_of(t, catalog)
         wanted |= dem.models or {"cpu"}
+        waiters.append(t)
     for st_ in d.starts:
         t = by_id[st_.task_id]
         if cls[t.queue_id] != "low":
             continue
         got = {p.gpu_model or "cpu" for p in st_.placements}
         if got & wanted:
-            assert t.preemptible and t.preemptions == 0, (t.id, got, wanted)
+            assert t.preemptible, (t.id, got, wanted)
+            if t.preemptions:
+                horizon = s.now + (t.expected_duration_s if t.expected_duration_s is not None else float("inf"))
+                for w in waiters:
+                    for pl in st_.placements:
+                        assert not _could_fit_before(s, d, w, cls[w.queue_id], pl.node_id, horizon), (t.id, w.id)

@@ -266,3 +266,43 @@ def test_high_task_that_ends_before_its_heads_drain_reservation_starts_at_once()
         assert w["head"].reason in (Reason.INSUFFICIENT_CAPACITY, Reason.HOLDS_RESERVATION), policy
         # Still running when the head could start: the head's nodes stay its own.
         assert w["long"].reason == Reason.WAITING_FOR_RESERVATION, policy
+
+
+# -- B. a preempted low task restarts where it is not in a waiting higher-class task's way ---------------------
+
+
+def _medium_waits_for_room(low):
+    """Two 2-card nodes, card 0 of each held by high work: on n1 until 50, on n2 until 1000. A 2-GPU medium task
+    waits (it may not preempt high work); it could use n1 from 50 on and n2 from 1000 on. ``low`` is queued too."""
+    busy = [
+        running(task("h1", expected_duration_s=50.0), [("n1", [0])], started_at=0),
+        running(task("h2", expected_duration_s=1000.0), [("n2", [0])], started_at=0),
+    ]
+    med = task("med", "medium", gpu=2, expected_duration_s=500.0, submit_time=5)
+    return schedule(snap([node("n1", cards=2), node("n2", cards=2)], [med, low], busy, now=10))
+
+
+def test_preempted_low_task_restarts_on_a_node_a_waiting_medium_task_cannot_use_before_it_ends():
+    # SPEC §4: a preempted low task starts again "only when no high or medium task that could use those resources
+    # is waiting". The medium task cannot use n2's free card before 1000; the low task is expected to end at 110, so
+    # it is not in the medium task's way there (and will not be thrown out for it). On n1 it would be (from 50).
+    # Before this rule the low task waited while any high / medium task waited for A100s, and the card stayed idle.
+    d = _medium_waits_for_room(task("low", "low", submit_time=0, preemptions=1, expected_duration_s=100.0))
+    assert started(d) == ["low"]
+    assert d.starts[0].placements[0].node_id == "n2"
+    assert waiting(d)["med"].reason == Reason.INSUFFICIENT_CAPACITY
+
+
+def test_preempted_low_task_waits_when_a_waiting_medium_task_could_use_its_cards_before_it_ends():
+    # Expected to run past 1000 (or for an unknown time): the medium task could use either free card meanwhile.
+    for duration in (5000.0, None):
+        d = _medium_waits_for_room(task("low", "low", submit_time=0, preemptions=1, expected_duration_s=duration))
+        assert started(d) == [], duration
+        assert waiting(d)["low"].reason == Reason.WAITING_FOR_HIGHER_CLASS
+
+
+def test_never_preempted_low_task_still_takes_idle_cards_beside_waiting_medium_work():
+    # Unchanged: a low task that was never preempted may use idle cards the waiting task cannot use now; it is
+    # suspended at once when the medium task can start.
+    d = _medium_waits_for_room(task("low", "low", submit_time=0, expected_duration_s=5000.0))
+    assert started(d) == ["low"]

@@ -189,6 +189,12 @@ class Cycle:
         self.waiting: list[tuple[Task, Demand | None, str, str]] = []
         # GPU models (and "cpu") that a high/medium task waits for: low work must leave them idle.
         self.hm_blocked: set = set()
+        # The request shapes of those waiting high/medium tasks ((shape, clusters, class) -> (demand, clusters,
+        # class rank)); what :meth:`Scheduler._hm_fit_time` derives from them, built when first asked.
+        self.hm_waiting: dict = {}
+        self.hm_needs: list | None = None
+        self.hm_releases: dict = {}
+        self.hm_fit: dict = {}
         # Models any waiting task could use: elastic tasks do not grow into them.
         self.starved: set = set()
         self.queue_blocked: dict = {}
@@ -861,13 +867,19 @@ class Scheduler:
             blocked = cyc.queue_blocked.get(q.id)
             if blocked and not blocked.isdisjoint(keys):
                 self._wait(cyc, task, d, Reason.QUEUE_ORDER, "waiting behind an earlier task of its queue")
-                self._starving(cyc, cls, keys)
+                self._starving(cyc, cls, keys, d, task)
                 return
+        protect = False
         if cls == LOW and cyc.hm_blocked and (task.preemptions or not task.preemptible):
             # Low work runs only on otherwise idle capacity: a preemptible low task that was never preempted may
             # take idle cards that waiting high / medium work cannot use yet (it is suspended at once when they
-            # can); a preempted one starts again only when none of them waits for these models (SPEC §4).
-            alts = tuple(a for a in alts if (a[0] or "cpu") not in cyc.hm_blocked)
+            # can); a preempted one starts again only when none of them that could use those resources waits
+            # (SPEC §4): it keeps off the nodes where a waiting one could fit before it is expected to end
+            # (:meth:`_hm_fit_time`). A non-preemptible one keeps off the models they wait for.
+            if task.preemptible:
+                protect = any((a[0] or "cpu") in cyc.hm_blocked for a in alts)
+            else:
+                alts = tuple(a for a in alts if (a[0] or "cpu") not in cyc.hm_blocked)
             if not alts:
                 self._wait(
                     cyc,
@@ -907,6 +919,31 @@ class Scheduler:
             token = ("held", excluded)
             keep_off = off if keep_off is None else keep_off | off
         placed = self._place(d, alts, cands, excluded, token, cyc)
+        if protect:
+            dur = task.expected_duration_s
+            horizon = float("inf") if dur is None else cyc.now + dur
+            for _ in range(PROTECTED_TRIES):
+                if placed is None:
+                    break
+                self._undo(placed)  # the fit times are of the nodes without this placement
+                bad = frozenset([c[0].pos for c in placed[2] if self._hm_fit_time(c[0], cyc) < horizon])
+                if not bad:
+                    for c in placed[2]:
+                        placed[0].index.take(c)
+                    break
+                # A waiting high / medium task could use this node before the low task would end: try elsewhere.
+                excluded = bad if excluded is None else excluded | bad
+                token = ("held", excluded)
+                placed = self._place(d, alts, cands, excluded, token, cyc)
+            else:
+                if placed is not None:
+                    self._undo(placed)
+                    placed = None
+            if placed is None:
+                self._wait(
+                    cyc, task, d, Reason.WAITING_FOR_HIGHER_CLASS, "high or medium work waits for these resources"
+                )
+                return
         if placed is not None:
             self._start(task, q, cls, d, placed, cyc)
             return
@@ -922,13 +959,13 @@ class Scheduler:
                             self._undo(freed)
                         self._wait(cyc, task, d, Reason.CAPACITY_RESERVED, cyc.holds.message(blocking))
                         cyc.not_before[task.id] = blocking.end
-                        self._starving(cyc, cls, keys)
+                        self._starving(cyc, cls, keys, d, task, cands)
                         return
                 message = "would delay the reservation of the queue's head task"
                 if held:
                     message = "would delay capacity reserved for a higher-class or long-waiting task"
                 self._wait(cyc, task, d, Reason.WAITING_FOR_RESERVATION, message)
-                self._starving(cyc, cls, keys)
+                self._starving(cyc, cls, keys, d, task, cands)
                 return
         plan = preemption.plan(self, task, q, cls, d, alts, cands, cyc, keep_off)
         if plan is not None:
@@ -953,7 +990,7 @@ class Scheduler:
             )
         else:
             self._wait(cyc, task, d, Reason.INSUFFICIENT_CAPACITY, "not enough free capacity on eligible clusters")
-        self._starving(cyc, cls, keys)
+        self._starving(cyc, cls, keys, d, task, cands)
         if q.policy in (FIFO, DRF):
             cyc.queue_blocked.setdefault(q.id, set()).update(keys)
         elif q.policy == BACKFILL and q.id not in cyc.reservation:
@@ -1022,11 +1059,68 @@ class Scheduler:
             out |= nodes
         return frozenset(out) if out else None
 
-    def _starving(self, cyc: Cycle, cls: str, keys: frozenset) -> None:
+    def _starving(self, cyc: Cycle, cls: str, keys: frozenset, d: Demand, task: Task, cands=None) -> None:
         """A task waits for capacity of these kinds: elastic growth (and, for high/medium, low work) keeps off."""
         cyc.starved |= keys
         if cls != LOW:
             cyc.hm_blocked |= keys
+            if cands is None:
+                cands = self._eligible(task, cyc)
+            clusters = frozenset(cv.cluster.id for cv in cands)
+            key = (d.key, clusters, cls)
+            if key not in cyc.hm_waiting:
+                cyc.hm_waiting[key] = (d, clusters, CLASS_RANK[cls])
+                cyc.hm_needs = None
+                cyc.hm_fit = {}
+
+    def _hm_fit_time(self, ns: NodeState, cyc: Cycle) -> float:
+        """The earliest time one instance of a waiting high / medium task could fit on ``ns`` (inf: never).
+
+        SPEC §4 starts a preempted low task again "only when no high or medium task that could use those resources
+        is waiting". A waiting task cannot use any capacity at once (it found no room even after every preemption it
+        may make), so "could use" is read over the time the low task would hold the capacity: on a node where no
+        waiting task could fit before the low task is expected to end, it is not in their way and will not be thrown
+        out for them. Running work the waiting task may preempt (preemptible low work; for a high task, medium work
+        whose window is over) counts as gone now, and so does work without an expected duration and elastic work
+        (it may go at any time); the rest goes at its expected end (for a high task, a medium task's window end if
+        that is earlier).
+        """
+        t = cyc.hm_fit.get(ns.pos)
+        if t is not None:
+            return t
+        if cyc.hm_needs is None:
+            cyc.hm_needs = _minimal_needs(cyc.hm_waiting.values())
+        t = float("inf")
+        for clusters, rank, model, count, milli, cpu, mem in cyc.hm_needs:
+            if ns.cluster_id not in clusters or (model is not None and model not in ns.models):
+                continue
+            releases = cyc.hm_releases.get(rank)
+            if releases is None:
+                releases = cyc.hm_releases[rank] = self._releases_for(rank, cyc.now)
+            t = min(t, _earliest_fit(ns, model, count, milli, cpu, mem, releases.get(ns.pos, ()), cyc.now))
+            if t <= cyc.now:
+                break
+        cyc.hm_fit[ns.pos] = t
+        return t
+
+    def _releases_for(self, rank: int, now: float) -> dict:
+        """Per node position, (time, seq, claim) in time order: when running work gives its claims back to a waiting
+        task of class rank ``rank`` (see :meth:`_hm_fit_time`)."""
+        per_node: dict = {}
+        for run in self.running.values():
+            t = run.task
+            end = run.expected_end()
+            if end is None or run.elastic_min() is not None or (run.rank == CLASS_RANK[LOW] and t.preemptible):
+                end = now
+            elif rank == CLASS_RANK[HIGH] and run.rank == CLASS_RANK[MEDIUM] and t.preemptible:
+                window_end = run.window_end()
+                if window_end is not None:
+                    end = min(end, window_end)
+            for claim in run.claims:
+                per_node.setdefault(claim[0].pos, []).append((max(end, now), run.seq, claim))
+        for lst in per_node.values():
+            lst.sort(key=lambda e: e[:2])
+        return per_node
 
     def _eligible(self, task: Task, cyc: Cycle) -> list[ClusterView]:
         """Cluster filters (enabled, healthy, type, labels, task limits, resizable for elastic tasks), then the
@@ -1260,6 +1354,8 @@ class Scheduler:
 
 # Submissions FGD learns its target workload from (a long-lived Scheduler); the oldest drop out.
 FGD_WINDOW = 2000
+# A preempted low task tries this many placements away from nodes waiting high / medium work could use.
+PROTECTED_TRIES = 4
 FGD_PRIOR = 20.0
 # FGD's target workload when neither the VDC settings nor the snapshot give one: requests of 1, 2, 4 and 8 whole
 # cards of any model (one core each), smaller ones more frequent, as in the public GPU-cluster traces.
@@ -1289,6 +1385,46 @@ def _forget_failures(cyc: Cycle, freed: list, clusters: dict) -> None:
             fail.difference_update(keys)
     fail.difference_update(cyc.fail_every)
     cyc.fail_every.clear()
+
+
+def _minimal_needs(waiting) -> list:
+    """What one instance of each waiting task needs, per alternative: (clusters, rank, model, cards, milli, cpu,
+    memory) with "cards of at least milli free" (a whole card is 1000), keeping only needs no other need of the same
+    clusters, rank and model undercuts in every part: where a bigger one fits, a smaller one does too."""
+    groups: dict = {}
+    for d, clusters, rank in waiting:
+        for model, cards, milli, _eq in d.alternatives:
+            need = (cards or (1 if model is not None else 0), WHOLE if cards else milli, d.cpu, d.memory_gib)
+            groups.setdefault((clusters, rank, model), set()).add(need)
+    out = []
+    for (clusters, rank, model), needs in groups.items():
+        for n in needs:
+            if not any(o != n and all(a <= b for a, b in zip(o, n, strict=True)) for o in needs):
+                out.append((clusters, rank, model, *n))
+    return out
+
+
+def _earliest_fit(ns: NodeState, model, count: int, milli: int, cpu: float, mem: float, releases, now: float):
+    """When ``count`` usable cards of ``model`` with ``milli`` free each (and ``cpu`` / ``mem``) are first free on
+    ``ns`` as ``releases`` ((time, seq, claim), by time) give capacity back; inf if never."""
+    free = list(ns.dev_free)
+    free_cpu, free_mem = ns.free_cpu, ns.free_mem
+    cards = [k for k, m in enumerate(ns.dev_model) if m == model and ns.dev_ok[k]] if model is not None else []
+    i, n = 0, len(releases)
+    t = now
+    while True:
+        while i < n and releases[i][0] <= t:
+            claim = releases[i][2]
+            free_cpu += claim[1]
+            free_mem += claim[2]
+            for k, m in claim[3]:
+                free[k] += m
+            i += 1
+        if free_cpu + EPS >= cpu and free_mem + EPS >= mem and sum(1 for k in cards if free[k] >= milli) >= count:
+            return t
+        if i >= n:
+            return float("inf")
+        t = releases[i][0]
 
 
 def _node_state(ns: NodeState) -> tuple:
