@@ -869,15 +869,16 @@ class Scheduler:
                 self._wait(cyc, task, d, Reason.QUEUE_ORDER, "waiting behind an earlier task of its queue")
                 self._starving(cyc, cls, keys, d, task)
                 return
-        protect = False
-        if cls == LOW and cyc.hm_blocked and (task.preemptions or not task.preemptible):
+        aside = protect = False
+        if cls == LOW and cyc.hm_blocked:
             # Low work runs only on otherwise idle capacity: a preemptible low task that was never preempted may
             # take idle cards that waiting high / medium work cannot use yet (it is suspended at once when they
-            # can); a preempted one starts again only when none of them that could use those resources waits
-            # (SPEC §4): it keeps off the nodes where a waiting one could fit before it is expected to end
-            # (:meth:`_hm_fit_time`). A non-preemptible one keeps off the models they wait for.
+            # can), preferring nodes where none of them could fit before it is expected to end; a preempted one
+            # starts again only when none of them that could use those resources waits (SPEC §4): only on such
+            # nodes (:meth:`_place_aside`). A non-preemptible one keeps off the models they wait for.
             if task.preemptible:
-                protect = any((a[0] or "cpu") in cyc.hm_blocked for a in alts)
+                aside = any((a[0] or "cpu") in cyc.hm_blocked for a in alts)
+                protect = aside and task.preemptions > 0
             else:
                 alts = tuple(a for a in alts if (a[0] or "cpu") not in cyc.hm_blocked)
             if not alts:
@@ -918,32 +919,12 @@ class Scheduler:
             excluded = off if excluded is None else excluded | off
             token = ("held", excluded)
             keep_off = off if keep_off is None else keep_off | off
-        placed = self._place(d, alts, cands, excluded, token, cyc)
-        if protect:
-            dur = task.expected_duration_s
-            horizon = float("inf") if dur is None else cyc.now + dur
-            for _ in range(PROTECTED_TRIES):
-                if placed is None:
-                    break
-                self._undo(placed)  # the fit times are of the nodes without this placement
-                bad = frozenset([c[0].pos for c in placed[2] if self._hm_fit_time(c[0], cyc) < horizon])
-                if not bad:
-                    for c in placed[2]:
-                        placed[0].index.take(c)
-                    break
-                # A waiting high / medium task could use this node before the low task would end: try elsewhere.
-                excluded = bad if excluded is None else excluded | bad
-                token = ("held", excluded)
-                placed = self._place(d, alts, cands, excluded, token, cyc)
-            else:
-                if placed is not None:
-                    self._undo(placed)
-                    placed = None
-            if placed is None:
-                self._wait(
-                    cyc, task, d, Reason.WAITING_FOR_HIGHER_CLASS, "high or medium work waits for these resources"
-                )
-                return
+        placed = self._place_aside(task, d, alts, cands, excluded, token, cyc) if aside else None
+        if protect and placed is None:
+            self._wait(cyc, task, d, Reason.WAITING_FOR_HIGHER_CLASS, "high or medium work waits for these resources")
+            return
+        if placed is None:
+            placed = self._place(d, alts, cands, excluded, token, cyc)
         if placed is not None:
             self._start(task, q, cls, d, placed, cyc)
             return
@@ -1072,6 +1053,25 @@ class Scheduler:
                 cyc.hm_waiting[key] = (d, clusters, CLASS_RANK[cls])
                 cyc.hm_needs = None
                 cyc.hm_fit = {}
+
+    def _place_aside(self, task: Task, d: Demand, alts, cands, excluded, token, cyc: Cycle):
+        """Place a low task (claims taken) on nodes where no waiting high / medium task could fit before the low
+        task is expected to end (:meth:`_hm_fit_time`), trying ``PROTECTED_TRIES`` placements; None if it finds none."""
+        dur = task.expected_duration_s
+        horizon = float("inf") if dur is None else cyc.now + dur
+        for _ in range(PROTECTED_TRIES):
+            placed = self._place(d, alts, cands, excluded, token, cyc)
+            if placed is None:
+                return None
+            self._undo(placed)  # the fit times are of the nodes without this placement
+            bad = frozenset([c[0].pos for c in placed[2] if self._hm_fit_time(c[0], cyc) < horizon])
+            if not bad:
+                for c in placed[2]:
+                    placed[0].index.take(c)
+                return placed
+            excluded = bad if excluded is None else excluded | bad
+            token = ("held", excluded)
+        return None
 
     def _hm_fit_time(self, ns: NodeState, cyc: Cycle) -> float:
         """The earliest time one instance of a waiting high / medium task could fit on ``ns`` (inf: never).
@@ -1354,7 +1354,8 @@ class Scheduler:
 
 # Submissions FGD learns its target workload from (a long-lived Scheduler); the oldest drop out.
 FGD_WINDOW = 2000
-# A preempted low task tries this many placements away from nodes waiting high / medium work could use.
+# A low task tries this many placements away from nodes waiting high / medium work could use (a preempted one waits
+# if none is found, one never preempted takes the placement it would have had).
 PROTECTED_TRIES = 4
 FGD_PRIOR = 20.0
 # FGD's target workload when neither the VDC settings nor the snapshot give one: requests of 1, 2, 4 and 8 whole
