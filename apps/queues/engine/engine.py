@@ -189,8 +189,8 @@ class Cycle:
         self.waiting: list[tuple[Task, Demand | None, str, str]] = []
         # GPU models (and "cpu") that a high/medium task waits for: low work must leave them idle.
         self.hm_blocked: set = set()
-        # The request shapes of those waiting high/medium tasks ((shape, clusters, class) -> (demand, clusters,
-        # class rank)); what :meth:`Scheduler._hm_fit_time` derives from them, built when first asked.
+        # The request shapes of those waiting high/medium tasks ((shape, class) -> (demand, class rank)), and what
+        # :meth:`Scheduler._hm_fit_time` derives from them, built when first asked.
         self.hm_waiting: dict = {}
         self.hm_needs: list | None = None
         self.hm_releases: dict = {}
@@ -867,7 +867,7 @@ class Scheduler:
             blocked = cyc.queue_blocked.get(q.id)
             if blocked and not blocked.isdisjoint(keys):
                 self._wait(cyc, task, d, Reason.QUEUE_ORDER, "waiting behind an earlier task of its queue")
-                self._starving(cyc, cls, keys, d, task)
+                self._starving(cyc, cls, keys, d)
                 return
         aside = protect = False
         if cls == LOW and cyc.hm_blocked:
@@ -919,11 +919,19 @@ class Scheduler:
             excluded = off if excluded is None else excluded | off
             token = ("held", excluded)
             keep_off = off if keep_off is None else keep_off | off
-        placed = self._place_aside(task, d, alts, cands, excluded, token, cyc) if aside else None
-        if protect and placed is None:
-            self._wait(cyc, task, d, Reason.WAITING_FOR_HIGHER_CLASS, "high or medium work waits for these resources")
-            return
-        if placed is None:
+        if aside:
+            placed, first = self._place_aside(task, d, alts, cands, excluded, token, cyc)
+            if placed is None:
+                if protect:
+                    self._wait(
+                        cyc, task, d, Reason.WAITING_FOR_HIGHER_CLASS, "high or medium work waits for these resources"
+                    )
+                    return
+                if first is not None:  # never preempted: the placement it would have had
+                    placed = first
+                    for c in first[2]:
+                        first[0].index.take(c)
+        else:
             placed = self._place(d, alts, cands, excluded, token, cyc)
         if placed is not None:
             self._start(task, q, cls, d, placed, cyc)
@@ -940,13 +948,13 @@ class Scheduler:
                             self._undo(freed)
                         self._wait(cyc, task, d, Reason.CAPACITY_RESERVED, cyc.holds.message(blocking))
                         cyc.not_before[task.id] = blocking.end
-                        self._starving(cyc, cls, keys, d, task, cands)
+                        self._starving(cyc, cls, keys, d)
                         return
                 message = "would delay the reservation of the queue's head task"
                 if held:
                     message = "would delay capacity reserved for a higher-class or long-waiting task"
                 self._wait(cyc, task, d, Reason.WAITING_FOR_RESERVATION, message)
-                self._starving(cyc, cls, keys, d, task, cands)
+                self._starving(cyc, cls, keys, d)
                 return
         plan = preemption.plan(self, task, q, cls, d, alts, cands, cyc, keep_off)
         if plan is not None:
@@ -971,7 +979,7 @@ class Scheduler:
             )
         else:
             self._wait(cyc, task, d, Reason.INSUFFICIENT_CAPACITY, "not enough free capacity on eligible clusters")
-        self._starving(cyc, cls, keys, d, task, cands)
+        self._starving(cyc, cls, keys, d)
         if q.policy in (FIFO, DRF):
             cyc.queue_blocked.setdefault(q.id, set()).update(keys)
         elif q.policy == BACKFILL and q.id not in cyc.reservation:
@@ -1040,38 +1048,39 @@ class Scheduler:
             out |= nodes
         return frozenset(out) if out else None
 
-    def _starving(self, cyc: Cycle, cls: str, keys: frozenset, d: Demand, task: Task, cands=None) -> None:
+    def _starving(self, cyc: Cycle, cls: str, keys: frozenset, d: Demand) -> None:
         """A task waits for capacity of these kinds: elastic growth (and, for high/medium, low work) keeps off."""
         cyc.starved |= keys
         if cls != LOW:
             cyc.hm_blocked |= keys
-            if cands is None:
-                cands = self._eligible(task, cyc)
-            clusters = frozenset(cv.cluster.id for cv in cands)
-            key = (d.key, clusters, cls)
+            key = (d.key, cls)
             if key not in cyc.hm_waiting:
-                cyc.hm_waiting[key] = (d, clusters, CLASS_RANK[cls])
+                cyc.hm_waiting[key] = (d, CLASS_RANK[cls])
                 cyc.hm_needs = None
                 cyc.hm_fit = {}
 
     def _place_aside(self, task: Task, d: Demand, alts, cands, excluded, token, cyc: Cycle):
-        """Place a low task (claims taken) on nodes where no waiting high / medium task could fit before the low
-        task is expected to end (:meth:`_hm_fit_time`), trying ``PROTECTED_TRIES`` placements; None if it finds none."""
+        """Place a low task on nodes where no waiting high / medium task could fit before the low task is expected
+        to end (:meth:`_hm_fit_time`), trying ``PROTECTED_TRIES`` placements. Returns (that placement, claims
+        taken, or None; the first placement found anywhere, claims not taken, or None when nothing fits)."""
         dur = task.expected_duration_s
         horizon = float("inf") if dur is None else cyc.now + dur
+        first = None
         for _ in range(PROTECTED_TRIES):
             placed = self._place(d, alts, cands, excluded, token, cyc)
             if placed is None:
-                return None
+                break
             self._undo(placed)  # the fit times are of the nodes without this placement
+            if first is None:
+                first = placed
             bad = frozenset([c[0].pos for c in placed[2] if self._hm_fit_time(c[0], cyc) < horizon])
             if not bad:
                 for c in placed[2]:
                     placed[0].index.take(c)
-                return placed
+                return placed, first
             excluded = bad if excluded is None else excluded | bad
             token = ("held", excluded)
-        return None
+        return None, first
 
     def _hm_fit_time(self, ns: NodeState, cyc: Cycle) -> float:
         """The earliest time one instance of a waiting high / medium task could fit on ``ns`` (inf: never).
@@ -1091,8 +1100,8 @@ class Scheduler:
         if cyc.hm_needs is None:
             cyc.hm_needs = _minimal_needs(cyc.hm_waiting.values())
         t = float("inf")
-        for clusters, rank, model, count, milli, cpu, mem in cyc.hm_needs:
-            if ns.cluster_id not in clusters or (model is not None and model not in ns.models):
+        for rank, model, count, milli, cpu, mem in cyc.hm_needs:
+            if model is not None and model not in ns.models:
                 continue
             releases = cyc.hm_releases.get(rank)
             if releases is None:
@@ -1389,19 +1398,20 @@ def _forget_failures(cyc: Cycle, freed: list, clusters: dict) -> None:
 
 
 def _minimal_needs(waiting) -> list:
-    """What one instance of each waiting task needs, per alternative: (clusters, rank, model, cards, milli, cpu,
-    memory) with "cards of at least milli free" (a whole card is 1000), keeping only needs no other need of the same
-    clusters, rank and model undercuts in every part: where a bigger one fits, a smaller one does too."""
+    """What one instance of each waiting task needs, per alternative: (rank, model, cards, milli, cpu, memory) with
+    "cards of at least milli free" (a whole card is 1000), keeping only needs no other need of the same rank and
+    model undercuts in every part: where a bigger one fits, a smaller one does too. Any cluster counts (a task's
+    eligible clusters are not told apart: that can only keep low work off more nodes)."""
     groups: dict = {}
-    for d, clusters, rank in waiting:
+    for d, rank in waiting:
         for model, cards, milli, _eq in d.alternatives:
             need = (cards or (1 if model is not None else 0), WHOLE if cards else milli, d.cpu, d.memory_gib)
-            groups.setdefault((clusters, rank, model), set()).add(need)
+            groups.setdefault((rank, model), set()).add(need)
     out = []
-    for (clusters, rank, model), needs in groups.items():
+    for (rank, model), needs in groups.items():
         for n in needs:
             if not any(o != n and all(a <= b for a, b in zip(o, n, strict=True)) for o in needs):
-                out.append((clusters, rank, model, *n))
+                out.append((rank, model, *n))
     return out
 
 
