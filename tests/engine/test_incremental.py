@@ -10,6 +10,7 @@ resizes, waiting positions, estimates and reasons.
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -201,3 +202,81 @@ def test_preemption_forgets_failed_cpu_only_placements_on_the_freed_node():
     # The high task preempts the medium one past its window, which leaves 4 cores free for the CPU-only task.
     assert [p.task_id for p in d.preemptions] == ["busy"]
     assert sorted(started(d)) == ["cpu-job", "urgent"]
+
+
+def test_low_tasks_decided_from_an_identical_earlier_one_decide_as_if_considered_alone(monkeypatch):
+    """A low task without reclaim rights that finds no room is decided from an identical earlier task of the cycle
+    (``Scheduler._remember``) until capacity is taken or given back; the decisions equal those of a scheduler that
+    considers every task in full. Larger backlogs than above, so identical low tasks meet in one cycle."""
+    from apps.queues.engine import engine
+
+    lookups = {"found": 0}
+
+    class CountingMemo(dict):
+        def get(self, key, default=None):
+            value = super().get(key, default)
+            lookups["found"] += value is not None
+            return value
+
+    real_cycle_init = engine.Cycle.__init__
+
+    def counting_cycle(self, now):
+        real_cycle_init(self, now)
+        self.low_memo = CountingMemo()
+
+    def task(rnd, tid, now):
+        t = _task(rnd, tid, now)
+        if rnd.random() < 0.5:  # a few common low shapes, so identical low tasks meet
+            gpu = GpuRequest(rnd.choice([1, 4, 8]), ()) if rnd.random() < 0.8 else None
+            t = replace(t, queue_id="low", cpu=1.0, gpu=gpu, instances=1, min_replicas=None, max_replicas=None)
+        return t
+
+    monkeypatch.setattr(engine.Cycle, "__init__", counting_cycle)
+    for seed in range(30):
+        rnd = random.Random(1000 + seed)
+        clusters, nodes, quotas, settings = _config(rnd)
+        now = 1000.0
+        initial = [task(rnd, f"t{i}", now - 100) for i in range(rnd.randint(20, 60))]
+        snap = Snapshot(now, clusters, nodes, MODELS, QUEUES, quotas, (), tuple(initial), settings)
+        memo, full = Scheduler(snap), Scheduler(snap)
+        n = len(initial)
+        for _cycle in range(15):
+            got = memo.cycle(now)
+            with monkeypatch.context() as m:
+                m.setattr(Scheduler, "_remember", lambda *a, **k: None)
+                expected = full.cycle(now)
+            assert _decisions(got) == _decisions(expected), (seed, _cycle)
+            now += rnd.choice([1.0, 30.0, 300.0])
+            for _ in range(rnd.choice([0, 2, 5, 10])):
+                t = task(rnd, f"t{n}", now)
+                memo.submit(t)
+                full.submit(t)
+                n += 1
+            for tid in sorted(memo.running):
+                if rnd.random() < 0.15:
+                    memo.finish(tid)
+                    full.finish(tid)
+    assert lookups["found"] > 100  # the memo was really used
+
+
+def test_a_short_low_task_backfills_after_an_identical_long_one_waited_for_the_reservation():
+    """Two low tasks of one shape behind a blocked backfill head: the long one would delay the head's reservation
+    and waits, the short one ends before it and starts. The second is not decided from the first
+    (``Scheduler._remember`` keys the reserved nodes a task must keep off)."""
+    from apps.queues.engine import Queue, Reason
+
+    from .builders import node, running, snap, started, task, waiting
+
+    busy = [
+        running(task("a", "high", gpu=2, expected_duration_s=1000), [("n1", [0, 1])], started_at=0),
+        running(task("b", "high", gpu=4, expected_duration_s=5000), [("n2", [0, 1, 2, 3])], started_at=0),
+    ]
+    queued = [
+        task("head", "low", gpu=4, submit_time=1),
+        task("long", "low", gpu=1, submit_time=2, expected_duration_s=5000),
+        task("short", "low", gpu=1, submit_time=3, expected_duration_s=100),
+    ]
+    qs = (Queue("high", "high"), Queue("low", "low", "backfill"))
+    d = schedule(snap([node("n1"), node("n2")], queued, busy, qs=qs, now=50))
+    assert started(d) == ["short"]
+    assert waiting(d)["long"].reason == Reason.WAITING_FOR_RESERVATION

@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from math import inf
+
 from .resources import Demand
 
 
 def reserve(sched, d: Demand, alts, cands, now: float):
     """EASY backfill: when would the head fit, and on which nodes (from expected ends)?"""
-    ends = []
     eligible = {cv.cluster.id for cv in cands}
-    for run in sched.running.values():
-        dur = run.task.expected_duration_s  # run.expected_end(), inlined: this walks every running task
-        if dur is not None and run.cluster_id in eligible:
-            end = run.started_at + dur
-            ends.append((end if end > now else now, run.seq, run))
-    ends.sort()  # by end, then seq (unique: the runs themselves are never compared)
     released = []
     result = None
-    for end, _seq, run in ends:
+    for end, run in _by_end(sched.runs_by_end(), now):
+        if run.cluster_id not in eligible:
+            continue
         for claim in run.claims:
             sched.clusters[run.cluster_id].index.release(claim)
         released.append(run)
@@ -31,6 +29,17 @@ def reserve(sched, d: Demand, alts, cands, now: float):
         for claim in run.claims:
             sched.clusters[run.cluster_id].index.take(claim)
     return result
+
+
+def _by_end(ends: list, now: float):
+    """(end, run) in the order work is expected to end, from the scheduler's sorted (end, seq, run) list: work
+    already overdue ends "now", in seq order. Read lazily: a reservation usually needs only the first few."""
+    cut = bisect_right(ends, (now, inf))
+    for _seq, run in sorted([(e[1], e[2]) for e in ends[:cut]]):
+        yield now, run
+    for i in range(cut, len(ends)):
+        e = ends[i]
+        yield e[0], e[2]
 
 
 def _place_uncached(sched, d: Demand, alts, cands):

@@ -203,6 +203,8 @@ class Cycle:
         self.class_res: list = []
         self.class_res_queues: set = set()
         self.preempt_failed: set = set()
+        # Low tasks without reclaim rights that found no room: how they were decided (Scheduler._remember).
+        self.low_memo: dict = {}
         self.eligible: dict = {}
         self.eligible_static: dict = {}
         self.victim_pool: dict = {}
@@ -290,6 +292,10 @@ class Scheduler:
         self._releases: dict = {}
         self.release_total: dict = {}
         self._rel_pending: list = []
+        # (expected end, seq, run) of the running tasks that have an expected duration, sorted; new entries wait in
+        # ``_ends_pending`` until read (:meth:`runs_by_end`), as the release lists do.
+        self._ends: list = []
+        self._ends_pending: list = []
         self._cycle: Cycle | None = None
         # Cross-class reservations of the last cycle: holder task id -> (start time, node ids). For inspection.
         self.last_reservations: dict = {}
@@ -466,6 +472,25 @@ class Scheduler:
             self.release_total[key] = self.release_total.get(key, 0.0) + amount
             run._rel.append((key, entry))
 
+    def runs_by_end(self) -> list:
+        """(expected end, seq, run) of the running tasks that have an expected duration, in that order."""
+        pending = self._ends_pending
+        if pending:
+            self._ends += pending
+            self._ends.sort()  # (end, seq) is unique: the runs are never compared
+            pending.clear()
+        return self._ends
+
+    def _track_end(self, run: Run, sign: int) -> None:
+        end = run.expected_end()
+        if end is None:
+            return
+        if sign > 0:
+            self._ends_pending.append((end, run.seq, run))
+        else:
+            ends = self.runs_by_end()
+            del ends[bisect_left(ends, (end, run.seq))]
+
     def _flush_releases(self) -> None:
         """Merge the pending release entries into the sorted lists."""
         pending = self._rel_pending
@@ -488,6 +513,7 @@ class Scheduler:
         if self._cycle is not None:
             self._cycle.eligible.clear()
         self._track_releases(run, sign)
+        self._track_end(run, sign)
         t = run.task
         if t.max_replicas is not None:
             self.has_elastic = True
@@ -919,13 +945,31 @@ class Scheduler:
             excluded = off if excluded is None else excluded | off
             token = ("held", excluded)
             keep_off = off if keep_off is None else keep_off | off
+        memo = None
+        if cls == LOW and off is None:
+            rights = preemption.reclaim_rights(self, task, q, d, alts)
+            if not rights[0] and not rights[1]:
+                # Without reclaim rights, a low task that finds no room at all waits for reasons that depend only
+                # on what is keyed here: an identical earlier task of this cycle decided it, unless capacity was
+                # taken or given back since (:meth:`_remember`).
+                memo = (q.id, id(d), alts, aside, protect, id(cands), token)
+                hit = cyc.low_memo.get(memo)
+                if hit is not None and hit[0] == (self.epoch, len(cyc.starts)) and hit[1] is d and hit[2] is cands:
+                    _stamp, _d, _cands, reason, message, starving, blocks = hit
+                    self._wait(cyc, task, d, reason, message)
+                    if starving:
+                        self._starving(cyc, cls, keys, d)
+                    if blocks:
+                        cyc.queue_blocked[q.id].update(keys)
+                    return
         if aside:
             placed, first = self._place_aside(task, d, alts, cands, excluded, token, cyc)
             if placed is None:
                 if protect:
-                    self._wait(
-                        cyc, task, d, Reason.WAITING_FOR_HIGHER_CLASS, "high or medium work waits for these resources"
-                    )
+                    message = "high or medium work waits for these resources"
+                    self._wait(cyc, task, d, Reason.WAITING_FOR_HIGHER_CLASS, message)
+                    if first is None and memo is not None:
+                        self._remember(cyc, memo, d, cands, Reason.WAITING_FOR_HIGHER_CLASS, message, False, False)
                     return
                 if first is not None:  # never preempted: the placement it would have had
                     placed = first
@@ -955,14 +999,20 @@ class Scheduler:
                     message = "would delay capacity reserved for a higher-class or long-waiting task"
                 self._wait(cyc, task, d, Reason.WAITING_FOR_RESERVATION, message)
                 self._starving(cyc, cls, keys, d)
+                if memo is not None:
+                    self._remember(cyc, memo, d, cands, Reason.WAITING_FOR_RESERVATION, message, True, False)
                 return
-        plan = preemption.plan(self, task, q, cls, d, alts, cands, cyc, keep_off)
+        # (A low task without reclaim rights has no plan: it may not preempt anyone.)
+        plan = None if memo is not None else preemption.plan(self, task, q, cls, d, alts, cands, cyc, keep_off)
         if plan is not None:
             self._apply_plan(plan, task, q, cls, d, cyc, keep_off)
             return
         if not any(cv.index.could_ever_fit(alt, d.cpu, d.memory_gib) for cv in cands for alt in alts):
             # Waiting cannot help, so it must not hold back queues or low work either.
-            self._wait(cyc, task, d, Reason.INSUFFICIENT_CAPACITY, "larger than any node of the eligible clusters")
+            message = "larger than any node of the eligible clusters"
+            self._wait(cyc, task, d, Reason.INSUFFICIENT_CAPACITY, message)
+            if memo is not None:
+                self._remember(cyc, memo, d, cands, Reason.INSUFFICIENT_CAPACITY, message, False, False)
             return
         reserved = self._reserve_across_classes(task, q, cls, d, alts, cands, cyc)
         if reserved is not None:
@@ -986,6 +1036,22 @@ class Scheduler:
             cyc.reservation[q.id] = backfill.reserve(self, d, alts, cands, cyc.now)
         elif q.policy in RESERVING_POLICIES and q.id not in cyc.reservation:
             cyc.reservation[q.id] = drain_reservation(self, d, alts, cands, cyc.now)
+        if memo is not None:
+            message = "not enough free capacity on eligible clusters"
+            blocks = q.policy in (FIFO, DRF)
+            self._remember(cyc, memo, d, cands, Reason.INSUFFICIENT_CAPACITY, message, True, blocks)
+
+    def _remember(self, cyc: Cycle, memo: tuple, d: Demand, cands, reason: str, message: str, starving, blocks) -> None:
+        """Record how a low task without reclaim rights that found no room at all was decided, for identical
+        tasks later in the cycle (:meth:`_consider`): the wait, and whether it marks its models as wanted
+        (``starving``) and blocks its queue (``blocks``).
+
+        Valid while nothing starts and nothing is given back: until then every placement that failed fails again
+        (the cached failures), a trial placement that succeeded succeeds again, the usage counters behind the
+        admission checks and reclaim rights stand still, and the keyed reservation and eligible clusters are the
+        same objects (``d`` and ``cands`` are kept so their ids are not reused).
+        """
+        cyc.low_memo[memo] = ((self.epoch, len(cyc.starts)), d, cands, reason, message, starving, blocks)
 
     def _reserve_across_classes(self, task: Task, q, cls: str, d: Demand, alts, cands, cyc: Cycle):
         """A high task (or a medium task waiting past its queue's ``reserve_after_s``) that found no room

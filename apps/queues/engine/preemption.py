@@ -34,6 +34,7 @@ from .resources import WHOLE, Demand, borrowing, within_guarantee
 # Single-instance preemptors: how many candidate nodes are evaluated (cheapest first).
 NODE_CANDIDATES = 4
 ZERO = Resources()
+HIGH_RANK, MEDIUM_RANK = CLASS_RANK[HIGH], CLASS_RANK[MEDIUM]
 
 
 @dataclass
@@ -115,7 +116,7 @@ def _units(sched, task, q, cls: str, d: Demand, alts, cyc, reclaim_p: bool, recl
             continue
         if excluded is not None and any(c[0].pos in excluded for c in run.claims):
             continue  # its room is reserved for another task: evicting it would not help this one
-        if run.rank == CLASS_RANK[MEDIUM] and run.window_s is not None and now < run.started_at + run.window_s:
+        if run.rank == MEDIUM_RANK and run.window_s is not None and now < run.started_at + run.window_s:
             continue
         reason = None
         if (pr == CLASS_RANK[HIGH] and run.rank < pr) or (pr == CLASS_RANK[MEDIUM] and run.rank == 0):
@@ -143,22 +144,28 @@ def _units(sched, task, q, cls: str, d: Demand, alts, cyc, reclaim_p: bool, recl
         # to what their project borrows, then the least work lost.
         key = (1, run.rank, sched.priority_of(run.task.project_id), over, work, run.seq, 0)
         units.append((key, reason, run, None))
-    units.sort(key=lambda u: u[0])
+    units.sort()  # the keys are unique (seq, and the claim for shrinks), so only they are compared
     return units
 
 
 def _pool(sched, cyc, pr: int):
-    """Runs that could ever yield capacity to a class-``pr`` task, built once per cycle."""
+    """Runs that could yield capacity to a class-``pr`` task in this cycle, built once per cycle: not those that can
+    neither shrink nor be preempted (high, non-preemptible, medium inside its window)."""
     cached = cyc.victim_pool.get(pr)
     if cached is None:
         pool = []
         by_model: dict = {}
+        now = cyc.now
         for run in sched.running.values():
             if run.rank > pr:
                 continue
             lo = run.elastic_min()
             shrinkable = lo is not None and len(run.claims) > lo
-            if not shrinkable and (run.rank == CLASS_RANK[HIGH] or not run.task.preemptible):
+            if not shrinkable and (
+                run.rank == HIGH_RANK
+                or not run.task.preemptible
+                or (run.rank == MEDIUM_RANK and run.window_s is not None and now < run.started_at + run.window_s)
+            ):
                 continue
             pool.append(run)
             for m in run.models:
@@ -280,8 +287,13 @@ def plan(sched, task, q, cls: str, d: Demand, alts, cands, cyc, excluded=None) -
                 claims = [u[3]] if u[1] == "shrink" else u[2].claims
                 for c in claims:
                     per_node.setdefault(c[0].pos, []).append(u)
-            nodes = [pos for pos in per_node if _node_could_fit(cv.index.by_pos[pos], per_node[pos], d, alts)]
-            nodes = sorted(nodes, key=lambda pos: (per_node[pos][0][0], pos))[:NODE_CANDIDATES]
+            # The NODE_CANDIDATES nodes whose cheapest units are cheapest, among those where the task could fit.
+            nodes = []
+            for pos in sorted(per_node, key=lambda pos: (per_node[pos][0][0], pos)):
+                if _node_could_fit(cv.index.by_pos[pos], per_node[pos], d, alts):
+                    nodes.append(pos)
+                    if len(nodes) == NODE_CANDIDATES:
+                        break
             trials = [(_dedupe(per_node[pos]), alts) for pos in nodes]
         else:
             trials = [(_gang_subset(cv, mine, d, alt), (alt,)) for alt in alts]
