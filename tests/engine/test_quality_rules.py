@@ -310,6 +310,25 @@ def test_never_preempted_low_task_prefers_a_node_a_waiting_medium_task_cannot_us
     assert [(s.task_id, s.placements[0].node_id) for s in d.starts] == [("low", "n2")]
 
 
+def test_low_task_looks_past_nodes_of_a_model_only_another_models_waiting_work_could_use_now():
+    """Where a waiting task that could use the cards right now needs no more than the low task, every node the low
+    task fits on is in its way and no other placement is tried; that holds per GPU model. Here a 1-T4 medium task
+    waits behind a blocked 8-card head of its fifo queue: the T4 node is in its way now, the A100 node is in the head's
+    way only from 5000 on, so the low task (one card, any model) takes the A100 node, not the best fit's T4 card."""
+    busy = [
+        running(task("h1", gpu=1, expected_duration_s=5000.0), [("a100", [0])], started_at=0),
+        running(task("h2", gpu=1, expected_duration_s=5000.0), [("t4", [0])], started_at=0, model="T4"),
+    ]
+    queued = [
+        task("head", "medium", gpu=8, expected_duration_s=500.0, submit_time=1),
+        task("med", "medium", gpu=1, models=["T4"], expected_duration_s=500.0, submit_time=2),
+        task("low", "low", submit_time=3, expected_duration_s=100.0),
+    ]
+    d = schedule(snap([node("a100", cards=8), node("t4", model="T4", cards=2)], queued, busy, now=10))
+    assert waiting(d)["med"].reason == Reason.QUEUE_ORDER
+    assert [(s.task_id, s.placements[0].node_id) for s in d.starts] == [("low", "a100")]
+
+
 def test_never_preempted_low_task_still_takes_idle_cards_beside_waiting_medium_work():
     # Unchanged: a low task that was never preempted may use idle cards the waiting task cannot use now, even where
     # the waiting task could start before it ends; it is suspended at once when the medium task can start.

@@ -195,6 +195,7 @@ class Cycle:
         self.hm_needs: list | None = None
         self.hm_releases: dict = {}
         self.hm_fit: dict = {}
+        self.hm_dominated: dict = {}  # (id(demand), alternatives) -> (Scheduler._always_in_the_way, demand)
         # Models any waiting task could use: elastic tasks do not grow into them.
         self.starved: set = set()
         self.queue_blocked: dict = {}
@@ -1124,6 +1125,7 @@ class Scheduler:
                 cyc.hm_waiting[key] = (d, CLASS_RANK[cls])
                 cyc.hm_needs = None
                 cyc.hm_fit = {}
+                cyc.hm_dominated = {}
 
     def _place_aside(self, task: Task, d: Demand, alts, cands, excluded, token, cyc: Cycle):
         """Place a low task on nodes where no waiting high / medium task could fit before the low task is expected
@@ -1139,6 +1141,8 @@ class Scheduler:
             self._undo(placed)  # the fit times are of the nodes without this placement
             if first is None:
                 first = placed
+                if self._always_in_the_way(d, alts, cyc):
+                    break
             bad = frozenset([c[0].pos for c in placed[2] if self._hm_fit_time(c[0], cyc) < horizon])
             if not bad:
                 for c in placed[2]:
@@ -1147,6 +1151,31 @@ class Scheduler:
             excluded = bad if excluded is None else excluded | bad
             token = ("held", excluded)
         return None, first
+
+    def _always_in_the_way(self, d: Demand, alts, cyc: Cycle) -> bool:
+        """Whether some waiting high / medium task could fit right now wherever one instance of ``d`` fits with any of
+        ``alts``: it needs no more CPU and memory, and (of the same model) no more cards, each no fuller. Then every
+        node this task could be placed on is one that waiting work could use now, so no other placement is tried."""
+        key = (id(d), alts)
+        known = cyc.hm_dominated.get(key)
+        if known is not None:
+            return known[0]
+        if cyc.hm_needs is None:
+            cyc.hm_needs = _minimal_needs(cyc.hm_waiting.values())
+        cpu, mem = d.cpu, d.memory_gib
+        out = True
+        for model, cards, milli, _eq in alts:
+            count, free = (cards, WHOLE) if cards else (1 if model is not None else 0, milli)
+            if not any(
+                n_cpu <= cpu
+                and n_mem <= mem
+                and (n_model is None or (n_model == model and n_count <= count and n_milli <= free))
+                for _rank, n_model, n_count, n_milli, n_cpu, n_mem in cyc.hm_needs
+            ):
+                out = False
+                break
+        cyc.hm_dominated[key] = (out, d)  # d is kept, so its id is not reused within the cycle
+        return out
 
     def _hm_fit_time(self, ns: NodeState, cyc: Cycle) -> float:
         """The earliest time one instance of a waiting high / medium task could fit on ``ns`` (inf: never).
