@@ -51,6 +51,8 @@ class Plan:
 def reclaim_rights(sched, task, q, d: Demand, alts) -> tuple[bool, bool]:
     """Whether the task's project / queue stays within its guarantee with the task (may reclaim)."""
     quota = sched.quotas.get(task.project_id)
+    if quota is None and q.guaranteed_gpu <= 0:
+        return False, False  # nothing guaranteed to reclaim (the common case of a backlog's low work)
     need = d.vector(alts[0])
     reclaim_p = quota is not None and within_guarantee(
         sched.proj_usage.get(task.project_id, ZERO), need, sched.guarantee_for(quota, q.priority_class)
@@ -152,6 +154,11 @@ def _pool(sched, cyc, pr: int):
     """Runs that could yield capacity to a class-``pr`` task in this cycle, built once per cycle: not those that can
     neither shrink nor be preempted (high, non-preemptible, medium inside its window)."""
     cached = cyc.victim_pool.get(pr)
+    if cached is None and pr < HIGH_RANK and HIGH_RANK in cyc.victim_pool:
+        # The same filter as the high class's pool, for fewer classes: a subset of it.
+        high_pool, high_by_model = cyc.victim_pool[HIGH_RANK]
+        by_model = {m: [run for run in runs if run.rank <= pr] for m, runs in high_by_model.items()}
+        cached = cyc.victim_pool[pr] = ([run for run in high_pool if run.rank <= pr], by_model)
     if cached is None:
         pool = []
         by_model: dict = {}
