@@ -283,6 +283,7 @@ class Scheduler:
         self.task_limits = self.per_user_limits or any(c.max_total_tasks is not None for c in snapshot.clusters)
 
         self.proj_usage: dict = {}
+        self._shares: dict = {}  # project -> (its usage vector, dominant share): share_of
         self.low_usage: dict = {}  # per project, what its low-class work holds (loans_low_class_only)
         self.queue_usage: dict = {}
         self.proj_count: dict = {}
@@ -572,7 +573,15 @@ class Scheduler:
         usage = self.proj_usage.get(project_id, ZERO)
         if project_id in self._credited:
             usage = rebalance.apply_adjustment(usage, plus(ZERO, self.loan_credit(project_id), -1))
-        return dominant_share(usage, self.cap or self.capacity)
+            return dominant_share(usage, self.cap or self.capacity)
+        # Usage vectors are replaced, never changed, when work starts or stops: the share is kept with the one it is of
+        # (DRF orders re-read the shares of every queued task's project as tasks start).
+        known = self._shares.get(project_id)
+        if known is not None and known[0] is usage:
+            return known[1]
+        share = dominant_share(usage, self.cap or self.capacity)
+        self._shares[project_id] = (usage, share)
+        return share
 
     # -- capacity loans (docs/engine.md, Rebalancer) -------------------------------------
 

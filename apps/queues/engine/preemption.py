@@ -87,24 +87,31 @@ def _over_reclaim(sched, evicted: list) -> float:
     return sum(max(0.0, amount - borrowed) for amount, borrowed in taken.values())
 
 
-def _units(sched, task, q, cls: str, d: Demand, alts, cyc, reclaim_p: bool, reclaim_q: bool, excluded=None) -> list:
-    """All shrink / evict units that may make room for ``task``, cheapest first."""
+def _units(
+    sched, task, q, cls: str, d: Demand, alts, cyc, reclaim_p: bool, reclaim_q: bool, excluded=None, cluster_id=None
+) -> list:
+    """All shrink / evict units that may make room for ``task`` (on one cluster, or any), cheapest first."""
     pr = CLASS_RANK[cls]
     now = cyc.now
     gpu = alts[0][3] > 0
     units = []
     wanted = d.models
-    pool, by_model = _pool(sched, cyc, pr)
+    pool, by_model, by_cluster = _pool(sched, cyc, pr)
     if wanted:
         seen: set[int] = set()
         runs = []
         for m in sorted(wanted):
-            for run in by_model.get(m, ()):
-                if run.seq not in seen:
-                    seen.add(run.seq)
-                    runs.append(run)
+            if cluster_id is not None:
+                lists = [by_model.get((cluster_id, m), ())]
+            else:
+                lists = [lst for (_c, m_), lst in by_model.items() if m_ == m]
+            for lst in lists:
+                for run in lst:
+                    if run.seq not in seen:
+                        seen.add(run.seq)
+                        runs.append(run)
     else:
-        runs = pool
+        runs = pool if cluster_id is None else by_cluster.get(cluster_id, ())
     running = sched.running
     for run in runs:
         if run.fresh or running.get(run.task.id) is not run:
@@ -152,16 +159,21 @@ def _units(sched, task, q, cls: str, d: Demand, alts, cyc, reclaim_p: bool, recl
 
 def _pool(sched, cyc, pr: int):
     """Runs that could yield capacity to a class-``pr`` task in this cycle, built once per cycle: not those that can
-    neither shrink nor be preempted (high, non-preemptible, medium inside its window)."""
+    neither shrink nor be preempted (high, non-preemptible, medium inside its window). Returns them all, by
+    (cluster, GPU model) and by cluster."""
     cached = cyc.victim_pool.get(pr)
     if cached is None and pr < HIGH_RANK and HIGH_RANK in cyc.victim_pool:
         # The same filter as the high class's pool, for fewer classes: a subset of it.
-        high_pool, high_by_model = cyc.victim_pool[HIGH_RANK]
-        by_model = {m: [run for run in runs if run.rank <= pr] for m, runs in high_by_model.items()}
-        cached = cyc.victim_pool[pr] = ([run for run in high_pool if run.rank <= pr], by_model)
+        high = cyc.victim_pool[HIGH_RANK]
+        cached = cyc.victim_pool[pr] = (
+            [run for run in high[0] if run.rank <= pr],
+            {k: [run for run in runs if run.rank <= pr] for k, runs in high[1].items()},
+            {k: [run for run in runs if run.rank <= pr] for k, runs in high[2].items()},
+        )
     if cached is None:
         pool = []
         by_model: dict = {}
+        by_cluster: dict = {}
         now = cyc.now
         for run in sched.running.values():
             if run.rank > pr:
@@ -175,9 +187,10 @@ def _pool(sched, cyc, pr: int):
             ):
                 continue
             pool.append(run)
+            by_cluster.setdefault(run.cluster_id, []).append(run)
             for m in run.models:
-                by_model.setdefault(m, []).append(run)
-        cached = cyc.victim_pool[pr] = (pool, by_model)
+                by_model.setdefault((run.cluster_id, m), []).append(run)
+        cached = cyc.victim_pool[pr] = (pool, by_model, by_cluster)
     return cached
 
 
@@ -281,10 +294,10 @@ def plan(sched, task, q, cls: str, d: Demand, alts, cands, cyc, excluded=None) -
     )
     if fkey in cyc.preempt_failed:
         return None
-    units = _units(sched, task, q, cls, d, alts, cyc, reclaim_p, reclaim_q, excluded)
     best = None
     for cv in cands:
-        mine = [u for u in units if u[2].cluster_id == cv.cluster.id]
+        # Built per cluster: most plans stop after the first (see the end of the loop).
+        mine = _units(sched, task, q, cls, d, alts, cyc, reclaim_p, reclaim_q, excluded, cv.cluster.id)
         if not mine:
             continue
         trials = []
