@@ -917,15 +917,10 @@ class Scheduler:
                 protect = aside and task.preemptions > 0
             else:
                 alts = tuple(a for a in alts if (a[0] or "cpu") not in cyc.hm_blocked)
-            if not alts:
-                self._wait(
-                    cyc,
-                    task,
-                    d,
-                    Reason.WAITING_FOR_HIGHER_CLASS,
-                    "high or medium work waits for these resources",
-                )
-                return
+                if not alts:
+                    message = "high or medium work waits for these resources"
+                    self._wait(cyc, task, d, Reason.WAITING_FOR_HIGHER_CLASS, message)
+                    return
         cands = self._eligible(task, cyc)
         if not cands:
             message = "no enabled, healthy cluster matches the task"
