@@ -280,3 +280,50 @@ def test_a_short_low_task_backfills_after_an_identical_long_one_waited_for_the_r
     d = schedule(snap([node("n1"), node("n2")], queued, busy, qs=qs, now=50))
     assert started(d) == ["short"]
     assert waiting(d)["long"].reason == Reason.WAITING_FOR_RESERVATION
+
+
+def test_a_low_task_waiting_for_a_reservation_is_not_remembered_past_a_start_that_takes_the_room():
+    """A long low task waits for the backfill head's nodes (it would fit there); a short one then starts on that
+    room, so the next long task of the same shape fits nowhere: it waits for capacity, not for the reservation."""
+    from apps.queues.engine import Queue, Reason
+
+    from .builders import node, running, snap, started, task, waiting
+
+    busy = [
+        running(task("a", "high", gpu=2, expected_duration_s=1000), [("n1", [0, 1])], started_at=0),
+        running(task("b", "high", gpu=4, expected_duration_s=5000), [("n2", [0, 1, 2, 3])], started_at=0),
+    ]
+    queued = [
+        task("head", "low", gpu=4, submit_time=1),
+        task("long1", "low", gpu=1, submit_time=2, expected_duration_s=5000),
+        task("short", "low", gpu=2, submit_time=3, expected_duration_s=100),
+        task("long2", "low", gpu=1, submit_time=4, expected_duration_s=5000),
+    ]
+    qs = (Queue("high", "high"), Queue("low", "low", "backfill"))
+    d = schedule(snap([node("n1"), node("n2")], queued, busy, qs=qs, now=50))
+    assert started(d) == ["short"]
+    w = waiting(d)
+    assert w["long1"].reason == Reason.WAITING_FOR_RESERVATION
+    assert w["long2"].reason == Reason.INSUFFICIENT_CAPACITY
+
+
+def test_a_low_task_is_not_remembered_past_a_start_that_uses_up_a_clusters_task_limit():
+    """With cluster task limits a start can take a cluster out of a task's eligible ones: an identical later low
+    task is decided afresh and finds no eligible cluster."""
+    from apps.queues.engine import Cluster, Queue, Reason
+
+    from .builders import node, running, snap, started, task, waiting
+
+    busy = [running(task("r", "high", gpu=3, expected_duration_s=1000), [("n1", [0, 1, 2])], started_at=0)]
+    queued = [
+        task("a", "low", gpu=2, submit_time=1, expected_duration_s=100),
+        task("s", "low", gpu=1, submit_time=2, expected_duration_s=100),
+        task("b", "low", gpu=2, submit_time=3, expected_duration_s=100),
+    ]
+    qs = (Queue("high", "high"), Queue("low", "low", "backfill"))
+    clusters = (Cluster("c1", max_total_tasks=2),)
+    d = schedule(snap([node("n1")], queued, busy, qs=qs, now=50, clusters=clusters))
+    assert started(d) == ["s"]
+    w = waiting(d)
+    assert w["a"].reason == Reason.INSUFFICIENT_CAPACITY
+    assert w["b"].reason == Reason.NO_ELIGIBLE_CLUSTER

@@ -921,12 +921,11 @@ class Scheduler:
                     message = "high or medium work waits for these resources"
                     self._wait(cyc, task, d, Reason.WAITING_FOR_HIGHER_CLASS, message)
                     return
-        cands = self._eligible(task, cyc)
-        if not cands:
-            message = "no enabled, healthy cluster matches the task"
-            if task.max_replicas is not None:
-                message += " (elastic tasks run only on clusters that can resize a running job, e.g. Kubernetes)"
-            self._wait(cyc, task, d, Reason.NO_ELIGIBLE_CLUSTER, message)
+        # With cluster task limits, starts can take clusters out of a task's eligible ones; without them the set is
+        # fixed for the cycle (only its order changes), so a low task may be decided from the memo first.
+        cands = self._eligible(task, cyc) if self.task_limits else None
+        if cands is not None and not cands:
+            self._no_cluster(cyc, task, d)
             return
         excluded, token = None, None
         res = cyc.reservation.get(q.id) if q.policy == BACKFILL or q.policy in RESERVING_POLICIES else None
@@ -957,16 +956,28 @@ class Scheduler:
                 # Without reclaim rights, a low task that finds no room at all waits for reasons that depend only
                 # on what is keyed here: an identical earlier task of this cycle decided it, unless capacity was
                 # taken or given back since (:meth:`_remember`).
-                memo = (q.id, id(d), alts, aside, protect, id(cands), token)
+                where = id(cands) if cands is not None else self._eligible_key(task)
+                memo = (q.id, id(d), alts, aside, protect, where, token)
                 hit = cyc.low_memo.get(memo)
-                if hit is not None and hit[0] == (self.epoch, len(cyc.starts)) and hit[1] is d and hit[2] is cands:
-                    _stamp, _d, _cands, reason, message, starving, blocks = hit
+                if (
+                    hit is not None
+                    and hit[0] == self.epoch
+                    and (hit[1] is None or hit[1] == len(cyc.starts))
+                    and hit[2] is d
+                    and (cands is None or hit[3] is cands)
+                ):
+                    _epoch, _starts, _d, _cands, reason, message, starving, blocks = hit
                     self._wait(cyc, task, d, reason, message)
                     if starving:
                         self._starving(cyc, cls, keys, d)
                     if blocks:
                         cyc.queue_blocked[q.id].update(keys)
                     return
+        if cands is None:
+            cands = self._eligible(task, cyc)
+            if not cands:
+                self._no_cluster(cyc, task, d)
+                return
         if aside:
             placed, first = self._place_aside(task, d, alts, cands, excluded, token, cyc)
             if placed is None:
@@ -1051,12 +1062,19 @@ class Scheduler:
         tasks later in the cycle (:meth:`_consider`): the wait, and whether it marks its models as wanted
         (``starving``) and blocks its queue (``blocks``).
 
-        Valid while nothing starts and nothing is given back: until then every placement that failed fails again
-        (the cached failures), a trial placement that succeeded succeeds again, the usage counters behind the
-        admission checks and reclaim rights stand still, and the keyed reservation and eligible clusters are the
-        same objects (``d`` and ``cands`` are kept so their ids are not reused).
+        Valid until capacity is given back: until then a placement that failed fails again (taking capacity never
+        makes one fit) and the keyed reservation, alternatives and eligible clusters are the same (``d`` and
+        ``cands`` are kept so their ids are not reused). A wait for a reservation (its trial placement without
+        the reserved nodes succeeded) holds only until the next start too, which may take that room.
         """
-        cyc.low_memo[memo] = ((self.epoch, len(cyc.starts)), d, cands, reason, message, starving, blocks)
+        starts = len(cyc.starts) if reason == Reason.WAITING_FOR_RESERVATION else None
+        cyc.low_memo[memo] = (self.epoch, starts, d, cands, reason, message, starving, blocks)
+
+    def _no_cluster(self, cyc: Cycle, task: Task, d: Demand) -> None:
+        message = "no enabled, healthy cluster matches the task"
+        if task.max_replicas is not None:
+            message += " (elastic tasks run only on clusters that can resize a running job, e.g. Kubernetes)"
+        self._wait(cyc, task, d, Reason.NO_ELIGIBLE_CLUSTER, message)
 
     def _reserve_across_classes(self, task: Task, q, cls: str, d: Demand, alts, cands, cyc: Cycle):
         """A high task (or a medium task waiting past its queue's ``reserve_after_s``) that found no room
@@ -1238,18 +1256,22 @@ class Scheduler:
         through counters that change when something starts or stops, so it is cached per
         cycle until then.
         """
-        key = (
+        key = self._eligible_key(task)
+        out = cyc.eligible.get(key)
+        if out is None:
+            out = self._eligible_uncached(task, key, cyc)
+            cyc.eligible[key] = out
+        return out
+
+    def _eligible_key(self, task: Task) -> tuple:
+        """The task fields its eligible clusters depend on."""
+        return (
             task.cluster_type,
             task.max_replicas is not None,
             tuple(sorted(task.required_labels.items())) if task.required_labels else (),
             task.owner if self.per_user_limits else None,
             task.preferred_clusters,
         )
-        out = cyc.eligible.get(key)
-        if out is None:
-            out = self._eligible_uncached(task, key, cyc)
-            cyc.eligible[key] = out
-        return out
 
     def _eligible_uncached(self, task: Task, key: tuple, cyc: Cycle) -> list[ClusterView]:
         # The filters on fixed cluster fields hold for the whole cycle; starts and stops only change the
