@@ -955,7 +955,7 @@ class Scheduler:
             if not rights[0] and not rights[1]:
                 # Without reclaim rights, a low task that finds no room at all waits for reasons that depend only
                 # on what is keyed here: an identical earlier task of this cycle decided it, unless capacity was
-                # taken or given back since (:meth:`_remember`).
+                # given back since (:meth:`_remember`).
                 where = id(cands) if cands is not None else self._eligible_key(task)
                 memo = (q.id, id(d), alts, aside, protect, where, token)
                 hit = cyc.low_memo.get(memo)
