@@ -19,6 +19,7 @@ from apps.queues.engine import (
     GpuRequest,
     ProjectQuota,
     Queue,
+    Reason,
     Resources,
     RunningTask,
     Scheduler,
@@ -28,7 +29,7 @@ from apps.queues.engine import (
     schedule,
 )
 
-from .builders import MODELS, node
+from .builders import MODELS, node, running, snap, started, task, waiting
 
 QUEUES = (
     Queue("high", "high", policy="fifo"),
@@ -224,7 +225,7 @@ def test_low_tasks_decided_from_an_identical_earlier_one_decide_as_if_considered
         real_cycle_init(self, now)
         self.low_memo = CountingMemo()
 
-    def task(rnd, tid, now):
+    def common_task(rnd, tid, now):
         t = _task(rnd, tid, now)
         if rnd.random() < 0.5:  # a few common low shapes, so identical low tasks meet
             gpu = GpuRequest(rnd.choice([1, 4, 8]), ()) if rnd.random() < 0.8 else None
@@ -236,7 +237,7 @@ def test_low_tasks_decided_from_an_identical_earlier_one_decide_as_if_considered
         rnd = random.Random(1000 + seed)
         clusters, nodes, quotas, settings = _config(rnd)
         now = 1000.0
-        initial = [task(rnd, f"t{i}", now - 100) for i in range(rnd.randint(20, 60))]
+        initial = [common_task(rnd, f"t{i}", now - 100) for i in range(rnd.randint(20, 60))]
         snap = Snapshot(now, clusters, nodes, MODELS, QUEUES, quotas, (), tuple(initial), settings)
         memo, full = Scheduler(snap), Scheduler(snap)
         n = len(initial)
@@ -248,7 +249,7 @@ def test_low_tasks_decided_from_an_identical_earlier_one_decide_as_if_considered
             assert _decisions(got) == _decisions(expected), (seed, _cycle)
             now += rnd.choice([1.0, 30.0, 300.0])
             for _ in range(rnd.choice([0, 2, 5, 10])):
-                t = task(rnd, f"t{n}", now)
+                t = common_task(rnd, f"t{n}", now)
                 memo.submit(t)
                 full.submit(t)
                 n += 1
@@ -259,25 +260,26 @@ def test_low_tasks_decided_from_an_identical_earlier_one_decide_as_if_considered
     assert lookups["found"] > 100  # the memo was really used
 
 
-def test_a_short_low_task_backfills_after_an_identical_long_one_waited_for_the_reservation():
-    """Two low tasks of one shape behind a blocked backfill head: the long one would delay the head's reservation
-    and waits, the short one ends before it and starts. The second is not decided from the first
-    (``Scheduler._remember`` keys the reserved nodes a task must keep off)."""
-    from apps.queues.engine import Queue, Reason
-
-    from .builders import node, running, snap, started, task, waiting
-
+def _behind_a_blocked_backfill_head(*low):
+    """``low`` tasks queued behind a 4-card low backfill head on two 4-card nodes: n1 has 2 cards free until 1000
+    (the head reserves n1 from then), n2 none until 5000."""
     busy = [
         running(task("a", "high", gpu=2, expected_duration_s=1000), [("n1", [0, 1])], started_at=0),
         running(task("b", "high", gpu=4, expected_duration_s=5000), [("n2", [0, 1, 2, 3])], started_at=0),
     ]
-    queued = [
-        task("head", "low", gpu=4, submit_time=1),
+    queued = [task("head", "low", gpu=4, submit_time=1), *low]
+    qs = (Queue("high", "high"), Queue("low", "low", "backfill"))
+    return schedule(snap([node("n1"), node("n2")], queued, busy, qs=qs, now=50))
+
+
+def test_a_short_low_task_backfills_after_an_identical_long_one_waited_for_the_reservation():
+    """Two low tasks of one shape behind a blocked backfill head: the long one would delay the head's reservation
+    and waits, the short one ends before it and starts. The second is not decided from the first
+    (``Scheduler._remember`` keys the reserved nodes a task must keep off)."""
+    d = _behind_a_blocked_backfill_head(
         task("long", "low", gpu=1, submit_time=2, expected_duration_s=5000),
         task("short", "low", gpu=1, submit_time=3, expected_duration_s=100),
-    ]
-    qs = (Queue("high", "high"), Queue("low", "low", "backfill"))
-    d = schedule(snap([node("n1"), node("n2")], queued, busy, qs=qs, now=50))
+    )
     assert started(d) == ["short"]
     assert waiting(d)["long"].reason == Reason.WAITING_FOR_RESERVATION
 
@@ -285,22 +287,11 @@ def test_a_short_low_task_backfills_after_an_identical_long_one_waited_for_the_r
 def test_a_low_task_waiting_for_a_reservation_is_not_remembered_past_a_start_that_takes_the_room():
     """A long low task waits for the backfill head's nodes (it would fit there); a short one then starts on that
     room, so the next long task of the same shape fits nowhere: it waits for capacity, not for the reservation."""
-    from apps.queues.engine import Queue, Reason
-
-    from .builders import node, running, snap, started, task, waiting
-
-    busy = [
-        running(task("a", "high", gpu=2, expected_duration_s=1000), [("n1", [0, 1])], started_at=0),
-        running(task("b", "high", gpu=4, expected_duration_s=5000), [("n2", [0, 1, 2, 3])], started_at=0),
-    ]
-    queued = [
-        task("head", "low", gpu=4, submit_time=1),
+    d = _behind_a_blocked_backfill_head(
         task("long1", "low", gpu=1, submit_time=2, expected_duration_s=5000),
         task("short", "low", gpu=2, submit_time=3, expected_duration_s=100),
         task("long2", "low", gpu=1, submit_time=4, expected_duration_s=5000),
-    ]
-    qs = (Queue("high", "high"), Queue("low", "low", "backfill"))
-    d = schedule(snap([node("n1"), node("n2")], queued, busy, qs=qs, now=50))
+    )
     assert started(d) == ["short"]
     w = waiting(d)
     assert w["long1"].reason == Reason.WAITING_FOR_RESERVATION
@@ -310,10 +301,6 @@ def test_a_low_task_waiting_for_a_reservation_is_not_remembered_past_a_start_tha
 def test_a_low_task_is_not_remembered_past_a_start_that_uses_up_a_clusters_task_limit():
     """With cluster task limits a start can take a cluster out of a task's eligible ones: an identical later low
     task is decided afresh and finds no eligible cluster."""
-    from apps.queues.engine import Cluster, Queue, Reason
-
-    from .builders import node, running, snap, started, task, waiting
-
     busy = [running(task("r", "high", gpu=3, expected_duration_s=1000), [("n1", [0, 1, 2])], started_at=0)]
     queued = [
         task("a", "low", gpu=2, submit_time=1, expected_duration_s=100),

@@ -1182,8 +1182,7 @@ class Scheduler:
         known = cyc.hm_dominated.get(key)
         if known is not None:
             return known[0]
-        if cyc.hm_needs is None:
-            cyc.hm_needs = _minimal_needs(cyc.hm_waiting.values())
+        needs = _hm_needs(cyc)
         cpu, mem = d.cpu, d.memory_gib
         out = True
         for model, cards, milli, _eq in alts:
@@ -1192,7 +1191,7 @@ class Scheduler:
                 n_cpu <= cpu
                 and n_mem <= mem
                 and (n_model is None or (n_model == model and n_count <= count and n_milli <= free))
-                for _rank, n_model, n_count, n_milli, n_cpu, n_mem in cyc.hm_needs
+                for _rank, n_model, n_count, n_milli, n_cpu, n_mem in needs
             ):
                 out = False
                 break
@@ -1214,10 +1213,8 @@ class Scheduler:
         t = cyc.hm_fit.get(ns.pos)
         if t is not None:
             return t
-        if cyc.hm_needs is None:
-            cyc.hm_needs = _minimal_needs(cyc.hm_waiting.values())
         t = float("inf")
-        for rank, model, count, milli, cpu, mem in cyc.hm_needs:
+        for rank, model, count, milli, cpu, mem in _hm_needs(cyc):
             if model is not None and model not in ns.models:
                 continue
             releases = cyc.hm_releases.get(rank)
@@ -1516,6 +1513,13 @@ def _forget_failures(cyc: Cycle, freed: list, clusters: dict) -> None:
             fail.difference_update(keys)
     fail.difference_update(cyc.fail_every)
     cyc.fail_every.clear()
+
+
+def _hm_needs(cyc: Cycle) -> list:
+    """The cycle's waiting high / medium needs (:func:`_minimal_needs`), worked out when first asked."""
+    if cyc.hm_needs is None:
+        cyc.hm_needs = _minimal_needs(cyc.hm_waiting.values())
+    return cyc.hm_needs
 
 
 def _minimal_needs(waiting) -> list:

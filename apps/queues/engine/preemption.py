@@ -121,14 +121,14 @@ def _units(
             for j in range(len(run.claims) - 1, lo - 1, -1):
                 if excluded is None or run.claims[j][0].pos not in excluded:
                     units.append(((0, run.rank, 0, 0.0, 0.0, run.seq, -j), "shrink", run, run.claims[j]))
-        if run.rank == CLASS_RANK[HIGH] or not run.task.preemptible:
+        if run.rank == HIGH_RANK or not run.task.preemptible:
             continue
         if excluded is not None and any(c[0].pos in excluded for c in run.claims):
             continue  # its room is reserved for another task: evicting it would not help this one
         if run.rank == MEDIUM_RANK and run.window_s is not None and now < run.started_at + run.window_s:
             continue
         reason = None
-        if (pr == CLASS_RANK[HIGH] and run.rank < pr) or (pr == CLASS_RANK[MEDIUM] and run.rank == 0):
+        if (pr == HIGH_RANK and run.rank < pr) or (pr == MEDIUM_RANK and run.rank == 0):
             reason = PreemptReason.HIGHER_CLASS
         elif reclaim_p and run.task.project_id != task.project_id:
             vq = sched.quotas.get(run.task.project_id)
