@@ -100,10 +100,11 @@ class DeviceRow:
     unit: dict | None = None  # a MIG instance or time-sliced replica: its slot (and MIG uuid), kept in the placement
 
 
-# Task fields the snapshot and the apply step read or write; the rest (command, env ...) stays deferred.
+# Task fields the snapshot and the apply step read or write; the rest (command, env ...) stays deferred. A field
+# missing here that the apply step reads costs one query per task (the name: waiting messages name running tasks).
 SNAPSHOT_FIELDS = (
-    "project_id", "owner_id", "vdc_id", "queue", "kind", "cpu", "memory_gib", "gpu_spec", "instances", "elastic_min",
-    "elastic_max", "expected_duration", "preemptible", "required_labels", "status", "status_message",
+    "name", "project_id", "owner_id", "vdc_id", "queue", "kind", "cpu", "memory_gib", "gpu_spec", "instances",
+    "elastic_min", "elastic_max", "expected_duration", "preemptible", "required_labels", "status", "status_message",
     "pending_reason", "pending_message", "queue_position", "estimated_start", "cluster_id", "placement",
     "allocated_gpu", "replicas", "external_id", "attempt", "window", "submitted_at", "started_at", "finished_at",
     "updated_at", "uid", "exit_code", "failure_reason", "preemption_count", "lost_gpu_seconds", "wall_time",

@@ -100,6 +100,32 @@ def test_snapshot_queries_do_not_grow_with_tasks(world):
     assert cycle_large <= cycle_small + 3, (cycle_small, cycle_large)
 
 
+def test_naming_the_running_tasks_waiting_work_waits_for_costs_no_query_per_task(world):
+    """Waiting messages name the running task each waiting one waits for. Its name is part of the snapshot:
+    once it was deferred and read with one query per named task, so statements grew with the backlog."""
+    world.quota.limit_gpu = 16  # the waiting tasks wait for cards, not for the quota
+    world.quota.save()
+    world.high.policy = "nonstrict_fifo"  # each waiting task has its own estimate, not "behind an earlier task"
+    world.high.save()
+
+    def cycle_with(waiting_count):
+        Task.objects.all().delete()
+        for k in range(8):  # fill the node's eight cards, ending one hour apart
+            submit(world, gpu_spec="1(A100)", name=f"running-{k}", expected_duration=timedelta(hours=k + 1))
+        run_cycle(world.vdc.pk)  # they start; the next cycle loads them from the database
+        waiting = [submit(world, gpu_spec="1(A100)", name=f"waiting-{k}") for k in range(waiting_count)]
+        with CaptureQueriesContext(connection) as cycle:
+            run_cycle(world.vdc.pk)
+        messages = Task.objects.filter(pk__in=[t.pk for t in waiting]).values_list("pending_message", flat=True)
+        return len(cycle.captured_queries), {m.split("“")[1].split("”")[0] for m in messages}
+
+    few, named_few = cycle_with(2)
+    many, named_many = cycle_with(8)
+    assert named_few == {"running-0", "running-1"}
+    assert named_many == {f"running-{k}" for k in range(8)}
+    assert many == few, (few, many)
+
+
 def test_cycle_of_a_disabled_vdc_is_skipped(world):
     world.vdc.enabled = False
     world.vdc.save()
