@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
@@ -38,7 +38,7 @@ from apps.queues.choices import PriorityClass
 from apps.queues.engine import model as em
 from apps.queues.engine import rebalance
 from apps.queues.models import TaskQueue
-from apps.tasks.bulk import bulk_update_rows
+from apps.tasks.bulk import bulk_insert_rows, bulk_update_rows
 from apps.tasks.choices import ACTIVE, WAITING, EventKind, TaskStatus
 from apps.tasks.models import Task, TaskEvent
 from apps.tasks.signals import task_changed
@@ -174,11 +174,13 @@ class SnapshotLoader:
             )
         )
         exhausted = {pid for pid, balance, credit in exhausted if balance + credit <= 0}
-        tasks = list(
-            Task.objects.filter(vdc=self.vdc, status__in=(*WAITING, *ACTIVE))
-            .select_related("queue")
-            .only(*SNAPSHOT_FIELDS)
-        )
+        tasks = list(Task.objects.filter(vdc=self.vdc, status__in=(*WAITING, *ACTIVE)).only(*SNAPSHOT_FIELDS))
+        # Each task's queue is one of the VDC's queues loaded above: share those rather than build a queue
+        # object per task (select_related), which costs a fifth of loading the tasks.
+        queue_field = Task._meta.get_field("queue")
+        for t in tasks:
+            if t.queue_id in self.queues:  # (always, unless a row was edited by hand: then it is read when used)
+                queue_field.set_cached_value(t, self.queues[t.queue_id])
         self.tasks = {t.pk: t for t in tasks}
         self.attained = self._attained_gpu_s()
         self.preferred: dict[int, list[int]] = {}
@@ -666,8 +668,8 @@ def _apply(loader: SnapshotLoader, decisions: em.Decisions, now: datetime) -> Cy
         task.updated_at = now
     bulk_update_rows(Task, list(changed.values()), state_fields)
     bulk_update_rows(Task, [t for t in waiting_changed if t.pk not in changed], waiting_fields)
-    TaskEvent.objects.bulk_create(events, batch_size=None if connection.vendor == "postgresql" else 500)
-    BackendObject.objects.bulk_create(intents, batch_size=None if connection.vendor == "postgresql" else 500)
+    bulk_insert_rows(TaskEvent, events)
+    bulk_insert_rows(BackendObject, intents)
     _hold_grown_devices(tasks, resized)
 
     notify = {*changed, *(t.pk for t in waiting_changed)}

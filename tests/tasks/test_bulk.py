@@ -41,3 +41,35 @@ def test_json_decimal_and_duration_values_survive_the_round_trip(world):
         timedelta(minutes=7, seconds=30),
         "it’s “quoted”",
     )
+
+
+def test_inserted_rows_get_their_keys_insert_time_values_and_leave_the_sequence_ahead(world):
+    import uuid  # noqa: PLC0415
+
+    from apps.control.models import BackendObject  # noqa: PLC0415
+    from apps.tasks.bulk import bulk_insert_rows  # noqa: PLC0415
+    from apps.tasks.models import TaskEvent  # noqa: PLC0415
+
+    task = TaskFactory(project=world.project, owner=world.member, vdc=world.vdc, queue=world.low)
+    events = [
+        TaskEvent(task=task, kind="scheduled", from_status="queued", to_status="scheduled", message=f"it’s #{k}",
+                  data={"placement": [{"node": k, "devices": [{"id": 3, "milli": 500}]}], "attempt": k})
+        for k in range(3)
+    ]  # fmt: skip
+    intent = BackendObject(cluster=world.cluster, task=task, task_uid=uuid.uuid4(), attempt=1, name="hcs-1-a1",
+                           devices=[5, 6], replicas=2)  # fmt: skip
+    bulk_insert_rows(TaskEvent, events)
+    bulk_insert_rows(BackendObject, [intent])
+
+    rows = {e.pk: e for e in TaskEvent.objects.filter(task=task)}
+    assert sorted(rows) == sorted(e.pk for e in events)
+    for k, e in enumerate(events):
+        stored = rows[e.pk]
+        assert (stored.message, stored.data["attempt"], stored.data["placement"][0]["node"]) == (f"it’s #{k}", k, k)
+        assert stored.created_at is not None and stored.created_at == e.created_at  # auto_now_add, as save() sets it
+    stored = BackendObject.objects.get(pk=intent.pk)
+    assert (stored.task_uid, stored.devices, stored.replicas, stored.state) == (intent.task_uid, [5, 6], 2, "pending")
+    # The keys came from the table's own sequence: an ordinary insert afterwards does not collide.
+    later = TaskEvent.objects.create(task=task, kind="running")
+    assert later.pk > max(e.pk for e in events)
+    assert not any(e._state.adding for e in events)
