@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: venv vram run demo test lint bench bench-django bench-slurm bench-api bench-demo slurm-up slurm-down clean
+.PHONY: venv vram run demo test lint bench bench-django bench-slurm bench-api bench-demo gpu-check slurm-up slurm-down clean
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -57,6 +57,9 @@ slurm-up:  ## a real dev Slurm cluster on this host (installs Debian's slurm-wlm
 
 slurm-down:
 	bash scripts/dev_slurm.sh stop
+
+gpu-check:  ## on a host with an NVIDIA card: the node agent's NVML report and the VRAM interceptor on the real driver
+	$(PYTHON) scripts/gpu_check.py
 
 clean:
 	rm -rf var/ .pytest_cache .ruff_cache

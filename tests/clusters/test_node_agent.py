@@ -1,7 +1,10 @@
 """The node agent: NVML collection (fake NVML backend), health folding, and the report endpoint."""
 
+import json
 import shutil
 import subprocess
+from decimal import Decimal
+from pathlib import Path
 from types import SimpleNamespace
 
 import pynvml
@@ -105,6 +108,41 @@ def test_collector_reports_devices_memory_utilisation_temperature_and_nvlink_pai
     assert d0.links == [{"peer": 1, "type": "nvlink", "bandwidth_gbps": 100}]
     assert report.devices[2].links[0]["peer"] == 3
     assert d0.health_score == 100
+
+
+class FakeNVMLWithReserve(FakeNVML):
+    """A driver from 510 on: the first memory call counts the driver's reserve as used, ``_v2`` reports it apart.
+
+    Seen on a real H100 (driver 580, scripts/gpu_check.py): 0.47 GiB used by the first call on an idle card,
+    0 by nvidia-smi, which uses the second.
+    """
+
+    nvmlMemory_v2 = pynvml.nvmlMemory_v2
+    reserve_gib = 0.47
+
+    def __init__(self, gpus, has_v2=True):
+        super().__init__(gpus)
+        self.has_v2 = has_v2
+
+    def nvmlDeviceGetMemoryInfo(self, h, version=None):
+        total, used = self.gpus[h]["vram"] * 2**30, self.gpus[h].get("used", 0) * 2**30
+        reserved = int(self.reserve_gib * 2**30)
+        if version is None:
+            return SimpleNamespace(total=total, used=used + reserved, free=total - used - reserved)
+        assert version == pynvml.nvmlMemory_v2
+        if not self.has_v2:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        return SimpleNamespace(total=total, reserved=reserved, used=used, free=total - used - reserved)
+
+
+@pytest.mark.parametrize(("has_v2", "used"), [(True, [0.0, 10.0]), (False, [0.47, 10.47])])
+def test_used_memory_leaves_out_the_drivers_own_reserve_where_the_driver_reports_it_apart(has_v2, used):
+    gpus = [dict(GPUS[0], used=0), dict(GPUS[0])]
+    collector = Collector(FakeNVMLWithReserve(gpus, has_v2=has_v2), node_name="gpu-a")
+    collector.start()
+    report = collector.collect()
+    assert [d.vram_used_gib for d in report.devices] == used
+    assert [d.vram_total_gib for d in report.devices] == [80, 80] and report.message == ""
 
 
 def test_ecc_and_xid_errors_fold_into_the_health_score():
@@ -231,3 +269,21 @@ def test_xid_errors_accumulate_up_to_what_the_column_holds(world):
         response = client.post("/api/v1/agent/report/", body, format="json", HTTP_AUTHORIZATION=f"Agent {secret}")
         assert response.status_code == 202, response.content
     assert Device.objects.get(node__name="gpu-c").xid_errors == 2**31 - 1
+
+
+def test_a_report_read_off_a_real_h100_lands_as_a_healthy_h100(world):
+    """fixtures/nvml-h100-report.json is what the NVML collector reported on an NVIDIA H100 80GB HBM3 (driver
+    580.159.04, CUDA 13.0) in scripts/gpu_check.py, byte for byte: the portal matches it to the catalog's H100
+    without a fingerprint complaint (79.65 GiB is within 90 % of 80) and stores what the card said."""
+    report = json.loads((Path(__file__).parent / "fixtures" / "nvml-h100-report.json").read_text())
+    secret = issue_agent_token(world.cluster, "rack-1")
+    response = APIClient().post("/api/v1/agent/report/", report, format="json", HTTP_AUTHORIZATION=f"Agent {secret}")
+    assert response.status_code == 202, response.content
+    assert response.json()["devices"] == 1 and response.json()["message"] == ""
+    device = Device.objects.get(node__name=report["node"], node__cluster=world.cluster)
+    assert device.gpu_model.name == "H100" and device.reported_name == "NVIDIA H100 80GB HBM3"
+    assert (device.health_score, device.health_reason) == (100, "")
+    assert device.vram_gib == Decimal("79.65") and device.vram_used_gib == 0
+    assert (device.driver_version, device.runtime_version) == ("580.159.04", "13.0")
+    assert device.uuid == report["devices"][0]["uuid"] and device.pci_bus_id == "00000000:00:06.0"
+    assert device.interconnect == "pcie"  # one card: no NVLink peers

@@ -125,10 +125,11 @@ def test_cu_get_proc_address_hands_out_the_wrappers(run):
 
 def test_dlsym_on_the_driver_handle_hands_out_the_wrappers(run):
     lines = run("which:cuMemAlloc_v2", "which:cuGetProcAddress_v2", "which:cuMemFree_v2", "which:cuInit",
-                f"dlsym:{6 * GIB}", f"dlsym:{6 * GIB}", limit=10 * GIB)  # fmt: skip
+                "which:cuMemHostAlloc", f"dlsym:{6 * GIB}", f"dlsym:{6 * GIB}", limit=10 * GIB)  # fmt: skip
     assert [line[2] for line in lines[:3]] == ["libhcsvram.so"] * 3
-    assert lines[3] == ["which", "cuInit", "none"]
-    assert [line[1] for line in lines[4:]] == ["0", OUT_OF_MEMORY]
+    assert lines[3] == ["which", "cuInit", "libcuda.so.1"]  # a call it does not wrap: the driver's own
+    assert lines[4] == ["which", "cuMemHostAlloc", "none"]  # one the driver lacks: nothing invented
+    assert [line[1] for line in lines[5:]] == ["0", OUT_OF_MEMORY]
 
 
 def test_every_allocation_call_counts_against_one_share(run):
@@ -154,6 +155,26 @@ def test_threads_allocating_at_once_never_overshoot_and_leave_nothing_counted(ru
     assert lines[0] == ["held", "1000000000"]  # exactly the share, never a block more
     assert lines[1] == ["after", "0"]
     assert lines[2] == ["info", "0", "1000000000", "1000000000"]
+
+
+def test_the_probe_sets_up_a_context_and_times_pairs_as_on_a_real_driver(run):
+    # scripts/gpu_check.py runs this probe against a real card: "init" makes a context current (for the
+    # threads too) and "time" times allocate/free pairs; against the stub both must hold the share too.
+    lines = run("init", "time:1000:1048576", "threads:4:1000000:100", "info", limit=100_000_000)
+    assert lines[0] == ["init", "0"]
+    assert lines[1][0] == "time" and float(lines[1][1]) > 0
+    assert lines[2:] == [["held", "100000000"], ["after", "0"], ["info", "0", "100000000", "100000000"]]
+
+
+@pytest.mark.parametrize(
+    ("preload", "limit", "linked_to"), [(False, None, "libcuda.so.1"), (True, GIB, "libhcsvram.so")]
+)
+def test_the_probe_times_the_drivers_own_functions_beside_the_wrappers_in_one_process(run, preload, limit, linked_to):
+    # How scripts/gpu_check.py measures the interceptor on a card: the driver's own cuMemAlloc_v2, found in its
+    # ELF symbol table, is out of the preload's reach; the linked name is the wrapper when preloaded.
+    (line,) = run("pairs:10:100:1048576", "info", limit=limit, preload=preload)[:1]
+    assert line[:3] == ["pairs", "libcuda.so.1", linked_to]
+    assert all(float(x) > 0 for x in line[3:5])
 
 
 def test_without_a_limit_every_call_passes_through(run):

@@ -94,7 +94,7 @@ class NvmlDetector(Detector):
             self._drain_xids(bus_to_index)
             devices = []
             for i, h in enumerate(handles):
-                memory = n.nvmlDeviceGetMemoryInfo(h)
+                memory = self._memory(h)
                 device = DeviceReport(
                     index=i,
                     uuid=_text(n.nvmlDeviceGetUUID(h)),
@@ -122,6 +122,22 @@ class NvmlDetector(Detector):
         except n.NVMLError as exc:
             raise DetectorError(f"NVML read failed: {exc}") from None
         return devices, driver, runtime
+
+    def _memory(self, handle):
+        """Total and used memory, used without what the driver reserves for itself.
+
+        NVML's first memory call counts the driver's reservation as used (0.47 GiB on an idle H100 with driver
+        580, where nvidia-smi shows 0 MiB); ``nvmlDeviceGetMemoryInfo_v2`` (drivers from 510) reports it apart,
+        as nvidia-smi does. Older drivers answer FUNCTION_NOT_FOUND: then the first call.
+        """
+        n = self.nvml
+        version = getattr(n, "nvmlMemory_v2", None)
+        if version is not None:
+            try:
+                return n.nvmlDeviceGetMemoryInfo(handle, version=version)
+            except n.NVMLError as exc:
+                log.debug("nvmlDeviceGetMemoryInfo_v2 unavailable (%s); used memory includes the driver's reserve", exc)
+        return n.nvmlDeviceGetMemoryInfo(handle)
 
     def _mig(self, handle) -> tuple[bool, list[dict]]:
         """Whether the card is in MIG mode and its MIG instances (profile, uuid, GPU instance id).

@@ -73,6 +73,24 @@ static CUresult give(CUdeviceptr p) {
     return CUDA_SUCCESS;
 }
 
+/* What a real driver needs before it allocates (vram_probe's "init"): nothing here. */
+CUresult cuInit(unsigned int flags) {
+    (void)flags;
+    return CUDA_SUCCESS;
+}
+CUresult cuDeviceGet(int *device, int ordinal) {
+    *device = ordinal;
+    return CUDA_SUCCESS;
+}
+CUresult cuDevicePrimaryCtxRetain(void **context, int device) {
+    *context = (void *)(uintptr_t)(device + 1);
+    return CUDA_SUCCESS;
+}
+CUresult cuCtxSetCurrent(void *context) {
+    (void)context;
+    return CUDA_SUCCESS;
+}
+
 /* The pre-3.2 calls hand out 32-bit device pointers: ids into a small table. */
 #define V1_SLOTS 4096
 static size_t v1_sizes[V1_SLOTS];

@@ -11,14 +11,25 @@
  *   threads:T:S:R    T threads allocate S bytes at a time until refused ("held <bytes>"), then each frees
  *                    and re-allocates one block R times, then frees everything ("after <in-use per info>")
  *   next             dlsym(RTLD_NEXT, ...) from a library still finds the next library's symbol
+ *   init             a real driver needs a context before it allocates: cuInit, then device 0's primary
+ *                    context made current (for the threads of "threads" too); the stub answers 0 at once
+ *   time:N:S         N cuMemAlloc_v2 / cuMemFree_v2 pairs of S bytes, timed ("time <ns per pair>")
+ *   pairs:B:N:S      B alternating blocks of N pairs of S bytes: through the linked names (the interceptor's
+ *                    wrappers when it is preloaded) and through the driver's own functions, found in its ELF
+ *                    symbol table, which no preload can wrap: "pairs <object of each> <median ns per pair of
+ *                    the driver's own> <of the linked names> <median difference within a block pair>"
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
+#include <stdint.h>
 #include <libgen.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
@@ -36,6 +47,10 @@ CUresult cuMemFree(CUdeviceptr_v1);
 CUresult cuMemFreeAsync(CUdeviceptr, CUstream);
 CUresult cuMemGetInfo_v2(size_t *, size_t *);
 CUresult cuMemGetInfo(unsigned int *, unsigned int *);
+CUresult cuInit(unsigned int);
+CUresult cuDeviceGet(int *, int);
+CUresult cuDevicePrimaryCtxRetain(void **, int);
+CUresult cuCtxSetCurrent(void *);
 int hcs_next(void);
 
 typedef CUresult (*proc_v2_fn)(const char *, void **, int, cuuint64_t, int *);
@@ -46,6 +61,7 @@ static struct {
     enum kind kind;
 } held[4096];
 static int n_held;
+static void *context; /* device 0's primary context once "init" ran; threads make it current */
 
 static void *driver(void) {
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -89,6 +105,8 @@ struct worker {
 static void *work(void *arg) {
     struct worker *w = arg;
     CUdeviceptr p;
+    if (context)
+        cuCtxSetCurrent(context);
     while (w->n < 4096 && cuMemAlloc_v2(&p, w->size) == 0) {
         w->blocks[w->n++] = p;
         w->bytes += w->size;
@@ -96,10 +114,103 @@ static void *work(void *arg) {
     return NULL;
 }
 
+/* ---- the driver's own functions, for timing the interceptor inside one process -------------------- */
+
+struct own_lookup {
+    const char *name;
+    void *fn;
+};
+
+/* How many symbols a GNU hash table covers: the highest bucket's chain, followed to its end. */
+static size_t gnu_hash_symbols(const uint32_t *table) {
+    uint32_t buckets = table[0], offset = table[1], bloom = table[2];
+    const uint32_t *bucket = table + 4 + bloom * (sizeof(ElfW(Addr)) / 4), *chain = bucket + buckets;
+    uint32_t last = 0;
+    for (uint32_t b = 0; b < buckets; b++)
+        if (bucket[b] > last)
+            last = bucket[b];
+    if (last < offset)
+        return offset;
+    while (!(chain[last - offset] & 1))
+        last++;
+    return last + 1;
+}
+
+static int find_own(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    struct own_lookup *want = data;
+    if (!strstr(info->dlpi_name, "libcuda.so"))
+        return 0;
+    const ElfW(Dyn) *dyn = NULL;
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+            dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+    const ElfW(Sym) *symbols = NULL;
+    const char *names = NULL;
+    size_t count = 0;
+    for (; dyn && dyn->d_tag != DT_NULL; dyn++) {
+        /* glibc relocates these entries in place; an unrelocated one is an offset from the base. */
+        ElfW(Addr) at = dyn->d_un.d_ptr < info->dlpi_addr ? info->dlpi_addr + dyn->d_un.d_ptr : dyn->d_un.d_ptr;
+        if (dyn->d_tag == DT_SYMTAB)
+            symbols = (const ElfW(Sym) *)at;
+        else if (dyn->d_tag == DT_STRTAB)
+            names = (const char *)at;
+        else if (dyn->d_tag == DT_HASH)
+            count = ((const uint32_t *)at)[1];
+        else if (dyn->d_tag == DT_GNU_HASH && !count)
+            count = gnu_hash_symbols((const uint32_t *)at);
+    }
+    for (size_t k = 0; symbols && names && k < count; k++)
+        if (symbols[k].st_value && ELF64_ST_TYPE(symbols[k].st_info) == STT_FUNC &&
+            !strcmp(names + symbols[k].st_name, want->name)) {
+            want->fn = (void *)(info->dlpi_addr + symbols[k].st_value);
+            return 1;
+        }
+    return 0;
+}
+
+static void *driver_own(const char *name) {
+    struct own_lookup want = {name, NULL};
+    dl_iterate_phdr(find_own, &want);
+    return want.fn;
+}
+
+typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
+typedef CUresult (*free_fn)(CUdeviceptr);
+
+static double ns_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e9 + t.tv_nsec;
+}
+
+static double timed_pairs(alloc_fn a, free_fn f, long n, size_t size) {
+    CUdeviceptr p;
+    double start = ns_now();
+    for (long k = 0; k < n; k++)
+        if (a(&p, size) != 0 || f(p) != 0) {
+            fprintf(stderr, "pairs: an allocate/free pair failed\n");
+            exit(1);
+        }
+    return (ns_now() - start) / n;
+}
+
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, long n) {
+    qsort(v, n, sizeof *v, by_value);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 static pthread_barrier_t barrier;
 
 static void *churn(void *arg) {
     struct worker *w = arg;
+    if (context)
+        cuCtxSetCurrent(context);
     pthread_barrier_wait(&barrier);
     for (size_t r = 0; r < w->rounds; r++) {
         if (w->n == 0) {
@@ -219,6 +330,56 @@ int main(int argc, char **argv) {
             size_t f = 0, tot = 0;
             cuMemGetInfo_v2(&f, &tot);
             printf("after %zu\n", tot - f);
+        } else if (!strcmp(step, "init")) {
+            int device = 0;
+            rc = cuInit(0);
+            if (rc == 0)
+                rc = cuDeviceGet(&device, 0);
+            if (rc == 0)
+                rc = cuDevicePrimaryCtxRetain(&context, device);
+            if (rc == 0)
+                rc = cuCtxSetCurrent(context);
+            printf("init %d\n", rc);
+        } else if (!strcmp(step, "time")) {
+            long pairs = atol(strtok(arg, ":"));
+            size_t size = strtoull(strtok(NULL, ":"), NULL, 10);
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            for (long k = 0; k < pairs; k++) {
+                if (cuMemAlloc_v2(&p, size) != 0 || cuMemFree_v2(p) != 0) {
+                    fprintf(stderr, "time: pair %ld failed\n", k);
+                    return 1;
+                }
+            }
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            printf("time %.1f\n", ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / pairs);
+        } else if (!strcmp(step, "pairs")) {
+            long blocks = atol(strtok(arg, ":")), n = atol(strtok(NULL, ":"));
+            size_t size = strtoull(strtok(NULL, ":"), NULL, 10);
+            alloc_fn own_alloc = (alloc_fn)driver_own("cuMemAlloc_v2"), linked_alloc = cuMemAlloc_v2;
+            free_fn own_free = (free_fn)driver_own("cuMemFree_v2"), linked_free = cuMemFree_v2;
+            if (!own_alloc || !own_free || blocks < 1 || n < 1) {
+                printf("pairs none\n");
+                continue;
+            }
+            double *own = calloc(blocks, sizeof *own), *linked = calloc(blocks, sizeof *linked),
+                   *diff = calloc(blocks, sizeof *diff);
+            for (long b = 0; b < blocks; b++) {
+                if (b % 2) { /* alternate which goes first, so drift favours neither */
+                    own[b] = timed_pairs(own_alloc, own_free, n, size);
+                    linked[b] = timed_pairs(linked_alloc, linked_free, n, size);
+                } else {
+                    linked[b] = timed_pairs(linked_alloc, linked_free, n, size);
+                    own[b] = timed_pairs(own_alloc, own_free, n, size);
+                }
+                diff[b] = linked[b] - own[b];
+            }
+            printf("pairs %s ", object_of((void *)own_alloc));
+            printf("%s %.1f %.1f %.1f\n", object_of((void *)linked_alloc), median(own, blocks), median(linked, blocks),
+                   median(diff, blocks));
+            free(own);
+            free(linked);
+            free(diff);
         } else if (!strcmp(step, "next")) {
             printf("next %c\n", hcs_next());
         } else {
