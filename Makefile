@@ -58,7 +58,7 @@ slurm-up:  ## a real dev Slurm cluster on this host (installs Debian's slurm-wlm
 slurm-down:
 	bash scripts/dev_slurm.sh stop
 
-gpu-check:  ## on a host with an NVIDIA card: the node agent's NVML report and the VRAM interceptor on the real driver
+gpu-check:  ## on a host with an NVIDIA card: the NVML report, the VRAM interceptor and remote GPU on the real card
 	$(PYTHON) scripts/gpu_check.py
 
 clean:

@@ -20,6 +20,10 @@ figure) and ``nvml_report.json`` (the node agent's report of this host, as it wo
   (and without it, the control): what they see as the card's memory, and whether an allocation past the
   share fails with their own out-of-memory error. PyTorch's ``expandable_segments`` allocator (the virtual
   memory API, which the interceptor does not wrap: docs/vram.md) is recorded, not asserted.
+- **Remote GPU**: a ``python -m hcs_remote.worker`` process serving this module's PyTorch functions on the card
+  (docs/remote-gpu.md), called over loopback with numpy arrays of several layouts and byte orders: results
+  against numpy's, a CUDA out-of-memory error relayed as the function's error with the worker still serving,
+  and the round trip of a 64 MiB array.
 - **Overhead**: 1 MiB allocate/free pairs on the card, without the preload, preloaded without a limit and
   with one, in alternating processes (median of several), against seed 004's 5 % target.
 """
@@ -43,6 +47,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from hcs_remote import RemoteError, RemoteGPU, expose  # noqa: E402 - after the path is set (standard library only)
 
 SOURCES = REPO / "native" / "vram" / "tests"
 GIB = 2**30
@@ -431,19 +437,121 @@ def check_frameworks() -> None:
                            f"{got['after_free']}, {got['compute']}", got["compute"] is True)  # fmt: skip
 
 
+# ---- remote GPU: a worker serving functions on the card -------------------------------------------------
+
+REMOTE_KEY = "9c" * 32
+
+
+def _cuda(array):
+    import torch  # noqa: PLC0415 - only the worker process imports it
+
+    return torch.tensor(array, device="cuda")
+
+
+@expose
+def cuda_name() -> str:
+    """The card's name, as PyTorch sees it."""
+    import torch  # noqa: PLC0415
+
+    return torch.cuda.get_device_name(0)
+
+
+@expose
+def cuda_matmul(a, b):
+    """a @ b on the card."""
+    return (_cuda(a) @ _cuda(b)).cpu().numpy()
+
+
+@expose
+def cuda_scale(x, factor: float = 2.0):
+    """x * factor on the card."""
+    return (_cuda(x) * factor).cpu().numpy()
+
+
+@expose
+def cuda_allocate(gib: float) -> float:
+    """Take ``gib`` GiB on the card (and give it back): past the card, CUDA's out-of-memory error."""
+    import torch  # noqa: PLC0415
+
+    torch.empty(int(gib * GIB), dtype=torch.uint8, device="cuda")
+    return gib
+
+
+@guarded("remote")
+def check_remote() -> None:
+    import numpy as np  # noqa: PLC0415 - the device hosts have it; the portal's own tests do not need this
+
+    env = {**os.environ, "HCS_REMOTE_GPU_KEY": REMOTE_KEY, "HCS_PROJECT": "gpu-check",
+           "PYTHONPATH": os.pathsep.join([str(REPO / "scripts"), str(REPO)])}  # fmt: skip
+    argv = [sys.executable, "-m", "hcs_remote.worker", "--module", "gpu_check", "--host", "127.0.0.1", "--port", "0",
+            "--max-payload-mib", "256"]  # fmt: skip
+    worker = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = worker.stdout.readline()
+        if "listening on " not in line:
+            raise RuntimeError(f"the worker did not start: {line!r}")
+        address = line.split("listening on ", 1)[1].split(",", 1)[0]
+        rng = np.random.default_rng(7)
+        a, b = rng.standard_normal((512, 384), dtype=np.float32), rng.standard_normal((384, 256), dtype=np.float32)
+        with RemoteGPU(address, key=REMOTE_KEY, project="gpu-check", timeout=120) as gpu:
+            names = sorted(gpu.functions)
+            record("remote", "functions served", "cuda_allocate cuda_matmul cuda_name cuda_scale", " ".join(names),
+                   names == ["cuda_allocate", "cuda_matmul", "cuda_name", "cuda_scale"])  # fmt: skip
+            card = nvidia_smi()[0][0]["name"]
+            got = gpu.cuda_name()
+            record("remote", "the worker computes on", card, got, got == card)
+            cases = {
+                "C order": (a, b),
+                "Fortran order, big-endian": (np.asfortranarray(a), b.astype(">f4")),
+                "transposed, strided": (np.ascontiguousarray(a.T).T, b[:, ::1]),
+            }
+            for label, (left, right) in cases.items():
+                c = gpu.cuda_matmul(left, right)
+                error = float(np.max(np.abs(c - a @ b)))
+                record("remote", f"matmul 512x384 @ 384x256, {label}", "max |error| < 1e-3 vs numpy",
+                       f"{c.shape} {c.dtype}, {error:.2e}", c.shape == (512, 256) and error < 1e-3)  # fmt: skip
+            half = np.arange(1024, dtype=np.float16).reshape(32, 32)
+            got = gpu.cuda_scale(half, 0.5)
+            record("remote", "float16 scale", "float16, values x 0.5", got.dtype,
+                   got.dtype == np.float16 and np.array_equal(got, half * np.float16(0.5)))  # fmt: skip
+            try:
+                gpu.cuda_allocate(4096)
+                outcome = "allocated"
+            except RemoteError as exc:
+                outcome = f"{exc.kind}: {str(exc)[:90]}"
+            record("remote", "4 TiB on an 80 GB card", "function_error: ... out of memory", outcome,
+                   outcome.startswith("function_error") and "out of memory" in outcome.lower())  # fmt: skip
+            record("remote", "the worker serves after that error", card, gpu.cuda_name(), True)
+            big = rng.standard_normal(16 * 2**20, dtype=np.float32)  # 64 MiB
+            times = []
+            for _ in range(7):
+                started = time.perf_counter()
+                back = gpu.cuda_scale(big, 1.0)
+                times.append(time.perf_counter() - started)
+            p50 = statistics.median(times)
+            figures["remote_64mib_round_trip_ms"] = round(p50 * 1000, 1)
+            record("remote", "64 MiB there and back through the card (p50 of 7)", "the same values",
+                   f"{p50 * 1000:.0f} ms, {2 * 64 / p50:.0f} MiB/s both ways", np.array_equal(back, big))  # fmt: skip
+    finally:
+        worker.kill()
+        worker.wait()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="write gpu_check.json and nvml_report.json here")
-    parser.add_argument("--skip", action="append", default=[], choices=["nvml", "driver", "overhead", "framework"])
+    parser.add_argument(
+        "--skip", action="append", default=[], choices=["nvml", "driver", "overhead", "framework", "remote"]
+    )
     parser.add_argument(
         "--libcuda",
         type=Path,
         help="the driver library to link the probe to (a dry run against "
-        "the tests' stub: build it as tests/executors/test_vram.py does; implies --skip nvml, framework)",
+        "the tests' stub: build it as tests/executors/test_vram.py does; implies --skip nvml, framework, remote)",
     )
     args = parser.parse_args()
     if args.libcuda:
-        args.skip += ["nvml", "framework"]
+        args.skip += ["nvml", "framework", "remote"]
     elif not shutil.which("nvidia-smi"):
         print("gpu_check: no nvidia-smi on this host: it needs an NVIDIA card and driver", file=sys.stderr)
         return 2
@@ -464,6 +572,8 @@ def main() -> int:
             check_overhead(probe)
     if "framework" not in args.skip:
         check_frameworks()
+    if "remote" not in args.skip:
+        check_remote()
     failed = [r for r in rows if r["ok"] is False]
     passed = sum(1 for r in rows if r["ok"])
     print(f"\n{passed} checks passed, {len(failed)} failed, {sum(1 for r in rows if r['ok'] is None)} noted")

@@ -4,6 +4,7 @@ encode, and frames carry a MAC that catches tampering and reordering."""
 import socket
 from array import array
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -87,6 +88,50 @@ def test_values_encode_as_json_with_arrays_by_reference():
 def test_only_plain_values_encode(value, message):
     with pytest.raises(ValueError, match=message):
         wire.encode(value)
+
+
+def _numpy_round_trip(value):
+    structure, tensors = wire.encode([value])
+    # The bytes as they travel: the receiving side sees only the buffer, not the sender's array.
+    received = [Tensor.checked(t.dtype, t.shape, memoryview(bytes(t.data))) for t in tensors]
+    return wire.decode(structure, received, as_numpy=True)[0]
+
+
+@pytest.mark.parametrize("dtype", list(wire.DTYPES))
+def test_numpy_arrays_of_every_dtype_travel_as_they_are(dtype):
+    values = np.arange(12).reshape(3, 4).astype(dtype)
+    back = _numpy_round_trip(values)
+    assert back.dtype == np.dtype(dtype) and back.shape == (3, 4) and np.array_equal(back, values)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda a: a.T, lambda a: a[:, ::2], lambda a: np.asfortranarray(a), lambda a: a[::-1],
+     lambda a: a.astype(">f4"), lambda a: a.astype(">i8").T, lambda a: np.broadcast_to(a[0], (5, 6))],
+    ids=["transposed", "strided", "fortran", "reversed", "big-endian", "big-endian-transposed", "broadcast"],
+)  # fmt: skip
+def test_numpy_arrays_of_any_layout_and_byte_order_arrive_with_their_values_in_c_order(make):
+    value = make(np.arange(30, dtype=np.float32).reshape(5, 6))
+    back = _numpy_round_trip(value)
+    assert back.flags.c_contiguous and back.dtype.byteorder in "=<|" and back.shape == value.shape
+    assert np.array_equal(back, value)
+
+
+def test_numpy_zero_d_arrays_and_scalars_keep_their_shape():
+    assert _numpy_round_trip(np.array(7, dtype=np.int16)).shape == ()
+    back = _numpy_round_trip(np.float32(2.5))
+    assert back.shape == () and back.dtype == np.float32 and float(back) == 2.5
+
+
+@pytest.mark.parametrize(
+    "value",
+    [np.zeros(2, dtype=np.complex64), np.array(["ab"]), np.array([object()]), np.zeros(1, dtype="datetime64[s]"),
+     np.zeros(1, dtype=[("x", "i4")])],
+    ids=["complex", "string", "object", "datetime", "structured"],
+)  # fmt: skip
+def test_numpy_arrays_that_are_not_plain_numbers_are_refused_before_anything_is_sent(value):
+    with pytest.raises(ValueError, match="cannot be sent: only plain numeric arrays"):
+        wire.encode({"x": value})
 
 
 def test_tensor_references_must_name_an_array_of_the_frame():
