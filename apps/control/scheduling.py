@@ -14,6 +14,7 @@ A task the engine cannot handle is set aside with the reason on it (``pending_re
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -21,7 +22,8 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from django.db import transaction
-from django.db.models import Sum
+from django.db.models import Sum, TextField
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from apps.billing.choices import ResourceType
@@ -112,6 +114,16 @@ SNAPSHOT_FIELDS = (
 )  # fmt: skip
 
 
+def _links(text: str | None) -> tuple[em.Link, ...]:
+    """A card's links from the JSON its node agent reported (entries without an integer peer are left out)."""
+    parsed = json.loads(text) if text else None
+    return tuple(
+        em.Link(peer_index=link["peer"], kind=link.get("type", "pcie"), bandwidth_gbps=link.get("bandwidth_gbps", 0))
+        for link in parsed or ()
+        if isinstance(link, dict) and isinstance(link.get("peer"), int)
+    )
+
+
 class SnapshotLoader:
     """Maps the rows of one VDC onto the engine's plain input types, in a constant number of queries."""
 
@@ -135,15 +147,18 @@ class SnapshotLoader:
         self.clusters = {c.pk: c for c in clusters}
         nodes = list(Node.objects.filter(cluster__vdc=self.vdc))
         # Plain rows: 16,000 model instances would cost more than the engine's whole cycle.
+        # Links as their JSON text: the cards of like nodes have like links, so each distinct text is parsed once.
         devices = list(
-            Device.objects.filter(node__cluster__vdc=self.vdc).values_list(
+            Device.objects.filter(node__cluster__vdc=self.vdc)
+            .annotate(links_text=Cast("links", TextField()))
+            .values_list(
                 "pk",
                 "node_id",
                 "index",
                 "gpu_model__name",
                 "gpu_model__exchange_rate",
                 "health_score",
-                "links",
+                "links_text",
                 "parent_id",
                 "parent__health_score",
                 "sharing",
@@ -191,18 +206,14 @@ class SnapshotLoader:
             self.preferred.setdefault(task_id, []).append(cluster_id)
 
         devices_by_node: dict[int, list[em.Device]] = {}
-        for pk, node_id, index, model, _rate, health, links_json, parent, parent_health, sharing, *_ in devices:
+        links_by_text: dict[str | None, tuple[em.Link, ...]] = {}
+        for pk, node_id, index, model, _rate, health, links_text, parent, parent_health, sharing, *_ in devices:
             if sharing != Sharing.WHOLE:
                 continue  # a partitioned card is offered as its MIG instances or replicas only
             if parent is not None:
-                health, links_json = min(health, parent_health), ()  # a unit is as healthy as its card
-            links = tuple(
-                em.Link(
-                    peer_index=link["peer"], kind=link.get("type", "pcie"), bandwidth_gbps=link.get("bandwidth_gbps", 0)
-                )
-                for link in links_json or ()
-                if isinstance(link, dict) and isinstance(link.get("peer"), int)
-            )
+                health, links = min(health, parent_health), ()  # a unit is as healthy as its card
+            elif (links := links_by_text.get(links_text)) is None:
+                links = links_by_text[links_text] = _links(links_text)
             devices_by_node.setdefault(node_id, []).append(
                 em.Device(id=pk, index=index, model=model, health=health, links=links)
             )

@@ -7,6 +7,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from apps.control.scheduling import SnapshotLoader, run_cycle
+from apps.queues.engine.model import Link
 from apps.tasks.models import Task
 from apps.tasks.services import submit_task
 from tests.factories import TaskFactory
@@ -280,3 +281,25 @@ def test_a_projects_quota_priority_reaches_the_engine(world):
     mine.refresh_from_db()
     theirs.refresh_from_db()
     assert (theirs.status, mine.status) == ("scheduled", "queued")
+
+
+def test_card_links_reach_the_snapshot_parsed_once_per_distinct_json(world):
+    from django.db.models import JSONField, Value  # noqa: PLC0415
+
+    from apps.clusters.models import Device  # noqa: PLC0415
+    from tests.factories import DeviceFactory, NodeFactory  # noqa: PLC0415
+
+    nvlink = [{"peer": 1, "type": "nvlink", "bandwidth_gbps": 600}, {"peer": "x"}, "junk", {"type": "pcie"}]
+    first = world.node.devices.order_by("index")
+    Device.objects.filter(pk=first[0].pk).update(links=nvlink)
+    Device.objects.filter(pk=first[1].pk).update(links=[{"peer": 0}])
+    Device.objects.filter(pk=first[2].pk).update(links=Value(None, JSONField()))  # JSON null
+    twin = NodeFactory(cluster=world.cluster, name="gpu-node-2")
+    DeviceFactory(node=twin, index=0, links=nvlink)
+    snapshot = SnapshotLoader(world.vdc).load(timezone.now())
+    cards = {(n.id, d.index): d.links for n in snapshot.nodes for d in n.devices}
+    expected = (Link(peer_index=1, kind="nvlink", bandwidth_gbps=600),)  # entries without an integer peer left out
+    assert cards[(world.node.pk, 0)] == expected and cards[(twin.pk, 0)] == expected
+    assert cards[(world.node.pk, 0)] is cards[(twin.pk, 0)]  # one parse for the same JSON
+    assert cards[(world.node.pk, 1)] == (Link(peer_index=0, kind="pcie", bandwidth_gbps=0),)
+    assert cards[(world.node.pk, 2)] == () and cards[(world.node.pk, 3)] == ()
