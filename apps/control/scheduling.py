@@ -577,8 +577,13 @@ def _apply(loader: SnapshotLoader, decisions: em.Decisions, now: datetime) -> Cy
 
     def event(task: Task, kind: str, message: str, previous: str, data: dict | None = None) -> None:
         events.append(
-            TaskEvent(
-                task=task, kind=kind, message=message, from_status=previous, to_status=task.status, data=data or {}
+            TaskEvent(  # task_id, not task: setting the relation asks the database router, per event
+                task_id=task.pk,
+                kind=kind,
+                message=message,
+                from_status=previous,
+                to_status=task.status,
+                data=data or {},
             )
         )
 
@@ -628,7 +633,7 @@ def _apply(loader: SnapshotLoader, decisions: em.Decisions, now: datetime) -> Cy
               {"cluster": s.cluster_id, "placement": task.placement, "attempt": task.attempt})  # fmt: skip
         intents.append(
             BackendObject(
-                cluster_id=s.cluster_id, task=task, task_uid=task.uid, attempt=task.attempt, name=job_name(task),
+                cluster_id=s.cluster_id, task_id=task.pk, task_uid=task.uid, attempt=task.attempt, name=job_name(task),
                 devices=sorted({d.device_id for p in s.placements for d in p.devices}), replicas=len(s.placements),
             )
         )  # fmt: skip

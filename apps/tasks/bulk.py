@@ -77,11 +77,23 @@ def bulk_insert_rows(model: type[models.Model], objs: Sequence[models.Model]) ->
             [meta.db_table, meta.pk.column, len(objs)],
         )
         keys = [row[0] for row in cursor.fetchall()]
+        # Insert-time timestamps (auto_now / auto_now_add): one for the whole insert, as one statement would
+        # stamp its rows, taken by the field's own pre_save on the first row; every other field's pre_save runs
+        # per row, as an INSERT through Django would run it.
+        stamps = {f: f.pre_save(objs[0], True) for f in columns if getattr(f, "auto_now", False) or
+                  getattr(f, "auto_now_add", False)}  # fmt: skip
         rows = []
         for obj, key in zip(objs, keys, strict=True):
             obj.pk = key
-            # pre_save fills auto_now_add and other insert-time values, as an INSERT through Django would.
-            rows.append([key, *(f.get_db_prep_save(f.pre_save(obj, True), connection) for f in columns)])
+            row = [key]
+            for f in columns:
+                if f in stamps:
+                    value = stamps[f]
+                    setattr(obj, f.attname, value)
+                else:
+                    value = f.pre_save(obj, True)
+                row.append(f.get_db_prep_save(value, connection))
+            rows.append(row)
         with cursor.copy(f"COPY {table} ({pk}, {names}) FROM STDIN") as copy:
             for row in rows:
                 copy.write_row(row)

@@ -1,6 +1,8 @@
 """bulk_update_rows: one COPY and one UPDATE, and a clear error instead of a hang for fields not loaded."""
 
 import pytest
+from django.db import connection
+from django.utils import timezone
 
 from apps.tasks.bulk import bulk_update_rows
 from apps.tasks.models import Task
@@ -58,8 +60,13 @@ def test_inserted_rows_get_their_keys_insert_time_values_and_leave_the_sequence_
     ]  # fmt: skip
     intent = BackendObject(cluster=world.cluster, task=task, task_uid=uuid.uuid4(), attempt=1, name="hcs-1-a1",
                            devices=[5, 6], replicas=2)  # fmt: skip
+    before = timezone.now()
     bulk_insert_rows(TaskEvent, events)
+    after = timezone.now()
     bulk_insert_rows(BackendObject, [intent])
+    assert all(before <= e.created_at <= after for e in events)  # insert-time values, taken during the call
+    if connection.vendor == "postgresql":  # the COPY path: one stamp for the insert, as one statement stamps rows
+        assert len({e.created_at for e in events}) == 1
 
     rows = {e.pk: e for e in TaskEvent.objects.filter(task=task)}
     assert sorted(rows) == sorted(e.pk for e in events)
