@@ -10,6 +10,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Case, DecimalField, ExpressionWrapper, F, Q, Sum, When
+from django.db.models.base import DEFERRED
 
 from apps.clusters.crypto import decrypt_text, encrypt_text
 from apps.clusters.models import Cluster
@@ -243,6 +244,29 @@ class Task(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.pk} {self.name}"
+
+    # Which concrete fields a selection of columns loads, per selection (a handful: the scheduler's, the pages').
+    _loaded_masks: dict[tuple[type, tuple[str, ...]], tuple[bool, ...]] = {}
+
+    @classmethod
+    def from_db(cls, db, field_names, values):
+        """Django's ``from_db``, with the deferred fields worked out once per selection of columns.
+
+        For a row of a ``.only()`` / ``.defer()`` query Django tests each of the model's 67 fields for membership
+        in the list of selected names, row after row: 0.17 s of the scheduler's 10,000-task snapshot load.
+        """
+        concrete = cls._meta.concrete_fields
+        if len(values) != len(concrete):
+            key = (cls, tuple(field_names))
+            mask = cls._loaded_masks.get(key)
+            if mask is None:
+                mask = cls._loaded_masks[key] = tuple(f.attname in field_names for f in concrete)
+            loaded = iter(values)
+            values = [next(loaded) if selected else DEFERRED for selected in mask]
+        new = cls(*values)
+        new._state.adding = False
+        new._state.db = db
+        return new
 
     @property
     def lost_gpu_hours(self) -> Decimal:

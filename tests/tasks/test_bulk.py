@@ -80,3 +80,30 @@ def test_inserted_rows_get_their_keys_insert_time_values_and_leave_the_sequence_
     later = TaskEvent.objects.create(task=task, kind="running")
     assert later.pk > max(e.pk for e in events)
     assert not any(e._state.adding for e in events)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [("name",), ("name", "status", "placement", "submitted_at", "queue"), "snapshot", ("env", "secret_env")],
+)
+def test_tasks_loaded_with_fields_deferred_hold_what_django_would_load(world, fields):
+    """Task.from_db works out the deferred fields once per selection; the loaded rows must be Django's."""
+    from django.db.models import Model  # noqa: PLC0415
+
+    from apps.control.scheduling import SNAPSHOT_FIELDS  # noqa: PLC0415
+
+    fields = SNAPSHOT_FIELDS if fields == "snapshot" else fields
+    TaskFactory.create_batch(2, project=world.project, owner=world.member, vdc=world.vdc, queue=world.low,
+                             env={"A": "1"}, placement=[{"node": 3}])  # fmt: skip
+    full = {t.pk: t for t in Task.objects.all()}
+    selected = {"id", *(Task._meta.get_field(name).attname for name in fields)}
+    for loaded in (list(Task.objects.only(*fields)), list(Task.objects.only(*fields))):  # the second: cached mask
+        for task in loaded:
+            names = [f.attname for f in Task._meta.concrete_fields if f.attname in task.__dict__]
+            assert set(names) == selected  # exactly the selected columns were loaded, the rest deferred
+            reference = Model.from_db.__func__(Task, "default", names, [getattr(task, n) for n in names])
+            assert task.get_deferred_fields() == reference.get_deferred_fields()
+            for name in names:
+                assert getattr(task, name) == getattr(full[task.pk], name)
+    deferred = Task.objects.only(*fields).first()
+    assert deferred.image == full[deferred.pk].image or "image" in fields  # a deferred field still loads on access
