@@ -3,7 +3,8 @@
 Builds the interceptor (``make vram``), the stub CUDA driver of its tests and a C loop of cuMemAlloc_v2 /
 cuMemFree_v2 pairs of 1 MiB. In one process, blocks of pairs through the stub's unwrapped aliases (the
 baseline) alternate with blocks through the driver's names, which the preloaded interceptor wraps: with a
-limit (counting) and without one (pass-through); without the preload both are the stub (the control, ~0 %).
+limit (counting; per process, and job-wide through a share file) and without one (pass-through); without the
+preload both are the stub (the control, ~0 %).
 Alternating blocks keeps the comparison fair on a busy machine. The stub's own calls cost almost nothing
 (a host malloc), so the first rows show the interceptor's absolute cost; ``HCS_STUB_SPIN`` then makes each
 stub call spin, so that a pair costs microseconds as on a real card (allocations there map pages), which is
@@ -37,7 +38,8 @@ CASES = [
     (1_000, 500, 2, "linked"),
     (5_000, 100, 1, "linked"),
 ]
-MODES = {"no preload": "none", "preload, no limit": "pass", "preload, limit": "limit"}
+# "limit, share file": the job-wide share (HCS_VRAM_SHARE_FILE): a process-shared lock per call.
+MODES = {"no preload": "none", "preload, no limit": "pass", "preload, limit": "limit", "limit, share file": "share"}
 
 
 def build(directory: Path) -> Path:
@@ -58,10 +60,13 @@ def timed(loop: Path, mode: str, spin: int, pairs: int, threads: int, how: str) 
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HCS_STUB_SPIN": str(spin)}
     if mode != "none":
         env["LD_PRELOAD"] = str(LIBRARY)
-    if mode == "limit":
+    if mode in ("limit", "share"):
         env["HCS_VRAM_LIMIT_BYTES"] = str(64 * 2**30)
     argv = [str(loop), str(BLOCKS), str(pairs), str(1 << 20), str(threads), how]
-    out = subprocess.run(argv, env=env, check=True, capture_output=True, text=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        if mode == "share":
+            env["HCS_VRAM_SHARE_FILE"] = str(Path(tmp) / "share")
+        out = subprocess.run(argv, env=env, check=True, capture_output=True, text=True)
     bare, wrapped, added = (float(v) for v in out.stdout.split())
     return bare, wrapped, added
 

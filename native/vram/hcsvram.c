@@ -15,14 +15,24 @@
  *   - cuGetProcAddress (how CUDA >= 11.3 runtimes resolve every driver entry point): wrapped, and the
  *     pointer it returns for a memory call is swapped for the wrapper.
  *
- * Limits (see docs/vram.md): the count is per process; memory from calls not wrapped here (the
- * virtual memory management API cuMemCreate/cuMemMap, cuMemAllocFromPoolAsync, arrays, the context's
- * own reservation) is not counted.
+ * With HCS_VRAM_SHARE_FILE set as well, every process of the job that names the same file draws on one
+ * share: the count lives in that file, mapped shared, under a process-shared robust mutex, with one slot
+ * per process (a process killed while it held memory is found dead and its bytes given back).
+ *
+ * Limits (see docs/vram.md): memory from calls not wrapped here (the virtual memory management API
+ * cuMemCreate/cuMemMap, cuMemAllocFromPoolAsync, arrays, the context's own reservation) is not counted.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -42,6 +52,7 @@ typedef unsigned long long cuuint64_t;
 #define CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM 2ULL
 
 #define LIMIT_ENV "HCS_VRAM_LIMIT_BYTES"
+#define SHARE_ENV "HCS_VRAM_SHARE_FILE"
 #define EXPORT __attribute__((visibility("default")))
 #if defined(__has_attribute)
 #if __has_attribute(musttail)
@@ -55,20 +66,209 @@ typedef unsigned long long cuuint64_t;
 /* ---- the limit and the count ------------------------------------------------------------------ */
 
 static int enforcing;   /* a limit is set: count and refuse */
-static size_t limit;    /* bytes this process may hold */
-static _Atomic size_t used;
+static size_t limit;    /* bytes this process (or, with a share file, the job) may hold */
+static _Atomic size_t used; /* what this process holds */
 static atomic_int refusal_reported;
+
+/* The job-wide share (HCS_VRAM_SHARE_FILE): one region per share, mapped shared by every process of the
+ * job. `total` is the sum of the slots' bytes; both change only under `lock`, a process-shared robust
+ * mutex, so a process killed while holding it leaves a lock the next process takes over (EOWNERDEAD). */
+#define SHARE_MAGIC 0x48435356524d3031ULL /* "HCSVRM01" */
+#define SHARE_VERSION 1
+#define SHARE_SLOTS 256
+
+struct share_slot {
+    pid_t pid;                /* 0: free */
+    unsigned long long start; /* the process's start time (clock ticks since boot), against pid reuse */
+    size_t bytes;             /* what it holds */
+};
+
+struct share_region {
+    unsigned long long magic;
+    unsigned int version, slots;
+    size_t limit; /* set by the process that created the file */
+    size_t total;
+    pthread_mutex_t lock;
+    struct share_slot slot[SHARE_SLOTS];
+};
+
+static struct share_region *region; /* NULL: the count is this process's own */
+static int my_slot = -1;            /* this process image's slot, once it allocated */
+static pid_t my_pid;
+
+static void refused(size_t n, size_t held, const char *who) {
+    if (!atomic_exchange(&refusal_reported, 1))
+        fprintf(stderr,
+                "hcsvram: refused a GPU allocation of %zu bytes: %s %zu of its %zu byte share (" LIMIT_ENV ")\n",
+                n, who, held, limit);
+}
+
+/* State and start time of a process from /proc/<pid>/stat: 1 when read. */
+static int proc_stat(pid_t pid, char *state, unsigned long long *start) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t len = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (len <= 0)
+        return 0;
+    buf[len] = '\0';
+    char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+    if (!p || p[1] != ' ')
+        return 0;
+    p += 2;
+    *state = *p;
+    /* After the name: field 3 is the state, field 22 the start time. */
+    for (int field = 3; field < 22; field++) {
+        p = strchr(p, ' ');
+        if (!p)
+            return 0;
+        p++;
+    }
+    *start = strtoull(p, NULL, 10);
+    return 1;
+}
+
+/* Whether the process of a slot still lives (a zombie has given its GPU memory back). */
+static int slot_alive(const struct share_slot *sl) {
+    if (kill(sl->pid, 0) != 0 && errno == ESRCH)
+        return 0;
+    char state;
+    unsigned long long start;
+    if (proc_stat(sl->pid, &state, &start))
+        return state != 'Z' && state != 'X' && (!sl->start || start == sl->start);
+    return 1;
+}
+
+/* Under the lock: give back the bytes of processes that are gone. 1 when any were. */
+static int reap(void) {
+    int any = 0;
+    for (int i = 0; i < SHARE_SLOTS; i++) {
+        struct share_slot *sl = &region->slot[i];
+        if (!sl->pid || sl->pid == my_pid || slot_alive(sl))
+            continue;
+        region->total -= sl->bytes < region->total ? sl->bytes : region->total;
+        memset(sl, 0, sizeof *sl);
+        any = 1;
+    }
+    return any;
+}
+
+static int share_lock(void) {
+    int rc = pthread_mutex_lock(&region->lock);
+    if (rc == EOWNERDEAD) {
+        /* Its holder died inside: the slots are the truth, the total is made from them again. */
+        size_t total = 0;
+        for (int i = 0; i < SHARE_SLOTS; i++)
+            if (region->slot[i].pid)
+                total += region->slot[i].bytes;
+        region->total = total;
+        pthread_mutex_consistent(&region->lock);
+        rc = 0;
+    }
+    return rc == 0;
+}
+
+/* Under the lock: this process image's slot, taken on first use; -1 when every slot is held by a live
+ * process. A slot already under this pid is from before an exec (the old image's memory went with it). */
+static int claim(void) {
+    /* my_slot is reset in a child of fork (and an exec loads this library afresh): no getpid per call. */
+    if (my_slot >= 0 && region->slot[my_slot].pid == my_pid)
+        return my_slot;
+    pid_t pid = my_pid = getpid();
+    int free_slot = -1;
+    for (int i = 0; i < SHARE_SLOTS; i++) {
+        struct share_slot *sl = &region->slot[i];
+        if (sl->pid == pid) {
+            region->total -= sl->bytes < region->total ? sl->bytes : region->total;
+            sl->bytes = 0;
+            free_slot = i;
+            break;
+        }
+        if (!sl->pid && free_slot < 0)
+            free_slot = i;
+    }
+    if (free_slot < 0 && reap())
+        for (int i = 0; i < SHARE_SLOTS && free_slot < 0; i++)
+            if (!region->slot[i].pid)
+                free_slot = i;
+    if (free_slot < 0)
+        return -1;
+    struct share_slot *sl = &region->slot[free_slot];
+    char state;
+    unsigned long long start = 0;
+    proc_stat(pid, &state, &start);
+    sl->pid = pid;
+    sl->start = start;
+    sl->bytes = atomic_load(&used); /* this image's (0 unless its slot was lost) */
+    region->total += sl->bytes;
+    my_slot = free_slot;
+    return my_slot;
+}
+
+static int share_reserve(size_t n) {
+    if (!share_lock()) {
+        refused(n, 0, "the share's lock cannot be taken;");
+        return 0;
+    }
+    int ok = 0;
+    int i = claim();
+    if (i < 0) {
+        if (!atomic_exchange(&refusal_reported, 1))
+            fprintf(stderr, "hcsvram: refused a GPU allocation: the share file (" SHARE_ENV ") has no free slot "
+                            "(%d processes hold GPU memory)\n", SHARE_SLOTS);
+    } else {
+        ok = n <= limit && region->total <= limit - n;
+        if (!ok && reap())
+            ok = n <= limit && region->total <= limit - n;
+        if (ok) {
+            region->total += n;
+            region->slot[i].bytes += n;
+            atomic_fetch_add_explicit(&used, n, memory_order_relaxed);
+        } else {
+            refused(n, region->total, "the job's processes hold");
+        }
+    }
+    pthread_mutex_unlock(&region->lock);
+    return ok;
+}
+
+static void share_release(size_t n) {
+    atomic_fetch_sub_explicit(&used, n, memory_order_relaxed);
+    if (!share_lock())
+        return;
+    int i = claim();
+    if (i >= 0) {
+        struct share_slot *sl = &region->slot[i];
+        size_t back = n < sl->bytes ? n : sl->bytes;
+        sl->bytes -= back;
+        region->total -= back < region->total ? back : region->total;
+    }
+    pthread_mutex_unlock(&region->lock);
+}
+
+/* What the share holds now, for cuMemGetInfo (the processes that are gone given back first). */
+static size_t share_used(void) {
+    if (!region)
+        return atomic_load_explicit(&used, memory_order_relaxed);
+    if (!share_lock())
+        return limit;
+    reap();
+    size_t total = region->total;
+    pthread_mutex_unlock(&region->lock);
+    return total;
+}
 
 /* Take n bytes of the share, or say no; a compare-and-swap so that concurrent threads never overshoot. */
 static int reserve(size_t n) {
+    if (region)
+        return share_reserve(n);
     size_t cur = atomic_load_explicit(&used, memory_order_relaxed);
     do {
         if (n > limit || cur > limit - n) {
-            if (!atomic_exchange(&refusal_reported, 1))
-                fprintf(stderr,
-                        "hcsvram: refused a GPU allocation of %zu bytes: this process holds %zu of its %zu byte "
-                        "share (" LIMIT_ENV ")\n",
-                        n, cur, limit);
+            refused(n, cur, "this process holds");
             return 0;
         }
     } while (!atomic_compare_exchange_weak_explicit(&used, &cur, cur + n, memory_order_relaxed,
@@ -76,7 +276,68 @@ static int reserve(size_t n) {
     return 1;
 }
 
-static void release(size_t n) { atomic_fetch_sub_explicit(&used, n, memory_order_relaxed); }
+static void release(size_t n) {
+    if (region)
+        share_release(n);
+    else
+        atomic_fetch_sub_explicit(&used, n, memory_order_relaxed);
+}
+
+/* Map the share file, creating it when it is new; NULL (and why on stderr) when it cannot be used. */
+static struct share_region *attach(const char *path) {
+    int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    struct share_region *r = MAP_FAILED;
+    struct stat st = {0};
+    const char *why = NULL;
+    if (fd < 0)
+        why = errno == ELOOP ? "a symbolic link" : strerror(errno);
+    else if (flock(fd, LOCK_EX) != 0 || fstat(fd, &st) != 0)
+        why = strerror(errno);
+    else if (!S_ISREG(st.st_mode))
+        why = "not a regular file";
+    else if (st.st_uid != geteuid())
+        why = "owned by another user";
+    else if (st.st_size != 0 && st.st_size != (off_t)sizeof *r)
+        why = "not a share file of this version (wrong size)";
+    else if (st.st_size == 0 && ftruncate(fd, sizeof *r) != 0)
+        why = strerror(errno);
+    if (!why) {
+        r = mmap(NULL, sizeof *r, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (r == MAP_FAILED)
+            why = strerror(errno);
+    }
+    if (!why && st.st_size == 0) {
+        /* New (the file lock keeps the other processes out until it is ready): the creator's limit is the share. */
+        pthread_mutexattr_t attr;
+        pthread_mutexattr_init(&attr);
+        pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+        pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+        pthread_mutex_init(&r->lock, &attr);
+        pthread_mutexattr_destroy(&attr);
+        r->version = SHARE_VERSION;
+        r->slots = SHARE_SLOTS;
+        r->limit = limit;
+        r->total = 0;
+        r->magic = SHARE_MAGIC;
+    } else if (!why && (r->magic != SHARE_MAGIC || r->version != SHARE_VERSION || r->slots != SHARE_SLOTS)) {
+        why = "not a share file of this version";
+    }
+    if (fd >= 0) {
+        flock(fd, LOCK_UN);
+        close(fd);
+    }
+    if (why) {
+        fprintf(stderr, "hcsvram: cannot use the share file %s (" SHARE_ENV "): %s; every GPU allocation of this "
+                        "process will be refused\n", path, why);
+        if (r != MAP_FAILED)
+            munmap(r, sizeof *r);
+        return NULL;
+    }
+    if (r->limit != limit)
+        fprintf(stderr, "hcsvram: " LIMIT_ENV "=%zu differs from the share's %zu bytes (%s); the share's holds\n",
+                limit, r->limit, path);
+    return r;
+}
 
 /* ---- live allocations: device pointer -> size ------------------------------------------------------ */
 
@@ -452,7 +713,7 @@ EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s) {
 /* The share as the program sees it: total = the limit, free = what is left of it, and never more than
  * the card really has free (other processes use the card too). */
 static void share_info(size_t *free_bytes, size_t *total_bytes) {
-    size_t u = atomic_load_explicit(&used, memory_order_relaxed);
+    size_t u = share_used();
     size_t left = u < limit ? limit - u : 0;
     if (free_bytes && *free_bytes > left)
         *free_bytes = left;
@@ -661,6 +922,21 @@ static void after_fork_in_child(void) {
         shards[i].count = 0;
     }
     atomic_store(&used, 0);
+    my_slot = -1; /* the child takes a slot of its own when it allocates */
+}
+
+/* At a normal exit the driver takes the process's memory back: so does its slot (a killed process's slot is
+ * found dead by the next process that needs the room). */
+__attribute__((destructor)) static void stop(void) {
+    if (!region || my_slot < 0 || my_pid != getpid() || !share_lock())
+        return;
+    struct share_slot *sl = &region->slot[my_slot];
+    if (sl->pid == my_pid) {
+        region->total -= sl->bytes < region->total ? sl->bytes : region->total;
+        memset(sl, 0, sizeof *sl);
+    }
+    my_slot = -1;
+    pthread_mutex_unlock(&region->lock);
 }
 
 __attribute__((constructor)) static void start(void) {
@@ -687,6 +963,25 @@ __attribute__((constructor)) static void start(void) {
         bytes = 0;
     }
     limit = (size_t)bytes;
+    const char *share = getenv(SHARE_ENV);
+    if (ok && share && *share) {
+        region = attach(share);
+        if (region && share_lock()) {
+            limit = region->limit;
+            /* A slot under this pid is this process's before an exec: that image's memory went with it. */
+            for (int i = 0; i < SHARE_SLOTS; i++) {
+                struct share_slot *sl = &region->slot[i];
+                if (sl->pid == getpid()) {
+                    region->total -= sl->bytes < region->total ? sl->bytes : region->total;
+                    memset(sl, 0, sizeof *sl);
+                }
+            }
+            pthread_mutex_unlock(&region->lock);
+        } else if (region) {
+            limit = 0;
+        } else
+            limit = 0; /* fails closed, like an unreadable limit */
+    }
     enforcing = 1;
     pthread_atfork(NULL, NULL, after_fork_in_child);
 }

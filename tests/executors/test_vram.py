@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from apps.clusters.executors.vram import DEFAULT_LIBRARY, LIMIT_ENV
+from apps.clusters.executors.vram import DEFAULT_LIBRARY, LIMIT_ENV, SHARE_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = REPO / "native" / "vram" / "tests"
@@ -150,8 +151,10 @@ def test_pitched_allocation_counts_its_padding(run):
     assert run("pitch:1000:4", "info", limit=4050) == [["pitch", OUT_OF_MEMORY, "0"], ["info", "0", "4050", "4050"]]
 
 
-def test_threads_allocating_at_once_never_overshoot_and_leave_nothing_counted(run):
-    lines = run("threads:8:1000000:20000", "info", limit=1_000_000_000)
+@pytest.mark.parametrize("shared", [False, True], ids=["per process", "share file"])
+def test_threads_allocating_at_once_never_overshoot_and_leave_nothing_counted(run, tmp_path, shared):
+    env = {SHARE_ENV: str(tmp_path / "share")} if shared else {}
+    lines = run("threads:8:1000000:20000", "info", limit=1_000_000_000, **env)
     assert lines[0] == ["held", "1000000000"]  # exactly the share, never a block more
     assert lines[1] == ["after", "0"]
     assert lines[2] == ["info", "0", "1000000000", "1000000000"]
@@ -194,3 +197,110 @@ def test_a_limit_that_cannot_be_read_refuses_every_allocation(run):
 def test_rtld_next_lookups_of_other_libraries_still_find_the_next_library(run):
     assert run("next", limit=GIB) == [["next", "b"]]
     assert run("next", limit=GIB, preload=False) == [["next", "b"]]
+
+
+# -- one share for every process of a job (HCS_VRAM_SHARE_FILE) ----------------------------------------------
+
+
+@pytest.fixture
+def start(library, probe):
+    """Start the probe with the interceptor and a limit in the background; returns the process (steps end with
+    "hold" to keep it alive until its stdin is closed)."""
+    started = []
+
+    def start_steps(*steps: str, limit: int, share: Path) -> subprocess.Popen:
+        env = {"PATH": os.environ["PATH"], "LD_PRELOAD": str(library), LIMIT_ENV: str(limit), SHARE_ENV: str(share)}
+        proc = subprocess.Popen([str(probe), *steps], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+        started.append(proc)
+        return proc
+
+    yield start_steps
+    for proc in started:
+        proc.kill()
+        proc.wait()
+
+
+def held_lines(proc: subprocess.Popen) -> list[list[str]]:
+    """The process's lines up to its "hold"."""
+    lines = []
+    while (line := proc.stdout.readline()) and line.split() != ["hold"]:
+        lines.append(line.split())
+    assert line, f"the probe ended before holding: {proc.stderr.read()}"
+    return lines
+
+
+def test_processes_naming_one_share_file_draw_on_one_share(run, start, tmp_path):
+    share = tmp_path / "share"
+    first = start(f"alloc:{6 * GIB}", "hold", limit=8 * GIB, share=share)
+    assert held_lines(first) == [["alloc", "0"]]
+    # A second process of the job: what the first holds counts, in what it may take and in what it is told.
+    lines = run("info", f"alloc:{6 * GIB}", f"alloc:{2 * GIB}", "info", limit=8 * GIB, **{SHARE_ENV: str(share)})
+    assert lines == [["info", "0", str(2 * GIB), str(8 * GIB)], ["alloc", OUT_OF_MEMORY], ["alloc", "0"],
+                     ["info", "0", "0", str(8 * GIB)]]  # fmt: skip
+    assert "the job's processes hold 6442450944 of its 8589934592 byte share" in run.stderr
+    # The second process ended (its 2 GiB went back with it); once the first ends, the whole share is free.
+    assert run("info", limit=8 * GIB, **{SHARE_ENV: str(share)}) == [["info", "0", str(2 * GIB), str(8 * GIB)]]
+    first.communicate("\n", timeout=30)
+    assert first.returncode == 0
+    assert run(f"alloc:{8 * GIB}", limit=8 * GIB, **{SHARE_ENV: str(share)}) == [["alloc", "0"]]
+    # Without the file each process counts on its own, as before.
+    assert run(f"alloc:{6 * GIB}", limit=8 * GIB) == [["alloc", "0"]]
+
+
+def test_a_forked_child_counts_in_the_share_and_a_killed_one_gives_it_back(run, tmp_path):
+    lines = run(f"spawn:{6 * GIB}", f"alloc:{4 * GIB}", "info", "kill", f"alloc:{4 * GIB}", "info",
+                limit=8 * GIB, **{SHARE_ENV: str(tmp_path / "share")})  # fmt: skip
+    assert lines == [
+        ["spawn", "0"],
+        ["alloc", OUT_OF_MEMORY],  # the child's 6 GiB count
+        ["info", "0", str(2 * GIB), str(8 * GIB)],
+        ["kill", "0"],  # SIGKILL: no exit handler ran, the slot is found dead
+        ["alloc", "0"],
+        ["info", "0", str(4 * GIB), str(8 * GIB)],
+    ]
+
+
+def test_processes_allocating_at_once_fill_the_share_exactly(start, tmp_path):
+    share, block = tmp_path / "share", 2**28
+    procs = [start(f"fill:{block}", "hold", limit=8 * GIB, share=share) for _ in range(3)]
+    filled = [int(held_lines(p)[0][1]) for p in procs]
+    assert sum(filled) == 8 * GIB  # never a block more, never a block left
+    for p in procs:
+        p.communicate("\n", timeout=30)
+
+
+def test_a_process_killed_while_it_allocates_leaves_the_share_usable(run, start, tmp_path):
+    # Eight threads churning allocations for a long while: killed at some point, perhaps holding the share's
+    # lock (a robust mutex: the next process takes it over and counts again from the slots).
+    share = tmp_path / "share"
+    churn = start("threads:8:1000000:100000000", limit=1_000_000_000, share=share)
+    time.sleep(0.5)
+    churn.kill()
+    churn.wait()
+    lines = run("info", "alloc:1000000000", limit=1_000_000_000, **{SHARE_ENV: str(share)})
+    assert lines == [["info", "0", "1000000000", "1000000000"], ["alloc", "0"]]
+
+
+def test_the_share_is_the_one_its_file_was_made_with(run, tmp_path):
+    share = tmp_path / "share"
+    assert run(f"alloc:{GIB}", limit=8 * GIB, **{SHARE_ENV: str(share)}) == [["alloc", "0"]]
+    lines = run("info", f"alloc:{9 * GIB}", limit=16 * GIB, **{SHARE_ENV: str(share)})
+    assert lines == [["info", "0", str(8 * GIB), str(8 * GIB)], ["alloc", OUT_OF_MEMORY]]
+    assert "differs from the share's 8589934592 bytes" in run.stderr
+
+
+@pytest.mark.parametrize("problem", ["no directory", "wrong size", "a directory", "a symbolic link"])
+def test_a_share_file_that_cannot_be_used_refuses_every_allocation(run, tmp_path, problem):
+    share = tmp_path / "share"
+    if problem == "no directory":
+        share = tmp_path / "absent" / "share"
+    elif problem == "wrong size":
+        share.write_bytes(b"not a share")
+    elif problem == "a directory":
+        share.mkdir()
+    else:
+        (tmp_path / "elsewhere").write_bytes(b"")
+        share.symlink_to(tmp_path / "elsewhere")
+    assert run("alloc:1", limit=GIB, **{SHARE_ENV: str(share)}) == [["alloc", OUT_OF_MEMORY]]
+    assert "every GPU allocation of this process will be refused" in run.stderr

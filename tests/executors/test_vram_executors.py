@@ -18,7 +18,14 @@ import pytest
 from apps.clusters.executors.base import DeviceSlot, ExecutorError, JobPhase, NodePlacement
 from apps.clusters.executors.local import LocalExecutor
 from apps.clusters.executors.slurm import SlurmExecutor
-from apps.clusters.executors.vram import DEFAULT_LIBRARY, LIMIT_ENV, SANDBOX_LIBRARY, vram_limit_bytes
+from apps.clusters.executors.vram import (
+    DEFAULT_LIBRARY,
+    LIMIT_ENV,
+    SANDBOX_LIBRARY,
+    SANDBOX_SHARE_FILE,
+    SHARE_ENV,
+    vram_limit_bytes,
+)
 from apps.control.jobspec import _device_slot, _share
 
 from .conftest import A100
@@ -74,6 +81,7 @@ def test_local_job_environment_preloads_the_interceptor_with_the_limit(tmp_path,
     env = executor._environment(share_spec(make_spec, env={"LD_PRELOAD": "/opt/mine.so"}), tmp_path / "w")
     assert env["LD_PRELOAD"] == f"{SANDBOX_LIBRARY}:/opt/mine.so"
     assert env[LIMIT_ENV] == str(16 * GIB)
+    assert env[SHARE_ENV] == SANDBOX_SHARE_FILE  # the sandbox's own /tmp: one share per instance
     assert env["CUDA_VISIBLE_DEVICES"] == "0"
     whole = make_spec(gpu_model=A100_80G, gpus_per_instance=1, placements=(NodePlacement("n1", (DeviceSlot(0),)),))
     assert LIMIT_ENV not in executor._environment(whole, tmp_path / "w")
@@ -110,6 +118,14 @@ gcc -O2 -fPIC -shared -o libnexta.so next_a.c -ldl
 gcc -O2 -fPIC -shared -o libnextb.so next_b.c
 gcc -O2 -o vram_probe vram_probe.c -L. -Wl,-rpath,'$ORIGIN' -Wl,--no-as-needed -lnexta -lnextb -lcuda -ldl -lpthread
 ./vram_probe alloc:{ten} alloc:{ten} getproc:{ten} info
+# Two processes of the job at once draw on one share: the first holds 10 GiB while the second asks for 10 more.
+mkfifo gate
+./vram_probe alloc:{ten} hold < gate > first.out &
+exec 3> gate
+until grep -q hold first.out; do sleep 0.1; done
+./vram_probe alloc:{ten} info
+exec 3>&-
+wait
 """
 
 
@@ -125,7 +141,8 @@ def job_command(library: str) -> str:
 
 
 def assert_held_to_16_gib(executor, job) -> None:
-    """The job ran the probe on its 16 GiB share: the second 10 GiB, by either path, was refused."""
+    """The job ran the probe on its 16 GiB share: the second 10 GiB, by either path and from another process of
+    the job, was refused."""
     deadline = time.monotonic() + 120
     while executor.status(job).phase in (JobPhase.PENDING, JobPhase.RUNNING) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -133,7 +150,8 @@ def assert_held_to_16_gib(executor, job) -> None:
     assert executor.status(job).phase == JobPhase.SUCCEEDED, log
     lines = [line for line in log.splitlines() if not line.startswith("hcsvram:")]
     assert "interceptor readable" in lines
-    assert lines[-4:] == ["alloc 0", "alloc 2", "getproc 2", f"info 0 {6 * GIB} {16 * GIB}"]
+    info = f"info 0 {6 * GIB} {16 * GIB}"
+    assert lines[-6:] == ["alloc 0", "alloc 2", "getproc 2", info, "alloc 2", info]
     assert "hcsvram: refused a GPU allocation of 10737418240 bytes" in log
 
 
@@ -161,23 +179,32 @@ def test_slurm_script_loads_the_interceptor_for_a_share(make_spec):
     script = slurm_executor("/opt/hcs/libhcsvram.so").job_description(share_spec(make_spec))["script"]
     assert f"export {LIMIT_ENV}={16 * GIB}" in script
     assert 'export LD_PRELOAD=/opt/hcs/libhcsvram.so"${LD_PRELOAD:+:$LD_PRELOAD}"' in script
+    assert f"export {SHARE_ENV}" in script
     whole = make_spec(gpu_model=A100_80G, gpus_per_instance=1)
     assert "LD_PRELOAD" not in slurm_executor().job_description(whole)["script"]
 
 
 def test_slurm_script_fails_at_once_on_a_node_without_the_interceptor(tmp_path, make_spec, library):
-    def run(path: str) -> subprocess.CompletedProcess:
-        spec = share_spec(make_spec, command=f'echo "preload=$LD_PRELOAD limit=${LIMIT_ENV}"')
+    def run(path: str, **spec_fields) -> subprocess.CompletedProcess:
+        command = (
+            f'echo "preload=$LD_PRELOAD limit=${LIMIT_ENV}"; ls -l "${SHARE_ENV}" | cut -c1-10; echo "${SHARE_ENV}"'
+        )
+        spec = share_spec(make_spec, command=command, **spec_fields)
         script = slurm_executor(path).job_description(spec)["script"]
         return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30,
-                              env={"PATH": "/usr/bin:/bin", "LD_PRELOAD": ""})  # fmt: skip
+                              env={"PATH": "/usr/bin:/bin", "LD_PRELOAD": "", "TMPDIR": str(tmp_path)})  # fmt: skip
 
     missing = run(str(tmp_path / "absent.so"))
     assert missing.returncode == 1
     assert "not readable on" in missing.stderr and "make vram" in missing.stderr
-    built = run(str(slurm_executor().vram_library))
-    assert built.returncode == 0, built.stderr
-    assert built.stdout.strip() == f"preload={slurm_executor().vram_library} limit={16 * GIB}"
+    for fields in ({}, {"secret_files": {"/run/secrets/key": "s3cret"}}):  # the secret files' trap keeps removing it
+        built = run(str(slurm_executor().vram_library), **fields)
+        assert built.returncode == 0, built.stderr
+        preload, mode, share = built.stdout.strip().splitlines()
+        assert preload == f"preload={slurm_executor().vram_library} limit={16 * GIB}"
+        # A share file of the job's own (0600, made in $TMPDIR), removed when the job ends.
+        assert mode == "-rw-------" and share.startswith(f"{tmp_path}/hcs-vram-share.")
+        assert not Path(share).exists()
 
 
 # A portal running as a normal user (no job user to switch to: bubblewrap in a user namespace) starts one
@@ -227,4 +254,5 @@ def test_a_share_is_held_when_the_portal_runs_as_a_normal_user(library):
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["phase"] == "succeeded", report["log"]
     lines = [line for line in report["log"].splitlines() if not line.startswith("hcsvram:")]
-    assert lines[-4:] == ["alloc 0", "alloc 2", "getproc 2", f"info 0 {6 * GIB} {16 * GIB}"]
+    info = f"info 0 {6 * GIB} {16 * GIB}"
+    assert lines[-6:] == ["alloc 0", "alloc 2", "getproc 2", info, "alloc 2", info]

@@ -47,7 +47,14 @@ from .base import (
 from .logfile import LogChunk, read_log_file
 from .sandbox import NETWORK_HOST, NETWORK_NONE, TRUSTED_ENV, Sandbox, check_env_names, device_nodes
 from .terminal import PtyTerminal
-from .vram import DEFAULT_LIBRARY, SANDBOX_LIBRARY, check_library, preload_environment, vram_limit_bytes
+from .vram import (
+    DEFAULT_LIBRARY,
+    SANDBOX_LIBRARY,
+    SANDBOX_SHARE_FILE,
+    check_library,
+    preload_environment,
+    vram_limit_bytes,
+)
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 # Under a job's directory: one directory per extra replica of an inference service the portal scales, named by
@@ -355,7 +362,7 @@ class LocalExecutor(Executor):
             if spec.gpu_model.vendor == "nvidia":
                 env["CUDA_VISIBLE_DEVICES"] = visible
         if (limit := vram_limit_bytes(spec)) is not None:
-            env.update(preload_environment(SANDBOX_LIBRARY, limit, env))
+            env.update(preload_environment(SANDBOX_LIBRARY, limit, env, SANDBOX_SHARE_FILE))
         return env
 
     def _grace(self) -> str:

@@ -51,7 +51,7 @@ from .local import job_command, job_secrets, tail_lines
 from .logfile import LogChunk, read_log_file
 from .sandbox import TRUSTED_ENV
 from .terminal import PtyTerminal
-from .vram import DEFAULT_LIBRARY, LIMIT_ENV, vram_limit_bytes
+from .vram import DEFAULT_LIBRARY, LIMIT_ENV, SHARE_ENV, vram_limit_bytes
 
 _PHASES = {
     "PENDING": JobPhase.PENDING,
@@ -152,7 +152,8 @@ def with_secret_files(spec: JobSpec, body: str) -> str:
     lines = [
         'HCS_SECRETS_DIR="$(umask 077; mktemp -d "${TMPDIR:-/tmp}/hcs-secrets.XXXXXXXX")" || '
         '{ echo "hcs: cannot create a private directory for the secret files on $(hostname)" >&2; exit 1; }',
-        "trap 'rm -rf \"$HCS_SECRETS_DIR\"' EXIT",
+        # (and the VRAM share file of a share's prelude, whose own trap this one replaces)
+        'trap \'rm -rf "$HCS_SECRETS_DIR" ${HCS_VRAM_SHARE_FILE:+"$HCS_VRAM_SHARE_FILE"}\' EXIT',
         "trap 'exit 143' TERM INT HUP",
     ]
     for index, path in enumerate(sorted(spec.secret_files)):
@@ -497,6 +498,12 @@ class SlurmExecutor(Executor):
             f'if [ ! -r {library} ]; then echo "hcs: this job holds part of a card and its VRAM limit needs '
             f'{library}, which is not readable on $(hostname): install it there (make vram)" >&2; exit 1; fi\n'
             f"export {LIMIT_ENV}={limit}\n"
+            # The share file every process of this rank counts in: made here (mode 0600, a name nobody can
+            # guess and take first on a shared /tmp) and removed at the end.
+            f'{SHARE_ENV}="$(mktemp "${{TMPDIR:-/tmp}}/hcs-vram-share.XXXXXXXX")" || {{ echo "hcs: cannot create '
+            f'the VRAM share file on $(hostname)" >&2; exit 1; }}\n'
+            f"export {SHARE_ENV}\n"
+            f"trap 'rm -f \"${SHARE_ENV}\"' EXIT\n"
             f'export LD_PRELOAD={library}"${{LD_PRELOAD:+:$LD_PRELOAD}}"'
         )
 

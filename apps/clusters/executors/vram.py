@@ -1,8 +1,9 @@
 """VRAM shares where no HAMi enforces them (local and Slurm jobs): the LD_PRELOAD interceptor.
 
-``native/vram/hcsvram.c``, built by ``make vram``, wraps the CUDA driver's memory calls and holds a
-process to ``HCS_VRAM_LIMIT_BYTES`` (docs/vram.md). The executors preload it into every process of a job
-that runs on part of one NVIDIA card; Kubernetes shares are enforced by HAMi's own interceptor instead.
+``native/vram/hcsvram.c``, built by ``make vram``, wraps the CUDA driver's memory calls and holds the
+processes of a job to ``HCS_VRAM_LIMIT_BYTES`` together: they count in one share file,
+``HCS_VRAM_SHARE_FILE`` (docs/vram.md). The executors preload it into every process of a job that runs on
+part of one NVIDIA card; Kubernetes shares are enforced by HAMi's own interceptor instead.
 """
 
 from __future__ import annotations
@@ -13,6 +14,10 @@ from pathlib import Path
 from .base import ExecutorError, JobSpec
 
 LIMIT_ENV = "HCS_VRAM_LIMIT_BYTES"
+# The file every process of one instance counts its GPU memory in (created by the first that allocates).
+SHARE_ENV = "HCS_VRAM_SHARE_FILE"
+# A local job's: in the sandbox's own /tmp, a memory file system private to that instance's sandbox.
+SANDBOX_SHARE_FILE = "/tmp/.hcs-vram-share"
 LIBRARY_NAME = "libhcsvram.so"
 # Where ``make vram`` builds it, in the portal's own tree.
 DEFAULT_LIBRARY = Path(__file__).resolve().parents[3] / "native" / "vram" / "build" / LIBRARY_NAME
@@ -48,10 +53,11 @@ def vram_limit_bytes(spec: JobSpec) -> int | None:
     return math.floor(fraction * model.vram_gib * 2**30)
 
 
-def preload_environment(library: str, limit: int, env: dict[str, str]) -> dict[str, str]:
-    """The variables that load the interceptor with ``limit``: it comes first, any preload of the task after it."""
+def preload_environment(library: str, limit: int, env: dict[str, str], share_file: str) -> dict[str, str]:
+    """The variables that load the interceptor with ``limit`` for all the processes that count in ``share_file``:
+    it comes first, any preload of the task after it."""
     own = env.get("LD_PRELOAD", "").strip()
-    return {"LD_PRELOAD": f"{library}:{own}" if own else library, LIMIT_ENV: str(limit)}
+    return {"LD_PRELOAD": f"{library}:{own}" if own else library, LIMIT_ENV: str(limit), SHARE_ENV: share_file}
 
 
 def check_library(path: Path) -> Path:

@@ -18,6 +18,11 @@
  *                    wrappers when it is preloaded) and through the driver's own functions, found in its ELF
  *                    symbol table, which no preload can wrap: "pairs <object of each> <median ns per pair of
  *                    the driver's own> <of the linked names> <median difference within a block pair>"
+ *   fill:S           allocate S bytes at a time until refused and keep them: "fill <bytes held>"
+ *   hold             print "hold" and wait for a line on stdin (lets a test start other processes meanwhile)
+ *   spawn:N          fork a child that makes its own context ("init"; so spawn before init), allocates N bytes and
+ *                    keeps them until "kill": "spawn <its result>" (100: the parent had a context already)
+ *   kill             SIGKILL the child of "spawn" and reap it (its memory goes back as with a crash): "kill 0"
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -28,8 +33,11 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
@@ -61,6 +69,7 @@ static struct {
     enum kind kind;
 } held[4096];
 static int n_held;
+static pid_t child; /* the process of "spawn" */
 static void *context; /* device 0's primary context once "init" ran; threads make it current */
 
 static void *driver(void) {
@@ -228,6 +237,19 @@ static void *churn(void *arg) {
     return NULL;
 }
 
+/* cuInit, then device 0's primary context made current. */
+static CUresult init_context(void) {
+    int device = 0;
+    CUresult rc = cuInit(0);
+    if (rc == 0)
+        rc = cuDeviceGet(&device, 0);
+    if (rc == 0)
+        rc = cuDevicePrimaryCtxRetain(&context, device);
+    if (rc == 0)
+        rc = cuCtxSetCurrent(context);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IONBF, 0);
     for (int i = 1; i < argc; i++) {
@@ -331,15 +353,7 @@ int main(int argc, char **argv) {
             cuMemGetInfo_v2(&f, &tot);
             printf("after %zu\n", tot - f);
         } else if (!strcmp(step, "init")) {
-            int device = 0;
-            rc = cuInit(0);
-            if (rc == 0)
-                rc = cuDeviceGet(&device, 0);
-            if (rc == 0)
-                rc = cuDevicePrimaryCtxRetain(&context, device);
-            if (rc == 0)
-                rc = cuCtxSetCurrent(context);
-            printf("init %d\n", rc);
+            printf("init %d\n", init_context());
         } else if (!strcmp(step, "time")) {
             long pairs = atol(strtok(arg, ":"));
             size_t size = strtoull(strtok(NULL, ":"), NULL, 10);
@@ -380,6 +394,44 @@ int main(int argc, char **argv) {
             free(own);
             free(linked);
             free(diff);
+        } else if (!strcmp(step, "fill")) {
+            size_t size = strtoull(arg, NULL, 10), total = 0;
+            while (n_held < (int)(sizeof held / sizeof *held) && cuMemAlloc_v2(&p, size) == 0) {
+                kept(0, p, V2);
+                total += size;
+            }
+            printf("fill %zu\n", total);
+        } else if (!strcmp(step, "hold")) {
+            char line[16];
+            printf("hold\n");
+            if (!fgets(line, sizeof line, stdin))
+                line[0] = '\0';
+        } else if (!strcmp(step, "spawn")) {
+            int to_parent[2], to_child[2];
+            if (pipe(to_parent) || pipe(to_child))
+                return 4;
+            child = fork();
+            if (child == 0) {
+                close(to_child[1]); /* so that the read below ends when the parent does */
+                /* A CUDA context does not survive fork: a child of a parent that ran "init" could not use the
+                 * driver, so on a real card "spawn" comes before "init" and the child makes its own context. */
+                char c = (char)(context ? 100 : init_context());
+                if (!c)
+                    c = (char)cuMemAlloc_v2(&p, strtoull(arg, NULL, 10));
+                if (write(to_parent[1], &c, 1) != 1 || read(to_child[0], &c, 1) < 0)
+                    _exit(1);
+                _exit(0);
+            }
+            close(to_child[0]);
+            close(to_parent[1]);
+            char c = 0;
+            if (child < 0 || read(to_parent[0], &c, 1) != 1)
+                return 4;
+            printf("spawn %d\n", (int)c);
+        } else if (!strcmp(step, "kill")) {
+            int status = 0;
+            kill(child, SIGKILL);
+            printf("kill %d\n", waitpid(child, &status, 0) == child ? 0 : 1);
         } else if (!strcmp(step, "next")) {
             printf("next %c\n", hcs_next());
         } else {
