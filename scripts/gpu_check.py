@@ -318,6 +318,18 @@ def check_driver(probe: Probe) -> None:
     exact = lines[0] == ["held", str(SHARE)] and lines[1] == ["after", "0"]
     record(section, "8 threads, 256 MiB blocks until refused", f"held {SHARE}, after 0",
            f"{lines[0][1]}, {lines[1][1]}", exact)  # fmt: skip
+    # The virtual memory API's physical allocations (PyTorch's expandable segments) and memory pools count too.
+    lines = probe(f"create:{6 * GIB}", f"create:{6 * GIB}", "info", "free:0", f"create:{6 * GIB}",
+                  f"create_host:{6 * GIB}", limit=SHARE)  # fmt: skip
+    got = [*results(lines[:2]), lines[2][2], *results(lines[3:5])]
+    want = ["0", OUT_OF_MEMORY, str(2 * GIB), "0", "0"]
+    record(section, "cuMemCreate 6, 6 GiB; info; release; 6 GiB", want, got, got == want)
+    record(section, "cuMemCreate on the host (not the card's memory)", "not refused (driver's answer)",
+           results(lines[5:6]), None)  # fmt: skip
+    lines = probe(f"pool:{6 * GIB}", f"pool:{6 * GIB}", "free:0", f"pool:{6 * GIB}", "info", limit=SHARE)
+    got = [*results(lines[:4]), lines[4][2]]
+    want = ["0", OUT_OF_MEMORY, "0", "0", str(2 * GIB)]
+    record(section, "cuMemAllocFromPoolAsync 6, 6 GiB; free; 6 GiB; info", want, got, got == want)
     lines = probe(f"alloc:{MIB}", limit="16G")
     record(
         section,
@@ -527,9 +539,10 @@ def check_frameworks() -> None:
             if label.startswith("control"):
                 record("framework", f"{name}, {label}: 3 GiB then 2 GiB", "allocated", got["over_share"],
                        got["over_share"] == "allocated")  # fmt: skip
-            elif "expandable" in label:
-                record("framework", f"{name}, {label}: total seen, 2 GiB past 3", "documented gap (not wrapped)",
-                       f"total {got['total']}, {got['over_share']}", None)  # fmt: skip
+            elif "expandable" in label:  # the virtual memory API (cuMemCreate), counted like the rest
+                record("framework", f"{name}, {label}: total seen, 2 GiB past 3",
+                       f"total {FRAMEWORK_SHARE}, OutOfMemoryError", f"total {got['total']}, {got['over_share']}",
+                       got["total"] == FRAMEWORK_SHARE and "OutOfMemory" in got["over_share"])  # fmt: skip
             else:
                 seen_ok = name == "jax" or got["total"] == FRAMEWORK_SHARE
                 record("framework", f"{name}, {label}: memory seen", f"total {FRAMEWORK_SHARE}",

@@ -19,8 +19,11 @@
  * share: the count lives in that file, mapped shared, under a process-shared robust mutex, with one slot
  * per process (a process killed while it held memory is found dead and its bytes given back).
  *
- * Limits (see docs/vram.md): memory from calls not wrapped here (the virtual memory management API
- * cuMemCreate/cuMemMap, cuMemAllocFromPoolAsync, arrays, the context's own reservation) is not counted.
+ * The virtual memory management API's physical allocations (cuMemCreate / cuMemRelease, what PyTorch's
+ * expandable segments use) and allocations from memory pools (cuMemAllocFromPoolAsync) count too.
+ *
+ * Limits (see docs/vram.md): memory from calls not wrapped here (arrays, what a pool keeps reserved
+ * after frees, the context's own reservation) is not counted.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -44,6 +47,24 @@ typedef unsigned long long CUdeviceptr;
 typedef unsigned int CUdeviceptr_v1;
 typedef void *CUstream;
 typedef unsigned long long cuuint64_t;
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef void *CUmemoryPool;
+/* The driver's CUmemAllocationProp (cuda.h), of which only the location's type is read. */
+typedef struct {
+    int type;
+    int requestedHandleTypes;
+    struct {
+        int type;
+        int id;
+    } location;
+    void *win32HandleMetaData;
+    struct {
+        unsigned char compressionType, gpuDirectRDMACapable;
+        unsigned short usage;
+        unsigned char reserved[4];
+    } allocFlags;
+} CUmemAllocationProp;
+#define CU_MEM_LOCATION_TYPE_DEVICE 1
 
 #define CUDA_SUCCESS 0
 #define CUDA_ERROR_OUT_OF_MEMORY 2
@@ -354,7 +375,12 @@ struct shard {
     size_t count;
 } __attribute__((aligned(64)));
 
-static struct shard shards[SHARDS];
+/* Device pointers (cuMemAlloc ...) and physical allocation handles (cuMemCreate) are kept apart: the two kinds
+ * of value come from different spaces and must never be confused. */
+static struct shard ptr_shards[SHARDS], handle_shards[SHARDS];
+/* Handles retained again with cuMemRetainAllocationHandle: handle -> how many releases are still owed before the
+ * memory goes (the driver hands out the same handle, and counts references). */
+static struct shard retain_shards[SHARDS];
 
 static inline uint64_t mix(uint64_t x) {
     x ^= x >> 33;
@@ -363,7 +389,7 @@ static inline uint64_t mix(uint64_t x) {
     return x;
 }
 
-static inline struct shard *shard_of(CUdeviceptr p) { return &shards[mix(p) & (SHARDS - 1)]; }
+static inline struct shard *shard_of(struct shard *table, CUdeviceptr p) { return &table[mix(p) & (SHARDS - 1)]; }
 static inline size_t home(const struct shard *s, CUdeviceptr p) { return (mix(p) >> 6) & s->mask; }
 
 static int grow(struct shard *s) {
@@ -397,8 +423,8 @@ static int grow(struct shard *s) {
 
 /* Record p -> n. Returns 0 when the host is out of memory for the table. *stale gets the size of an
  * entry p already had (memory freed behind our back, e.g. by a call not wrapped here), else 0. */
-static int track(CUdeviceptr p, size_t n, size_t *stale) {
-    struct shard *s = shard_of(p);
+static int track(struct shard *table, CUdeviceptr p, size_t n, size_t *stale) {
+    struct shard *s = shard_of(table, p);
     int ok = 1;
     *stale = 0;
     pthread_mutex_lock(&s->lock);
@@ -420,8 +446,8 @@ static int track(CUdeviceptr p, size_t n, size_t *stale) {
 }
 
 /* Forget p; returns 1 and its size when it was tracked. */
-static int untrack(CUdeviceptr p, size_t *n) {
-    struct shard *s = shard_of(p);
+static int untrack(struct shard *table, CUdeviceptr p, size_t *n) {
+    struct shard *s = shard_of(table, p);
     int found = 0;
     pthread_mutex_lock(&s->lock);
     if (s->keys) {
@@ -503,6 +529,11 @@ SLOT(cuMemGetInfo_v2);
 SLOT(cuMemGetInfo);
 SLOT(cuGetProcAddress_v2);
 SLOT(cuGetProcAddress);
+SLOT(cuMemCreate);
+SLOT(cuMemRelease);
+SLOT(cuMemRetainAllocationHandle);
+SLOT(cuMemAllocFromPoolAsync);
+SLOT(cuMemAllocFromPoolAsync_ptsz);
 
 #define REAL(name, type)                                                                     \
     type fn = (type)atomic_load_explicit(&real_##name, memory_order_acquire);                \
@@ -548,14 +579,16 @@ static void give_back_v1(CUdeviceptr_v1 p) {
 
 /* After the driver allocated p of n reserved bytes: record it. When it cannot be recorded (no host
  * memory for the table), give it back: untracked memory would escape the limit. */
-static int keep(CUdeviceptr p, size_t n) {
+static int keep_in(struct shard *table, CUdeviceptr p, size_t n) {
     size_t stale;
-    if (!track(p, n, &stale))
+    if (!track(table, p, n, &stale))
         return 0;
     if (stale)
         release(stale);
     return 1;
 }
+
+static int keep(CUdeviceptr p, size_t n) { return keep_in(ptr_shards, p, n); }
 
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
     REAL(cuMemAlloc_v2, alloc_fn)
@@ -640,7 +673,7 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
         return fn(dptr);
     /* Forget first: once the driver has it back, another thread may be handed the same address. */
     size_t n = 0;
-    int tracked = untrack(dptr, &n);
+    int tracked = untrack(ptr_shards, dptr, &n);
     CUresult rc = fn(dptr);
     if (tracked) {
         if (rc == CUDA_SUCCESS)
@@ -671,7 +704,7 @@ static CUresult free_async(free_async_fn fn, CUdeviceptr dptr, CUstream s) {
     if (!enforcing)
         return fn(dptr, s);
     size_t n = 0;
-    int tracked = untrack(dptr, &n);
+    int tracked = untrack(ptr_shards, dptr, &n);
     CUresult rc = fn(dptr, s);
     if (tracked) {
         if (rc == CUDA_SUCCESS)
@@ -708,6 +741,109 @@ EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s) {
 EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s) {
     REAL(cuMemFreeAsync_ptsz, free_async_fn)
     return free_async(fn, dptr, s);
+}
+
+/* The virtual memory management API: cuMemCreate makes physical memory (mapped later with cuMemMap, which takes
+ * nothing more), cuMemRelease gives its handle back. Memory on the host (a host location) is not the card's. */
+typedef CUresult (*create_fn)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                              unsigned long long);
+typedef CUresult (*release_fn)(CUmemGenericAllocationHandle);
+typedef CUresult (*pool_fn)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+
+EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+                            unsigned long long flags) {
+    REAL(cuMemCreate, create_fn)
+    if (!enforcing || (prop && prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE))
+        return fn(handle, size, prop, flags);
+    if (!reserve(size))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult rc = fn(handle, size, prop, flags);
+    if (rc != CUDA_SUCCESS) {
+        release(size);
+    } else if (!keep_in(handle_shards, *handle, size)) {
+        release_fn undo = (release_fn)atomic_load_explicit(&real_cuMemRelease, memory_order_acquire);
+        if (!undo)
+            undo = (release_fn)resolve("cuMemRelease");
+        if (undo)
+            undo(*handle);
+        release(size);
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return rc;
+}
+
+typedef CUresult (*retain_fn)(CUmemGenericAllocationHandle *, void *);
+
+/* Another reference to the physical memory behind a mapped address: its release must not give the bytes back
+ * while the first handle still holds them. */
+EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr) {
+    REAL(cuMemRetainAllocationHandle, retain_fn)
+    CUresult rc = fn(handle, addr);
+    size_t owed = 0, stale;
+    if (rc == CUDA_SUCCESS && enforcing) {
+        untrack(retain_shards, *handle, &owed);
+        track(retain_shards, *handle, owed + 1, &stale);
+    }
+    return rc;
+}
+
+EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+    REAL(cuMemRelease, release_fn)
+    if (!enforcing)
+        return fn(handle);
+    size_t n = 0, owed = 0, stale;
+    if (untrack(retain_shards, handle, &owed)) {
+        /* A retained reference: the memory stays until the last release. */
+        CUresult rc = fn(handle);
+        if (rc != CUDA_SUCCESS || owed > 1)
+            track(retain_shards, handle, rc == CUDA_SUCCESS ? owed - 1 : owed, &stale);
+        return rc;
+    }
+    int tracked = untrack(handle_shards, handle, &n);
+    CUresult rc = fn(handle);
+    if (tracked) {
+        if (rc == CUDA_SUCCESS)
+            release(n);
+        else
+            keep_in(handle_shards, handle, n);
+    }
+    return rc;
+}
+
+/* An allocation from a memory pool is freed with cuMemFreeAsync (or cuMemFree), which give its bytes back. */
+static CUresult alloc_from_pool(pool_fn fn, free_async_fn undo, CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                CUstream s) {
+    if (!enforcing)
+        return fn(dptr, bytesize, pool, s);
+    if (!reserve(bytesize))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult rc = fn(dptr, bytesize, pool, s);
+    if (rc != CUDA_SUCCESS) {
+        release(bytesize);
+    } else if (!keep(*dptr, bytesize)) {
+        undo(*dptr, s);
+        release(bytesize);
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return rc;
+}
+
+EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream s) {
+    REAL(cuMemAllocFromPoolAsync, pool_fn)
+    pool_fn alloc = fn;
+    {
+        REAL(cuMemFreeAsync, free_async_fn)
+        return alloc_from_pool(alloc, fn, dptr, bytesize, pool, s);
+    }
+}
+
+EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream s) {
+    REAL(cuMemAllocFromPoolAsync_ptsz, pool_fn)
+    pool_fn alloc = fn;
+    {
+        REAL(cuMemFreeAsync_ptsz, free_async_fn)
+        return alloc_from_pool(alloc, fn, dptr, bytesize, pool, s);
+    }
 }
 
 /* The share as the program sees it: total = the limit, free = what is left of it, and never more than
@@ -773,7 +909,7 @@ EXPORT CUresult cuMemFree(CUdeviceptr_v1 dptr) {
     if (!enforcing)
         return fn(dptr);
     size_t n = 0;
-    int tracked = untrack(dptr, &n);
+    int tracked = untrack(ptr_shards, dptr, &n);
     CUresult rc = fn(dptr);
     if (tracked) {
         if (rc == CUDA_SUCCESS)
@@ -817,6 +953,8 @@ static const struct entry entries[] = {
     ENTRY(cuMemAllocAsync_ptsz), ENTRY(cuMemFree_v2),       ENTRY(cuMemFree),
     ENTRY(cuMemFreeAsync),      ENTRY(cuMemFreeAsync_ptsz), ENTRY(cuMemGetInfo_v2),
     ENTRY(cuMemGetInfo),        ENTRY(cuGetProcAddress_v2), ENTRY(cuGetProcAddress),
+    ENTRY(cuMemCreate),         ENTRY(cuMemRelease),        ENTRY(cuMemAllocFromPoolAsync),
+    ENTRY(cuMemAllocFromPoolAsync_ptsz), ENTRY(cuMemRetainAllocationHandle),
 };
 #define N_ENTRIES (sizeof entries / sizeof *entries)
 
@@ -846,6 +984,10 @@ static void swap_proc(const char *symbol, void **pfn, int cuda_version, cuuint64
         {"cuMemAllocAsync", NULL, "cuMemAllocAsync", "cuMemAllocAsync_ptsz", 0},
         {"cuMemFreeAsync", NULL, "cuMemFreeAsync", "cuMemFreeAsync_ptsz", 0},
         {"cuGetProcAddress", "cuGetProcAddress_v2", "cuGetProcAddress", NULL, 12000},
+        {"cuMemCreate", NULL, "cuMemCreate", NULL, 0},
+        {"cuMemRelease", NULL, "cuMemRelease", NULL, 0},
+        {"cuMemRetainAllocationHandle", NULL, "cuMemRetainAllocationHandle", NULL, 0},
+        {"cuMemAllocFromPoolAsync", NULL, "cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync_ptsz", 0},
     };
     if (!symbol || symbol[0] != 'c' || symbol[1] != 'u')
         return;
@@ -912,14 +1054,18 @@ EXPORT void *dlsym(void *handle, const char *symbol) {
 /* A child of fork starts with no CUDA context of its own: nothing it inherited is its allocation, and a
  * shard lock another thread held at the fork would never be released. */
 static void after_fork_in_child(void) {
-    for (size_t i = 0; i < SHARDS; i++) {
-        pthread_mutex_init(&shards[i].lock, NULL);
-        free(shards[i].keys);
-        free(shards[i].sizes);
-        shards[i].keys = NULL;
-        shards[i].sizes = NULL;
-        shards[i].mask = 0;
-        shards[i].count = 0;
+    struct shard *tables[] = {ptr_shards, handle_shards, retain_shards};
+    for (size_t t = 0; t < 3; t++) {
+        for (size_t i = 0; i < SHARDS; i++) {
+            struct shard *sh = &tables[t][i];
+            pthread_mutex_init(&sh->lock, NULL);
+            free(sh->keys);
+            free(sh->sizes);
+            sh->keys = NULL;
+            sh->sizes = NULL;
+            sh->mask = 0;
+            sh->count = 0;
+        }
     }
     atomic_store(&used, 0);
     my_slot = -1; /* the child takes a slot of its own when it allocates */
@@ -940,8 +1086,11 @@ __attribute__((destructor)) static void stop(void) {
 }
 
 __attribute__((constructor)) static void start(void) {
-    for (size_t i = 0; i < SHARDS; i++)
-        pthread_mutex_init(&shards[i].lock, NULL);
+    for (size_t i = 0; i < SHARDS; i++) {
+        pthread_mutex_init(&ptr_shards[i].lock, NULL);
+        pthread_mutex_init(&handle_shards[i].lock, NULL);
+        pthread_mutex_init(&retain_shards[i].lock, NULL);
+    }
     need_dlsym();
     const char *value = getenv(LIMIT_ENV);
     if (!value || !*value)

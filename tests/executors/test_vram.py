@@ -151,6 +151,37 @@ def test_pitched_allocation_counts_its_padding(run):
     assert run("pitch:1000:4", "info", limit=4050) == [["pitch", OUT_OF_MEMORY, "0"], ["info", "0", "4050", "4050"]]
 
 
+def test_virtual_memory_api_allocations_count_and_host_ones_do_not(run):
+    # cuMemCreate is how PyTorch's expandable segments (and other allocators that map memory themselves) get it.
+    lines = run(
+        "which_proc:cuMemCreate", "which_proc:cuMemRelease", "which:cuMemCreate",
+        f"create:{6 * GIB}", f"create:{6 * GIB}", "info", "free:0", f"create:{6 * GIB}", "info",
+        f"create_host:{6 * GIB}", f"create_host:{6 * GIB}", "info",
+        limit=8 * GIB,
+    )  # fmt: skip
+    assert [line[2] for line in lines[:3]] == ["libhcsvram.so"] * 3
+    assert [line[1] for line in lines[3:5]] == ["0", OUT_OF_MEMORY]
+    assert lines[5] == ["info", "0", str(2 * GIB), str(8 * GIB)]
+    assert lines[6:8] == [["free", "0"], ["create", "0"]]  # released: its bytes came back
+    assert lines[8] == ["info", "0", str(2 * GIB), str(8 * GIB)]
+    assert [line[1] for line in lines[9:11]] == ["0", "0"]  # on the host: not the card's memory
+    assert lines[11] == ["info", "0", str(2 * GIB), str(8 * GIB)]
+
+
+def test_a_retained_handle_keeps_the_memory_counted_until_its_last_release(run):
+    lines = run(f"create:{6 * GIB}", "retain:0", "free:0", f"create:{6 * GIB}", "free:1", f"create:{6 * GIB}",
+                limit=8 * GIB)  # fmt: skip
+    # Two references to one allocation: after the first release the memory is still there, and still counted.
+    assert [line[1] for line in lines] == ["0", "0", "0", OUT_OF_MEMORY, "0", "0"]
+
+
+def test_memory_pool_allocations_count(run):
+    lines = run("which_proc:cuMemAllocFromPoolAsync", f"pool:{6 * GIB}", f"pool:{6 * GIB}", "free:0",
+                f"pool:{6 * GIB}", f"alloc:{2 * GIB}", "alloc:1", limit=8 * GIB)  # fmt: skip
+    assert lines[0][2] == "libhcsvram.so"
+    assert [line[1] for line in lines[1:]] == ["0", OUT_OF_MEMORY, "0", "0", "0", OUT_OF_MEMORY]
+
+
 @pytest.mark.parametrize("shared", [False, True], ids=["per process", "share file"])
 def test_threads_allocating_at_once_never_overshoot_and_leave_nothing_counted(run, tmp_path, shared):
     env = {SHARE_ENV: str(tmp_path / "share")} if shared else {}

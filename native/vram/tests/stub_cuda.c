@@ -59,6 +59,7 @@ static CUresult take(CUdeviceptr *dptr, size_t n) {
         return CUDA_ERROR_OUT_OF_MEMORY;
     size_t *block = malloc(sizeof(size_t) * 2);
     block[0] = n;
+    block[1] = 0;
     *dptr = (CUdeviceptr)(uintptr_t)block;
     return CUDA_SUCCESS;
 }
@@ -161,6 +162,56 @@ CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) {
     (void)s;
     return give(p);
 }
+/* The virtual memory management API's physical allocations: a handle is a block like a device pointer. Host
+ * locations (type 2 and up) take host memory, not the pool's. */
+typedef struct {
+    int type, requestedHandleTypes;
+    struct {
+        int type, id;
+    } location;
+    void *win32HandleMetaData;
+    unsigned char allocFlags[8];
+} CUmemAllocationProp;
+
+CUresult cuMemCreate(unsigned long long *handle, size_t n, const CUmemAllocationProp *prop, unsigned long long flags) {
+    (void)flags;
+    if (!prop || prop->location.type != 1) {
+        size_t *block = calloc(2, sizeof(size_t));
+        *handle = (unsigned long long)(uintptr_t)block;
+        return CUDA_SUCCESS;
+    }
+    return take((CUdeviceptr *)handle, n);
+}
+/* block[1] counts the extra references of cuMemRetainAllocationHandle (whose address is the handle here). */
+CUresult cuMemRetainAllocationHandle(unsigned long long *handle, void *addr) {
+    ((size_t *)addr)[1]++;
+    *handle = (unsigned long long)(uintptr_t)addr;
+    return CUDA_SUCCESS;
+}
+CUresult cuMemRelease(unsigned long long handle) {
+    size_t *block = (size_t *)(uintptr_t)handle;
+    if (block && block[1]) {
+        block[1]--;
+        return CUDA_SUCCESS;
+    }
+    return give(handle);
+}
+/* Memory pools: the default pool of a device is the only one here. */
+CUresult cuDeviceGetDefaultMemPool(void **pool, int device) {
+    *pool = (void *)(uintptr_t)(device + 16);
+    return CUDA_SUCCESS;
+}
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t n, void *mempool, CUstream s) {
+    (void)mempool;
+    (void)s;
+    return take(dptr, n);
+}
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t n, void *mempool, CUstream s) {
+    (void)mempool;
+    (void)s;
+    return take(dptr, n);
+}
+
 CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total) {
     size_t u = atomic_load(&in_use);
     *free_bytes = pool - u;
@@ -205,6 +256,14 @@ static CUresult lookup(const char *symbol, void **pfn, int version, cuuint64_t f
         fn = ptsz ? (void *)cuMemAllocAsync_ptsz : (void *)cuMemAllocAsync;
     else if (!strcmp(symbol, "cuMemFreeAsync"))
         fn = ptsz ? (void *)cuMemFreeAsync_ptsz : (void *)cuMemFreeAsync;
+    else if (!strcmp(symbol, "cuMemCreate"))
+        fn = (void *)cuMemCreate;
+    else if (!strcmp(symbol, "cuMemRelease"))
+        fn = (void *)cuMemRelease;
+    else if (!strcmp(symbol, "cuMemRetainAllocationHandle"))
+        fn = (void *)cuMemRetainAllocationHandle;
+    else if (!strcmp(symbol, "cuMemAllocFromPoolAsync"))
+        fn = ptsz ? (void *)cuMemAllocFromPoolAsync_ptsz : (void *)cuMemAllocFromPoolAsync;
     else if (!strcmp(symbol, "cuGetProcAddress"))
         fn = version >= 12000 ? (void *)cuGetProcAddress_v2 : (void *)cuGetProcAddress;
     *pfn = fn;

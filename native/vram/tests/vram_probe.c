@@ -18,6 +18,11 @@
  *                    wrappers when it is preloaded) and through the driver's own functions, found in its ELF
  *                    symbol table, which no preload can wrap: "pairs <object of each> <median ns per pair of
  *                    the driver's own> <of the linked names> <median difference within a block pair>"
+ *   create:N create_host:N   cuMemCreate of N bytes on device 0 (on the host), the virtual memory API's
+ *                    physical allocation; free:I releases it (cuMemRelease)
+ *   retain:I         cuMemRetainAllocationHandle on the memory of handle I (the stub takes the handle for its
+ *                    address; not for a real driver, where the memory would have to be mapped): a new handle J
+ *   pool:N           cuMemAllocFromPoolAsync from device 0's default memory pool; free:I frees it (cuMemFreeAsync)
  *   fill:S           allocate S bytes at a time until refused and keep them: "fill <bytes held>"
  *   hold             print "hold" and wait for a line on stdin (lets a test start other processes meanwhile)
  *   spawn:N          fork a child that makes its own context ("init"; so spawn before init), allocates N bytes and
@@ -55,6 +60,19 @@ CUresult cuMemFree(CUdeviceptr_v1);
 CUresult cuMemFreeAsync(CUdeviceptr, CUstream);
 CUresult cuMemGetInfo_v2(size_t *, size_t *);
 CUresult cuMemGetInfo(unsigned int *, unsigned int *);
+typedef struct {
+    int type, requestedHandleTypes;
+    struct {
+        int type, id;
+    } location;
+    void *win32HandleMetaData;
+    unsigned char allocFlags[8];
+} CUmemAllocationProp;
+CUresult cuMemCreate(unsigned long long *, size_t, const CUmemAllocationProp *, unsigned long long);
+CUresult cuMemRelease(unsigned long long);
+CUresult cuMemRetainAllocationHandle(unsigned long long *, void *);
+CUresult cuDeviceGetDefaultMemPool(void **, int);
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *, size_t, void *, CUstream);
 CUresult cuInit(unsigned int);
 CUresult cuDeviceGet(int *, int);
 CUresult cuDevicePrimaryCtxRetain(void **, int);
@@ -63,7 +81,7 @@ int hcs_next(void);
 
 typedef CUresult (*proc_v2_fn)(const char *, void **, int, cuuint64_t, int *);
 
-enum kind { V2, V1, ASYNC };
+enum kind { V2, V1, ASYNC, HANDLE };
 static struct {
     CUdeviceptr p;
     enum kind kind;
@@ -304,6 +322,8 @@ int main(int argc, char **argv) {
             int k = atoi(arg);
             if (held[k].kind == V1)
                 rc = cuMemFree((CUdeviceptr_v1)held[k].p);
+            else if (held[k].kind == HANDLE)
+                rc = cuMemRelease(held[k].p);
             else if (held[k].kind == ASYNC)
                 rc = cuMemFreeAsync(held[k].p, NULL);
             else
@@ -394,6 +414,23 @@ int main(int argc, char **argv) {
             free(own);
             free(linked);
             free(diff);
+        } else if (!strcmp(step, "create") || !strcmp(step, "create_host")) {
+            /* Pinned memory (type 1) at device 0, or on the host (location type 2). */
+            CUmemAllocationProp prop = {.type = 1, .location = {.type = strcmp(step, "create") ? 2 : 1, .id = 0}};
+            rc = cuMemCreate(&p, strtoull(arg, NULL, 10), &prop, 0);
+            kept(rc, p, HANDLE);
+            printf("%s %d\n", step, rc);
+        } else if (!strcmp(step, "retain")) {
+            rc = cuMemRetainAllocationHandle(&p, (void *)(uintptr_t)held[atoi(arg)].p);
+            kept(rc, p, HANDLE);
+            printf("retain %d\n", rc);
+        } else if (!strcmp(step, "pool")) {
+            void *pool = NULL;
+            rc = cuDeviceGetDefaultMemPool(&pool, 0);
+            if (rc == 0)
+                rc = cuMemAllocFromPoolAsync(&p, strtoull(arg, NULL, 10), pool, NULL);
+            kept(rc, p, ASYNC);
+            printf("pool %d\n", rc);
         } else if (!strcmp(step, "fill")) {
             size_t size = strtoull(arg, NULL, 10), total = 0;
             while (n_held < (int)(sizeof held / sizeof *held) && cuMemAlloc_v2(&p, size) == 0) {
