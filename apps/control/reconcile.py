@@ -305,6 +305,14 @@ def _reconcile_object(obj: BackendObject, state: JobState | None, executor: Exec
             if launch_object(obj.pk) is not None:
                 result.launched += 1
             return
+        final = _final_state(obj, executor)
+        if final is not None:
+            # It ended while nobody looked, and the listing has forgotten it: follow how it ended, not "lost".
+            if apply_state(obj, final, executor.retries_failed_jobs):
+                result.updated += 1
+            if _end(obj.pk, f"ended on the backend ({final.phase.value}; from its accounting records)", state=final):
+                result.ended += 1
+            return
         why = "never reached the backend" if obj.state == ObjectState.PENDING else "no longer on the backend"
         if _end(obj.pk, why, require_unleased=True):
             result.ended += 1
@@ -341,6 +349,15 @@ def _reconcile_object(obj: BackendObject, state: JobState | None, executor: Exec
     if _follow_size(obj, state, executor):
         result.resized += 1
     _follow_readiness(obj, state)
+
+
+def _final_state(obj: BackendObject, executor: Executor) -> JobState | None:
+    """How a submitted job the listing no longer shows ended, where the backend keeps such records (ExecutorError
+    when they cannot be read now: the object waits for the next pass rather than be called lost)."""
+    if obj.state != ObjectState.ACTIVE or not obj.external_id:
+        return None
+    submitted = obj.submitted_at.timestamp() if obj.submitted_at else None
+    return executor.final_state(obj.external_id, obj.name, submitted)
 
 
 def prune_ended_objects(older_than: timedelta) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -172,3 +173,29 @@ def scontrol(*args: str) -> str:
     if result.returncode != 0:
         raise SlurmClusterError(f"scontrol {' '.join(args)}: {result.stderr.strip()}")
     return result.stdout
+
+
+def forget_all_jobs(timeout: float = 60.0) -> None:
+    """Make slurmctld lose every job, as a controller that lost its saved state does (``slurmctld -c``), while
+    Slurm accounting keeps their records. New job ids go on from where they were (``FirstJobId`` for the clean
+    start, then a graceful restart that saves it), so no id is handed out twice. ``start_dev_cluster()`` after."""
+    config = scontrol("show", "config")
+    next_id = int(next(line.split("=")[1] for line in config.splitlines() if line.startswith("NEXT_JOB_ID")))
+    conf = STATE_DIR / "etc" / "slurm.conf"
+    original = conf.read_text()
+    kill_daemon("slurmctld", signal.SIGTERM)
+    try:
+        conf.write_text(original + f"\nFirstJobId={next_id}\n")
+        env = {k: v for k, v in os.environ.items() if k != "SLURM_JWT"}
+        subprocess.run(["slurmctld", "-c", "-f", str(conf)], env=env, check=True, timeout=30, capture_output=True)
+        deadline = time.monotonic() + timeout
+        while True:
+            with contextlib.suppress(SlurmClusterError):
+                if "NEXT_JOB_ID" in scontrol("show", "config"):
+                    break
+            if time.monotonic() > deadline:
+                raise SlurmClusterError("slurmctld did not answer after a clean start")
+            time.sleep(0.2)
+        kill_daemon("slurmctld", signal.SIGTERM)  # a graceful stop saves the (empty) state with the next job id
+    finally:
+        conf.write_text(original)

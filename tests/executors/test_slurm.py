@@ -12,6 +12,7 @@ import pytest
 from apps.clusters.executors.base import ExecutorError, GPUModelSpec, JobPhase, NodePlacement
 from apps.clusters.executors.slurm import (
     SlurmExecutor,
+    accounting_state,
     decode_exit_code,
     job_state,
     slurm_phase,
@@ -80,6 +81,32 @@ def test_timeout_and_out_of_memory_say_why_the_job_failed():
     assert (timeout.failure, oom.failure) == ("wall_time", "out_of_memory")
     assert job_state({"job_id": 7, "job_state": "FAILED", "exit_code": 2}).failure == "exit_code"
     assert job_state({"job_id": 8, "job_state": "COMPLETED", "exit_code": 0}).failure == ""
+
+
+@pytest.mark.parametrize(
+    ("state", "exit_code", "phase", "code"),
+    [
+        ("COMPLETED", {"status": "SUCCESS", "return_code": 0}, JobPhase.SUCCEEDED, 0),
+        ("FAILED", {"status": "FAILED", "return_code": 3}, JobPhase.FAILED, 3),
+        ("FAILED", {"status": "SIGNALED", "return_code": 0, "signal": {"signal_id": 9, "name": "KILL"}},
+         JobPhase.FAILED, 137),
+        ("CANCELLED", {"status": "SIGNALED", "return_code": 0, "signal": {"signal_id": 15}}, JobPhase.CANCELLED, 143),
+        ("TIMEOUT", {"status": "FAILED", "return_code": 0}, JobPhase.FAILED, 0),
+        ("FAILED", {"status": "SUCCESS", "return_code": 0}, JobPhase.FAILED, None),  # slurmrestd 22.05's answer
+        ("RUNNING", {"status": "PENDING", "return_code": 0}, JobPhase.RUNNING, None),
+    ],
+)  # fmt: skip
+def test_accounting_records_map_like_the_controllers(state, exit_code, phase, code):
+    # Slurm accounting's job record (slurmdbd, after slurmctld forgot the job) has other field names.
+    record = {"job_id": 41, "name": "hcs-task-7-1", "state": {"current": state, "reason": "None"},
+              "exit_code": exit_code, "time": {"start": 1795773073, "end": 1795773074},
+              "nodes": "hcs-node-1"}  # fmt: skip
+    got = accounting_state(record)
+    assert (got.external_id, got.name, got.phase, got.exit_code) == ("41", "hcs-task-7-1", phase, code)
+    if phase != JobPhase.RUNNING:
+        assert got.finished_at is not None and got.started_at is not None
+    if state == "TIMEOUT":
+        assert got.failure == "wall_time", got
 
 
 def test_pending_job_reports_slurms_reason_and_no_times():
@@ -267,6 +294,27 @@ def test_failing_job_reports_its_exit_code(slurm, make_spec):
     state = wait_for(slurm, job_id, FINAL)
 
     assert (state.phase, state.exit_code, state.message) == (JobPhase.FAILED, 3, "exit code 3")
+
+
+@pytest.mark.slurm
+def test_accounting_keeps_how_a_job_ended_for_after_slurmctld_forgets_it(slurm, make_spec):
+    submitted = time.time()
+    ok, failing = make_spec(command="echo fine"), make_spec(command="exit 3", name="hcs-task-acct-2")
+    ok_id, failing_id = slurm.submit(ok), slurm.submit(failing)
+    for job_id in (ok_id, failing_id):
+        wait_for(slurm, job_id, FINAL)
+    deadline = time.monotonic() + 60
+    while (done := slurm.final_state(failing_id, failing.name, submitted)) is None:  # slurmdbd writes a moment later
+        assert time.monotonic() < deadline, "accounting never recorded the end of the job"
+        time.sleep(0.5)
+    # sacct says 3:0; slurmrestd 22.05's dbv0.0.38 answers "SUCCESS", 0 for it, which is read as unknown.
+    assert done.phase == JobPhase.FAILED and done.exit_code in (3, None), done
+    ok_state = slurm.final_state(ok_id, ok.name, submitted)
+    assert ok_state is not None and (ok_state.phase, ok_state.exit_code) == (JobPhase.SUCCEEDED, 0)
+    # Only that job: another name, a job submitted before the portal's submit, or an id accounting never saw.
+    assert slurm.final_state(ok_id, "hcs-task-someone-else", submitted) is None
+    assert slurm.final_state(ok_id, ok.name, time.time() + 3600) is None
+    assert slurm.final_state("999999999", ok.name, submitted) is None
 
 
 @pytest.mark.slurm

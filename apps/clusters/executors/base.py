@@ -374,6 +374,13 @@ class Executor(abc.ABC):
         sync with this installation's label, whatever the number of tasks.
         """
 
+    def final_state(self, external_id: str, name: str, submitted_after: float | None = None) -> JobState | None:
+        """How job ``external_id`` (named ``name``, submitted at ``submitted_after`` or later, seconds since the
+        epoch) ended, from a record the backend keeps after its listings forget the job; None when it keeps none
+        or has no such job. The reconciler asks before it treats a job its listing no longer shows as lost, so a
+        job that ended while nobody looked is not run again. Backends without such records return None."""
+        return None
+
     def instances(self, external_id: str) -> list[InstanceState]:
         """Each instance of the job now: state, node, IP, restarts and CPU/memory use where the backend tells.
 

@@ -258,6 +258,34 @@ def replica_labels(spec: JobSpec, main_id: str, key: str) -> dict[str, str]:
     return {**{k: str(v) for k, v in spec.labels.items()}, LABEL_REPLICA_OF: str(main_id), LABEL_REPLICA: key}
 
 
+def accounting_state(record: dict) -> JobState:
+    """The JobState of a job record of Slurm accounting (``GET /slurmdb/v0.0.38/job/<id>``), whose fields differ
+    from slurmctld's: ``state.current``, ``exit_code.return_code`` (or ``.signal``), ``time.start`` / ``.end``."""
+    times = record.get("time") or {}
+    exit_code = record.get("exit_code") or {}
+    signal = (exit_code.get("signal") or {}).get("signal_id") if isinstance(exit_code.get("signal"), dict) else None
+    code = exit_code.get("return_code")
+    wait_status = ((int(code) & 0xFF) << 8 if code is not None else 0) | (int(signal) & 0x7F if signal else 0)
+    current = str((record.get("state") or {}).get("current") or "")
+    if current.upper() == "FAILED" and not wait_status:
+        # slurmrestd 22.05's dbv0.0.38 reports "SUCCESS", 0 for jobs sacct shows as 3:0: unknown, not 0.
+        wait_status = None
+    state = job_state({
+        "job_id": record.get("job_id"),
+        "name": record.get("name"),
+        "job_state": current,
+        "state_reason": (record.get("state") or {}).get("reason") or "",
+        "exit_code": wait_status,
+        "start_time": times.get("start"),
+        "end_time": times.get("end"),
+        "partition": record.get("partition"),
+        "nodes": record.get("nodes"),
+    })  # fmt: skip
+    if state.phase == JobPhase.FAILED and not state.message:
+        state = dataclasses.replace(state, message="failed (Slurm accounting does not tell the exit code)")
+    return state
+
+
 def job_state(record: dict) -> JobState:
     """The JobState of a job record from ``GET /jobs`` or ``GET /job/<id>``."""
     slurm_state = str(record.get("job_state") or "")
@@ -651,6 +679,32 @@ class SlurmExecutor(Executor):
         records = self._jobs()
         self._end_orphans(records, only={str(record.get("job_id")): record})
         return self._service_state(record, records)
+
+    def final_state(self, external_id: str, name: str, submitted_after: float | None = None) -> JobState | None:
+        """The job's record in Slurm accounting (slurmdbd keeps it after slurmctld forgets the job, ``MinJobAge``
+        after it ended, or loses its state): None without accounting, when accounting has no ended job of that
+        id and name submitted at ``submitted_after`` or later, or when the job has not ended there."""
+        try:
+            cluster = self.accounting_cluster()
+            body, errors = self._db("GET", f"job/{external_id}")
+        except AccountingUnavailable:
+            return None
+        if any(self._errno(e) == _NOTHING_FOUND for e in errors):
+            return None
+        if errors:
+            raise self._fail(body, errors, f"cannot read job {external_id} from Slurm accounting")
+        # Job ids are unique per cluster only, and come again after slurmctld loses its state: the newest record
+        # of this cluster, id and name, submitted no earlier than the portal's submit (a minute's clock slack).
+        floor = (submitted_after or 0) - 60
+        matches = [
+            r for r in body.get("jobs") or []
+            if str(r.get("job_id")) == str(external_id) and r.get("name") == name and r.get("cluster") == cluster
+            and int((r.get("time") or {}).get("submission") or 0) >= floor
+        ]  # fmt: skip
+        if not matches:
+            return None
+        state = accounting_state(max(matches, key=lambda r: int((r.get("time") or {}).get("submission") or 0)))
+        return None if state.phase in _ACTIVE else state
 
     def logs(self, external_id: str, tail: int = 200) -> str:
         """The job's output file, read where this host mounts the shared output directory."""
