@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -44,7 +45,9 @@ def test_a_two_instance_job_runs_two_ranks_each_with_its_own_figures(executor, m
     assert "rank 0 of 2 at 127.0.0.1" in log and "rank 1 of 2 at 127.0.0.1" in log
 
     def measured(found):
-        return len(found) == 2 and found[0].cpu_used_cores and (found[1].memory_used_gib or 0) > 0.06
+        # Rank 1 passes 0.06 GiB while it is still touching its pages (busy): measured once it has gone to sleep.
+        settled = len(found) == 2 and found[1].cpu_used_cores is not None and found[1].cpu_used_cores < 0.3
+        return settled and found[0].cpu_used_cores and (found[1].memory_used_gib or 0) > 0.06
 
     rank0, rank1 = wait_for_instances(executor, job_id, measured)
     assert executor.status(job_id).phase == JobPhase.RUNNING
@@ -62,24 +65,61 @@ def test_a_two_instance_job_runs_two_ranks_each_with_its_own_figures(executor, m
 
 
 def test_a_rank_that_ends_first_shows_its_exit_while_the_other_runs(executor, make_spec):
-    command = 'if [ "$HCS_RANK" = 1 ]; then exit 3; fi; sleep 600'
+    command = 'if [ "$HCS_RANK" = 1 ]; then exit 0; fi; sleep 600'
     job_id = executor.submit(make_spec(command=command, instances=2))
     found = wait_for_instances(executor, job_id, lambda f: len(f) == 2 and f[1].state != "running"
                                and f[0].state == "running", timeout=10)  # fmt: skip
-    assert found[0].state == "running" and found[1].state in ("exited", "exited 3"), found
+    assert found[0].state == "running" and found[1].state in ("exited", "exited 0"), found
     assert found[1].cpu_used_cores is None and found[1].usage_note
+    time.sleep(1)
+    assert executor.status(job_id).phase == JobPhase.RUNNING  # a rank that succeeds stops nobody
     executor.stop(job_id)
     state = wait_for(executor, job_id, FINAL)
     assert state.phase == JobPhase.CANCELLED
-    # Rank 0 was stopped by TERM (the shell reports 128 + 15), rank 1 had exited 3 by itself.
-    assert [i.state for i in executor.instances(job_id)] == ["exited 143", "exited 3"]
+    # Rank 0 was stopped by TERM (the shell reports 128 + 15), rank 1 had exited 0 by itself.
+    assert [i.state for i in executor.instances(job_id)] == ["exited 143", "exited 0"]
+
+
+def test_a_failing_rank_stops_the_other_ranks_and_fails_the_job(executor, make_spec):
+    # Rank 1 fails at once; ranks 0 and 2 would wait forever, as ranks of a distributed job wait in a collective
+    # for a peer that is gone. Like Slurm's --kill-on-bad-exit, the gang ends.
+    command = 'if [ "$HCS_RANK" = 1 ]; then sleep 1; exit 3; fi; sleep 600'
+    started = time.monotonic()
+    job_id = executor.submit(make_spec(command=command, instances=3))
+    deadline = time.monotonic() + 10
+    while len(_sleepers(job_id)) < 2:  # the check below can see the other ranks' processes
+        assert time.monotonic() < deadline, "ranks 0 and 2 did not start"
+        time.sleep(0.05)
+    state = wait_for(executor, job_id, FINAL, timeout=30)
+    assert time.monotonic() - started < 20  # the stop's grace (1 s here), not the 600 s
+    assert (state.phase, state.exit_code) == (JobPhase.FAILED, 3)
+    assert state.message == "rank 1 failed with exit code 3; the other ranks were stopped"
+    assert [i.state for i in executor.instances(job_id)] == ["exited 143", "exited 3", "exited 143"]
+    assert not _sleepers(job_id)  # nothing of the gang is left running
+
+
+def _sleepers(job_id: str) -> list[str]:
+    """Processes of this job (its HCS_JOB_DIR names the job) still running the test's `sleep 600`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                environ = (entry / "environ").read_bytes()
+            except OSError:
+                continue
+            if cmdline.startswith("sleep 600") and f"/{job_id}/".encode() in environ:
+                found.append(f"{entry.name}: {cmdline}")
+    return found
 
 
 def test_a_gang_exits_with_the_first_failing_rank(executor, make_spec):
     job_id = executor.submit(make_spec(command='[ "$HCS_RANK" = 1 ] && exit 5; exit 0', instances=2))
     state = wait_for(executor, job_id, FINAL)
     assert state.phase == JobPhase.FAILED and state.exit_code == 5
-    assert [i.state for i in executor.instances(job_id)] == ["exited 0", "exited 5"]
+    assert state.message == "rank 1 failed with exit code 5; the other ranks were stopped"
+    # Rank 0 ended by itself, or was stopped when rank 1 failed first.
+    assert [i.state for i in executor.instances(job_id)] in (["exited 0", "exited 5"], ["exited 143", "exited 5"])
 
 
 def test_a_single_instance_job_has_one_instance_and_none_once_unknown(executor, make_spec):

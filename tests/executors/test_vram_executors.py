@@ -122,7 +122,7 @@ gcc -O2 -o vram_probe vram_probe.c -L. -Wl,-rpath,'$ORIGIN' -Wl,--no-as-needed -
 mkfifo gate
 ./vram_probe alloc:{ten} hold < gate > first.out &
 exec 3> gate
-until grep -q hold first.out; do sleep 0.1; done
+until grep -qs hold first.out; do sleep 0.1; done
 ./vram_probe alloc:{ten} info
 exec 3>&-
 wait
@@ -151,7 +151,7 @@ def assert_held_to_16_gib(executor, job) -> None:
     lines = [line for line in log.splitlines() if not line.startswith("hcsvram:")]
     assert "interceptor readable" in lines
     info = f"info 0 {6 * GIB} {16 * GIB}"
-    assert lines[-6:] == ["alloc 0", "alloc 2", "getproc 2", info, "alloc 2", info]
+    assert lines[-6:] == ["alloc 0", "alloc 2", "getproc 2", info, "alloc 2", info], log
     assert "hcsvram: refused a GPU allocation of 10737418240 bytes" in log
 
 
@@ -255,4 +255,4 @@ def test_a_share_is_held_when_the_portal_runs_as_a_normal_user(library):
     assert report["phase"] == "succeeded", report["log"]
     lines = [line for line in report["log"].splitlines() if not line.startswith("hcsvram:")]
     info = f"info 0 {6 * GIB} {16 * GIB}"
-    assert lines[-6:] == ["alloc 0", "alloc 2", "getproc 2", info, "alloc 2", info]
+    assert lines[-6:] == ["alloc 0", "alloc 2", "getproc 2", info, "alloc 2", info], report["log"]

@@ -82,17 +82,23 @@ _TIMEOUT_EXIT_CODES = (124, 137)
 
 # A gang (instances > 1) runs one sandbox per rank under this launcher, the wrapper's command. $1 is the job
 # directory, each further argument one rank's sandboxed command line (shell-quoted; it carries no secret: the
-# environment goes through descriptors). It records the ranks' pids in $1/ranks (rank order), waits for every
-# rank (a stop's TERM reaches them through the process group), writes each rank's exit status to
-# $1/rank-<n>.exit, and exits with the first non-zero status by rank, else 0.
+# environment goes through descriptors). Each rank runs under a small watcher shell whose pid goes to $1/ranks (rank
+# order; the rank's sandbox hangs under it); the watcher writes the rank's exit status to $1/rank-<n>.exit. The
+# first rank to fail (non-zero) records "<rank> <status>" in $1/first-failure/rank (mkdir is the atomic "first")
+# and sends TERM to the job's process group: the other ranks are stopped as a stop() would (the wrapper's grace,
+# then KILL), like Slurm's --kill-on-bad-exit, instead of holding their cards in a collective that never returns.
+# The launcher waits for every rank and exits with the first failure's status, else 0.
 _GANG_LAUNCHER = (
-    'trap : TERM INT HUP; dir="$1"; shift; pids=""; '
-    'for cmd do eval "exec $cmd" & pids="$pids $!"; done; '
+    'trap : TERM INT HUP; dir="$1"; shift; pids=""; rank=0; '
+    'for cmd do ( trap : TERM INT HUP; eval "$cmd" & p=$!; '
+    'while :; do wait "$p"; c=$?; kill -0 "$p" 2>/dev/null || break; done; '
+    'printf "%s\\n" "$c" > "$dir/rank-$rank.exit"; '
+    'if [ "$c" -ne 0 ] && mkdir "$dir/first-failure" 2>/dev/null; then '
+    'printf "%s %s\\n" "$rank" "$c" > "$dir/first-failure/rank"; kill -TERM 0; fi ) & '
+    'pids="$pids $!"; rank=$((rank + 1)); done; '
     'printf "%s\\n" $pids > "$dir/ranks.tmp" && mv "$dir/ranks.tmp" "$dir/ranks"; '
-    "code=0; rank=0; "
-    'for p in $pids; do while :; do wait "$p"; c=$?; kill -0 "$p" 2>/dev/null || break; done; '
-    'printf "%s\\n" "$c" > "$dir/rank-$rank.exit"; [ "$code" -ne 0 ] || code=$c; rank=$((rank + 1)); done; '
-    'exit "$code"'
+    'for p in $pids; do while :; do wait "$p"; kill -0 "$p" 2>/dev/null || break; done; done; '
+    'if [ -f "$dir/first-failure/rank" ]; then read r c < "$dir/first-failure/rank"; exit "$c"; fi; exit 0'
 )
 # How long instances() watches the ranks' processes to tell their CPU use.
 _CPU_SAMPLE_S = 0.25
@@ -177,6 +183,15 @@ def _listening(socket_path: Path) -> bool:
         except OSError:
             return False
     return True
+
+
+def _first_failure(job_dir: Path) -> tuple[int, int] | None:
+    """(rank, exit status) of a gang's first rank to fail, as the launcher recorded it; None for other jobs."""
+    try:
+        rank, code = (job_dir / "first-failure" / "rank").read_text().split()
+        return int(rank), int(code)
+    except (OSError, ValueError):
+        return None
 
 
 def _sandboxed_process(pid: int) -> int | None:
@@ -521,6 +536,10 @@ class LocalExecutor(Executor):
                 phase, message = JobPhase.SUCCEEDED, ""
             elif self._hit_time_limit(meta, exit_code, started_at, finished_at):
                 phase, message, failure = JobPhase.FAILED, "wall-time limit reached", Failure.WALL_TIME
+            elif (first := _first_failure(job_dir)) is not None:
+                rank, exit_code = first
+                phase, failure = JobPhase.FAILED, Failure.EXIT_CODE
+                message = f"rank {rank} failed with exit code {exit_code}; the other ranks were stopped"
             else:
                 phase, message, failure = JobPhase.FAILED, f"exit code {exit_code}", Failure.EXIT_CODE
             return JobState(external_id, phase, message, started_at, finished_at, exit_code, failure=failure)
