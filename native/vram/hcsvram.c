@@ -559,6 +559,11 @@ typedef CUresult (*info_fn)(size_t *, size_t *);
 typedef CUresult (*info_v1_fn)(unsigned int *, unsigned int *);
 typedef CUresult (*proc_fn)(const char *, void **, int, cuuint64_t);
 typedef CUresult (*proc_v2_fn)(const char *, void **, int, cuuint64_t, int *);
+typedef CUresult (*create_fn)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                              unsigned long long);
+typedef CUresult (*release_fn)(CUmemGenericAllocationHandle);
+typedef CUresult (*retain_fn)(CUmemGenericAllocationHandle *, void *);
+typedef CUresult (*pool_fn)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
 
 /* Free what the driver allocated but the limit cannot allow (no count is touched). */
 static void give_back(CUdeviceptr p) {
@@ -590,21 +595,57 @@ static int keep_in(struct shard *table, CUdeviceptr p, size_t n) {
 
 static int keep(CUdeviceptr p, size_t n) { return keep_in(ptr_shards, p, n); }
 
+/* The driver answered rc to a free of p, forgotten (n bytes, when tracked) before the call so that another thread
+ * handed the same address meanwhile is not confused with it: its bytes come back, or it is recorded again when
+ * the driver kept it. */
+static CUresult freed(CUresult rc, struct shard *table, CUdeviceptr p, int tracked, size_t n) {
+    if (tracked) {
+        if (rc == CUDA_SUCCESS)
+            release(n);
+        else
+            keep_in(table, p, n);
+    }
+    return rc;
+}
+
+/* How to give back an allocation the count cannot keep: with cuMemFreeAsync on its stream, cuMemRelease for a
+ * handle, else cuMemFree_v2. */
+struct undo {
+    free_async_fn async;
+    CUstream stream;
+    int handle;
+};
+
+/* The driver answered rc to an allocation of n reserved bytes at *p: settle the count. A failed call gives the
+ * bytes back; a success is recorded in table, or (no host memory for the table) given back to the driver and
+ * refused, since untracked memory would escape the limit. */
+static CUresult counted(CUresult rc, struct shard *table, const CUdeviceptr *p, size_t n, struct undo undo) {
+    if (rc != CUDA_SUCCESS) {
+        release(n);
+    } else if (!keep_in(table, *p, n)) {
+        if (undo.handle) {
+            release_fn fn = (release_fn)atomic_load_explicit(&real_cuMemRelease, memory_order_acquire);
+            if (!fn)
+                fn = (release_fn)resolve("cuMemRelease");
+            if (fn)
+                fn(*p);
+        } else if (undo.async)
+            undo.async(*p, undo.stream);
+        else
+            give_back(*p);
+        release(n);
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return rc;
+}
+
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
     REAL(cuMemAlloc_v2, alloc_fn)
     if (!enforcing)
         return fn(dptr, bytesize);
     if (!reserve(bytesize))
         return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult rc = fn(dptr, bytesize);
-    if (rc != CUDA_SUCCESS) {
-        release(bytesize);
-    } else if (!keep(*dptr, bytesize)) {
-        give_back(*dptr);
-        release(bytesize);
-        rc = CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    return rc;
+    return counted(fn(dptr, bytesize), ptr_shards, dptr, bytesize, (struct undo){0});
 }
 
 EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags) {
@@ -613,15 +654,7 @@ EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned i
         return fn(dptr, bytesize, flags);
     if (!reserve(bytesize))
         return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult rc = fn(dptr, bytesize, flags);
-    if (rc != CUDA_SUCCESS) {
-        release(bytesize);
-    } else if (!keep(*dptr, bytesize)) {
-        give_back(*dptr);
-        release(bytesize);
-        rc = CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    return rc;
+    return counted(fn(dptr, bytesize, flags), ptr_shards, dptr, bytesize, (struct undo){0});
 }
 
 /* A pitched allocation of `asked` reserved bytes came back `total` bytes long: settle the difference and
@@ -674,14 +707,7 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
     /* Forget first: once the driver has it back, another thread may be handed the same address. */
     size_t n = 0;
     int tracked = untrack(ptr_shards, dptr, &n);
-    CUresult rc = fn(dptr);
-    if (tracked) {
-        if (rc == CUDA_SUCCESS)
-            release(n);
-        else
-            keep(dptr, n);
-    }
-    return rc;
+    return freed(fn(dptr), ptr_shards, dptr, tracked, n);
 }
 
 static CUresult alloc_async(async_fn fn, free_async_fn undo, CUdeviceptr *dptr, size_t bytesize, CUstream s) {
@@ -689,15 +715,7 @@ static CUresult alloc_async(async_fn fn, free_async_fn undo, CUdeviceptr *dptr, 
         return fn(dptr, bytesize, s);
     if (!reserve(bytesize))
         return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult rc = fn(dptr, bytesize, s);
-    if (rc != CUDA_SUCCESS) {
-        release(bytesize);
-    } else if (!keep(*dptr, bytesize)) {
-        undo(*dptr, s);
-        release(bytesize);
-        rc = CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    return rc;
+    return counted(fn(dptr, bytesize, s), ptr_shards, dptr, bytesize, (struct undo){.async = undo, .stream = s});
 }
 
 static CUresult free_async(free_async_fn fn, CUdeviceptr dptr, CUstream s) {
@@ -705,14 +723,7 @@ static CUresult free_async(free_async_fn fn, CUdeviceptr dptr, CUstream s) {
         return fn(dptr, s);
     size_t n = 0;
     int tracked = untrack(ptr_shards, dptr, &n);
-    CUresult rc = fn(dptr, s);
-    if (tracked) {
-        if (rc == CUDA_SUCCESS)
-            release(n);
-        else
-            keep(dptr, n);
-    }
-    return rc;
+    return freed(fn(dptr, s), ptr_shards, dptr, tracked, n);
 }
 
 EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream s) {
@@ -745,11 +756,6 @@ EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s) {
 
 /* The virtual memory management API: cuMemCreate makes physical memory (mapped later with cuMemMap, which takes
  * nothing more), cuMemRelease gives its handle back. Memory on the host (a host location) is not the card's. */
-typedef CUresult (*create_fn)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
-                              unsigned long long);
-typedef CUresult (*release_fn)(CUmemGenericAllocationHandle);
-typedef CUresult (*pool_fn)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
-
 EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
                             unsigned long long flags) {
     REAL(cuMemCreate, create_fn)
@@ -757,22 +763,8 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, c
         return fn(handle, size, prop, flags);
     if (!reserve(size))
         return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult rc = fn(handle, size, prop, flags);
-    if (rc != CUDA_SUCCESS) {
-        release(size);
-    } else if (!keep_in(handle_shards, *handle, size)) {
-        release_fn undo = (release_fn)atomic_load_explicit(&real_cuMemRelease, memory_order_acquire);
-        if (!undo)
-            undo = (release_fn)resolve("cuMemRelease");
-        if (undo)
-            undo(*handle);
-        release(size);
-        rc = CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    return rc;
+    return counted(fn(handle, size, prop, flags), handle_shards, handle, size, (struct undo){.handle = 1});
 }
-
-typedef CUresult (*retain_fn)(CUmemGenericAllocationHandle *, void *);
 
 /* Another reference to the physical memory behind a mapped address: its release must not give the bytes back
  * while the first handle still holds them. */
@@ -800,14 +792,7 @@ EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
         return rc;
     }
     int tracked = untrack(handle_shards, handle, &n);
-    CUresult rc = fn(handle);
-    if (tracked) {
-        if (rc == CUDA_SUCCESS)
-            release(n);
-        else
-            keep_in(handle_shards, handle, n);
-    }
-    return rc;
+    return freed(fn(handle), handle_shards, handle, tracked, n);
 }
 
 /* An allocation from a memory pool is freed with cuMemFreeAsync (or cuMemFree), which give its bytes back. */
@@ -817,15 +802,8 @@ static CUresult alloc_from_pool(pool_fn fn, free_async_fn undo, CUdeviceptr *dpt
         return fn(dptr, bytesize, pool, s);
     if (!reserve(bytesize))
         return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult rc = fn(dptr, bytesize, pool, s);
-    if (rc != CUDA_SUCCESS) {
-        release(bytesize);
-    } else if (!keep(*dptr, bytesize)) {
-        undo(*dptr, s);
-        release(bytesize);
-        rc = CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    return rc;
+    struct undo back = {.async = undo, .stream = s};
+    return counted(fn(dptr, bytesize, pool, s), ptr_shards, dptr, bytesize, back);
 }
 
 EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream s) {
@@ -910,14 +888,7 @@ EXPORT CUresult cuMemFree(CUdeviceptr_v1 dptr) {
         return fn(dptr);
     size_t n = 0;
     int tracked = untrack(ptr_shards, dptr, &n);
-    CUresult rc = fn(dptr);
-    if (tracked) {
-        if (rc == CUDA_SUCCESS)
-            release(n);
-        else
-            keep(dptr, n);
-    }
-    return rc;
+    return freed(fn(dptr), ptr_shards, dptr, tracked, n);
 }
 
 EXPORT CUresult cuMemGetInfo(unsigned int *free_bytes, unsigned int *total_bytes) {
