@@ -272,7 +272,10 @@ def test_a_job_that_ended_while_nobody_looked_is_followed_from_accounting_not_ru
     while executor.status(task.external_id).phase != JobPhase.SUCCEEDED:  # seen on Slurm, not by the portal
         assert time.monotonic() < deadline
         time.sleep(0.5)
-    time.sleep(2)  # slurmdbd records the end a moment after slurmctld
+    obj = BackendObject.objects.get(task=task)
+    while executor.final_state(task.external_id, obj.name, obj.submitted_at.timestamp()) is None:
+        assert time.monotonic() < deadline, "Slurm accounting never recorded the end"  # slurmdbd writes a moment later
+        time.sleep(0.5)
     forget_all_jobs()
     start_dev_cluster()
     assert executor.status(task.external_id).phase == JobPhase.LOST  # slurmctld no longer knows it
@@ -281,7 +284,7 @@ def test_a_job_that_ended_while_nobody_looked_is_followed_from_accounting_not_ru
     task.refresh_from_db()
     assert (task.status, task.attempt) == ("completed", 1), task.status_message
     assert "requeued" not in task.events.values_list("kind", flat=True)
-    obj = BackendObject.objects.get(task=task)
+    obj.refresh_from_db()
     assert obj.state == ObjectState.ENDED and "accounting" in obj.message, obj.message
     assert result.ended == 1 and not result.errors
     run_cycle(world.vdc.pk)
