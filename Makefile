@@ -23,19 +23,26 @@ $(VRAM_LIB): native/vram/hcsvram.c
 	$(CC) -O2 -g -Wall -Wextra -Werror -fPIC -shared -fvisibility=hidden -o $@.tmp $< -ldl -lpthread
 	chmod 0644 $@.tmp && mv $@.tmp $@
 
-run: venv  ## web (ASGI + WebSocket), Celery worker and beat, embedded Redis and SQLite unless configured
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+run: venv  ## web (ASGI + WebSocket), Celery worker and beat, embedded Redis and SQLite unless configured; `make run PORT=8080 HOST=0.0.0.0`
 	bash scripts/setup_local_jobs.sh || echo "local jobs cannot run isolated here; the local cluster will say why"
 	$(MAKE) -s vram || echo "no VRAM interceptor (needs a C compiler): local tasks on part of a card are refused"
-	$(BIN)/python manage.py runportal
+	$(BIN)/python manage.py runportal --host $(HOST) --port $(PORT)
 
-lint: venv
+lint: venv  ## ruff, and the import contracts of pyproject.toml (docs/architecture.md)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	PYTHONPATH=. $(BIN)/lint-imports --no-cache
 
-test: venv lint vram  ## lint, Django checks, migrations up to date, the whole pytest suite
+# Test processes (pytest-xdist): two per core, as many tests wait on jobs, sockets and timers rather than compute.
+TEST_WORKERS ?= $(shell echo $$((2 * $$(nproc))))
+
+test: venv lint vram  ## lint, Django checks, migrations up to date, the whole pytest suite in parallel with its coverage
 	$(BIN)/python manage.py check
 	$(BIN)/python manage.py makemigrations --check --dry-run
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --cov --cov-report= $(PYTEST_ARGS)
 
 bench: venv  ## every engine benchmark, each prints a table
 	$(BIN)/python -m benchmarks.run_all

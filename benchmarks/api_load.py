@@ -36,9 +36,17 @@ LIST_TASKS = 10_000
 MAX_REQUESTS_PER_PHASE = 20_000
 WARMUP_S = 1.0
 SUBMIT_BODY = {
-    "project": "bench-submit", "queue": "high", "name": "load", "kind": "training", "gpu_spec": "1(A100)",
-    "cpu": "2", "memory_gib": "8", "image": "python:3.12-slim", "command": "python train.py", "env": {"EPOCHS": "3"},
-}  # fmt: skip
+    "project": "bench-submit",
+    "queue": "high",
+    "name": "load",
+    "kind": "training",
+    "gpu_spec": "1(A100)",
+    "cpu": "2",
+    "memory_gib": "8",
+    "image": "python:3.12-slim",
+    "command": "python train.py",
+    "env": {"EPOCHS": "3"},
+}
 
 
 def _require_services(database: str) -> tuple[str, str]:
@@ -53,8 +61,8 @@ def _require_services(database: str) -> tuple[str, str]:
 
 
 def _recreate_database(server_url: str, database: str, *, drop_only: bool = False) -> None:
-    import psycopg  # noqa: PLC0415
-    from psycopg import sql  # noqa: PLC0415
+    import psycopg
+    from psycopg import sql
 
     with psycopg.connect(server_url, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database)))
@@ -64,17 +72,17 @@ def _recreate_database(server_url: str, database: str, *, drop_only: bool = Fals
 
 def seed(clients: int) -> dict:
     """The benchmark's world; returns the member tokens, the admin token and a task for the one-row write."""
-    from django.contrib.auth import get_user_model  # noqa: PLC0415
-    from django.core.management import call_command  # noqa: PLC0415
-    from django.db import connection  # noqa: PLC0415
-    from rest_framework.authtoken.models import Token  # noqa: PLC0415
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+    from django.db import connection
+    from rest_framework.authtoken.models import Token
 
-    from apps.queues.models import TaskQueue  # noqa: PLC0415
-    from apps.tasks.models import Task  # noqa: PLC0415
-    from apps.vdc.models import VDC, Membership, Project, ProjectQuota  # noqa: PLC0415
+    from apps.queues.models import TaskQueue
+    from apps.tasks.models import Task
+    from apps.vdc.models import VDC, Membership, Project, ProjectQuota
 
     call_command("migrate", verbosity=0)
-    User = get_user_model()  # noqa: N806
+    User = get_user_model()
     vdc = VDC.objects.create(name="bench", is_default=True)
     queue = TaskQueue.objects.create(vdc=vdc, name="high", priority_class="high")
     submit_project = Project.objects.create(name="bench-submit")
@@ -85,13 +93,25 @@ def seed(clients: int) -> dict:
         ProjectQuota.objects.create(project=project, vdc=vdc, **limits)
     users = User.objects.bulk_create(User(username=f"bench-{i}") for i in range(clients))
     Membership.objects.bulk_create(Membership(project=p, user=user, role="member") for user in users for p in projects)
-    admin = User.objects.create(username="bench-admin", is_staff=True)
+    admin = User.objects.create(username="bench-admin", is_staff=True, is_superuser=True)
     statuses = ["completed"] * 8 + ["queued", "running"]
     Task.objects.bulk_create(
-        (Task(name=f"seed-{i}", project=list_project, owner=users[i % clients], vdc=vdc, queue=queue, kind="training",
-              gpu_spec="1(A100)", command="true", status=statuses[i % len(statuses)]) for i in range(LIST_TASKS)),
+        (
+            Task(
+                name=f"seed-{i}",
+                project=list_project,
+                owner=users[i % clients],
+                vdc=vdc,
+                queue=queue,
+                kind="training",
+                gpu_spec="1(A100)",
+                command="true",
+                status=statuses[i % len(statuses)],
+            )
+            for i in range(LIST_TASKS)
+        ),
         batch_size=2000,
-    )  # fmt: skip
+    )
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")  # as autovacuum would have by now: plans for a table of 10,000 rows, not 0
     return {
@@ -109,11 +129,11 @@ def _free_port() -> int:
 
 def start_server(env: dict, workers: int, log_path: Path) -> tuple[subprocess.Popen, str]:
     """The portal's web server as ``runportal`` starts it, on a free loopback port; waits until it answers."""
-    import shlex  # noqa: PLC0415
+    import shlex
 
-    import requests  # noqa: PLC0415
+    import requests
 
-    from hcsportal.management.commands.runportal import web_command  # noqa: PLC0415
+    from hcsportal.management.commands.runportal import web_command
 
     port = _free_port()
     log = log_path.open("w")
@@ -154,7 +174,7 @@ class Phase:
 
 async def run_phase(base: str, endpoint: str, method: str, path: str, tokens: list[str], body, seconds: float) -> Phase:
     """``len(tokens)`` closed-loop clients for ``seconds`` after a warm-up; at most MAX_REQUESTS_PER_PHASE sent."""
-    import aiohttp  # noqa: PLC0415
+    import aiohttp
 
     phase = Phase(endpoint, len(tokens))
     sent = 0
@@ -203,9 +223,19 @@ def report(phases: list[Phase], workers: int) -> None:
     rows = []
     for p in phases:
         base = floor[p.clients]
-        rows.append([p.endpoint, p.clients, len(p.latencies), p.errors, p.percentile(0.5), p.percentile(0.99),
-                     p.throughput, f"{p.percentile(0.5) / base.percentile(0.5):.1f}x",
-                     f"{p.percentile(0.99) / base.percentile(0.99):.1f}x"])  # fmt: skip
+        rows.append(
+            [
+                p.endpoint,
+                p.clients,
+                len(p.latencies),
+                p.errors,
+                p.percentile(0.5),
+                p.percentile(0.99),
+                p.throughput,
+                f"{p.percentile(0.5) / base.percentile(0.5):.1f}x",
+                f"{p.percentile(0.99) / base.percentile(0.99):.1f}x",
+            ]
+        )
     print(f"API load: {workers} web worker(s), {os.cpu_count()} CPUs, server, database and clients on one host\n")
     headers = ["endpoint", "clients", "requests", "errors", "p50 ms", "p99 ms", "req/s", "p50 vs 1-row", "p99 vs 1-row"]
     widths = [max(len(h), *(len(_cell(r[i])) for r in rows)) for i, h in enumerate(headers)]
@@ -231,9 +261,9 @@ QUERY_COUNTS: dict[str, int] = {}
 
 def count_queries(world: dict) -> None:
     """SQL statements of one submit and one list through the Django test client (token auth included)."""
-    from django.db import connection  # noqa: PLC0415
-    from django.test import Client  # noqa: PLC0415
-    from django.test.utils import CaptureQueriesContext  # noqa: PLC0415
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
 
     client = Client(HTTP_AUTHORIZATION=f"Token {world['members'][0]}")
     for name, call in (
@@ -262,17 +292,17 @@ def main(argv: list[str] | None = None) -> None:
     env = {**os.environ, "DATABASE_URL": bench_url, "HCS_BENCH_ENDPOINTS": "true", "DEBUG": "false"}
     os.environ.update({k: env[k] for k in ("DATABASE_URL", "HCS_BENCH_ENDPOINTS", "DEBUG")})
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hcsportal.settings")
-    import django  # noqa: PLC0415
+    import django
 
     django.setup()
-    from django.db import connections  # noqa: PLC0415
+    from django.db import connections
 
     proc = None
     try:
         world = seed(max(levels))
         count_queries(world)
         connections.close_all()
-        from django.conf import settings  # noqa: PLC0415
+        from django.conf import settings
 
         proc, base = start_server(env, args.workers, Path(settings.VAR_DIR) / "bench-api-server.log")
         phases = asyncio.run(drive(base, world, levels, args.seconds))

@@ -19,18 +19,18 @@ from benchmarks.table import print_table
 
 
 def _one(backend: str, count: int) -> dict:
-    from benchmarks.django_cycle import _setup_django  # noqa: PLC0415
+    from benchmarks.django_cycle import _setup_django
 
     _setup_django(backend)
-    from django.contrib.auth import get_user_model  # noqa: PLC0415
-    from django.db import connection  # noqa: PLC0415
-    from django.test import Client  # noqa: PLC0415
-    from django.test.utils import CaptureQueriesContext  # noqa: PLC0415
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
 
-    from apps.queues.models import TaskQueue  # noqa: PLC0415
-    from apps.tasks.models import Task  # noqa: PLC0415
-    from apps.tasks.services import stop_tasks  # noqa: PLC0415
-    from apps.vdc.models import VDC, Project  # noqa: PLC0415
+    from apps.queues.models import TaskQueue
+    from apps.tasks.models import Task
+    from apps.tasks.services import stop_tasks
+    from apps.vdc.models import VDC, Project
 
     suffix = str(time.time_ns())
     admin = get_user_model().objects.create_superuser(f"bench-admin-{suffix}", password="bench-pass-123456")
@@ -39,8 +39,19 @@ def _one(backend: str, count: int) -> dict:
     project = Project.objects.create(name=f"bulk-{suffix}")
 
     def queued(n: int) -> list[int]:
-        rows = [Task(name=f"t{i}", project=project, owner=admin, vdc=vdc, queue=queue, kind="training",
-                     command="true", status="queued") for i in range(n)]  # fmt: skip
+        rows = [
+            Task(
+                name=f"t{i}",
+                project=project,
+                owner=admin,
+                vdc=vdc,
+                queue=queue,
+                kind="training",
+                command="true",
+                status="queued",
+            )
+            for i in range(n)
+        ]
         return [t.pk for t in Task.objects.bulk_create(rows, batch_size=1000)]
 
     client = Client()
@@ -59,8 +70,14 @@ def _one(backend: str, count: int) -> dict:
     began = time.perf_counter()
     done, _left = stop_tasks(ids, admin, "benchmark")
     service_s = time.perf_counter() - began
-    return {"backend": backend, "admin_s": admin_s, "admin_queries": len(queries.captured_queries),
-            "admin_stopped": stopped, "service_s": service_s, "service_stopped": len(done)}  # fmt: skip
+    return {
+        "backend": backend,
+        "admin_s": admin_s,
+        "admin_queries": len(queries.captured_queries),
+        "admin_stopped": stopped,
+        "service_s": service_s,
+        "service_stopped": len(done),
+    }
 
 
 def main() -> None:
@@ -75,19 +92,35 @@ def main() -> None:
     for backend in ("postgresql", "sqlite"):
         out = subprocess.run(
             [sys.executable, "-m", "benchmarks.bulk_stop", "--one", backend, "--tasks", str(args.tasks)],
-            capture_output=True, text=True, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if out.returncode != 0:
             sys.exit(f"{backend}: {out.stderr[-2000:]}")
         r = json.loads(out.stdout.strip().splitlines()[-1])
-        rows.append([backend, r["admin_stopped"], r["admin_s"] * 1000, r["admin_queries"], r["service_stopped"],
-                     r["service_s"] * 1000])  # fmt: skip
+        rows.append(
+            [
+                backend,
+                r["admin_stopped"],
+                r["admin_s"] * 1000,
+                r["admin_queries"],
+                r["service_stopped"],
+                r["service_s"] * 1000,
+            ]
+        )
     print(f"Stopping {args.tasks:,} queued tasks at once")
     print_table(
-        ["database", "admin action: stopped", "admin action ms", "SQL statements", "stop_tasks: stopped",
-         "stop_tasks ms"],
+        [
+            "database",
+            "admin action: stopped",
+            "admin action ms",
+            "SQL statements",
+            "stop_tasks: stopped",
+            "stop_tasks ms",
+        ],
         rows,
-    )  # fmt: skip
+    )
 
 
 if __name__ == "__main__":

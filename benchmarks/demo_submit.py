@@ -65,8 +65,16 @@ def _token(base: str, username: str, password: str) -> str:
 
 
 def _submit_and_wait(session: requests.Session, base: str, n: int) -> tuple[float, float]:
-    body = {"project": "vision", "queue": "high", "name": f"walk-{n}", "kind": "training", "gpu_spec": "",
-            "cpu": "1", "memory_gib": "1", "command": "echo started; sleep 30"}  # fmt: skip
+    body = {
+        "project": "vision",
+        "queue": "high",
+        "name": f"walk-{n}",
+        "kind": "training",
+        "gpu_spec": "",
+        "cpu": "1",
+        "memory_gib": "1",
+        "command": "echo started; sleep 30",
+    }
     began = time.perf_counter()
     answer = session.post(f"{base}/api/v1/tasks/", json=body, timeout=30)
     accepted = time.perf_counter() - began
@@ -93,11 +101,32 @@ def _raw_start() -> float:
         return float("nan")
     began = time.perf_counter()
     proc = subprocess.Popen(
-        [bwrap, "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
-         "--symlink", "usr/lib64", "/lib64", "--proc", "/proc", "--dev", "/dev", "--unshare-all", "--die-with-parent",
-         "sh", "-c", "echo started; sleep 30"],
+        [
+            bwrap,
+            "--ro-bind",
+            "/usr",
+            "/usr",
+            "--symlink",
+            "usr/bin",
+            "/bin",
+            "--symlink",
+            "usr/lib",
+            "/lib",
+            "--symlink",
+            "usr/lib64",
+            "/lib64",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--unshare-all",
+            "--die-with-parent",
+            "sh",
+            "-c",
+            "echo started; sleep 30",
+        ],
         stdout=subprocess.PIPE,
-    )  # fmt: skip
+    )
     proc.stdout.readline()
     elapsed = time.perf_counter() - began
     proc.kill()
@@ -115,9 +144,13 @@ def main() -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "CI")}
     env.update(HCS_VAR_DIR=var_dir, HCS_WEB_WORKERS="1")
     proc = subprocess.Popen(
-        [sys.executable, "manage.py", "runportal", "--port", str(port)], cwd=ROOT, env=env,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
+        [sys.executable, "manage.py", "runportal", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         _wait_up(base, proc)
         session = requests.Session()

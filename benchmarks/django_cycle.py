@@ -1,4 +1,4 @@
-"""One scheduling cycle through Django at the reference scale (§13), on PostgreSQL and on the embedded SQLite.
+"""One scheduling cycle through Django at the reference scale, on PostgreSQL and on the embedded SQLite.
 
 Builds the synthetic VDC of ``benchmarks.synthetic`` (2,000 nodes, 16,000 GPUs, mixed models) as rows in a
 dedicated database ``hcs_bench`` on the server of ``DATABASE_URL``, queues 10,000 tasks of the same mixed
@@ -42,7 +42,7 @@ def _setup_django(backend: str = "postgresql") -> None:
         url = os.environ.get("DATABASE_URL", "")
         if not url.startswith(("postgres://", "postgresql://")):
             sys.exit("set DATABASE_URL=postgres://... (the benchmark creates and uses a database hcs_bench there)")
-        import psycopg  # noqa: PLC0415
+        import psycopg
 
         parsed = urlparse(url)
         with psycopg.connect(url, autocommit=True) as conn:
@@ -50,10 +50,10 @@ def _setup_django(backend: str = "postgresql") -> None:
                 conn.execute("CREATE DATABASE hcs_bench")
         os.environ["DATABASE_URL"] = urlunparse(parsed._replace(path="/hcs_bench"))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hcsportal.settings")
-    import django  # noqa: PLC0415
+    import django
 
     django.setup()
-    from django.core.management import call_command  # noqa: PLC0415
+    from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
 
@@ -70,15 +70,15 @@ def _spec(request) -> str:
 
 def build(task_count: int):
     """Replace the benchmark database's contents with the reference VDC and ``task_count`` queued tasks."""
-    from django.contrib.auth import get_user_model  # noqa: PLC0415
-    from django.db import connection  # noqa: PLC0415
-    from django.utils import timezone  # noqa: PLC0415
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+    from django.utils import timezone
 
-    from apps.clusters.models import Cluster, Device, GPUModel, Node  # noqa: PLC0415
-    from apps.clusters.services import sync_catalog  # noqa: PLC0415
-    from apps.queues.models import TaskQueue  # noqa: PLC0415
-    from apps.tasks.models import Task  # noqa: PLC0415
-    from apps.vdc.models import VDC, Project, ProjectQuota  # noqa: PLC0415
+    from apps.clusters.models import Cluster, Device, GPUModel, Node
+    from apps.clusters.services import sync_catalog
+    from apps.queues.models import TaskQueue
+    from apps.tasks.models import Task
+    from apps.vdc.models import VDC, Project, ProjectQuota
 
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
@@ -122,7 +122,7 @@ def build(task_count: int):
         [
             ProjectQuota(
                 project=p, vdc=vdc, limit_cpu=100_000, limit_memory_gib=1_000_000, limit_gpu=100_000, guaranteed_gpu=500
-            )  # fmt: skip
+            )
             for p in projects
         ]
     )
@@ -144,8 +144,9 @@ def build(task_count: int):
                 instances=t.instances,
                 expected_duration=timedelta(seconds=t.expected_duration_s),
                 status="queued",
+                image="busybox:1.36",  # a task Kubernetes can run: a container image
                 command="true",
-            )  # fmt: skip
+            )
         )
     Task.objects.bulk_create(rows, batch_size=2000)
     # Submit times spread like the synthetic workload's (one second apart), oldest first.
@@ -156,15 +157,18 @@ def build(task_count: int):
 
 def cycle(vdc) -> dict:
     """Time one run_cycle; Celery hand-offs queued on commit are counted, not sent (no broker needed)."""
-    from django.db import connection  # noqa: PLC0415
-    from django.test.utils import CaptureQueriesContext  # noqa: PLC0415
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
 
-    from apps.control.scheduling import run_cycle  # noqa: PLC0415
+    from apps.control.scheduling import run_cycle
 
     handoffs = []
-    with mock.patch("apps.control.triggers.enqueue", side_effect=lambda *a, **k: handoffs.append(a)), \
-         mock.patch("apps.control.triggers.request_reconcile", side_effect=lambda *a: handoffs.append(a)), \
-         mock.patch("apps.queues.stats.record_cycle"), CaptureQueriesContext(connection) as queries:  # fmt: skip
+    with (
+        mock.patch("apps.control.triggers.enqueue", side_effect=lambda *a, **k: handoffs.append(a)),
+        mock.patch("apps.control.triggers.request_reconcile", side_effect=lambda *a: handoffs.append(a)),
+        mock.patch("apps.queues.stats.record_cycle"),
+        CaptureQueriesContext(connection) as queries,
+    ):
         t0 = time.perf_counter()
         result = run_cycle(vdc.pk)
         wall = time.perf_counter() - t0
@@ -184,10 +188,20 @@ def run(task_counts: tuple[int, ...] = (2_000, 10_000)) -> list[list]:
         rows.append([count, r.started, r.waiting, *(t * 1000 for t in timings), c["queries"], c["handoffs"]])
     print("VDC: 2,000 nodes, 16,000 GPUs (A100 / H100 / V100 / T4 / Ascend 910B), 4 clusters; PostgreSQL")
     print_table(
-        ["queued tasks", "started", "left waiting", "load ms", "engine ms", "apply ms", "cycle ms",
-         "commit+notify ms", "SQL statements", "Celery hand-offs"],
+        [
+            "queued tasks",
+            "started",
+            "left waiting",
+            "load ms",
+            "engine ms",
+            "apply ms",
+            "cycle ms",
+            "commit+notify ms",
+            "SQL statements",
+            "Celery hand-offs",
+        ],
         rows,
-    )  # fmt: skip
+    )
     print("Target: cycle (load + engine + apply) <= 3,000 ms at 10,000 tasks; SQL statements independent of the")
     print("task count (4 fewer at 2,000 tasks: no task is left waiting, so that bulk write is skipped).")
     print("commit+notify: the commit and the on-commit live-update and billing receivers (Celery sends stubbed).")
@@ -199,8 +213,19 @@ def _one(backend: str, count: int) -> None:
     _setup_django(backend)
     c = cycle(build(count))
     r = c["result"]
-    print(json.dumps({"backend": backend, "started": r.started, "waiting": r.waiting, "load": r.load_s,
-                      "engine": r.engine_s, "apply": r.apply_s, "queries": c["queries"]}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "backend": backend,
+                "started": r.started,
+                "waiting": r.waiting,
+                "load": r.load_s,
+                "engine": r.engine_s,
+                "apply": r.apply_s,
+                "queries": c["queries"],
+            }
+        )
+    )
 
 
 def compare(count: int) -> list[list]:
@@ -209,14 +234,26 @@ def compare(count: int) -> list[list]:
     for backend in ("sqlite", "postgresql"):
         out = subprocess.run(
             [sys.executable, "-m", "benchmarks.django_cycle", "--one", backend, "--tasks", str(count)],
-            capture_output=True, text=True, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if out.returncode != 0:
             sys.exit(f"{backend}: {out.stderr[-2000:]}")
         r = json.loads(out.stdout.strip().splitlines()[-1])
         total = r["load"] + r["engine"] + r["apply"]
-        rows.append([backend, r["started"], r["waiting"], r["load"] * 1000, r["engine"] * 1000, r["apply"] * 1000,
-                     total * 1000, r["queries"]])  # fmt: skip
+        rows.append(
+            [
+                backend,
+                r["started"],
+                r["waiting"],
+                r["load"] * 1000,
+                r["engine"] * 1000,
+                r["apply"] * 1000,
+                total * 1000,
+                r["queries"],
+            ]
+        )
     print(f"One cycle of {count:,} queued tasks, VDC of 2,000 nodes / 16,000 GPUs; each database in its own process")
     print_table(
         ["database", "started", "left waiting", "load ms", "engine ms", "apply ms", "cycle ms", "SQL statements"],

@@ -97,10 +97,15 @@ def _free_port() -> int:
 def _environment(database_url: str, redis_url: str, var_dir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "DJANGO_SETTINGS_MODULE")}
     env.update(
-        DATABASE_URL=database_url, REDIS_URL=redis_url, HCS_VAR_DIR=str(var_dir), HCS_WEB_WORKERS="1",
-        SECRET_KEY="multi-process-" + "k" * 40, HCS_CREDENTIALS_KEY=Fernet.generate_key().decode(),
-        HCS_SCHEDULER_INTERVAL_S="1", LOG_LEVEL="WARNING",
-    )  # fmt: skip
+        DATABASE_URL=database_url,
+        REDIS_URL=redis_url,
+        HCS_VAR_DIR=str(var_dir),
+        HCS_WEB_WORKERS="1",
+        SECRET_KEY="multi-process-" + "k" * 40,
+        HCS_CREDENTIALS_KEY=Fernet.generate_key().decode(),
+        HCS_SCHEDULER_INTERVAL_S="1",
+        LOG_LEVEL="WARNING",
+    )
     return env
 
 
@@ -123,18 +128,57 @@ class Deployment:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-            )  # fmt: skip
+            )
         )
 
     def start(self) -> None:
         for i, port in enumerate(self.ports):
-            self._start(["-m", "uvicorn", "hcsportal.asgi:application", "--host", HOST, "--port", str(port),
-                         "--log-level", "warning"], f"web{i}")  # fmt: skip
+            self._start(
+                [
+                    "-m",
+                    "uvicorn",
+                    "hcsportal.asgi:application",
+                    "--host",
+                    HOST,
+                    "--port",
+                    str(port),
+                    "--log-level",
+                    "warning",
+                ],
+                f"web{i}",
+            )
         for i in range(self.workers):
-            self._start(["-m", "celery", "-A", "celery_app", "worker", "--loglevel", "WARNING", "--concurrency", "2",
-                         "--without-gossip", "-n", f"worker{i}@%h"], f"worker{i}")  # fmt: skip
-        self._start(["-m", "celery", "-A", "celery_app", "beat", "--loglevel", "WARNING", "--schedule",
-                     str(self.var_dir / "celerybeat-schedule")], "beat")  # fmt: skip
+            self._start(
+                [
+                    "-m",
+                    "celery",
+                    "-A",
+                    "celery_app",
+                    "worker",
+                    "--loglevel",
+                    "WARNING",
+                    "--concurrency",
+                    "2",
+                    "--without-gossip",
+                    "-n",
+                    f"worker{i}@%h",
+                ],
+                f"worker{i}",
+            )
+        self._start(
+            [
+                "-m",
+                "celery",
+                "-A",
+                "celery_app",
+                "beat",
+                "--loglevel",
+                "WARNING",
+                "--schedule",
+                str(self.var_dir / "celerybeat-schedule"),
+            ],
+            "beat",
+        )
         deadline = time.monotonic() + 120
         for port in self.ports:
             while True:
@@ -211,8 +255,9 @@ def _own_redis_db(url: str) -> str:
     return urlunparse(urlparse(url)._replace(path=f"/{REDIS_DB}"))
 
 
-def run(tasks: int = 300, clients: int = 10, drain_timeout_s: float = 300.0, server_url: str = "",
-        base_redis: str = "") -> Figures:  # fmt: skip
+def run(
+    tasks: int = 300, clients: int = 10, drain_timeout_s: float = 300.0, server_url: str = "", base_redis: str = ""
+) -> Figures:
     """The whole run; figures and every invariant violation found (none expected)."""
     server_url = server_url or os.environ.get("DATABASE_URL", "")
     if not server_url.startswith(("postgres://", "postgresql://")):
@@ -234,8 +279,9 @@ def run(tasks: int = 300, clients: int = 10, drain_timeout_s: float = 300.0, ser
     try:
         seed = ["manage.py", "shell", "-c", SEED % {"cards": CARDS}]
         for args in (["manage.py", "migrate", "--noinput", "-v", "0"], seed):
-            out = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                                 check=False)  # fmt: skip
+            out = subprocess.run(
+                [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, check=False
+            )
             if out.returncode != 0:
                 raise RuntimeError(f"{args[1]} failed: {out.stderr[-2000:]}")
         token = next(line[6:] for line in out.stdout.splitlines() if line.startswith("TOKEN="))
@@ -253,8 +299,16 @@ def run(tasks: int = 300, clients: int = 10, drain_timeout_s: float = 300.0, ser
                 session = local.session = requests.Session()
                 session.headers["Authorization"] = f"Token {token}"
             port = deployment.ports[n % len(deployment.ports)]
-            body = {"project": "multi", "queue": "high", "name": f"m{n}", "kind": "training", "gpu_spec": "1(A100)",
-                    "cpu": "1", "memory_gib": "1", "command": "sleep 1"}  # fmt: skip
+            body = {
+                "project": "multi",
+                "queue": "high",
+                "name": f"m{n}",
+                "kind": "training",
+                "gpu_spec": "1(A100)",
+                "cpu": "1",
+                "memory_gib": "1",
+                "command": "sleep 1",
+            }
             began = time.perf_counter()
             answer = session.post(f"http://{HOST}:{port}/api/v1/tasks/", json=body, timeout=60)
             elapsed = time.perf_counter() - began
@@ -294,7 +348,7 @@ def run(tasks: int = 300, clients: int = 10, drain_timeout_s: float = 300.0, ser
 
 
 def main() -> None:
-    from benchmarks.table import print_table  # noqa: PLC0415
+    from benchmarks.table import print_table
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", type=int, default=300)
@@ -304,11 +358,31 @@ def main() -> None:
     lat = sorted(f.latencies) or [0.0]
     print(f"2 web + 3 worker (2 each) + 1 beat on PostgreSQL and Redis; {args.clients} clients; {CARDS} cards\n")
     print_table(
-        ["tasks accepted", "submits/s", "submit p50 ms", "submit p95 ms", "all completed after s", "cycles",
-         "cycle mean ms", "device samples", "invariant violations"],
-        [[f.submitted, f.submits_per_s, statistics.median(lat) * 1000, lat[int(0.95 * (len(lat) - 1))] * 1000,
-          f.drain_s, f.cycles, f.cycle_mean_ms, f.samples, len(f.violations)]],
-    )  # fmt: skip
+        [
+            "tasks accepted",
+            "submits/s",
+            "submit p50 ms",
+            "submit p95 ms",
+            "all completed after s",
+            "cycles",
+            "cycle mean ms",
+            "device samples",
+            "invariant violations",
+        ],
+        [
+            [
+                f.submitted,
+                f.submits_per_s,
+                statistics.median(lat) * 1000,
+                lat[int(0.95 * (len(lat) - 1))] * 1000,
+                f.drain_s,
+                f.cycles,
+                f.cycle_mean_ms,
+                f.samples,
+                len(f.violations),
+            ]
+        ],
+    )
     for v in f.violations[:20]:
         print("VIOLATION:", v)
     print(json.dumps({"violations": len(f.violations)}))

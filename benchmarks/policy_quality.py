@@ -1,4 +1,4 @@
-"""Scheduling quality of every engine queue policy against reference policies (issue 13).
+"""Scheduling quality of every engine queue policy against reference policies (docs/rules.md#scheduling-quality).
 
 Run: ``python -m benchmarks.policy_quality`` (``--quick`` for a smaller run). Two workloads:
 
@@ -10,6 +10,11 @@ Run: ``python -m benchmarks.policy_quality`` (``--quick`` for a smaller run). Tw
   submitting 40/30/20/10 % of the jobs, classes high/medium/low 10/60/30 %, and bursty arrivals: arrival
   events are Poisson, 15 % of them are a sweep of a geometric number of jobs (mean 8, 2 s apart, same project
   and size); the rate is set for an offered load of ``--load`` x the GPUs. Seeded.
+
+* **generated** (``--generators``, default all; ``--seeds``, default 1,2,3; ``--gen-jobs``, default 300):
+  :mod:`benchmarks.generators`, workloads modelled on published trace statistics (Philly, Helios, Alibaba PAI,
+  a stream of medium work behind whole-node high tasks, Pollux-like elastic jobs), on 8 nodes x 8 A100.
+  ``--skip-classic`` runs only these.
 
 Every engine policy replays each workload through the real engine (:func:`apps.queues.engine.sim.replay`,
 three queues, one per class, all with that policy; a cycle at most every ``--interval`` s). The reference
@@ -23,6 +28,14 @@ policies run the same jobs in an independent event loop of this module (:func:`r
 * ``ref:2d-las lossy`` the same, but preemption costs what it costs the engine's tasks (below);
 * ``ref:easy`` EASY backfill: FIFO, the blocked head reserves the node it can start on first (true ends),
   later jobs run if they do not delay it.
+* ``ref:elastic`` (workloads with elastic jobs): :func:`elastic_reference`, an idealised Pollux-like elastic
+  scheduler: jobs admitted at their minimum in arrival order, every spare card to the highest marginal speed-up
+  per card, reallocated for free at every arrival and finish, on one pool of cards.
+
+For the generated workloads the verdicts give, per seed: the best engine policy's avg JCT over ref:2d-las
+(target <= 1.05x), las over ref:2d-las (target <= 1.1x), the best over ref:elastic where there is one (target
+<= 1.2x), and per policy the high tasks whose wait exceeded the longest remaining guaranteed window of the medium
+tasks running when they arrived (plus two cycles).
 
 The references are class-blind (one queue) and see each node as a pool of GPU thousandths (no models, cpu,
 memory or card boundaries), so they are slightly optimistic relaxations; they decide on the same cycle
@@ -31,7 +44,8 @@ interval. The engine and the other references pay the same preemption cost: work
 JCT from arrival to finish; utilisation is allocated GPU-time over capacity while jobs arrive; Jain's index is
 over projects of (GPU-seconds of work done / GPU-seconds spent in the system).
 
-High-class target (issue 13: "high-class p99 wait <= 2 cycles whenever the high task fits the VDC and its quota"):
+High-class target (docs/rules.md#scheduling-quality: "high-class p99 wait <= 2 cycles whenever the high task fits the
+VDC and its quota"):
 ``hi fit`` counts the high tasks that fit when they arrive (:func:`high_fits`: their request can be placed on
 capacity held by no non-preemptible work, i.e. running high tasks, medium tasks inside their window and tasks
 marked not preemptible, after the high tasks that arrived earlier and still wait took theirs; within the
@@ -50,12 +64,13 @@ import time
 from dataclasses import dataclass, replace
 
 from apps.queues.engine import POLICIES, GpuModel, GpuRequest, Queue, Task
-from apps.queues.engine.model import CLASS_RANK, DRF, FIFO, HIGH, LOW, MEDIUM, Device, Node
+from apps.queues.engine.model import CLASS_RANK, DRF, FIFO, HIGH, LOW, MEDIUM, Device, Node, speedup
 from apps.queues.engine.policies import LAS_STARVE_FACTOR, LAS_THRESHOLDS_GPU_S
 from apps.queues.engine.resources import WHOLE, Demand, fits_under
 from apps.queues.engine.sim import SimTask, jain, percentile, replay
 from apps.queues.engine.trace import TRACE_MODELS
 
+from . import generators
 from .table import print_table
 from .trace_replay import build as build_openb
 
@@ -153,13 +168,14 @@ def openb_jobs(node_stride: int, compress: float, sample: int, checkpoint: float
 
 
 def high_fits(sched, task, now: float) -> bool:
-    """Whether a high task "fits" when it arrives (the issue 13 target's condition), from the scheduler's state.
+    """Whether a high task "fits" when it arrives (the high-class target's condition), from the scheduler's state.
 
     It fits when its request can be placed on capacity that no non-preemptible work holds (running high tasks,
     medium tasks inside their window, tasks marked not preemptible) nor the high tasks that arrived before it and
     still wait (placed first, in arrival order, on the same capacity), and its project's enforced quota limit and
     concurrency cap allow it. Everything else (low work, medium work past its window) the high task may preempt
-    under SPEC §4, so a fitting high task has nothing legitimate to wait for but the next cycle. In a strict queue
+    under docs/rules.md#priority-classes, so a fitting high task has nothing legitimate to wait for but the next cycle.
+    In a strict queue
     (fifo, drf) a task behind an earlier waiting task that does not fit and wants the same GPU models does not fit
     either: waiting behind the head is what the admin chose that policy for.
     """
@@ -260,16 +276,29 @@ def high_fits(sched, task, now: float) -> bool:
     return take(task)
 
 
-def engine_row(workload: str, policy: str, nodes, models, tasks, interval: float, restart: float) -> list:
-    """Replay through the engine with every queue on ``policy``."""
+def engine_row(
+    workload: str, policy: str, nodes, models, tasks, interval: float, restart: float, windows: dict | None = None
+) -> list:
+    """Replay through the engine with every queue on ``policy``. ``windows``, when given, receives per high task
+    (wait, the longest remaining guaranteed window of the medium tasks running when it arrived)."""
     queues = tuple(Queue(c, c, policy, window_floor_s=60) for c in CLASSES)
     fits: dict = {}
+    window_left: dict = {}
     measuring = [0.0]  # seconds spent in high_fits: not the engine's time, taken out of "wall s"
+    medium_rank = CLASS_RANK[MEDIUM]
 
     def observe(sched, task, now: float) -> None:
         if task.queue_id == HIGH:
             t = time.perf_counter()
             fits[task.id] = high_fits(sched, task, now)
+            window_left[task.id] = max(
+                (
+                    run.started_at + run.window_s - now
+                    for run in sched.running.values()
+                    if run.rank == medium_rank and run.window_s is not None
+                ),
+                default=0.0,
+            )
             measuring[0] += time.perf_counter() - t
 
     r = replay(
@@ -277,6 +306,9 @@ def engine_row(workload: str, policy: str, nodes, models, tasks, interval: float
     )
     arrival = {s.task.id: s.arrival for s in tasks}
     waits = [r.start_times.get(t, math.inf) - arrival[t] for t, ok in fits.items() if ok]
+    if windows is not None:
+        for t, left in window_left.items():
+            windows[t] = (r.start_times.get(t, math.inf) - arrival[t], max(0.0, left))
     p99_fit = percentile(waits, 99) / interval if waits and interval > 0 else 0.0
     return [
         workload,
@@ -334,10 +366,18 @@ def reference(
     pays only the restart overhead; otherwise it loses the work since its last periodic checkpoint."""
     wall = time.perf_counter()
     jobs = [
-        Job(s.task.id, s.task.project_id, s.task.queue_id, s.arrival, s.duration, s.gpu, round(s.gpu * 1000),
-            s.checkpoint_s)
+        Job(
+            s.task.id,
+            s.task.project_id,
+            s.task.queue_id,
+            s.arrival,
+            s.duration,
+            s.gpu,
+            round(s.gpu * 1000),
+            s.checkpoint_s,
+        )
         for s in sim_tasks
-    ]  # fmt: skip
+    ]
     by_id = {j.id: j for j in jobs}
     free = [c * 1000 for c in node_cards]
     capacity = sum(node_cards)
@@ -569,6 +609,102 @@ def reference(
     ], avg
 
 
+def elastic_reference(sim_tasks, gpus: int) -> tuple[list, float]:
+    """An idealised elastic scheduler (Pollux-like, without batch-size tuning), independent of the engine.
+
+    Class-blind; the cluster is one pool of ``gpus`` cards (no node boundaries); a job is admitted at its minimum
+    size in arrival order whenever the minimums fit (later jobs may pass one that does not); then every card left
+    goes, one at a time, to the running job whose marginal speed-up per card is highest (:func:`speedup`), up to its
+    maximum. It reallocates at every arrival and finish, for free (no restart cost, no cycle interval): an
+    optimistic bound on what elastic scheduling can reach. A job of fixed size has minimum = maximum = its size.
+    """
+    wall = time.perf_counter()
+    jobs = sorted(sim_tasks, key=lambda s: s.arrival)
+    lo = {s.task.id: int(s.task.min_replicas or round(s.gpu) or 1) for s in jobs}
+    hi = {s.task.id: int(s.task.max_replicas or lo[s.task.id]) for s in jobs}
+    base = {s.task.id: speedup(s.task, lo[s.task.id]) for s in jobs}
+    left = {s.task.id: s.duration for s in jobs}  # work, in seconds at the minimum size
+    by_id = {s.task.id: s for s in jobs}
+    waiting: list = []
+    alloc: dict = {}
+    first: dict = {}
+    finish: dict = {}
+    i, now = 0, jobs[0].arrival if jobs else 0.0
+    t_end = jobs[-1].arrival if jobs else 0.0
+    busy = 0.0
+
+    def rate(jid: str) -> float:
+        return speedup(by_id[jid].task, alloc[jid]) / base[jid]
+
+    while i < len(jobs) or waiting or alloc:
+        while i < len(jobs) and jobs[i].arrival <= now:
+            waiting.append(jobs[i].task.id)
+            i += 1
+        free = gpus - sum(lo[j] for j in alloc)
+        for jid in list(waiting):
+            if lo[jid] <= free:
+                waiting.remove(jid)
+                alloc[jid] = lo[jid]
+                first.setdefault(jid, now)
+                free -= lo[jid]
+        for jid in alloc:
+            alloc[jid] = lo[jid]
+        heap = [(-_gain(by_id[j].task, alloc[j]), by_id[j].arrival, j) for j in alloc if alloc[j] < hi[j]]
+        heapq.heapify(heap)
+        while free > 0 and heap:
+            _g, _a, jid = heapq.heappop(heap)
+            alloc[jid] += 1
+            free -= 1
+            if alloc[jid] < hi[jid]:
+                heapq.heappush(heap, (-_gain(by_id[jid].task, alloc[jid]), by_id[jid].arrival, jid))
+        nxt = jobs[i].arrival if i < len(jobs) else math.inf
+        done_at = min((now + left[j] / rate(j) for j in alloc), default=math.inf)
+        step = min(nxt, done_at)
+        if step == math.inf:
+            break
+        used = sum(alloc.values())
+        busy += used * max(0.0, min(step, t_end) - min(now, t_end))
+        for jid in list(alloc):
+            left[jid] -= (step - now) * rate(jid)
+            if left[jid] <= 1e-6:
+                finish[jid] = step
+                del alloc[jid]
+        now = step
+    waits = {
+        c: [first[s.task.id] - s.arrival for s in jobs if s.task.id in first and s.task.queue_id == c] for c in CLASSES
+    }
+    jcts = [finish[j] - by_id[j].arrival for j in finish]
+    avg = sum(jcts) / len(jcts) if jcts else 0.0
+    done: dict = {}
+    spent: dict = {}
+    for j, end in finish.items():
+        s = by_id[j]
+        w = max(s.gpu, 0.01)
+        done[s.task.project_id] = done.get(s.task.project_id, 0.0) + s.duration * w
+        spent[s.task.project_id] = spent.get(s.task.project_id, 0.0) + (end - s.arrival) * w
+    horizon = t_end - (jobs[0].arrival if jobs else 0.0)
+    return [
+        len(jobs),
+        len(finish),
+        avg,
+        percentile(waits[HIGH], 50),
+        percentile(waits[HIGH], 99),
+        percentile(waits[MEDIUM], 50),
+        percentile(waits[MEDIUM], 99),
+        percentile(waits[LOW], 50),
+        percentile(waits[LOW], 99),
+        f"{busy / (gpus * horizon) if horizon > 0 else 0.0:.1%}",
+        0,
+        0.0,
+        jain(done[p] / spent[p] for p in done if spent[p] > 0),
+        time.perf_counter() - wall,
+    ], avg
+
+
+def _gain(task, n: int) -> float:
+    return speedup(task, n + 1) - speedup(task, n)
+
+
 # -- the benchmark ----------------------------------------------------------------------------
 
 
@@ -613,6 +749,64 @@ def run_workload(name: str, nodes, models, tasks, interval: float, restart: floa
     ]
 
 
+def run_generated(name: str, seed: int, n: int, interval: float, restart: float, ckpt: float | None):
+    """Every engine policy and every reference on one generated workload (:mod:`benchmarks.generators`).
+
+    Returns the rows and a summary: avg JCT per policy and reference, and per policy the high tasks whose wait
+    exceeded the longest remaining guaranteed window of the medium tasks they found running (plus two cycles)."""
+    nodes, models, tasks = generators.build(name, n, seed, ckpt)
+    label = f"{name}/{seed}"
+    rows, avg, late = [], {}, {}
+    for policy in POLICIES:
+        windows: dict = {}
+        row = engine_row(label, policy, nodes, models, tasks, interval, restart, windows)
+        rows.append(row)
+        avg[policy] = row[4] if row[3] == row[2] else math.inf
+        over = [wait - left for wait, left in windows.values() if wait > left + 2 * interval]
+        late[policy] = (
+            len(over),
+            len(windows),
+            max(over, default=0.0),
+            max((w for w, _l in windows.values()), default=0.0),
+        )
+    cards = [len(nd.devices) for nd in nodes]
+    refs = [("sjf", "ref:sjf", False), ("las", "ref:2d-las", True), ("easy", "ref:easy", False)]
+    for ref, ref_label, suspend in refs:
+        values, a = reference(ref, cards, tasks, interval, restart, suspend)
+        rows.append([label, ref_label, *values[:-1], "-", "-", values[-1]])
+        avg[ref_label] = a
+    if any(s.task.max_replicas is not None for s in tasks):
+        values, a = elastic_reference(tasks, sum(cards))
+        rows.append([label, "ref:elastic", *values[:-1], "-", "-", values[-1]])
+        avg["ref:elastic"] = a
+    return rows, {"avg": avg, "late": late}
+
+
+def _verdicts(name: str, seed: int, summary: dict) -> list[str]:
+    avg, late = summary["avg"], summary["late"]
+    best = min(POLICIES, key=lambda p: avg[p])
+    las_ref = avg["ref:2d-las"]
+    out = []
+    r = avg[best] / las_ref
+    out.append(
+        f"{name}/{seed}: best engine policy {best} {r:.2f}x ref:2d-las (<= 1.05x: {'met' if r <= 1.05 else 'NOT met'})"
+        f"; las {avg['las'] / las_ref:.2f}x ref:2d-las (<= 1.1x: {'met' if avg['las'] / las_ref <= 1.1 else 'NOT met'})"
+        f"; best vs ref:sjf {avg[best] / avg['ref:sjf']:.2f}x, vs ref:easy {avg[best] / avg['ref:easy']:.2f}x"
+    )
+    if "ref:elastic" in avg:
+        e = avg[best] / avg["ref:elastic"]
+        verdict = "met" if e <= 1.2 else "NOT met"
+        out.append(f"{name}/{seed}: best engine policy {best} {e:.2f}x ref:elastic (<= 1.2x: {verdict})")
+    highs = late[best][1]
+    if highs:
+        parts = ", ".join(
+            f"{p} {late[p][0]}/{late[p][1]} (max over {late[p][2]:,.0f} s, longest wait {late[p][3]:,.0f} s)"
+            for p in POLICIES
+        )
+        out.append(f"{name}/{seed}: high tasks waiting past the longest remaining medium window (+2 cycles): {parts}")
+    return out
+
+
 def main() -> None:
     """Command-line entry point."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -627,6 +821,14 @@ def main() -> None:
     p.add_argument("--checkpoint", type=float, default=1800.0, help="checkpoint interval s (0: none)")
     p.add_argument("--restart", type=float, default=60.0, help="restart overhead s after a preemption")
     p.add_argument("--skip-openb", action="store_true")
+    p.add_argument("--skip-classic", action="store_true", help="only the generated workloads")
+    p.add_argument(
+        "--generators",
+        default=",".join(generators.GENERATORS),
+        help=f"generated workloads to run, comma-separated (of {', '.join(generators.GENERATORS)}; '' for none)",
+    )
+    p.add_argument("--seeds", default="1,2,3", help="seeds of the generated workloads, comma-separated")
+    p.add_argument("--gen-jobs", type=int, default=None, help="jobs per generated workload (default 300, quick 120)")
     p.add_argument(
         "--one-class", action="store_true", help="every synthetic job medium (as class-blind as the references)"
     )
@@ -639,6 +841,34 @@ def main() -> None:
             p.error(f"{name} must be >= 1, got {value}")
     if a.interval < 0 or a.restart < 0 or a.compress <= 0 or a.load <= 0:
         p.error("--interval and --restart must be >= 0, --compress and --load > 0")
+    verdicts = []
+    rows = []
+    gens = [g for g in a.generators.split(",") if g]
+    unknown = set(gens) - set(generators.GENERATORS)
+    if unknown:
+        p.error(f"unknown generators {', '.join(sorted(unknown))}; expected some of {', '.join(generators.GENERATORS)}")
+    seeds = [int(x) for x in a.seeds.split(",") if x]
+    gen_jobs = a.gen_jobs or (120 if a.quick else 300)
+    if not a.skip_classic:
+        rows, verdicts = _classic(a, p, jobs, sample, ckpt)
+    for g in gens:
+        for seed in seeds:
+            r, summary = run_generated(g, seed, gen_jobs, a.interval, a.restart, ckpt)
+            rows += r
+            verdicts += _verdicts(g, seed, summary)
+    if gens:
+        print(
+            f"generated: {', '.join(gens)} (benchmarks/generators.py), seeds {', '.join(map(str, seeds))}, "
+            f"{gen_jobs} jobs each on 8 nodes x 8 A100"
+        )
+    print()
+    print_table(HEADERS, rows)
+    for v in verdicts:
+        print(v)
+
+
+def _classic(a, p, jobs: int, sample: int, ckpt):
+    """The synthetic and openb workloads (rows, verdicts)."""
     verdicts = []
     rows = []
     nodes = synthetic_nodes()
@@ -662,10 +892,7 @@ def main() -> None:
         r, v = run_workload("openb", onodes, TRACE_MODELS, otasks, a.interval, a.restart)
         rows += r
         verdicts += v
-    print()
-    print_table(HEADERS, rows)
-    for v in verdicts:
-        print(v)
+    return rows, verdicts
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The inter-project rebalancer on a two-project replay (issue 12, seed 003): what loans buy and what they cost.
+"""The inter-project rebalancer on a two-project replay (docs/rules.md#rebalancing): what loans buy and what they cost.
 
 Run: ``python -m benchmarks.rebalance`` (``--hours``, ``--seed``). Driven through the real code: the engine
 (:class:`apps.queues.engine.Scheduler`, a cycle every ``--cycle`` s) and the rebalancer's rules
@@ -125,15 +125,20 @@ def class_of(job: Job, starved_class: str) -> str:
     return starved_class
 
 
-def run(mode: str, jobs: list[Job], horizon: float, cycle_s: float, tick_s: float, interval_s: float,
-        starved_class: str = MEDIUM) -> Outcome:  # fmt: skip
+def run(
+    mode: str,
+    jobs: list[Job],
+    horizon: float,
+    cycle_s: float,
+    tick_s: float,
+    interval_s: float,
+    starved_class: str = MEDIUM,
+) -> Outcome:
     nodes = tuple(
         Node(f"n{i}", "c", 64, 512, tuple(Device(f"n{i}-{k}", k, A100.name) for k in range(8))) for i in range(2)
     )
     limit = 16.0 if mode == "free borrowing" else GUARANTEE
-    own = {
-        p: ProjectQuota(p, Resources(64, 512, GUARANTEE), Resources(128, 1024, limit)) for p in (LENDER, STARVED)
-    }  # fmt: skip
+    own = {p: ProjectQuota(p, Resources(64, 512, GUARANTEE), Resources(128, 1024, limit)) for p in (LENDER, STARVED)}
     low_only = mode == "loans, low only"
     settings = VdcSettings(loans_low_class_only=low_only)
     sched = Scheduler(Snapshot(0.0, (Cluster("c"),), nodes, (A100,), QUEUES, tuple(own.values()), settings=settings))
@@ -169,8 +174,18 @@ def run(mode: str, jobs: list[Job], horizon: float, cycle_s: float, tick_s: floa
             entitled[j.id] = held[j.project] + queued_own + j.gpus <= GUARANTEE
             queue = class_of(j, starved_class)
             # A medium job's expected duration is its true one: its guaranteed window is the whole run.
-            sched.submit(Task(j.id, j.project, queue, cpu=1, memory_gib=4, gpu=GpuRequest(count=j.gpus),
-                              submit_time=j.arrival, expected_duration_s=j.duration))  # fmt: skip
+            sched.submit(
+                Task(
+                    j.id,
+                    j.project,
+                    queue,
+                    cpu=1,
+                    memory_gib=4,
+                    gpu=GpuRequest(count=j.gpus),
+                    submit_time=j.arrival,
+                    expected_duration_s=j.duration,
+                )
+            )
         if mode.startswith("loans") and t >= next_tick:
             next_tick = t + tick_s
             states = []
@@ -180,11 +195,17 @@ def run(mode: str, jobs: list[Job], horizon: float, cycle_s: float, tick_s: floa
                 usable = [q for q in mine if not low_only or class_of(by_id[q], starved_class) == LOW]
                 blocked = [q for q in usable if waiting_reason.get(q) == Reason.QUOTA_EXCEEDED]
                 states.append(
-                    ProjectState(p, Resources(gpu=GUARANTEE), Resources(gpu=GUARANTEE), Resources(gpu=held[p]),
-                                 Resources(gpu=sum(by_id[q].gpus for q in mine)),
-                                 Resources(gpu=sum(by_id[q].gpus for q in blocked)), name=p,
-                                 loanable=Resources(gpu=sum(by_id[q].gpus for q in usable)))
-                )  # fmt: skip
+                    ProjectState(
+                        p,
+                        Resources(gpu=GUARANTEE),
+                        Resources(gpu=GUARANTEE),
+                        Resources(gpu=held[p]),
+                        Resources(gpu=sum(by_id[q].gpus for q in mine)),
+                        Resources(gpu=sum(by_id[q].gpus for q in blocked)),
+                        name=p,
+                        loanable=Resources(gpu=sum(by_id[q].gpus for q in usable)),
+                    )
+                )
             due = t - last_open >= interval_s
             decided = plan(states, loans, past, t, POLICY, open_new=due)
             if due:
@@ -200,8 +221,9 @@ def run(mode: str, jobs: list[Job], horizon: float, cycle_s: float, tick_s: floa
             adjust = quota_adjustments(loans)
             for p, q in own.items():
                 g, lim = adjust.get(p, (Resources(), Resources()))
-                sched.quotas[p] = replace(q, guaranteed=apply_adjustment(q.guaranteed, g),
-                                          limit=apply_adjustment(q.limit, lim))  # fmt: skip
+                sched.quotas[p] = replace(
+                    q, guaranteed=apply_adjustment(q.guaranteed, g), limit=apply_adjustment(q.limit, lim)
+                )
             sched.set_loans(loans)
         d = sched.cycle(t)
         for p in d.preemptions:
@@ -253,9 +275,24 @@ def main(argv: list[str] | None = None) -> list[list]:
         parser.error(f"--classes: expected some of {MEDIUM}, {LOW}, {MIXED}; got {args.classes!r}")
     jobs = workload(args.hours, args.load, args.seed)
     horizon = args.hours * 3600
-    headers = ["starved class", "mode", "starved jobs", "started", "wait p50 min", "wait p95 min", "mean wait min",
-               "medium mean", "low mean", "lender delay p50 s", "p95 s", "max s", "GPU util %", "preempted", "loans",
-               "returned"]  # fmt: skip
+    headers = [
+        "starved class",
+        "mode",
+        "starved jobs",
+        "started",
+        "wait p50 min",
+        "wait p95 min",
+        "mean wait min",
+        "medium mean",
+        "low mean",
+        "lender delay p50 s",
+        "p95 s",
+        "max s",
+        "GPU util %",
+        "preempted",
+        "loans",
+        "returned",
+    ]
     rows = []
     for starved_class, mode in [(c, m) for c in classes for m in MODES]:
         o = run(mode, jobs, horizon, args.cycle, args.tick, args.interval, starved_class)
@@ -263,16 +300,31 @@ def main(argv: list[str] | None = None) -> list[list]:
         util = 100 * sum(o.gpu_hours.values()) / (16 * horizon / 3600)
         returned = ", ".join(f"{k} {v}" for k, v in sorted(o.returns.items())) or "-"
         by_class = [_mean_min(o.waits_by_class.get(c)) for c in (MEDIUM, LOW)]
-        rows.append([
-            starved_class, mode, len(starved), len(o.starved_waits), percentile(o.starved_waits, 50) / 60,
-            percentile(o.starved_waits, 95) / 60, _mean_min(o.starved_waits), *by_class,
-            percentile(o.lender_delays, 50), percentile(o.lender_delays, 95), max(o.lender_delays, default=0.0),
-            util, o.preempted[STARVED], o.loans_opened, returned,
-        ])  # fmt: skip
+        rows.append(
+            [
+                starved_class,
+                mode,
+                len(starved),
+                len(o.starved_waits),
+                percentile(o.starved_waits, 50) / 60,
+                percentile(o.starved_waits, 95) / 60,
+                _mean_min(o.starved_waits),
+                *by_class,
+                percentile(o.lender_delays, 50),
+                percentile(o.lender_delays, 95),
+                max(o.lender_delays, default=0.0),
+                util,
+                o.preempted[STARVED],
+                o.loans_opened,
+                returned,
+            ]
+        )
     lender_jobs = sum(1 for j in jobs if j.project == LENDER)
-    print(f"two-project replay: {args.hours:g} h, 16 x A100, starved load {args.load:g} x 8 GPUs, "
-          f"{lender_jobs} lender jobs in two busy phases; cycle {args.cycle:g} s, rebalancer tick {args.tick:g} s, "
-          f"interval {args.interval:g} s, seed {args.seed}")  # fmt: skip
+    print(
+        f"two-project replay: {args.hours:g} h, 16 x A100, starved load {args.load:g} x 8 GPUs, "
+        f"{lender_jobs} lender jobs in two busy phases; cycle {args.cycle:g} s, rebalancer tick {args.tick:g} s, "
+        f"interval {args.interval:g} s, seed {args.seed}"
+    )
     print_table(headers, rows)
     return rows
 

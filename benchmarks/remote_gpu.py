@@ -1,8 +1,9 @@
-"""Remote GPU on loopback: round-trip latency and throughput of ``hcs_remote`` calls for a few array sizes,
-against bare TCP moving the same bytes (what the protocol's framing, JSON headers and per-frame HMAC cost).
+"""Remote GPU on one host: round-trip latency and throughput of ``hcs_remote`` calls for a few array sizes,
+over the socket path (TCP on loopback, what callers on other hosts use) and the shared-memory path (what a
+caller on the worker's host moves to), side by side, against bare TCP moving the same bytes.
 
 The worker is a real ``python -m hcs_remote.worker`` process serving ``identity`` (the array comes back as it
-went), so each call moves the array there and back; no GPU is involved, this measures the transport.
+went), so each call moves a numpy array there and back; no GPU is involved, this measures the transport.
 
     python -m benchmarks.remote_gpu [--sizes 0,4096,1048576,16777216,67108864] [--seconds 2]
 """
@@ -10,6 +11,7 @@ went), so each call moves the array there and back; no GPU is involved, this mea
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import socket
 import statistics
@@ -20,8 +22,10 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
+
 from benchmarks.table import print_table
-from hcs_remote import RemoteGPU, Tensor, expose
+from hcs_remote import RemoteGPU, expose
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = "be" * 32
@@ -64,12 +68,13 @@ def _read(conn: socket.socket, size: int):
     return buffer
 
 
-def _timed(call, seconds: float) -> list[float]:
-    """Round-trip times of ``call`` repeated for about ``seconds`` (at least 5 calls, after one warm-up)."""
+def _timed(call, seconds: float, at_least: int = 7) -> list[float]:
+    """Round-trip times of ``call`` repeated for about ``seconds`` (at least ``at_least`` calls, after one
+    warm-up)."""
     call()
     times: list[float] = []
     deadline = time.perf_counter() + seconds
-    while len(times) < 5 or time.perf_counter() < deadline:
+    while len(times) < at_least or time.perf_counter() < deadline:
         start = time.perf_counter()
         call()
         times.append(time.perf_counter() - start)
@@ -78,8 +83,19 @@ def _timed(call, seconds: float) -> list[float]:
 
 def _start_worker() -> tuple[subprocess.Popen, str]:
     env = {**os.environ, "HCS_REMOTE_GPU_KEY": KEY, "HCS_PROJECT": "bench", "PYTHONPATH": str(ROOT)}
-    argv = [sys.executable, "-m", "hcs_remote.worker", "--module", "benchmarks.remote_gpu", "--host", "127.0.0.1",
-            "--port", "0", "--max-payload-mib", "1024"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "hcs_remote.worker",
+        "--module",
+        "benchmarks.remote_gpu",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--max-payload-mib",
+        "1024",
+    ]
     worker = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     line = worker.stdout.readline()
     if "listening on " not in line:
@@ -95,10 +111,14 @@ def _label(size: int) -> str:
     return f"{size} B"
 
 
+def _rate(size: int, seconds: float, unit: float):
+    return 2 * size / seconds / unit if size else "-"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="0,4096,1048576,16777216,67108864", help="array sizes in bytes")
-    parser.add_argument("--seconds", type=float, default=2.0, help="time spent on each size")
+    parser.add_argument("--seconds", type=float, default=2.0, help="time spent on each size and path")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
 
@@ -108,9 +128,16 @@ def main(argv: list[str] | None = None) -> None:
     bare.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     rows = []
     try:
-        with RemoteGPU(address, key=KEY, project="bench", as_numpy=False) as gpu:
+        with (
+            RemoteGPU(address, key=KEY, project="bench", shared_memory=False) as tcp,
+            RemoteGPU(address, key=KEY, project="bench") as local,
+        ):
+            if (tcp.transport, local.transport) != ("tcp", "shared memory"):
+                raise SystemExit(
+                    f"expected one caller on TCP and one on shared memory: {tcp.transport}, {local.transport}"
+                )
             for size in sizes:
-                array = Tensor.from_values(b"\x07" * size, dtype="uint8") if size else Tensor.from_values([], "uint8")
+                array = np.arange(size // 4, dtype=np.float32)
                 payload = bytes(size)
 
                 def bare_round_trip(payload=payload):
@@ -119,21 +146,51 @@ def main(argv: list[str] | None = None) -> None:
                     _read(bare, 8)
                     _read(bare, len(payload))
 
-                remote = _timed(lambda array=array: gpu.identity(array), args.seconds)
+                if not np.array_equal(tcp.identity(array), local.identity(array)):
+                    raise SystemExit(f"the two paths disagree on a {_label(size)} array")
+                gc.collect()  # the garbage of one path must not be collected while the other one is timed
+                socket_path = _timed(lambda array=array: tcp.identity(array), args.seconds)
+                shared = _timed(lambda array=array: local.identity(array), args.seconds)
                 floor = _timed(bare_round_trip, args.seconds)
-                p50, p50_bare = statistics.median(remote), statistics.median(floor)
-                rows.append([
-                    _label(size), len(remote), p50 * 1e3, sorted(remote)[int(len(remote) * 0.99) - 1] * 1e3,
-                    2 * size / p50 / (1 << 20) if size else "-", p50_bare * 1e3,
-                    2 * size / p50_bare / (1 << 20) if size else "-",
-                ])  # fmt: skip
+                p50_tcp, p50_shm, p50_bare = (statistics.median(t) for t in (socket_path, shared, floor))
+                rows.append(
+                    [
+                        _label(size),
+                        len(socket_path),
+                        p50_tcp * 1e3,
+                        _rate(size, p50_tcp, 1 << 20),
+                        len(shared),
+                        p50_shm * 1e3,
+                        _rate(size, p50_shm, 1 << 20),
+                        _rate(size, p50_shm, 1e9),
+                        p50_bare * 1e3,
+                        _rate(size, p50_bare, 1 << 20),
+                    ]
+                )
     finally:
         bare.close()
         listener.close()
         worker.terminate()
         worker.wait()
-    print("hcs_remote round trips on loopback (array there and back; throughput counts both directions)\n")
-    print_table(["array", "calls", "p50 ms", "p99 ms", "MiB/s", "bare TCP p50 ms", "bare TCP MiB/s"], rows)
+    print(
+        "hcs_remote round trips on one host: a float32 numpy array there and back, median of the calls "
+        "(throughput counts both directions)\n"
+    )
+    print_table(
+        [
+            "array",
+            "socket calls",
+            "socket p50 ms",
+            "socket MiB/s",
+            "shm calls",
+            "shm p50 ms",
+            "shm MiB/s",
+            "shm GB/s",
+            "bare TCP p50 ms",
+            "bare TCP MiB/s",
+        ],
+        rows,
+    )
 
 
 if __name__ == "__main__":

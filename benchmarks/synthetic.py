@@ -1,4 +1,4 @@
-"""A deterministic synthetic VDC at the §13 reference scale, for the engine speed benchmark."""
+"""A deterministic synthetic VDC at the reference scale (docs/rules.md), for the engine speed benchmark."""
 
 from __future__ import annotations
 

@@ -46,11 +46,39 @@ def build(directory: Path) -> Path:
     """The interceptor, the stub driver and the loop; returns the loop's path."""
     subprocess.run(["make", "-s", "vram"], cwd=REPO, check=True)
     gcc = shutil.which("gcc") or "cc"
-    subprocess.run([gcc, "-O2", "-fPIC", "-shared", "-Wl,-soname,libcuda.so.1", "-Wl,-Bsymbolic", "-o",
-                    "libcuda.so.1", str(SOURCES / "stub_cuda.c"), "-lpthread"], cwd=directory, check=True)  # fmt: skip
+    subprocess.run(
+        [
+            gcc,
+            "-O2",
+            "-fPIC",
+            "-shared",
+            "-Wl,-soname,libcuda.so.1",
+            "-Wl,-Bsymbolic",
+            "-o",
+            "libcuda.so.1",
+            str(SOURCES / "stub_cuda.c"),
+            "-lpthread",
+        ],
+        cwd=directory,
+        check=True,
+    )
     (directory / "libcuda.so").symlink_to("libcuda.so.1")
-    subprocess.run([gcc, "-O2", "-o", "vram_bench", str(SOURCES / "vram_bench.c"), "-L.", "-Wl,-rpath,$ORIGIN",
-                    "-lcuda", "-ldl", "-lpthread"], cwd=directory, check=True)  # fmt: skip
+    subprocess.run(
+        [
+            gcc,
+            "-O2",
+            "-o",
+            "vram_bench",
+            str(SOURCES / "vram_bench.c"),
+            "-L.",
+            "-Wl,-rpath,$ORIGIN",
+            "-lcuda",
+            "-ldl",
+            "-lpthread",
+        ],
+        cwd=directory,
+        check=True,
+    )
     return directory / "vram_bench"
 
 

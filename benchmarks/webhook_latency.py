@@ -1,4 +1,5 @@
-"""Admission webhook latency: 1,000 AdmissionReviews over HTTPS on loopback, p50 / p99 (seed 004: p99 < 50 ms).
+"""Admission webhook latency: 1,000 AdmissionReviews over HTTPS on loopback, p50 / p99
+(docs/rules.md#performance-targets: p99 < 50 ms).
 
 Starts the portal as the webhook Deployment runs it (``uvicorn hcsportal.asgi:application`` with a TLS listener,
 one worker) on a free loopback port, with a certificate made here, and posts real AdmissionReview v1 requests with
@@ -44,10 +45,10 @@ ENROLLED = "team-a"
 
 def _tls(directory: Path) -> tuple[str, str, str]:
     """A CA and a server certificate for 127.0.0.1 signed by it: (CA file, certificate, key)."""
-    from cryptography import x509  # noqa: PLC0415
-    from cryptography.hazmat.primitives import hashes, serialization  # noqa: PLC0415
-    from cryptography.hazmat.primitives.asymmetric import ec  # noqa: PLC0415
-    from cryptography.x509.oid import NameOID  # noqa: PLC0415
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
 
     now = datetime.datetime.now(datetime.UTC)
     ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
@@ -81,7 +82,7 @@ def _database_env(state_dir: Path) -> tuple[dict, str | None]:
     """Environment of the server and this process: PostgreSQL when DATABASE_URL says so, else embedded SQLite."""
     url = os.environ.get("DATABASE_URL", "")
     if url.startswith(("postgres://", "postgresql://")):
-        import psycopg  # noqa: PLC0415
+        import psycopg
 
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
@@ -92,11 +93,11 @@ def _database_env(state_dir: Path) -> tuple[dict, str | None]:
 
 def _seed() -> str:
     """A VDC and a Kubernetes cluster that enrols ENROLLED; returns its webhook token."""
-    from django.core.management import call_command  # noqa: PLC0415
+    from django.core.management import call_command
 
-    from apps.clusters.models import Cluster  # noqa: PLC0415
-    from apps.clusters.webhook import issue_webhook_token  # noqa: PLC0415
-    from apps.vdc.models import VDC  # noqa: PLC0415
+    from apps.clusters.models import Cluster
+    from apps.clusters.webhook import issue_webhook_token
+    from apps.vdc.models import VDC
 
     call_command("migrate", verbosity=0)
     vdc = VDC.objects.create(name="bench", is_default=True)
@@ -145,9 +146,22 @@ def _start_server(env: dict, cert: str, key: str) -> tuple[subprocess.Popen, int
         s.bind((HOST, 0))
         port = s.getsockname()[1]
     command = [
-        sys.executable, "-m", "uvicorn", "hcsportal.asgi:application", "--host", HOST, "--port", str(port),
-        "--ssl-certfile", cert, "--ssl-keyfile", key, "--no-access-log", "--log-level", "warning",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "hcsportal.asgi:application",
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+        "--ssl-certfile",
+        cert,
+        "--ssl-keyfile",
+        key,
+        "--no-access-log",
+        "--log-level",
+        "warning",
+    ]
     server = subprocess.Popen(command, cwd=ROOT, env={**os.environ, **env})
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -164,7 +178,7 @@ def _start_server(env: dict, cert: str, key: str) -> tuple[subprocess.Popen, int
 
 def _measure(base: str, context: ssl.SSLContext, token: str, bodies: list[bytes], *, keep_alive: bool) -> list[float]:
     """Milliseconds per review, send to parsed answer; every answer is checked."""
-    import httpx  # noqa: PLC0415
+    import httpx
 
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     limits = httpx.Limits(max_keepalive_connections=1 if keep_alive else 0)
@@ -196,13 +210,13 @@ def main() -> None:
     env, server_url = _database_env(work / "state")
     os.environ.update(env)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hcsportal.settings")
-    import django  # noqa: PLC0415
+    import django
 
     django.setup()
     # The portal's logging settings log every httpx request at INFO; the client's log is not what is timed.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     token = _seed()
-    from django.db import connections  # noqa: PLC0415
+    from django.db import connections
 
     connections.close_all()
 
@@ -238,7 +252,7 @@ def main() -> None:
         context = ssl.create_default_context(cafile=ca)
         # The already-injected pod must really be a no-op, or the benchmark times the wrong thing.
         check = _review(injected)
-        import httpx  # noqa: PLC0415
+        import httpx
 
         answer = httpx.post(
             f"{base}/k8s/admission/", json=check, headers={"Authorization": f"Bearer {token}"}, verify=context
@@ -274,7 +288,7 @@ def main() -> None:
         server.terminate()
         server.wait(10)
         if server_url:
-            import psycopg  # noqa: PLC0415
+            import psycopg
 
             with psycopg.connect(server_url, autocommit=True) as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')

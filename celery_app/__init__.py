@@ -1,4 +1,5 @@
-"""The Celery app of HCS Portal: the app and the beat schedule only (job functions live with their apps)."""
+"""The Celery app of HCS Portal: the app, the beat schedule and the broker transport (job functions live with their
+apps)."""
 
 from celery_app.app import app
 

@@ -1,4 +1,4 @@
-"""``hcs``: submit, list, follow and stop HCS Portal tasks from a shell, through the REST API.
+"""``hcs``: submit, list, follow, stop and delete HCS Portal tasks from a shell, through the REST API.
 
 Exit status: 0 done; 1 the API refused (its field errors are printed); 2 a usage, login or connection
 problem.
@@ -13,8 +13,18 @@ from hcs_cli import commands, config
 from hcs_cli.client import ApiError, Client, ConnectionFailed
 
 KINDS = ("dev_env", "training", "inference", "fine_tuning")
-STATUSES = ("pending", "queued", "scheduled", "starting", "running", "preempted", "suspended", "completed",
-            "failed", "stopped")  # fmt: skip
+STATUSES = (
+    "pending",
+    "queued",
+    "scheduled",
+    "starting",
+    "running",
+    "preempted",
+    "suspended",
+    "completed",
+    "failed",
+    "stopped",
+)
 
 
 def _submit_parser(sub) -> None:
@@ -22,13 +32,28 @@ def _submit_parser(sub) -> None:
         "submit",
         help="submit a task",
         description="Submit a task. Everything after `--` is the command, e.g. `hcs submit -p alpha -q high "
-        "--gpu '1(A100)' -- python train.py --lr 0.1`.",
+        "--gpu '1(A100)' -- python train.py --lr 0.1`. With -f, the task file's fields are the base and the options "
+        "given override them.",
     )
-    p.add_argument("-p", "--project", required=True, help="project name or id")
+    _task_options(p)
+    p.add_argument("--json", action="store_true", help="print the created task as JSON")
+    p.add_argument("argv", nargs="*", metavar="COMMAND", help="the command, after --")
+    p.set_defaults(handler=commands.submit)
+
+
+def _task_options(p) -> None:
+    """The options of a task submission (``hcs submit``, ``hcs sweep submit``)."""
+    p.add_argument(
+        "-f",
+        "--file",
+        metavar="PATH",
+        help="a task file: the API's submit fields as one YAML or JSON document (- for standard input)",
+    )
+    p.add_argument("-p", "--project", help="project name or id (required unless the task file names it)")
     p.add_argument("--vdc", help="VDC name or id (default: the default VDC)")
     p.add_argument("-q", "--queue", help="queue name within the VDC, or id")
-    p.add_argument("-k", "--kind", choices=KINDS, default="training")
-    p.add_argument("-n", "--name", required=True)
+    p.add_argument("-k", "--kind", choices=KINDS, help="default: the task file's, else training")
+    p.add_argument("-n", "--name", help="required unless the task file names it")
     p.add_argument(
         "-g",
         "--gpu",
@@ -79,6 +104,8 @@ def _submit_parser(sub) -> None:
     p.add_argument("--checkpoint-path")
     p.add_argument("--max-retries", type=int)
     p.add_argument("--ide", dest="ide_type", help="dev environment: jupyter or vscode")
+    p.add_argument("--idle-stop-minutes", type=int, help="dev environment: stop when idle this long (0: never)")
+    p.add_argument("--idle-stop-percent", type=int, help="dev environment: idle under this GPU utilisation (%%)")
     p.add_argument("--port", type=int, help="inference: the port the server listens on")
     p.add_argument("--max-tokens", type=int)
     p.add_argument("--temperature")
@@ -86,16 +113,68 @@ def _submit_parser(sub) -> None:
     p.add_argument("--autoscale-max", type=int)
     p.add_argument("--autoscale-cpu-percent", type=int)
     p.add_argument("--autoscale-gpu-percent", type=int)
-    p.add_argument("--json", action="store_true", help="print the created task as JSON")
-    p.add_argument("argv", nargs="*", metavar="COMMAND", help="the command, after --")
-    p.set_defaults(handler=commands.submit)
+
+
+def _sweep_parser(sub) -> None:
+    description = (
+        "Parameter sweeps: one submission, a task per combination of parameter values (at most 100), each job "
+        "getting its values as HCS_PARAM_<NAME> variables; all are created or none."
+    )
+    p = sub.add_parser("sweep", help="parameter sweeps: submit, list, show, stop", description=description)
+    actions = p.add_subparsers(dest="sweep_action", required=True, metavar="ACTION")
+    a = actions.add_parser(
+        "submit",
+        help="submit a sweep",
+        description="Submit a sweep: the task (a task file and/or the options of `hcs submit`) once per combination, "
+        "e.g. `hcs sweep submit -f task.yaml --param lr=0.1,0.01 --param batch_size=32,64` (4 tasks). "
+        "-n names the sweep; its tasks are <name>-1, <name>-2, ...",
+    )
+    _task_options(a)
+    a.add_argument(
+        "-P",
+        "--param",
+        action="append",
+        metavar="NAME=V1,V2,...",
+        help="a grid parameter and its values (repeat: the cartesian product of all)",
+    )
+    a.add_argument(
+        "--combo",
+        action="append",
+        metavar="NAME=V,NAME=V",
+        help="one explicit combination (repeat; instead of --param)",
+    )
+    a.add_argument(
+        "--goal",
+        choices=("max", "min"),
+        help="the best element: highest (max, default) or lowest (min) metric its job prints as HCS_METRIC name=value",
+    )
+    a.add_argument("--dry-run", action="store_true", help="check every element and print the price; create nothing")
+    a.add_argument("--json", action="store_true", help="print the API's answer as JSON")
+    a.add_argument("argv", nargs="*", metavar="COMMAND", help="the command, after --")
+    a.set_defaults(handler=commands.sweep_submit)
+    a = actions.add_parser("ls", help="your projects' sweeps with their task counts")
+    a.add_argument("-p", "--project", help="project name or id")
+    a.add_argument("--json", action="store_true")
+    a.set_defaults(handler=commands.sweep_ls)
+    a = actions.add_parser("show", help="a sweep's elements: values, task, status")
+    a.add_argument("id", type=int)
+    a.add_argument("--json", action="store_true")
+    a.set_defaults(handler=commands.sweep_show)
+    a = actions.add_parser("stop", help="stop every unfinished task of a sweep")
+    a.add_argument("id", type=int)
+    a.add_argument("-r", "--reason", default="", help="kept in each task's timeline")
+    a.add_argument("--json", action="store_true")
+    a.set_defaults(handler=commands.sweep_stop)
 
 
 def _secrets_parser(sub) -> None:
-    description = ("Secrets a project keeps for its tasks (registry passwords, API keys, dataset tokens). Values "
-                   "are read from standard input and never shown back; owners manage them.")  # fmt: skip
-    p = sub.add_parser("secrets", help="a project's secrets: list names, set (add or rotate) and remove",
-                       description=description)  # fmt: skip
+    description = (
+        "Secrets a project keeps for its tasks (registry passwords, API keys, dataset tokens). Values "
+        "are read from standard input and never shown back; owners manage them."
+    )
+    p = sub.add_parser(
+        "secrets", help="a project's secrets: list names, set (add or rotate) and remove", description=description
+    )
     actions = p.add_subparsers(dest="secrets_action", required=True, metavar="ACTION")
     a = actions.add_parser("ls", help="the project's secrets, by name")
     a.add_argument("-p", "--project", required=True, help="project name or id")
@@ -117,8 +196,12 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("--url", help="the portal (default: HCS_URL, else the one of `hcs login`)")
     sub = top.add_subparsers(dest="command_name", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("login", help="log in and keep an API token", description="Trade a username and "
-                       "password for an API token, kept in $XDG_CONFIG_HOME/hcs/config.json (mode 0600).")  # fmt: skip
+    p = sub.add_parser(
+        "login",
+        help="log in and keep an API token",
+        description="Trade a username and "
+        "password for an API token, kept in $XDG_CONFIG_HOME/hcs/config.json (mode 0600).",
+    )
     p.add_argument("--url", default=argparse.SUPPRESS, help="the portal, e.g. https://portal.example")
     p.add_argument("-u", "--username")
     p.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
@@ -143,6 +226,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=commands.status)
 
+    p = sub.add_parser("task-file", help="a task's task file (YAML), to submit again with `hcs submit -f`")
+    p.add_argument("id", type=int)
+    p.add_argument("--json", action="store_true", help="as JSON")
+    p.set_defaults(handler=commands.task_file)
+
     p = sub.add_parser("logs", help="a run's output; -f follows it until the run ends")
     p.add_argument("id", type=int)
     p.add_argument("-a", "--attempt", type=int, help="which run (default: the latest)")
@@ -156,6 +244,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=commands.stop)
 
+    p = sub.add_parser("delete", help="delete an ended task that never ran (a task that ran is kept for billing)")
+    p.add_argument("id", type=int)
+    p.set_defaults(handler=commands.delete)
+
+    _sweep_parser(sub)
     _secrets_parser(sub)
 
     p = sub.add_parser("queue", help="queues with their counts, and your waiting tasks with their positions")

@@ -52,10 +52,12 @@ class Client:
     def url(self, path: str) -> str:
         return path if path.startswith(("http://", "https://")) else f"{self.base_url}/api/v1/{path.lstrip('/')}"
 
-    def request(self, method: str, path: str, *, params: dict | None = None, json=None, data=None):
+    def request(
+        self, method: str, path: str, *, params: dict | None = None, json=None, data=None, headers: dict | None = None
+    ):
         try:
             response = self.session.request(
-                method, self.url(path), params=params, json=json, data=data, timeout=TIMEOUT_S
+                method, self.url(path), params=params, json=json, data=data, headers=headers, timeout=TIMEOUT_S
             )
         except requests.RequestException as exc:
             raise ConnectionFailed(f"Cannot reach {self.base_url}: {exc}") from None
@@ -73,8 +75,11 @@ class Client:
     def get(self, path: str, params: dict | None = None):
         return self.request("GET", path, params=params)
 
-    def post(self, path: str, json=None, data=None):
-        return self.request("POST", path, json=json, data=data)
+    def post(self, path: str, json=None, data=None, headers: dict | None = None):
+        return self.request("POST", path, json=json, data=data, headers=headers)
+
+    def delete(self, path: str):
+        return self.request("DELETE", path)
 
     def pages(self, path: str, params: dict | None = None, limit: int = 1000):
         """The results of a paginated list, following ``next`` until ``limit`` rows."""

@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import json
 import shlex
 import sys
 import time
+import uuid
+from pathlib import Path
+
+import yaml
 
 from hcs_cli import config
 from hcs_cli.client import ApiError, Client, ConnectionFailed
@@ -18,15 +23,46 @@ from hcs_cli.output import print_json, table, when
 
 # Submission options that go to the API as they are, by their field name.
 PLAIN_FIELDS = (
-    "name", "kind", "vdc", "queue", "cpu", "memory_gib", "gpu_spec", "instances", "elastic_min", "elastic_max",
-    "expected_duration", "wall_time", "image", "framework", "model_path", "epochs", "batch_size",
-    "checkpoint_path", "max_retries", "ide_type", "port", "max_tokens", "temperature", "autoscale_min",
-    "autoscale_max", "autoscale_cpu_percent", "autoscale_gpu_percent",
-)  # fmt: skip
+    "name",
+    "kind",
+    "vdc",
+    "queue",
+    "cpu",
+    "memory_gib",
+    "gpu_spec",
+    "instances",
+    "elastic_min",
+    "elastic_max",
+    "expected_duration",
+    "wall_time",
+    "image",
+    "framework",
+    "model_path",
+    "epochs",
+    "batch_size",
+    "checkpoint_path",
+    "max_retries",
+    "ide_type",
+    "idle_stop_minutes",
+    "idle_stop_percent",
+    "port",
+    "max_tokens",
+    "temperature",
+    "autoscale_min",
+    "autoscale_max",
+    "autoscale_cpu_percent",
+    "autoscale_gpu_percent",
+)
 # How long a follower waits between two reads when nothing new came.
 FOLLOW_INTERVAL_S = 1.0
 # A follower rides out a server restart or a network blip this many times in a row before giving up.
 FOLLOW_RETRIES = 10
+# After a submit, the scheduling cycle it asked for ranks the task within moments: wait this long for it.
+RANK_WAIT_S = 5.0
+RANK_POLL_S = 0.25
+# A submit that got no answer is sent again this many times (1 s, then 2 s later), under the same key.
+SUBMIT_RETRIES = 2
+SUBMIT_RETRY_DELAY_S = 1.0
 
 
 def key_values(pairs: list[str] | None, option: str) -> dict[str, str]:
@@ -70,10 +106,54 @@ def logout(args: argparse.Namespace) -> int:
     return 0
 
 
+def read_task_file(path: str) -> dict:
+    """A task file's fields: one JSON or YAML mapping (``-`` reads standard input). The API checks the fields
+    and refuses unknown keys by name; here only the shape is checked."""
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise argparse.ArgumentTypeError(f"cannot read the task file {path}: {exc}") from None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = _yaml(text, path)
+    if not isinstance(data, dict):
+        raise argparse.ArgumentTypeError(
+            f"{path}: expected a task file holding one mapping of task fields (name: ..., project: ...)"
+        )
+    return data
+
+
+def _yaml(text: str, path: str):
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise argparse.ArgumentTypeError(f"{path}: expected YAML or JSON; it does not parse{where}") from None
+
+
 def submit(args: argparse.Namespace, api: Client) -> int:
-    """Submit a task from the options; the API checks it as it checks the pages' forms."""
-    body = {field: getattr(args, field) for field in PLAIN_FIELDS if getattr(args, field) is not None}
-    body["project"] = args.project
+    """Submit a task from a task file and the options (which override the file's fields); the API checks it
+    as it checks the pages' forms."""
+    task = _ranked(_post_once("tasks/", _submit_body(args), api), api)
+    if args.json:
+        print_json(task)
+    else:
+        print(f"Submitted task {task['id']} ({task['name']}): {_summary(task)}")
+    return 0
+
+
+def _submit_body(args: argparse.Namespace) -> dict:
+    """The submit body of a task file and the options of ``hcs submit`` (which override the file's fields)."""
+    body = read_task_file(args.file) if args.file else {}
+    body.update({field: getattr(args, field) for field in PLAIN_FIELDS if getattr(args, field) is not None})
+    if args.project is not None:
+        body["project"] = args.project
+    for required, option in (("project", "-p/--project"), ("name", "-n/--name")):
+        if body.get(required) in (None, ""):
+            raise argparse.ArgumentTypeError(f"give {option}, or {required}: in a task file (-f)")
+    body.setdefault("kind", "training")
     for field in ("project", "vdc", "queue"):  # an id or a name: the API tells them apart by JSON type
         if isinstance(body.get(field), str) and body[field].isdigit():
             body[field] = int(body[field])
@@ -82,24 +162,50 @@ def submit(args: argparse.Namespace, api: Client) -> int:
     command = args.command if args.command is not None else shlex.join(args.argv) if args.argv else None
     if command is not None:
         body["command"] = command
-    if args.env:
-        body["env"] = key_values(args.env, "-e/--env")
-    if args.secret_env:
-        body["secret_env"] = key_values(args.secret_env, "--secret-env")
+    # Variables and labels given as options join the file's, and win where both name one.
+    for field, pairs, option in (
+        ("env", args.env, "-e/--env"),
+        ("secret_env", args.secret_env, "--secret-env"),
+        ("required_labels", args.label, "--label"),
+    ):
+        if pairs:
+            base = body.get(field) if isinstance(body.get(field), dict) else {}
+            body[field] = {**base, **key_values(pairs, option)}
     refs = [{"secret": name, "env": var} for var, name in key_values(args.secret, "-s/--secret").items()]
     refs += [{"secret": name, "file": path} for path, name in key_values(args.secret_file, "--secret-file").items()]
     if refs:
         body["secret_refs"] = refs
-    if args.label:
-        body["required_labels"] = key_values(args.label, "--label")
     if args.preemptible is not None:
         body["preemptible"] = args.preemptible
-    task = api.post("tasks/", json=body)
-    if args.json:
-        print_json(task)
-    else:
-        print(f"Submitted task {task['id']} ({task['name']}): {_summary(task)}")
-    return 0
+    return body
+
+
+def _post_once(path: str, body: dict, api: Client):
+    """POST a submit, retrying when no answer came back; one Idempotency-Key for all the tries, so the
+    server creates the task once however many of them reached it."""
+    headers = {"Idempotency-Key": str(uuid.uuid4())}
+    retries = 0
+    while True:
+        try:
+            return api.post(path, json=body, headers=headers)
+        except ConnectionFailed as exc:
+            retries += 1
+            if retries > SUBMIT_RETRIES:
+                raise
+            print(f"hcs: {exc}; retrying with the same Idempotency-Key", file=sys.stderr)
+            time.sleep(SUBMIT_RETRY_DELAY_S * retries)
+
+
+def _ranked(task: dict, api: Client) -> dict:
+    """The task once the scheduling cycle its submission asked for has ranked it (or anything else happened),
+    waiting at most RANK_WAIT_S; as submitted when no cycle came in that time."""
+    deadline = time.monotonic() + RANK_WAIT_S
+    while task["status"] in ("pending", "queued") and not task.get("queue_position"):
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(RANK_POLL_S)
+        task = api.get(f"tasks/{task['id']}/")
+    return task
 
 
 def _summary(task: dict) -> str:
@@ -107,8 +213,11 @@ def _summary(task: dict) -> str:
     status = task["status"]
     if status == "queued":
         position = task.get("queue_position")
+        if not position:
+            return f"queued in {task['queue_name']}, not ranked yet (the next scheduling cycle ranks it; `hcs status`)"
         start = when(task.get("estimated_start")) or "unknown"
-        return f"queued in {task['queue_name']}, position {position or '?'}, estimated start {start}"
+        reason = f", waiting because {task['pending_message']}" if task.get("pending_message") else ""
+        return f"queued in {task['queue_name']}, position {position}, estimated start {start}{reason}"
     if task.get("cluster_name"):
         return f"{status} on {task['cluster_name']}"
     return status
@@ -130,10 +239,20 @@ def ls(args: argparse.Namespace, api: Client) -> int:
         print_json(tasks)
         return 0
     rows = [
-        [t["id"], t["name"], t["kind"], t["project_name"], t["queue_name"], t["status"], t.get("queue_position"),
-         t["gpu_spec"], t.get("cluster_name"), when(t["submitted_at"])]
+        [
+            t["id"],
+            t["name"],
+            t["kind"],
+            t["project_name"],
+            t["queue_name"],
+            t["status"],
+            t.get("queue_position"),
+            t["gpu_spec"],
+            t.get("cluster_name"),
+            when(t["submitted_at"]),
+        ]
         for t in tasks
-    ]  # fmt: skip
+    ]
     headers = ["ID", "NAME", "KIND", "PROJECT", "QUEUE", "STATUS", "POS", "GPU", "CLUSTER", "SUBMITTED"]
     print(table(headers, rows) if rows else "No tasks.")
     return 0
@@ -175,6 +294,23 @@ def status(args: argparse.Namespace, api: Client) -> int:
     events = task["events"]
     rows = [[when(e["created_at"]), e["kind"], e.get("to_status"), e.get("actor"), e["message"]] for e in events]
     print(table(["TIME", "EVENT", "STATUS", "BY", "MESSAGE"], rows))
+    return 0
+
+
+def task_file(args: argparse.Namespace, api: Client) -> int:
+    """Print a task's task file: what it was submitted with, secret values never (their names in a comment)."""
+    data = api.get(f"tasks/{args.id}/task-file/")
+    if args.json:
+        print_json(data)
+        return 0
+    names = api.get(f"tasks/{args.id}/")["secret_env_names"]
+    print(f"# Task file of task {args.id}: `hcs submit -f FILE` submits it again.")
+    if names:
+        print(
+            f"# Secret variables left out (values are never shown): {', '.join(names)}; give them again under "
+            "secret_env or with --secret-env."
+        )
+    sys.stdout.write(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
     return 0
 
 
@@ -240,6 +376,109 @@ def stop(args: argparse.Namespace, api: Client) -> int:
     return 0
 
 
+def delete(args: argparse.Namespace, api: Client) -> int:
+    """Delete an ended task that never ran (one with metered usage is kept for billing, and the API says so)."""
+    api.delete(f"tasks/{args.id}/")
+    print(f"Task {args.id} deleted")
+    return 0
+
+
+def sweep_parameters(params: list[str] | None, combos: list[str] | None) -> dict | list:
+    """``--param lr=0.1,0.01`` (a grid) or ``--combo lr=0.1,batch_size=32`` (explicit combinations) as the API's
+    ``parameters``; values stay text, as the jobs get them."""
+    if params and combos:
+        raise argparse.ArgumentTypeError("give --param (a grid) or --combo (explicit combinations), not both")
+    if combos:
+        return [key_values(combo.split(","), "--combo") for combo in combos]
+    if not params:
+        raise argparse.ArgumentTypeError("give the values to sweep: --param NAME=V1,V2 (repeat) or --combo NAME=V,...")
+    grid = {}
+    for name, values in key_values(params, "--param").items():
+        grid[name] = values.split(",")
+    return grid
+
+
+def sweep_submit(args: argparse.Namespace, api: Client) -> int:
+    """Submit a sweep: the task of ``hcs submit``'s file and options once per combination, all or none."""
+    body = {**_submit_body(args), "parameters": sweep_parameters(args.param, args.combo)}
+    if args.goal:
+        body["goal"] = args.goal
+    if args.dry_run:
+        body["dry_run"] = True
+    answer = _post_once("sweeps/", body, api)
+    if args.json:
+        print_json(answer)
+        return 0
+    price = answer["price"]
+    if answer["dry_run"]:
+        print(f"Dry run: {answer['size']} tasks would be created (nothing was)")
+    else:
+        print(f"Submitted sweep {answer['id']} ({answer['name']}): {answer['size']} tasks")
+    print(_elements(answer["elements"]))
+    if price["hourly_price"] is not None:
+        cost = f", {price['estimated_cost']} over the expected duration" if price["estimated_cost"] else ""
+        print(f"Price: {price['hourly_price']} {price['currency']}/h for all tasks at once{cost}")
+    return 0
+
+
+def _metric(element: dict) -> str:
+    return f"{element['metric_name']}={element['metric_value']}" if element.get("metric_value") is not None else ""
+
+
+def _elements(elements: list[dict]) -> str:
+    rows = [
+        [e["task"], e["name"], " ".join(f"{k}={v}" for k, v in e["values"].items()), e["status"], _metric(e)]
+        for e in elements
+    ]
+    return table(["TASK", "NAME", "VALUES", "STATUS", "METRIC"], rows)
+
+
+def _counts(sweep: dict) -> str:
+    return ", ".join(f"{n} {status}" for status, n in sweep["counts"]["by_status"].items()) or "no tasks"
+
+
+def sweep_ls(args: argparse.Namespace, api: Client) -> int:
+    """The sweeps of the user's projects, newest first, with their tasks counted per status."""
+    params = {"ordering": "-created_at"}
+    if args.project:
+        params["project" if args.project.isdigit() else "project_name"] = args.project
+    sweeps = api.pages("sweeps/", params)
+    if args.json:
+        print_json(sweeps)
+        return 0
+    rows = [
+        [s["id"], s["name"], s["project_name"], s["counts"]["total"], _counts(s), when(s["created_at"])] for s in sweeps
+    ]
+    print(table(["ID", "NAME", "PROJECT", "TASKS", "STATUS", "CREATED"], rows))
+    return 0
+
+
+def sweep_show(args: argparse.Namespace, api: Client) -> int:
+    """A sweep: its counts, then each element's values, task and status (``hcs logs TASK`` for its output)."""
+    sweep = api.get(f"sweeps/{args.id}/")
+    if args.json:
+        print_json(sweep)
+        return 0
+    print(
+        f"Sweep {sweep['id']} ({sweep['name']}) of {sweep['project_name']} by {sweep['created_by']}: {_counts(sweep)}"
+    )
+    print(_elements(sweep["elements"]))
+    best = sweep["best"]
+    if best:
+        print(f"Best ({sweep['goal']}): task {best['task']} ({best['name']}) {_metric(best)}")
+    return 0
+
+
+def sweep_stop(args: argparse.Namespace, api: Client) -> int:
+    """Stop every unfinished task of a sweep."""
+    sweep = api.post(f"sweeps/{args.id}/stop/", json={"reason": args.reason})
+    if args.json:
+        print_json(sweep)
+    else:
+        print(f"Sweep {sweep['id']} ({sweep['name']}): {_counts(sweep)}")
+    return 0
+
+
 def queue(args: argparse.Namespace, api: Client) -> int:
     """Every queue the user can see with its counts, then the user's waiting tasks in queue order."""
     params = {"vdc_name": args.vdc} if args.vdc else {}
@@ -249,18 +488,33 @@ def queue(args: argparse.Namespace, api: Client) -> int:
         print_json({"queues": queues, "waiting": waiting})
         return 0
     rows = [
-        [q["vdc_name"], q["name"], q["priority_class"], q["policy"], "open" if q["is_open"] else "closed",
-         q["waiting_count"], q["active_count"]]
+        [
+            q["vdc_name"],
+            q["name"],
+            q["priority_class"],
+            q["policy"],
+            "open" if q["is_open"] else "closed",
+            q["waiting_count"],
+            q["active_count"],
+        ]
         for q in queues
-    ]  # fmt: skip
+    ]
     print(table(["VDC", "QUEUE", "CLASS", "POLICY", "STATE", "WAITING", "ACTIVE"], rows) if rows else "No queues.")
     if waiting:
         print("\nYour projects' waiting tasks:")
         rows = [
-            [t["queue_name"], t.get("queue_position"), t["id"], t["name"], t["project_name"], t["status"],
-             when(t.get("estimated_start")), t.get("pending_message") or t.get("pending_reason")]
+            [
+                t["queue_name"],
+                t.get("queue_position"),
+                t["id"],
+                t["name"],
+                t["project_name"],
+                t["status"],
+                when(t.get("estimated_start")),
+                t.get("pending_message") or t.get("pending_reason"),
+            ]
             for t in sorted(waiting, key=lambda t: (t["queue_name"], t.get("queue_position") or 1 << 30))
-        ]  # fmt: skip
+        ]
         print(table(["QUEUE", "POS", "ID", "NAME", "PROJECT", "STATUS", "ESTIMATED START", "WHY"], rows))
     return 0
 
@@ -329,6 +583,7 @@ __all__ = [
     "submit",
     "ls",
     "status",
+    "task_file",
     "logs",
     "stop",
     "queue",

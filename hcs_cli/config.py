@@ -1,12 +1,16 @@
 """Where ``hcs`` keeps the server and token of ``hcs login``: a JSON file only its owner can read.
 
-``HCS_URL`` and ``HCS_TOKEN`` override the file, so a script or CI job needs no login at all.
+``HCS_URL`` and ``HCS_TOKEN`` override the file, so a script or CI job needs no login at all. The file is never
+written or read through a symbolic link, and a file that another user owns or others may read is refused.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import secrets
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,14 +42,33 @@ def normalise_url(url: str) -> str:
     return url.removesuffix("/api/v1")
 
 
+def _refusal(path: Path, why: str) -> ConfigError:
+    return ConfigError(f"Refusing {path}: {why}. hcs keeps its token only in a file of its own; run `hcs login` again")
+
+
 def _stored() -> dict:
+    """The login file's contents; a link, another user's file or one others may read is refused, not read."""
     path = config_path()
     try:
-        data = json.loads(path.read_text())
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _refusal(path, "it is a symbolic link (remove it)") from None
         raise ConfigError(f"Cannot read {path}: {exc}; run `hcs login` again") from None
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fh.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise _refusal(path, "it is not a regular file")
+        if info.st_uid != os.getuid():
+            raise _refusal(path, f"it belongs to uid {info.st_uid}, not to you (uid {os.getuid()})")
+        if info.st_mode & 0o077:
+            raise _refusal(path, f"others may read or write it (mode {stat.S_IMODE(info.st_mode):04o}, expected 0600)")
+        try:
+            data = json.loads(fh.read())
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"Cannot read {path}: {exc}; run `hcs login` again") from None
     return data if isinstance(data, dict) else {}
 
 
@@ -63,15 +86,57 @@ def load(url_override: str | None = None) -> Config:
     return Config(normalise_url(url), token, stored.get("username", ""))
 
 
+def _open_private_dir(directory: Path) -> int:
+    """A descriptor of ``directory``, which must be a real directory of the user's that nobody else may write."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise _refusal(directory, "it is a symbolic link or not a directory") from None
+        raise ConfigError(f"Cannot open {directory}: {exc}") from None
+    info = os.fstat(fd)
+    if info.st_uid != os.getuid() or info.st_mode & 0o022:
+        os.close(fd)
+        why = (
+            f"it belongs to uid {info.st_uid}, not to you"
+            if info.st_uid != os.getuid()
+            else f"others may write to it (mode {stat.S_IMODE(info.st_mode):04o}; chmod 700 it)"
+        )
+        raise _refusal(directory, why)
+    return fd
+
+
 def save(config: Config) -> Path:
-    """Write the login file with mode 0600 (its directory 0700): the token opens the user's account."""
+    """Write the login file, mode 0600 in a 0700 directory: the token opens the user's account.
+
+    The contents go to a new file (created exclusively, never through a link) that then replaces the login file,
+    all relative to the directory opened once, so a link planted at either name cannot redirect the token.
+    """
     path = config_path()
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)  # a file left by an older login keeps its mode through O_CREAT
-    with os.fdopen(fd, "w") as fh:
-        json.dump({"url": config.url, "token": config.token, "username": config.username}, fh)
-        fh.write("\n")
+    dir_fd = _open_private_dir(path.parent)
+    try:
+        try:
+            existing = os.stat(path.name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            existing = None
+        if existing is not None and not stat.S_ISREG(existing.st_mode):
+            raise _refusal(path, "it is a symbolic link or not a regular file (remove it)")
+        temporary = f".{path.name}.{secrets.token_hex(8)}"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        fd = os.open(temporary, flags, 0o600, dir_fd=dir_fd)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                json.dump({"url": config.url, "token": config.token, "username": config.username}, fh)
+                fh.write("\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(temporary, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            os.unlink(temporary, dir_fd=dir_fd)
+            raise
+    finally:
+        os.close(dir_fd)
     return path
 
 

@@ -11,18 +11,23 @@ declaration against the bytes before anything is built. See docs/remote-gpu.md.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import hmac
 import json
 import math
+import os
 import secrets
 import socket
 import struct
 import sys
 from array import array
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from . import shm
 
 MAGIC = b"HCSR"
 PROTOCOL_VERSION = 1
@@ -35,6 +40,9 @@ MAX_TENSORS = 1024
 DEFAULT_MAX_PAYLOAD = 256 << 20
 SMALL_FRAME = 64 << 10  # frames with at most this many array bytes are sent in one write
 READ_AHEAD = 64 << 10  # bytes a small read asks for at once
+IOV_MAX = 512  # buffers one sendmsg takes (Linux allows 1,024)
+MAX_PENDING_FDS = 4  # descriptors a local peer may pass ahead of the frames that claim them
+FD_SPACE = socket.CMSG_SPACE(MAX_PENDING_FDS * 4) if hasattr(socket, "CMSG_SPACE") else 0
 
 # dtype name -> (bytes per element, memoryview/array format code). Plain numbers only: no object, string or
 # structured dtypes, so a decoded value is always inert data.
@@ -53,8 +61,18 @@ DTYPES: dict[str, tuple[int, str]] = {
     "float64": (8, "d"),
 }
 # array.array type codes whose size is fixed on every supported platform.
-_ARRAY_CODES = {"b": "int8", "B": "uint8", "h": "int16", "H": "uint16", "i": "int32", "I": "uint32",
-                "q": "int64", "Q": "uint64", "f": "float32", "d": "float64"}  # fmt: skip
+_ARRAY_CODES = {
+    "b": "int8",
+    "B": "uint8",
+    "h": "int16",
+    "H": "uint16",
+    "i": "int32",
+    "I": "uint32",
+    "q": "int64",
+    "Q": "uint64",
+    "f": "float32",
+    "d": "float64",
+}
 
 if sys.byteorder != "little":  # pragma: no cover - every platform the portal runs GPUs on is little-endian
     raise ImportError("hcs_remote needs a little-endian host: arrays travel little-endian without conversion")
@@ -141,7 +159,7 @@ def check_declaration(declared: object) -> int:
 @functools.cache  # a failed import searches the whole path again each time: once per process is enough
 def _numpy():
     try:
-        import numpy  # noqa: PLC0415 - optional: plain Tensors work without it
+        import numpy  # optional: plain Tensors work without it
     except ImportError:
         return None
     return numpy
@@ -173,26 +191,28 @@ def _as_tensor(value) -> Tensor | None:
 def encode(value) -> tuple[object, list[Tensor]]:
     """Split ``value`` (arrays, JSON values, lists/tuples/dicts of them) into a JSON structure and its arrays."""
     tensors: list[Tensor] = []
+    return _encoded(value, tensors), tensors
 
-    def walk(item):
-        tensor = _as_tensor(item)
-        if tensor is not None:
-            tensors.append(tensor)
-            return {"$tensor": len(tensors) - 1}
-        if item is None or isinstance(item, bool | int | float | str):
-            return item
-        if isinstance(item, list | tuple):
-            return [walk(x) for x in item]
-        if isinstance(item, dict):
-            if not all(isinstance(k, str) for k in item) or "$tensor" in item:
-                raise ValueError("expected dicts with string keys other than '$tensor'")
-            return {k: walk(v) for k, v in item.items()}
-        raise ValueError(
-            f"cannot send a {type(item).__name__}: expected arrays, numbers, strings, booleans, None, "
-            "or lists and dicts of them"
-        )
 
-    return walk(value), tensors
+# The walks are module functions, not nested ones: a nested function calling itself is a reference cycle, which
+# would keep the arrays it saw (and the shared memory under them) alive until the garbage collector runs.
+def _encoded(item, tensors: list[Tensor]):
+    tensor = _as_tensor(item)
+    if tensor is not None:
+        tensors.append(tensor)
+        return {"$tensor": len(tensors) - 1}
+    if item is None or isinstance(item, bool | int | float | str):
+        return item
+    if isinstance(item, list | tuple):
+        return [_encoded(x, tensors) for x in item]
+    if isinstance(item, dict):
+        if not all(isinstance(k, str) for k in item) or "$tensor" in item:
+            raise ValueError("expected dicts with string keys other than '$tensor'")
+        return {k: _encoded(v, tensors) for k, v in item.items()}
+    raise ValueError(
+        f"cannot send a {type(item).__name__}: expected arrays, numbers, strings, booleans, None, "
+        "or lists and dicts of them"
+    )
 
 
 def decode(structure: object, tensors: list[Tensor], as_numpy: bool | None = None):
@@ -200,27 +220,24 @@ def decode(structure: object, tensors: list[Tensor], as_numpy: bool | None = Non
     np = _numpy() if as_numpy is not False else None
     if as_numpy and np is None:
         raise RemoteError("protocol", "numpy is not installed: pass as_numpy=False for plain Tensors")
-    used = [None] * len(tensors)
+    built: list = [None] * len(tensors)
+    return _decoded(structure, tensors, built, np)
 
-    def materialise(i: int):
-        if used[i] is None:
-            t = tensors[i]
-            used[i] = np.frombuffer(t.data, dtype=np.dtype(t.dtype)).reshape(t.shape) if np else t
-        return used[i]
 
-    def walk(item):
-        if isinstance(item, list):
-            return [walk(x) for x in item]
-        if isinstance(item, dict):
-            if "$tensor" in item:
-                index = item["$tensor"]
-                if set(item) != {"$tensor"} or type(index) is not int or not 0 <= index < len(tensors):
-                    raise ValueError(f"a tensor reference names array {index!r}; the frame has {len(tensors)}")
-                return materialise(index)
-            return {k: walk(v) for k, v in item.items()}
+def _decoded(item, tensors: list[Tensor], built: list, np):
+    if isinstance(item, list):
+        return [_decoded(x, tensors, built, np) for x in item]
+    if not isinstance(item, dict):
         return item
-
-    return walk(structure)
+    if "$tensor" not in item:
+        return {k: _decoded(v, tensors, built, np) for k, v in item.items()}
+    index = item["$tensor"]
+    if set(item) != {"$tensor"} or type(index) is not int or not 0 <= index < len(tensors):
+        raise ValueError(f"a tensor reference names array {index!r}; the frame has {len(tensors)}")
+    if built[index] is None:  # an array referenced twice is one array
+        t = tensors[index]
+        built[index] = np.frombuffer(t.data, dtype=np.dtype(t.dtype)).reshape(t.shape) if np else t
+    return built[index]
 
 
 def split_body(declared: object, body: memoryview) -> list[Tensor]:
@@ -274,10 +291,25 @@ def parse_key(text: str) -> bytes:
     return key
 
 
-class Channel:
-    """One end of a connection: sends and receives frames, with their MACs once :meth:`secure` was called."""
+@dataclass
+class Staged:
+    """A frame's arrays ready to go: their declarations, and their bytes either as chunks of the arrays' own
+    memory or copied into a shared segment (``segment``, with ``fd`` to pass when the peer lacks it)."""
 
-    def __init__(self, sock: socket.socket, role: str, max_body: int = DEFAULT_MAX_PAYLOAD):
+    declarations: list[dict]
+    chunks: list[memoryview]
+    segment: dict | None = None
+    fd: int | None = None
+
+
+class Channel:
+    """One end of a connection: sends and receives frames, with their MACs once :meth:`secure` was called.
+
+    A *local* channel runs over a unix socket to a peer on the same host: once secured, frames carrying more
+    than :data:`SMALL_FRAME` bytes of arrays put them in shared segments (:mod:`hcs_remote.shm`) instead of the
+    stream, and the frame names the segment."""
+
+    def __init__(self, sock: socket.socket, role: str, max_body: int = DEFAULT_MAX_PAYLOAD, local: bool = False):
         self.sock = sock
         # Until the handshake is done the peer is unknown: it may send small headers only, so a stranger
         # cannot make this end allocate a payload's worth of memory per connection.
@@ -287,6 +319,10 @@ class Channel:
         self._key: bytes | None = None
         self._sent = self._received = 0
         self._buffered = bytearray()
+        self.local = local
+        self.segments = shm.Segments(max_body) if local else None
+        self._fds: deque[int] = deque()  # descriptors the peer passed, in order, until a frame claims them
+        self._buffers = shm.ReceiveBuffers()
 
     def secure(self, key: bytes) -> None:
         """Authenticate every later frame with ``key``; the peer proved who it is, so the full limits apply."""
@@ -299,29 +335,88 @@ class Channel:
             mac.update(part)
         return mac.digest()
 
-    def send(self, header: dict, tensors: list[Tensor] = ()) -> None:
+    def stage(self, tensors: list[Tensor]) -> Staged:
+        """Ready ``tensors`` to send: on a secured local channel, large ones are copied into a shared segment
+        now (while the peer holds less than :data:`shm.MAX_LENT` of this end's), so the caller may drop its
+        arrays (and the peer's segments they view) before the frame goes."""
+        declarations = [{"dtype": t.dtype, "shape": list(t.shape)} for t in tensors]
+        chunks = [t.data.cast("B") for t in tensors]
+        size = sum(c.nbytes for c in chunks)
+        placed = None
+        if self.segments is not None and self._key is not None and size > SMALL_FRAME:
+            placed = self.segments.place(chunks, size)
+        if placed is None:
+            return Staged(declarations, chunks)
+        ident, fd = placed
+        named = {"segment": ident, "size": size, **({"new": True} if fd is not None else {})}
+        return Staged(declarations, [], named, fd)
+
+    def send(self, header: dict, tensors: list[Tensor] | Staged = ()) -> None:
         """Send one frame: the header (with the arrays' declarations added) and the arrays' bytes."""
-        if tensors:
-            header = {**header, "tensors": [{"dtype": t.dtype, "shape": list(t.shape)} for t in tensors]}
+        staged = tensors if isinstance(tensors, Staged) else self.stage(list(tensors))
+        try:
+            self._send(header, staged)
+        finally:
+            if staged.fd is not None:
+                os.close(staged.fd)
+                staged.fd = None
+
+    def _send(self, header: dict, staged: Staged) -> None:
+        extra: dict = {"tensors": staged.declarations} if staged.declarations else {}
+        if staged.segment is not None:
+            extra["shm"] = staged.segment
+        if self.segments is not None and self._key is not None:
+            extra.update(self.segments.notices())
+        header = {**header, **extra} if extra else header
         head = json.dumps(header, separators=(",", ":")).encode()
         if len(head) > MAX_HEADER_BYTES:
             raise RemoteError("too_large", f"the JSON part is {len(head)} bytes; at most {MAX_HEADER_BYTES}")
-        chunks = [t.data.cast("B") for t in tensors]
-        prefix = PREFIX.pack(MAGIC, len(head), sum(c.nbytes for c in chunks))
+        chunks = staged.chunks
+        body_size = sum(c.nbytes for c in chunks)
+        prefix = PREFIX.pack(MAGIC, len(head), body_size)
         mac = [self._mac(self._out_tag, self._sent, [prefix, head, *chunks])] if self._key is not None else []
-        if sum(c.nbytes for c in chunks) <= SMALL_FRAME:  # one write: no extra packets or syscalls per piece
+        if staged.fd is not None or body_size > SMALL_FRAME:  # arrays go out from their own memory, never copied
+            self._send_parts([prefix, head, *chunks, *mac], staged.fd)
+        else:  # one write: no extra packets or syscalls per piece
             self.sock.sendall(b"".join([prefix, head, *chunks, *mac]))
-        else:  # large arrays go out from their own memory, never copied
-            self.sock.sendall(prefix + head)
-            for chunk in chunks:
-                self.sock.sendall(chunk)
-            self.sock.sendall(b"".join(mac))
         if self._key is not None:
             self._sent += 1
 
-    def _read_exact(self, size: int) -> memoryview:
-        buffer = bytearray(size)
-        view = memoryview(buffer)
+    def _send_parts(self, parts: list, fd: int | None) -> None:
+        """Send ``parts`` with as few system calls as the kernel allows, ``fd`` passed with the first byte."""
+        views = [memoryview(p).cast("B") for p in parts if len(p)]
+        ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array("i", [fd]))] if fd is not None else []
+        while views:
+            sent = self.sock.sendmsg(views[:IOV_MAX], ancillary)
+            ancillary = []
+            while views and sent >= views[0].nbytes:
+                sent -= views.pop(0).nbytes
+            if sent:
+                views[0] = views[0][sent:]
+
+    def _recv_into(self, view: memoryview) -> int:
+        if not self.local:
+            n = self.sock.recv_into(view)
+        else:
+            n, ancillary, flags, _ = self.sock.recvmsg_into([view], FD_SPACE)
+            self._keep_fds(ancillary, flags)
+        if n == 0:
+            raise RemoteError("connection", "the other end closed the connection")
+        return n
+
+    def _keep_fds(self, ancillary: list, flags: int) -> None:
+        """Keep the descriptors a local peer passed; refuse them before the handshake or beyond a few."""
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                self._fds.extend(array("i", data[: len(data) - len(data) % 4]))
+        if self._fds and (self._key is None or len(self._fds) > MAX_PENDING_FDS or flags & socket.MSG_CTRUNC):
+            self.release()
+            if self._key is None:
+                raise RemoteError("auth", "authenticate first: no arrays before the handshake")
+            raise RemoteError("protocol", f"the peer passed more than {MAX_PENDING_FDS} descriptors at once")
+
+    def _read_exact(self, size: int, into: memoryview | None = None, mac=None) -> memoryview:
+        view = memoryview(bytearray(size)) if into is None else into
         got = 0
         while got < size:
             if self._buffered:  # what an earlier read took beyond its frame part
@@ -329,15 +424,13 @@ class Channel:
                 view[got : got + n] = self._buffered[:n]
                 del self._buffered[:n]
             elif size - got >= READ_AHEAD:  # large parts land in their buffer directly
-                n = self.sock.recv_into(view[got:])
-                if n == 0:
-                    raise RemoteError("connection", "the other end closed the connection")
-            else:  # small parts: one recv usually brings the prefix, header and MAC together
-                chunk = self.sock.recv(READ_AHEAD)
-                if not chunk:
-                    raise RemoteError("connection", "the other end closed the connection")
-                self._buffered += chunk
+                n = self._recv_into(view[got:])
+            else:  # small parts: one read usually brings the prefix, header and MAC together
+                chunk = bytearray(READ_AHEAD)
+                self._buffered += chunk[: self._recv_into(memoryview(chunk))]
                 continue
+            if mac is not None:  # hashed as it lands, while it is still in the cache
+                mac.update(view[got : got + n])
             got += n
         return view
 
@@ -352,17 +445,23 @@ class Channel:
             raise RemoteError("protocol", "not a remote-GPU frame: expected the HCSR protocol")
         if head_len > self.max_header:
             when = "" if self._key else " before authentication"
-            raise RemoteError("too_large", f"the JSON part is {head_len} bytes; this end accepts at most "
-                                           f"{self.max_header}{when}")  # fmt: skip
+            raise RemoteError(
+                "too_large", f"the JSON part is {head_len} bytes; this end accepts at most {self.max_header}{when}"
+            )
         if body_len > self.max_body:
             if self._key is None:
                 raise RemoteError("auth", "authenticate first: no arrays before the handshake")
             raise RemoteError("too_large", f"the arrays are {body_len} bytes; this end accepts at most {self.max_body}")
-        head = self._read_exact(head_len)
-        body = self._read_exact(body_len) if body_len else memoryview(b"")
+        mac = None
         if self._key is not None:
-            mac = self._read_exact(MAC_SIZE)
-            if not hmac.compare_digest(mac, self._mac(self._in_tag, self._received, [prefix, head, body])):
+            mac = hmac.new(self._key, self._in_tag + self._received.to_bytes(8, "big"), hashlib.sha256)
+            mac.update(prefix)
+        head = self._read_exact(head_len, mac=mac)
+        body = memoryview(b"")
+        if body_len:  # large bodies land in a reused buffer: fresh memory would cost a page fault per page
+            body = self._read_exact(body_len, self._buffers.take(body_len) if body_len > SMALL_FRAME else None, mac)
+        if mac is not None:
+            if not hmac.compare_digest(self._read_exact(MAC_SIZE), mac.digest()):
                 raise RemoteError("auth", "a frame failed its authentication check (tampered or out of order)")
             self._received += 1
         try:
@@ -371,4 +470,42 @@ class Channel:
             raise RemoteError("protocol", "the frame's header is not valid JSON")
         if not isinstance(header, dict):
             raise RemoteError("protocol", "expected the frame's header to be a JSON object")
+        if "shm" in header or (self.segments is not None and self._key is not None):
+            body = self._shared(header, body)
         return header, body
+
+    def _shared(self, header: dict, body: memoryview) -> memoryview:
+        """Take the shared-memory notes out of a local frame's header; the body, from a segment if it names one."""
+        if self.segments is None or self._key is None:
+            raise RemoteError("protocol", "a frame names a shared segment on a connection that shares no memory")
+        try:
+            if "returned" in header:
+                self.segments.came_back(header.pop("returned"))
+            if "dropped" in header:
+                self.segments.forget(header.pop("dropped"))
+            if "shm" not in header:
+                return body
+            named = header.pop("shm")
+            if not isinstance(named, dict) or set(named) - {"segment", "size", "new"} or body.nbytes:
+                raise ValueError("expected 'shm' as {segment, size, new} and no arrays in the stream")
+            size = named.get("size")
+            if type(size) is not int or size < 0:
+                raise ValueError(f"expected a segment's size in bytes, got {size!r}")
+            if size > self.max_body:
+                raise RemoteError("too_large", f"the arrays are {size} bytes; this end accepts at most {self.max_body}")
+            if named.get("new"):
+                if not self._fds:
+                    raise ValueError("the frame announces a new segment but passed none")
+                self.segments.add(named.get("segment"), self._fds.popleft())
+            return self.segments.borrow(named.get("segment"), size)
+        except ValueError as exc:
+            raise RemoteError("protocol", f"a shared-memory frame is malformed: {exc}")
+
+    def release(self) -> None:
+        """Unmap this channel's segments and buffers and close descriptors not claimed yet (at its end)."""
+        while self._fds:
+            with contextlib.suppress(OSError):
+                os.close(self._fds.popleft())
+        if self.segments is not None:
+            self.segments.close()
+        self._buffers.close()

@@ -1,10 +1,12 @@
-"""The admin site of the portal: Django's, with the operator dashboard on its index page (issue 14)."""
+"""The admin site of the portal: Django's, with the operator dashboard on its index page."""
 
 from __future__ import annotations
 
 from django.contrib import admin
 
-from apps.tasks.views import activity_chart, svg_chart
+from apps.core.charts import svg_chart
+from apps.tasks.views import activity_chart
+from apps.vdc.policy import can_view_operations
 from hcsportal.dashboard import Dashboard, operator_dashboard
 
 
@@ -17,6 +19,9 @@ class PortalAdminSite(admin.AdminSite):
     index_template = "admin/hcs_index.html"
 
     def index(self, request, extra_context=None):
+        """The dashboard shows every cluster and project at once: only to those who may see them all."""
+        if not can_view_operations(request.user):
+            return super().index(request, extra_context)
         dashboard = operator_dashboard()
         context = {"dashboard": dashboard, **dashboard_charts(dashboard), **(extra_context or {})}
         return super().index(request, context)
@@ -34,5 +39,5 @@ def dashboard_charts(dashboard: Dashboard) -> dict:
                 ("Average wait (min)", "running", minutes[0], minutes[0][-1] if minutes[0] else 0),
                 ("Longest wait (min)", "waiting", minutes[1], minutes[1][-1] if minutes[1] else 0),
             ],
-        ),  # fmt: skip
+        ),
     }

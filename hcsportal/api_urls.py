@@ -25,6 +25,6 @@ urlpatterns = [
     *router.urls,
 ]
 if settings.HCS_BENCH_ENDPOINTS:
-    from hcsportal.bench import OneRowView  # noqa: PLC0415 - loaded only for the benchmark's server
+    from hcsportal.bench import OneRowView  # loaded only for the benchmark's server
 
     urlpatterns.append(path("bench/one-row/", OneRowView.as_view(), name="bench-one-row"))

@@ -9,4 +9,4 @@ class HcsPortalConfig(AppConfig):
 
     def ready(self) -> None:
         # Job functions are declared with @shared_task in the apps; loading the app here makes it the one they use.
-        import celery_app  # noqa: F401, PLC0415
+        import celery_app  # noqa: F401

@@ -1,4 +1,5 @@
-"""ASGI entry point: HTTP through Django, WebSocket through Channels behind auth and origin checks."""
+"""ASGI entry point: HTTP through Django, WebSocket through Channels behind auth and origin checks; sockets of
+Connect's app hosts go to Connect alone (hcsportal/hosts.py)."""
 
 import os
 
@@ -10,13 +11,19 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from channels.sessions import CookieMiddleware  # noqa: E402
 
+from apps.tasks.consumers import ConnectSocketConsumer  # noqa: E402
+from hcsportal.hosts import HostRouter  # noqa: E402
+from hcsportal.origins import OriginValidator  # noqa: E402
 from hcsportal.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "websocket": HostRouter(
+            portal=OriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+            apps=CookieMiddleware(ConnectSocketConsumer.as_asgi()),
+        ),
     }
 )

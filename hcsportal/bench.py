@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
-from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.tasks.choices import EventKind
 from apps.tasks.models import TaskEvent
+from apps.vdc.api.permissions import HasPlatformPermission
 
 
 class OneRowSerializer(serializers.Serializer):
@@ -25,7 +25,8 @@ class OneRowSerializer(serializers.Serializer):
 class OneRowView(APIView):
     """``POST bench/one-row/ {"task": id}``: one INSERT, an event on the task's timeline (platform admins)."""
 
-    permission_classes = [IsAdminUser]
+    permission_classes = [HasPlatformPermission]
+    platform_permission = "tasks.add_taskevent"
 
     @extend_schema(
         request=OneRowSerializer,

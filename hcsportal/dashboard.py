@@ -1,4 +1,4 @@
-"""The operator dashboard's figures (issue 14): one service function returning plain data.
+"""The operator dashboard's figures: one service function returning plain data.
 
 The admin index renders it (hcsportal.admin_site); a REST endpoint could serialise the same dataclasses.
 Every figure comes from rows the portal already keeps: cluster and device state from the health checks and
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import Avg, Count, F, Q, Sum
+from django.db.models import F, Q, Sum
 from django.utils import timezone
 
 from apps.billing.alerts import Alert, evaluate
@@ -22,7 +22,8 @@ from apps.billing.models import UsageRecord
 from apps.billing.monitoring import ZERO, ClusterState, read_state
 from apps.clusters.choices import ClusterStatus
 from apps.clusters.models import Device
-from apps.tasks.choices import ACTIVE, WAITING, EventKind
+from apps.tasks import ledger
+from apps.tasks.choices import WAITING, EventKind
 from apps.tasks.models import Task, TaskEvent
 from apps.tasks.views import Activity, activity
 
@@ -204,30 +205,11 @@ def _cluster_use(c: ClusterState, used: Decimal, models: dict[str, ModelUse]) ->
 
 
 def _models_per_cluster() -> dict[int, dict[str, ModelUse]]:
-    """Cards and their average utilisation per cluster and model, and the cards active tasks hold (two queries).
-
-    Held cards come from the placements (fractions of shared cards count as such), so a card's model is the
-    one the scheduler placed the task on.
-    """
+    """Cards per cluster and model, what active tasks hold of them and their average utilisation, as the capacity
+    ledger counts them (two queries)."""
     out: dict[int, dict[str, ModelUse]] = defaultdict(dict)
-    rows = (
-        Device.objects.units()
-        .values(cluster_id=F("node__cluster_id"), model=F("gpu_model__name"))
-        .annotate(cards=Count("id"), utilisation=Avg("utilization"))
-        .order_by()
-    )
-    for row in rows:
-        out[row["cluster_id"]][row["model"]] = ModelUse(
-            row["model"], row["cards"], ZERO, float(row["utilisation"] or 0)
-        )
-    placements = Task.objects.filter(status__in=ACTIVE, cluster__isnull=False).values_list("cluster_id", "placement")
-    for cluster_id, placement in placements:
-        for instance in placement or ():
-            model = instance.get("gpu_model")
-            milli = sum(d.get("milli", 1000) for d in instance.get("devices", ()) if isinstance(d, dict))
-            if model and milli:
-                use = out[cluster_id].setdefault(model, ModelUse(model))
-                use.held += Decimal(milli) / 1000
+    for (cluster_id, model), use in ledger.card_use().items():
+        out[cluster_id][model] = ModelUse(model, use.cards, use.held, use.utilisation)
     return out
 
 

@@ -6,7 +6,9 @@ portal at start-up with a message that says which variable is wrong and what was
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 from urllib.parse import urlparse
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -56,6 +58,19 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def env_networks(name: str) -> list[str]:
+    """A comma-separated list of IP addresses or networks (``10.0.0.5``, ``10.0.0.0/8``, ``::1``); empty when unset."""
+    entries = env_list(name, [])
+    for entry in entries:
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"{name} must list IP addresses or networks such as 10.0.0.5 or 10.0.0.0/8, got {entry!r}"
+            ) from None
+    return entries
+
+
 def env_url(name: str, schemes: tuple[str, ...]) -> str | None:
     """A URL whose scheme is one of ``schemes``, or None when unset."""
     raw = os.environ.get(name, "").strip()
@@ -89,4 +104,22 @@ def env_timezone(name: str, default: str) -> str:
         ZoneInfo(value)
     except (ZoneInfoNotFoundError, ValueError):
         raise ImproperlyConfigured(f"{name} must be an IANA time zone name such as UTC or Asia/Shanghai, got {value!r}")
+    return value
+
+
+_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+_DOMAIN = re.compile(rf"^(?P<name>{_LABEL}(?:\.{_LABEL})+)(?::(?P<port>[0-9]{{1,5}}))?$")
+
+
+def env_domain(name: str, default: str) -> str:
+    """A DNS domain of at least two labels, optionally with a port (``apps.example.org``, ``apps.localhost:8000``),
+    in lower case."""
+    raw = os.environ.get(name)
+    value = (default if raw is None or not raw.strip() else raw).strip().lower()
+    match = _DOMAIN.match(value)
+    if not match or len(match["name"]) > 253 or not 0 < int(match["port"] or 1) < 65536:
+        raise ImproperlyConfigured(
+            f"{name} must be a domain of two labels or more such as apps.example.org, optionally with :port, "
+            f"got {raw!r}"
+        )
     return value

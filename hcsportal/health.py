@@ -6,6 +6,8 @@ balancer asks by the pod's address over plain HTTP. Neither says more than which
 * ``/healthz``: the process serves requests (200, nothing checked).
 * ``/readyz``: it can do its work: the database answers ``SELECT 1`` and Redis answers ``PING`` (200), else 503
   with the failing part. A web process that is not ready is taken out of the load balancer, not restarted.
+  A connection the server dropped is not a database that is down: the check asks once more on a fresh connection
+  before it says "unavailable", so probes do not flap while the pool replaces dropped connections.
 """
 
 from __future__ import annotations
@@ -15,15 +17,25 @@ from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from hcsportal import db_faults
+
 REDIS_TIMEOUT_S = 1.0
+
+
+def _select_one() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+        cursor.fetchone()
 
 
 def _database() -> str:
     try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-            cursor.fetchone()
-    except Exception as exc:  # noqa: BLE001 - any failure means not ready; its class says which
+        try:
+            _select_one()
+        except db_faults.FAULTS:
+            db_faults.recover()
+            _select_one()
+    except Exception as exc:  # any failure means not ready; its class says which
         return f"unavailable ({type(exc).__name__})"
     return "ok"
 

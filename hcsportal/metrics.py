@@ -38,6 +38,7 @@ from apps.queues import stats
 from apps.tasks.choices import FINAL, EventKind, TaskKind, TaskStatus
 from apps.tasks.models import Task, TaskEvent
 from apps.vdc.models import VDC, Project
+from apps.vdc.policy import can_view_operations
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,9 @@ class PortalCollector:
         )
         utilisation = _gauge("hcs_cluster_utilisation_ratio", "Allocated over capacity", ["vdc", "cluster", "resource"])
         cards = _gauge("hcs_cluster_gpu_cards", "Accelerator cards", ["vdc", "cluster"])
+        missing = _gauge(
+            "hcs_cluster_missing_cards", "Cards no longer reported by their node agent or backend", ["vdc", "cluster"]
+        )
         busy = _gauge(
             "hcs_cluster_gpu_busy_ratio", "Average card utilisation reported by node agents", ["vdc", "cluster"]
         )
@@ -85,12 +89,13 @@ class PortalCollector:
                 allocated.add_metric([c.vdc, c.name, r], float(c.allocated[r]))
                 utilisation.add_metric([c.vdc, c.name, r], ratio(c.allocated[r], c.capacity[r]))
             cards.add_metric([c.vdc, c.name], c.cards)
+            missing.add_metric([c.vdc, c.name], c.missing_cards)
             if c.busy is not None:
                 busy.add_metric([c.vdc, c.name], float(c.busy))
             tasks.add_metric([c.vdc, c.name], c.tasks)
             for value in ClusterStatus.values:
                 status.add_metric([c.vdc, c.name, value], 1.0 if c.enabled and c.status == value else 0.0)
-        yield from (capacity, allocated, utilisation, cards, busy, tasks, status)
+        yield from (capacity, allocated, utilisation, cards, missing, busy, tasks, status)
 
     def _vdcs(self, state) -> Iterator[Metric]:
         capacity = _gauge("hcs_vdc_capacity", "Capacity of a VDC's enabled clusters", ["vdc", "resource"])
@@ -204,8 +209,11 @@ class PortalCollector:
             balance.add_metric([account.project.name, account.currency], float(account.balance))
             available.add_metric([account.project.name, account.currency], float(account.available))
         yield from (cost, usage, balance, available)
-        alert = _gauge("hcs_project_alert", "1 for each alert firing for a project's members",
-                       ["project", "vdc", "rule", "severity", "key"])  # fmt: skip
+        alert = _gauge(
+            "hcs_project_alert",
+            "1 for each alert firing for a project's members",
+            ["project", "vdc", "rule", "severity", "key"],
+        )
         firing = ProjectAlert.objects.filter(fired_at__isnull=False, resolved_at=None).select_related("project", "vdc")
         for a in firing:
             alert.add_metric([a.project.name, a.vdc.name if a.vdc else "", a.rule, a.severity, a.key], 1.0)
@@ -230,16 +238,20 @@ class PortalCollector:
             ended = counts.get(TaskStatus.COMPLETED, 0) + counts.get(TaskStatus.FAILED, 0)
             if ended:
                 success.add_metric(list(key), counts.get(TaskStatus.COMPLETED, 0) / ended)
-        uptime = _gauge("hcs_service_uptime_seconds", "Time since a running inference service's run started",
-                        [*labels, "service"])  # fmt: skip
+        uptime = _gauge(
+            "hcs_service_uptime_seconds", "Time since a running inference service's run started", [*labels, "service"]
+        )
         services = Task.objects.filter(kind=TaskKind.INFERENCE, status=TaskStatus.RUNNING, started_at__isnull=False)
         for row in services.values("vdc__name", "project__name", "name", "pk", "started_at"):
             service = f"{row['name']} (#{row['pk']})"
             uptime.add_metric(
                 [row["vdc__name"], row["project__name"], service], (now - row["started_at"]).total_seconds()
             )
-        idle = CounterMetricFamily("hcs_gpu_idle_hours", "GPU-equivalent hours held with every card under the VDC's "
-                                   "idle threshold (GPU waste)", labels=labels)  # fmt: skip
+        idle = CounterMetricFamily(
+            "hcs_gpu_idle_hours",
+            "GPU-equivalent hours held with every card under the VDC's idle threshold (GPU waste)",
+            labels=labels,
+        )
         try:
             hours = waste.idle_hours()
         except redis.RedisError as exc:
@@ -265,13 +277,30 @@ class PortalCollector:
         health = _gauge(
             "hcs_device_health_score", "Card health score (100 healthy; the engine avoids low ones)", labels
         )
-        devices = Device.objects.cards().filter(node__last_report__isnull=False).values(
-            "node__cluster__vdc__name", "node__cluster__name", "node__name", "index", "gpu_model__name",
-            "utilization", "vram_used_gib", "vram_gib", "temperature_c", "health_score",
-        )  # fmt: skip
+        devices = (
+            Device.objects.cards()
+            .filter(node__last_report__isnull=False)
+            .values(
+                "node__cluster__vdc__name",
+                "node__cluster__name",
+                "node__name",
+                "index",
+                "gpu_model__name",
+                "utilization",
+                "vram_used_gib",
+                "vram_gib",
+                "temperature_c",
+                "health_score",
+            )
+        )
         for d in devices:
-            key = [d["node__cluster__vdc__name"], d["node__cluster__name"], d["node__name"], str(d["index"]),
-                   d["gpu_model__name"]]  # fmt: skip
+            key = [
+                d["node__cluster__vdc__name"],
+                d["node__cluster__name"],
+                d["node__name"],
+                str(d["index"]),
+                d["gpu_model__name"],
+            ]
             util.add_metric(key, d["utilization"] / 100)
             used.add_metric(key, float(d["vram_used_gib"]))
             total.add_metric(key, float(d["vram_gib"]))
@@ -319,7 +348,7 @@ def _allowed(request: HttpRequest) -> bool:
     header = request.headers.get("Authorization", "")
     if token and header.startswith("Bearer ") and hmac.compare_digest(header[7:].strip(), token):
         return True
-    if request.user.is_authenticated and request.user.is_staff:
+    if can_view_operations(request.user):
         return True
     try:
         address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
@@ -332,8 +361,9 @@ def _allowed(request: HttpRequest) -> bool:
 def metrics_view(request: HttpRequest) -> HttpResponse:
     """The Prometheus text exposition of the portal's state."""
     if not _allowed(request):
-        response = HttpResponse("Forbidden: expected a bearer token, an admin session or an allowed address.\n",
-                                status=403)  # fmt: skip
+        response = HttpResponse(
+            "Forbidden: expected a bearer token, an admin session or an allowed address.\n", status=403
+        )
         if settings.METRICS_TOKEN:
             response.status_code = 401
             response["WWW-Authenticate"] = 'Bearer realm="metrics"'

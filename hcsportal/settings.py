@@ -16,7 +16,17 @@ from cryptography.fernet import Fernet
 from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
-from hcsportal.env import env_bool, env_choice, env_int, env_list, env_str, env_timezone, env_url
+from hcsportal.env import (
+    env_bool,
+    env_choice,
+    env_domain,
+    env_int,
+    env_list,
+    env_networks,
+    env_str,
+    env_timezone,
+    env_url,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("HCS_VAR_DIR", str(BASE_DIR / "var")))
@@ -38,6 +48,30 @@ DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = _persistent_secret("SECRET_KEY", VAR_DIR / "secret_key", lambda: secrets.token_urlsafe(50))
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+# Connect serves each task port on an origin of its own, http(s)://<task>-<port>.<HCS_APPS_DOMAIN>/, which never
+# receives the portal's cookies (docs/console.md). Without a port here, apps use the port the portal was reached on.
+# The default needs no DNS: browsers resolve every *.localhost name to loopback.
+HCS_APPS_DOMAIN = env_domain("HCS_APPS_DOMAIN", "apps.localhost")
+_apps_domain = HCS_APPS_DOMAIN.partition(":")[0]
+
+
+def _covers_apps(host: str) -> bool:
+    """A host pattern of ALLOWED_HOSTS or CSRF_TRUSTED_ORIGINS that is the apps domain, lies under it or (as a
+    wildcard) spans it."""
+    name = host.lstrip(".").removeprefix("*.").partition(":")[0].lower()
+    spans = host.startswith((".", "*.")) and (_apps_domain + ".").endswith("." + name + ".")
+    return name == _apps_domain or name.endswith("." + _apps_domain) or spans
+
+
+for _name, _hosts in (("ALLOWED_HOSTS", ALLOWED_HOSTS), ("CSRF_TRUSTED_ORIGINS", CSRF_TRUSTED_ORIGINS)):
+    for _host in _hosts:
+        if _host != "*" and _covers_apps(_host.rpartition("://")[2]):
+            raise ImproperlyConfigured(
+                f"{_name} entry {_host!r} covers HCS_APPS_DOMAIN {HCS_APPS_DOMAIN!r}: the portal and the apps Connect "
+                "serves must not share host names (docs/security.md)"
+            )
+ALLOWED_HOSTS = [*ALLOWED_HOSTS, "." + _apps_domain]
 
 # Fernet key that encrypts cluster credentials at rest.
 CREDENTIALS_KEY = _persistent_secret(
@@ -64,9 +98,11 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI's files, served from here: /api/docs/ needs no CDN (works offline)
     "channels",
     "axes",
     "csp",
+    "apps.core",
     "apps.vdc",
     "apps.clusters",
     "apps.queues",
@@ -77,8 +113,12 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    # First: probes by address over plain HTTP get /healthz and /readyz before host checks and redirects.
+    # First: a request for an app host (Connect) goes to the app and never to the portal's views (hcsportal/hosts.py).
+    "hcsportal.hosts.AppsHostMiddleware",
+    # Then: probes by address over plain HTTP get /healthz and /readyz before host checks and redirects.
     "hcsportal.health.HealthMiddleware",
+    # A request whose database connection drops runs again while it has only read, else gets 503 (never 500).
+    "hcsportal.db_faults.DatabaseFaultMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -117,14 +157,19 @@ DATABASE_URL = env_url("DATABASE_URL", ("postgres", "postgresql", "sqlite"))
 HCS_DB_POOL_SIZE = env_int("HCS_DB_POOL_SIZE", 8, minimum=0)
 if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL)}
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+        DATABASES["default"]["ENGINE"] = "hcsportal.sqlite_backend"  # PostgreSQL's integer ranges (its docstring)
     if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         # Under ASGI every request's view runs in a thread of its own, so a connection kept per thread
         # (CONN_MAX_AGE) is never reused: they pile up until PostgreSQL refuses clients. The pool reuses
         # them across threads and makes requests beyond its size wait for one.
         if HCS_DB_POOL_SIZE:
             DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
-                "min_size": 1, "max_size": HCS_DB_POOL_SIZE, "timeout": 20, "max_idle": 300,
-            }  # fmt: skip
+                "min_size": 1,
+                "max_size": HCS_DB_POOL_SIZE,
+                "timeout": 20,
+                "max_idle": 300,
+            }
         # Parallel test runs (several checkouts on one server) must not share a test database.
         test_name = env_str("HCS_TEST_DB_NAME")
         if test_name:
@@ -132,7 +177,8 @@ if DATABASE_URL:
 else:
     DATABASES = {
         "default": {
-            "ENGINE": "django.db.backends.sqlite3",
+            # Django's SQLite backend with PostgreSQL's integer ranges: the same validation and API schema on both.
+            "ENGINE": "hcsportal.sqlite_backend",
             "NAME": VAR_DIR / "hcsportal.sqlite3",
             "OPTIONS": {
                 # WAL lets the web, the worker and beat read while one of them writes;
@@ -143,6 +189,10 @@ else:
             },
         }
     }
+if DATABASES["default"]["ENGINE"] == "hcsportal.sqlite_backend":
+    # Tests on SQLite use an in-memory database (Django's default), said outright: test tools that know only
+    # Django's own engine name (pytest-django under xdist) would otherwise name a database file after this one.
+    DATABASES["default"].setdefault("TEST", {"NAME": ":memory:"})
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis: Celery broker and Channels layer -------------------------------------------------
@@ -156,6 +206,12 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Broker faults (docs/deploy.md): a worker reconnects for as long as Redis is away (Celery's default gives up after
+# 100 tries), through celery_app.broker's transport, which survives Redis dying under a running job. The worker's
+# and beat's connections keep kombu's default of no socket timeout: a hung Redis pauses them until it answers, where
+# a timed-out acknowledgement would hold a job slot for good. Requests queue jobs through hcsportal.redis_guard,
+# on connections of their own that wait half a second.
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ACKS_LATE = True
 CELERY_TIMEZONE = "UTC"
@@ -203,11 +259,16 @@ AUTHENTICATION_BACKENDS = [
 ]
 # Login lockout (django-axes) on the login page, the admin's login and the API's token login: after
 # HCS_LOGIN_FAILURE_LIMIT failures for one username from one address, that pair is locked out for
-# HCS_LOGIN_COOLOFF_MINUTES. Failures during a lockout do not extend it; a successful login clears the count.
+# HCS_LOGIN_COOLOFF_MINUTES, and after HCS_LOGIN_ADDRESS_FAILURE_LIMIT failures from one address whatever the
+# usernames, that address is. Failures during a lockout do not extend it; a successful login clears the count.
+# The address is the web server's client address only (docs/security.md: FORWARDED_ALLOW_IPS).
 AXES_ENABLED = env_bool("HCS_LOGIN_LOCKOUT", True)
 AXES_FAILURE_LIMIT = env_int("HCS_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+HCS_LOGIN_ADDRESS_FAILURE_LIMIT = env_int("HCS_LOGIN_ADDRESS_FAILURE_LIMIT", 20, minimum=1)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("HCS_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_HANDLER = "hcsportal.auth.LoginLockoutHandler"
+AXES_CLIENT_IP_CALLABLE = "hcsportal.auth.client_address"
 AXES_RESET_ON_SUCCESS = True
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_LOCKOUT_CALLABLE = "hcsportal.auth.locked_out_page"
@@ -223,25 +284,28 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     # JSON bodies nest at most 32 levels; form bodies as DRF parses them.
     "DEFAULT_PARSER_CLASSES": [
-        "apps.vdc.api.parsers.BoundedJSONParser",
+        "apps.core.api.parsers.BoundedJSONParser",
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],
-    # A filter value or ordering a list cannot take is a 400, never silently ignored.
+    # A filter value, ordering or query parameter a list cannot take is a 400, never silently ignored.
     "DEFAULT_FILTER_BACKENDS": [
-        "apps.vdc.api.filters.GivenFiltersBackend",
-        "apps.vdc.api.filters.StrictOrderingFilter",
+        "apps.core.api.filters.KnownQueryParamsFilter",
+        "apps.core.api.filters.GivenFiltersBackend",
+        "apps.core.api.filters.StrictOrderingFilter",
         "rest_framework.filters.SearchFilter",
     ],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
-    "DEFAULT_SCHEMA_CLASS": "apps.vdc.api.schema.ErrorDocumentingAutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "apps.core.api.schema.ErrorDocumentingAutoSchema",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "HCS Portal API",
     "DESCRIPTION": "Pool heterogeneous GPUs into virtual data centers; submit and follow compute tasks.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     # One schema name per choice set: several models have a "status" or "kind" of their own.
     "ENUM_NAME_OVERRIDES": {
@@ -265,9 +329,17 @@ HCS_HTTPS = env_bool("HCS_HTTPS", not DEBUG and bool(env_str("ALLOWED_HOSTS")))
 SECURE_SSL_REDIRECT = HCS_HTTPS
 SESSION_COOKIE_SECURE = HCS_HTTPS
 CSRF_COOKIE_SECURE = HCS_HTTPS
+# Over HTTPS the portal's cookies carry the __Host- prefix, which browsers accept only from the portal's own host:
+# a page on an app host of the same registrable domain cannot plant a session or CSRF cookie on the portal.
+SESSION_COOKIE_NAME = "__Host-sessionid" if HCS_HTTPS else "sessionid"
+CSRF_COOKIE_NAME = "__Host-csrftoken" if HCS_HTTPS else "csrftoken"
 SECURE_HSTS_SECONDS = env_int("HCS_HSTS_SECONDS", 365 * 24 * 3600, minimum=0) if HCS_HTTPS else 0
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("HCS_HSTS_INCLUDE_SUBDOMAINS", True)
 SECURE_HSTS_PRELOAD = env_bool("HCS_HSTS_PRELOAD", True)
+# The proxies whose X-Forwarded-For and X-Forwarded-Proto the web server believes (uvicorn --forwarded-allow-ips,
+# passed by runportal); none by default, so the client address is the connection's peer: a job or user on the
+# portal's host cannot pick its address by sending the header to loopback.
+FORWARDED_ALLOW_IPS = env_networks("FORWARDED_ALLOW_IPS")
 if env_bool("HCS_TRUST_X_FORWARDED_PROTO", False):
     # Only behind a proxy that sets (never passes on) X-Forwarded-Proto.
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
@@ -332,8 +404,17 @@ HCS_LOCAL_EXECUTOR_DIR = VAR_DIR / "local-jobs"
 HCS_LOCAL_JOB_USER = env_str("HCS_LOCAL_JOB_USER", "hcs-job")
 # "none": jobs have no network (they cannot reach the database, Redis or the portal); "host": the host's.
 HCS_LOCAL_JOB_NETWORK = env_choice("HCS_LOCAL_JOB_NETWORK", ("none", "host"), "none")
+# Each instance of a local job runs in a cgroup holding it to the cores and memory it asked for and to at most
+# HCS_LOCAL_JOB_MAX_PIDS processes and threads; "off" runs local jobs without these limits, on purpose (a host
+# where the portal cannot create cgroups refuses local jobs otherwise). Its /tmp is a tmpfs of HCS_LOCAL_JOB_TMP_GIB.
+HCS_LOCAL_JOB_LIMITS = env_choice("HCS_LOCAL_JOB_LIMITS", ("enforce", "off"), "enforce")
+HCS_LOCAL_JOB_MAX_PIDS = env_int("HCS_LOCAL_JOB_MAX_PIDS", 4096, minimum=16)
+HCS_LOCAL_JOB_TMP_GIB = env_int("HCS_LOCAL_JOB_TMP_GIB", 1, minimum=1)
 # A Web Console with neither input nor output this long is closed (its shell hung up): sessions are bounded.
 HCS_TERMINAL_IDLE_TIMEOUT_S = env_int("HCS_TERMINAL_IDLE_TIMEOUT_S", 3600, minimum=10)
+# Open sockets (live updates, Web Console) ask the policy again this often, and close once the membership, role,
+# permission or account that opened them is gone (docs/security.md).
+HCS_ACCESS_RECHECK_S = env_int("HCS_ACCESS_RECHECK_S", 5, minimum=1)
 
 LOGGING = {
     "version": 1,

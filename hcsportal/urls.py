@@ -1,32 +1,27 @@
 """Top-level URLs: admin, REST API v1, OpenAPI schema and docs, user pages; a JSON 404 under /api/."""
 
-from urllib.parse import urlsplit
-
 from csp.constants import UNSAFE_INLINE
 from csp.decorators import csp_update
 from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.settings import spectacular_settings
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from apps.clusters.agent_api import AgentReportView
-from apps.clusters.webhook import admission_review
+from apps.clusters.webhook import admission_review, token_in_path_refused
 from hcsportal.metrics import metrics_view
 
-# Swagger UI loads from its CDN and has an inline <style>; its script comes from this page (?script=).
-# The Content Security Policy allows those on this page alone.
-_swagger = "{0.scheme}://{0.netloc}".format(urlsplit(spectacular_settings.SWAGGER_UI_DIST))
-api_docs = csp_update(
-    {"script-src": [_swagger], "style-src": [_swagger, UNSAFE_INLINE], "img-src": [_swagger]},
-    REPORT_ONLY=settings.HCS_CSP == "report-only",
-)(SpectacularSwaggerSplitView.as_view(url_name="schema"))
+# Swagger UI's files come from this portal (drf-spectacular-sidecar, as static files), its script from this page
+# (?script=); its inline <style> is allowed on this page alone.
+api_docs = csp_update({"style-src": [UNSAFE_INLINE]}, REPORT_ONLY=settings.HCS_CSP == "report-only")(
+    SpectacularSwaggerSplitView.as_view(url_name="schema")
+)
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/agent/report/", AgentReportView.as_view(), name="agent-report"),
     path("k8s/admission/", admission_review, name="k8s-admission"),
-    path("k8s/admission/<str:token>/", admission_review, name="k8s-admission-token"),
+    path("k8s/admission/<path:rest>", token_in_path_refused, name="k8s-admission-token-refused"),
     path("api/v1/", include("hcsportal.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", api_docs, name="api-docs"),
@@ -37,3 +32,4 @@ urlpatterns = [
 ]
 
 handler404 = "hcsportal.views.not_found"
+handler500 = "hcsportal.db_faults.server_error"

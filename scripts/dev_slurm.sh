@@ -11,6 +11,10 @@
 # Needs root (it installs packages, creates users and device nodes, and slurmd runs jobs as
 # another user). State lives in $HCS_SLURM_DIR (default /var/lib/hcs-slurm).
 set -euo pipefail
+
+# apt-get that waits for another install (the test run may start two at once) instead of failing on its lock
+apt_get() { apt-get -o DPkg::Lock::Timeout=600 "$@"; }
+
 # The daemons outlive whoever started them: run from a directory that always exists (a test checkout may
 # be deleted while they run, and slurmrestd then fails every job submission with "getcwd failed").
 cd /
@@ -40,6 +44,9 @@ SHARED_ACCOUNT="hcs-shared"
 # without slurmdbd runs (per-project accounts then fall back, docs/slurm.md).
 ACCOUNTING=1
 JOB_USER="${HCS_SLURM_USER:-hcs}"
+# How slurmd tracks and limits a job's processes (read only when the daemons start).
+PROCTRACK=proctrack/cgroup
+TASK_PLUGIN=task/cgroup
 REST_USER="slurmrest"
 PARTITION="hcs"
 NODES=(hcs-node-1 hcs-node-2 hcs-node-3 hcs-node-4)
@@ -97,8 +104,8 @@ install_packages() {
     command -v apt-get >/dev/null || die "Slurm is not installed and apt-get is not available"
     log "installing slurm-wlm, munge, slurmrestd and slurmdbd from Debian"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -q >"$LOG/apt.log" 2>&1 || die "apt-get update failed (see $LOG/apt.log)"
-    apt-get install -y -q --no-install-recommends slurm-wlm slurmd slurmctld slurm-client munge \
+    apt_get update -q >"$LOG/apt.log" 2>&1 || die "apt-get update failed (see $LOG/apt.log)"
+    apt_get install -y -q --no-install-recommends slurm-wlm slurmd slurmctld slurm-client munge \
         slurmrestd slurm-wlm-jwt-plugin slurmdbd mariadb-client curl >>"$LOG/apt.log" 2>&1 \
         || die "apt-get install failed (see $LOG/apt.log)"
     installed || die "Slurm packages installed but a program or the JWT plugin is missing"
@@ -163,9 +170,10 @@ SlurmctldLogFile=$LOG/slurmctld.log
 SlurmdLogFile=$LOG/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
-# No systemd and no cgroup delegation here: track processes through /proc, bind nothing.
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+# Each job step in a cgroup (cgroup.conf): its processes tracked there, held to the memory the job asked for
+# (--mem); a step over it is killed and the job ends OUT_OF_MEMORY. Cgroup v1 or v2, whichever the host has.
+ProctrackType=$PROCTRACK
+TaskPlugin=$TASK_PLUGIN
 JobAcctGatherType=jobacct_gather/none
 $(accounting_conf)
 JobCompType=jobcomp/none
@@ -226,11 +234,16 @@ EOF
     if [[ -n "$DB_PASS" ]]; then echo "StoragePass=$DB_PASS" >>"$ETC/slurmdbd.conf.new"; fi
 
     cat >"$ETC/cgroup.conf.new" <<EOF
-# Not used by proctrack/linuxproc + task/none; present so nothing tries to mount cgroups.
-CgroupAutomount=no
+# Written by scripts/dev_slurm.sh. CgroupPlugin is left to autodetect (cgroup/v1 on a v1 or hybrid host, v2 on a
+# unified one). A job's memory is its --mem, without swap. Cores are not constrained: the virtual nodes claim
+# 16 CPUs each, more than this host has, and a cpuset of CPUs the host lacks cannot be set. Devices are not
+# either: the fake GPUs may be links to /dev/null, which every job needs.
+CgroupAutomount=yes
 ConstrainCores=no
 ConstrainDevices=no
-ConstrainRAMSpace=no
+ConstrainRAMSpace=yes
+ConstrainSwapSpace=yes
+AllowedSwapSpace=0
 EOF
     local file
     for file in slurm.conf gres.conf cgroup.conf slurmdbd.conf; do
@@ -309,6 +322,13 @@ ensure_accounting() {
     sacctmgr -n -P show user "$JOB_USER" format=user | grep -qx "$JOB_USER" \
         || sacctmgr -i add user "$JOB_USER" account="$SHARED_ACCOUNT" defaultaccount="$SHARED_ACCOUNT" \
             cluster="$CLUSTER_NAME" adminlevel=Operator >/dev/null
+}
+
+plugins_mismatch() { # 0 when the running cluster tracks and binds its jobs with other plugins than configured
+    local config
+    config="$(scontrol show config 2>/dev/null)" || return 1
+    [[ -n "$config" ]] || return 1
+    ! grep -qE "^ProctrackType +=  *$PROCTRACK\$" <<<"$config" || ! grep -qE "^TaskPlugin +=  *$TASK_PLUGIN\$" <<<"$config"
 }
 
 accounting_mismatch() { # 0 when the running slurmctld does not use the accounting this config names
@@ -427,7 +447,13 @@ cmd_start() {
         start_slurmdbd
         ensure_accounting
     fi
-    if adopt "$RUN/slurmctld.pid" slurmctld && accounting_mismatch; then
+    if adopt "$RUN/slurmctld.pid" slurmctld && plugins_mismatch; then
+        # Plugin types are read only at startup. Jobs that run now were started under the old plugins; a dev
+        # cluster loses them rather than keep two ways of tracking processes.
+        log "the cluster runs other process tracking / task plugins than configured; restarting its daemons"
+        cancel_all_jobs
+        stop_daemons
+    elif adopt "$RUN/slurmctld.pid" slurmctld && accounting_mismatch; then
         # The accounting plugin is read only at startup; jobs survive the restart (StateSaveLocation).
         log "slurmctld runs with other accounting than configured; restarting it and slurmrestd"
         stop_pidfile slurmctld "$RUN/slurmctld.pid"
@@ -457,16 +483,26 @@ cancel_all_jobs() {
 }
 
 cmd_stop() {
-    local node
     [[ $EUID -eq 0 ]] || die "run as root or with passwordless sudo"
     lock_state
     cancel_all_jobs
+    stop_daemons
+    stop_pidfile slurmdbd "$RUN/slurmdbd.pid"
+    # munged is shared with anything else on this host; stop it only when this script started it.
+    if [[ -e "$RUN/munged.ours" ]]; then
+        stop_pidfile munged /run/munge/munged.pid
+        rm -f "$RUN/munged.ours"
+    fi
+    log "stopped (state kept in $STATE_DIR)"
+}
+
+stop_daemons() { # slurmrestd, the slurmd and slurmctld of this cluster (not slurmdbd)
+    local node
     stop_pidfile slurmrestd "$RUN/slurmrestd.pid"
     for node in "${NODES[@]}"; do
         stop_pidfile "slurmd $node" "$RUN/slurmd-$node.pid"
     done
     stop_pidfile slurmctld "$RUN/slurmctld.pid"
-    stop_pidfile slurmdbd "$RUN/slurmdbd.pid"
     # Daemons of this cluster that lost their pid file (e.g. to a crash of this script).
     local pid
     for _ in 1 2 3 4 5 6; do
@@ -480,12 +516,6 @@ cmd_stop() {
             stop_pidfile "stray $name" "$RUN/stray.pid"
         done
     done
-    # munged is shared with anything else on this host; stop it only when this script started it.
-    if [[ -e "$RUN/munged.ours" ]]; then
-        stop_pidfile munged /run/munge/munged.pid
-        rm -f "$RUN/munged.ours"
-    fi
-    log "stopped (state kept in $STATE_DIR)"
 }
 
 cmd_status() {

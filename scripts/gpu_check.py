@@ -25,7 +25,8 @@ figure) and ``nvml_report.json`` (the node agent's report of this host, as it wo
   against numpy's, a CUDA out-of-memory error relayed as the function's error with the worker still serving,
   and the round trip of a 64 MiB array.
 - **Overhead**: 1 MiB allocate/free pairs on the card, without the preload, preloaded without a limit and
-  with one, in alternating processes (median of several), against seed 004's 5 % target.
+  with one, in alternating processes (median of several), against the 5 % target
+  (docs/rules.md#resources-and-gpu-requests).
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ def guarded(section: str):
         def run(*args, **kwargs):
             try:
                 return fn(*args, **kwargs)
-            except Exception as exc:  # noqa: BLE001 - report and go on with the next section
+            except Exception as exc:  # report and go on with the next section
                 record(section, "section ran to the end", "no exception", f"{type(exc).__name__}: {exc}", False)
                 return None
 
@@ -94,10 +95,18 @@ def guarded(section: str):
 
 def nvidia_smi() -> tuple[list[dict], str]:
     fields = "index,uuid,name,memory.total,memory.used,pci.bus_id,driver_version,mig.mode.current"
-    out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
-                         capture_output=True, text=True, check=True, timeout=30).stdout  # fmt: skip
-    cards = [dict(zip(fields.split(","), (c.strip() for c in line.split(",")), strict=True))
-             for line in out.splitlines() if line.strip()]  # fmt: skip
+    out = subprocess.run(
+        ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout
+    cards = [
+        dict(zip(fields.split(","), (c.strip() for c in line.split(",")), strict=True))
+        for line in out.splitlines()
+        if line.strip()
+    ]
     header = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30).stdout
     cuda = re.search(r"CUDA Version:\s*([\d.]+)", header)
     return cards, cuda.group(1) if cuda else ""
@@ -117,12 +126,17 @@ LOAD = textwrap.dedent("""
 
 @guarded("nvml")
 def check_nvml(out: Path | None) -> None:
-    from apps.clusters.detectors import NodeCollector, detectors_for  # noqa: PLC0415
+    from apps.clusters.detectors import NodeCollector, detectors_for
 
     cards, cuda = nvidia_smi()
     detectors = detectors_for("auto")
-    record("nvml", "detectors found on this host", "nvml", ",".join(d.name for d in detectors), "nvml" in
-           [d.name for d in detectors])  # fmt: skip
+    record(
+        "nvml",
+        "detectors found on this host",
+        "nvml",
+        ",".join(d.name for d in detectors),
+        "nvml" in [d.name for d in detectors],
+    )
     collector = NodeCollector([d for d in detectors if d.name == "nvml"])
     record("nvml", "collector started", True, collector.start() or collector.reason, bool(collector.started))
     nvml = collector.started[0]
@@ -150,16 +164,31 @@ def check_nvml(out: Path | None) -> None:
             device.vram_used_gib,
             abs(device.vram_used_gib - used) <= 0.1,
         )
-        record("nvml", f"{n} PCI bus id", card["pci.bus_id"], device.pci_bus_id,
-               device.pci_bus_id.lower() == card["pci.bus_id"].lower())  # fmt: skip
+        record(
+            "nvml",
+            f"{n} PCI bus id",
+            card["pci.bus_id"],
+            device.pci_bus_id,
+            device.pci_bus_id.lower() == card["pci.bus_id"].lower(),
+        )
         mig = card["mig.mode.current"] == "Enabled"
         record("nvml", f"{n} MIG mode", mig, device.mig_mode, device.mig_mode == mig)
         health = f"{device.health_score} {device.health_reasons or ''}"
-        record("nvml", f"{n} health of a card with no errors", 100, health,
-               device.health_score == 100 or bool(device.ecc_uncorrected or device.xid_errors))  # fmt: skip
-        record("nvml", f"{n} temperature, ECC, NUMA, links", "read",
-               f"{device.temperature_c} C, ECC {device.ecc_uncorrected}/{device.ecc_corrected}, "
-               f"NUMA {device.numa_node}, links {device.links}", None)  # fmt: skip
+        record(
+            "nvml",
+            f"{n} health of a card with no errors",
+            100,
+            health,
+            device.health_score == 100 or bool(device.ecc_uncorrected or device.xid_errors),
+        )
+        record(
+            "nvml",
+            f"{n} temperature, ECC, NUMA, links",
+            "read",
+            f"{device.temperature_c} C, ECC {device.ecc_uncorrected}/{device.ecc_corrected}, "
+            f"NUMA {device.numa_node}, links {device.links}",
+            None,
+        )
     idle = report
     if out:
         (out / "nvml_report.json").write_text(json.dumps(asdict(report), indent=2) + "\n")
@@ -175,8 +204,13 @@ def check_nvml(out: Path | None) -> None:
         load.kill()
         load.wait()
     before, after = idle.devices[0], busy.devices[0]
-    record("nvml", "GPU 0 memory used under load GiB", f">= {before.vram_used_gib + 6}", after.vram_used_gib,
-           after.vram_used_gib >= before.vram_used_gib + 6)  # fmt: skip
+    record(
+        "nvml",
+        "GPU 0 memory used under load GiB",
+        f">= {before.vram_used_gib + 6}",
+        after.vram_used_gib,
+        after.vram_used_gib >= before.vram_used_gib + 6,
+    )
     record("nvml", "GPU 0 utilisation under load %", "> 50", after.utilization, after.utilization > 50)
     record("nvml", "GPU 0 temperature under load C", f"read (idle {before.temperature_c})", after.temperature_c, None)
     collector.stop()
@@ -195,9 +229,25 @@ def build_library() -> None:
         subprocess.run(["make", "-s", "vram"], cwd=REPO, check=True)
         return
     DEFAULT_LIBRARY.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([shutil.which("gcc") or "cc", "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared",
-                    "-fvisibility=hidden", "-o", str(DEFAULT_LIBRARY), str(REPO / "native" / "vram" / "hcsvram.c"),
-                    "-ldl", "-lpthread"], check=True)  # fmt: skip
+    subprocess.run(
+        [
+            shutil.which("gcc") or "cc",
+            "-O2",
+            "-g",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-fPIC",
+            "-shared",
+            "-fvisibility=hidden",
+            "-o",
+            str(DEFAULT_LIBRARY),
+            str(REPO / "native" / "vram" / "hcsvram.c"),
+            "-ldl",
+            "-lpthread",
+        ],
+        check=True,
+    )
 
 
 def find_libcuda() -> Path:
@@ -218,9 +268,26 @@ def build_probe(directory: Path, libcuda: Path) -> Path:
         ["-o", "libnextb.so", str(SOURCES / "next_b.c")],
     ):
         subprocess.run([gcc, "-O2", "-fPIC", "-shared", *args], cwd=directory, check=True)
-    subprocess.run([gcc, "-O2", "-Wall", "-o", "vram_probe", str(SOURCES / "vram_probe.c"), "-L.", "-Wl,-rpath,$ORIGIN",
-                    "-Wl,--no-as-needed", "-lnexta", "-lnextb", str(libcuda), "-ldl", "-lpthread"],
-                   cwd=directory, check=True)  # fmt: skip
+    subprocess.run(
+        [
+            gcc,
+            "-O2",
+            "-Wall",
+            "-o",
+            "vram_probe",
+            str(SOURCES / "vram_probe.c"),
+            "-L.",
+            "-Wl,-rpath,$ORIGIN",
+            "-Wl,--no-as-needed",
+            "-lnexta",
+            "-lnextb",
+            str(libcuda),
+            "-ldl",
+            "-lpthread",
+        ],
+        cwd=directory,
+        check=True,
+    )
     return directory / "vram_probe"
 
 
@@ -255,8 +322,14 @@ class Probe:
 
     def start(self, *steps: str, **env) -> subprocess.Popen:
         """The probe in the background, after "init" (end the steps with "hold" to keep it until told)."""
-        return subprocess.Popen([str(self.path), "init", *steps], env=self.env(**env), stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        return subprocess.Popen(
+            [str(self.path), "init", *steps],
+            env=self.env(**env),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
 
 def until_hold(proc: subprocess.Popen) -> list[list[str]]:
@@ -282,50 +355,113 @@ def check_driver(probe: Probe) -> None:
     figures["card_total_bytes"] = card_total
     record(section, "no preload: 6 GiB + 6 GiB", "0 0", " ".join(results(lines[:2])), results(lines[:2]) == ["0", "0"])
     lines = probe(f"alloc:{6 * GIB}", f"alloc:{6 * GIB}", f"alloc:{2 * GIB}", "info", limit=SHARE)
-    record(section, "8 GiB share: 6, 6, 2 GiB", "0 2 0", " ".join(results(lines[:3])),
-           results(lines[:3]) == ["0", OUT_OF_MEMORY, "0"])  # fmt: skip
+    record(
+        section,
+        "8 GiB share: 6, 6, 2 GiB",
+        "0 2 0",
+        " ".join(results(lines[:3])),
+        results(lines[:3]) == ["0", OUT_OF_MEMORY, "0"],
+    )
     record(
         section, "cuMemGetInfo on a full share", f"0 {SHARE}", " ".join(lines[3][2:]), lines[3][2:] == ["0", str(SHARE)]
     )
-    record(section, "refusal is said on stderr", "hcsvram: refused ...", probe.stderr.strip()[:80],
-           "refused a GPU allocation of 6442450944 bytes" in probe.stderr)  # fmt: skip
-    lines = probe("which:cuMemAlloc_v2", "which_proc:cuMemAlloc", "which_proc:cuMemGetInfo",
-                  "which_proc:cuMemAllocAsync", "which:cuInit", limit=SHARE)  # fmt: skip
+    record(
+        section,
+        "refusal is said on stderr",
+        "hcsvram: refused ...",
+        probe.stderr.strip()[:80],
+        "refused a GPU allocation of 6442450944 bytes" in probe.stderr,
+    )
+    lines = probe(
+        "which:cuMemAlloc_v2",
+        "which_proc:cuMemAlloc",
+        "which_proc:cuMemGetInfo",
+        "which_proc:cuMemAllocAsync",
+        "which:cuInit",
+        limit=SHARE,
+    )
     got = [line[2] for line in lines]
-    record(section, "dlsym / cuGetProcAddress hand out", "hcsvram x4, driver for cuInit", " ".join(got),
-           got == ["libhcsvram.so"] * 4 + [lines[4][2]] and lines[4][2] != "libhcsvram.so")  # fmt: skip
+    record(
+        section,
+        "dlsym / cuGetProcAddress hand out",
+        "hcsvram x4, driver for cuInit",
+        " ".join(got),
+        got == ["libhcsvram.so"] * 4 + [lines[4][2]] and lines[4][2] != "libhcsvram.so",
+    )
     lines = probe("which:cuMemAlloc_v2", "which_proc:cuMemAlloc", limit=None)
     got = [line[2] for line in lines]
     record(section, "no limit: the driver's own functions", "libcuda x2", " ".join(got), "libhcsvram.so" not in got)
-    steps = (f"getproc:{3 * GIB}", f"dlsym:{3 * GIB}", f"managed:{GIB}", f"async:{512 * MIB}",
-             f"getproc_ptsz:{512 * MIB}", f"alloc:{MIB}", "info", "info_getproc", "free:0", f"getproc_ptsz:{GIB}",
-             "info")  # fmt: skip
+    steps = (
+        f"getproc:{3 * GIB}",
+        f"dlsym:{3 * GIB}",
+        f"managed:{GIB}",
+        f"async:{512 * MIB}",
+        f"getproc_ptsz:{512 * MIB}",
+        f"alloc:{MIB}",
+        "info",
+        "info_getproc",
+        "free:0",
+        f"getproc_ptsz:{GIB}",
+        "info",
+    )
     lines = probe(*steps, limit=SHARE)
     got = results(lines[:6]) + [results(lines[8:10])[1]]
-    record(section, "getproc 3G, dlsym 3G, managed 1G, async, ptsz, +1 MiB, free, ptsz 1G", "0 0 0 0 0 2 0",
-           " ".join(got), got == ["0", "0", "0", "0", "0", OUT_OF_MEMORY, "0"])  # fmt: skip
+    record(
+        section,
+        "getproc 3G, dlsym 3G, managed 1G, async, ptsz, +1 MiB, free, ptsz 1G",
+        "0 0 0 0 0 2 0",
+        " ".join(got),
+        got == ["0", "0", "0", "0", "0", OUT_OF_MEMORY, "0"],
+    )
     share_info = [lines[6][2:], lines[7][2:], lines[10][2:]]
-    record(section, "info / info through getproc / after the free", f"0 {SHARE}, 0 {SHARE}, {2 * GIB} {SHARE}",
-           share_info, share_info == [["0", str(SHARE)], ["0", str(SHARE)], [str(2 * GIB), str(SHARE)]])  # fmt: skip
+    record(
+        section,
+        "info / info through getproc / after the free",
+        f"0 {SHARE}, 0 {SHARE}, {2 * GIB} {SHARE}",
+        share_info,
+        share_info == [["0", str(SHARE)], ["0", str(SHARE)], [str(2 * GIB), str(SHARE)]],
+    )
     # A pitched allocation counts the driver's real padding: used = pitch * height.
     lines = probe("pitch:1000000:1024", "info", limit=SHARE)
     pitch = int(lines[0][2])
     used = SHARE - int(lines[1][2])
     figures["pitch_for_1000000_byte_rows"] = pitch
-    record(section, "pitched 1,000,000 x 1024 counts pitch x height", f"{pitch} x 1024 = {pitch * 1024}", used,
-           lines[0][1] == "0" and used == pitch * 1024 and pitch >= 1_000_000)  # fmt: skip
+    record(
+        section,
+        "pitched 1,000,000 x 1024 counts pitch x height",
+        f"{pitch} x 1024 = {pitch * 1024}",
+        used,
+        lines[0][1] == "0" and used == pitch * 1024 and pitch >= 1_000_000,
+    )
     lines = probe("threads:8:268435456:2000", "info", limit=SHARE)
     exact = lines[0] == ["held", str(SHARE)] and lines[1] == ["after", "0"]
-    record(section, "8 threads, 256 MiB blocks until refused", f"held {SHARE}, after 0",
-           f"{lines[0][1]}, {lines[1][1]}", exact)  # fmt: skip
+    record(
+        section,
+        "8 threads, 256 MiB blocks until refused",
+        f"held {SHARE}, after 0",
+        f"{lines[0][1]}, {lines[1][1]}",
+        exact,
+    )
     # The virtual memory API's physical allocations (PyTorch's expandable segments) and memory pools count too.
-    lines = probe(f"create:{6 * GIB}", f"create:{6 * GIB}", "info", "free:0", f"create:{6 * GIB}",
-                  f"create_host:{6 * GIB}", limit=SHARE)  # fmt: skip
+    lines = probe(
+        f"create:{6 * GIB}",
+        f"create:{6 * GIB}",
+        "info",
+        "free:0",
+        f"create:{6 * GIB}",
+        f"create_host:{6 * GIB}",
+        limit=SHARE,
+    )
     got = [*results(lines[:2]), lines[2][2], *results(lines[3:5])]
     want = ["0", OUT_OF_MEMORY, str(2 * GIB), "0", "0"]
     record(section, "cuMemCreate 6, 6 GiB; info; release; 6 GiB", want, got, got == want)
-    record(section, "cuMemCreate on the host (not the card's memory)", "not refused (driver's answer)",
-           results(lines[5:6]), None)  # fmt: skip
+    record(
+        section,
+        "cuMemCreate on the host (not the card's memory)",
+        "not refused (driver's answer)",
+        results(lines[5:6]),
+        None,
+    )
     lines = probe(f"pool:{6 * GIB}", f"pool:{6 * GIB}", "free:0", f"pool:{6 * GIB}", "info", limit=SHARE)
     got = [*results(lines[:4]), lines[4][2]]
     want = ["0", OUT_OF_MEMORY, "0", "0", str(2 * GIB)]
@@ -356,10 +492,16 @@ def check_share(probe: Probe, work: Path) -> None:
     finally:
         first.communicate("\n", timeout=60)
     got = [results(held)[0], *results(lines[1:3])]
-    record(section, "process A holds 6 GiB; process B asks 6, then 2 GiB", "0; 2 0", got,
-           got == ["0", OUT_OF_MEMORY, "0"])  # fmt: skip
-    record(section, "B's cuMemGetInfo before / after", f"{2 * GIB} {SHARE}, 0 {SHARE}", [lines[0][2:], lines[3][2:]],
-           [lines[0][2:], lines[3][2:]] == [[str(2 * GIB), str(SHARE)], ["0", str(SHARE)]])  # fmt: skip
+    record(
+        section, "process A holds 6 GiB; process B asks 6, then 2 GiB", "0; 2 0", got, got == ["0", OUT_OF_MEMORY, "0"]
+    )
+    record(
+        section,
+        "B's cuMemGetInfo before / after",
+        f"{2 * GIB} {SHARE}, 0 {SHARE}",
+        [lines[0][2:], lines[3][2:]],
+        [lines[0][2:], lines[3][2:]] == [[str(2 * GIB), str(SHARE)], ["0", str(SHARE)]],
+    )
     lines = probe(f"alloc:{SHARE}", limit=SHARE, share=share)
     record(section, "after both exited: the whole share", "0", results(lines), results(lines) == ["0"])
     # A child with a context of its own (a context does not survive fork: spawned before the parent's "init").
@@ -375,8 +517,13 @@ def check_share(probe: Probe, work: Path) -> None:
     churn.wait()
     lines = probe("info", f"alloc:{SHARE}", limit=SHARE, share=work / "share-3")
     got = [lines[0][2], lines[1][1]]
-    record(section, "after a process was killed mid-churn: free, whole share", [str(SHARE), "0"], got,
-           got == [str(SHARE), "0"])  # fmt: skip
+    record(
+        section,
+        "after a process was killed mid-churn: free, whole share",
+        [str(SHARE), "0"],
+        got,
+        got == [str(SHARE), "0"],
+    )
     if _importable("torch"):
         check_share_torch(work / "share-torch")
 
@@ -402,13 +549,20 @@ print(json.dumps({"free": free, "total": total, "over": over}))
 def check_share_torch(share: Path) -> None:
     """Two PyTorch processes on one 4 GiB share: the first holds 3 GiB, the second sees and gets the rest."""
     env = {**os.environ, "LD_PRELOAD": str(DEFAULT_LIBRARY), LIMIT_ENV: str(FRAMEWORK_SHARE), SHARE_ENV: str(share)}
-    holder = subprocess.Popen([sys.executable, "-c", TORCH_HOLDER], env=env, stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    holder = subprocess.Popen(
+        [sys.executable, "-c", TORCH_HOLDER],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         if holder.stdout.readline().strip() != "hold":
             raise RuntimeError(f"the holding process failed: {holder.stderr.read().strip()[-300:]}")
-        other = subprocess.run([sys.executable, "-c", TORCH_OTHER], env=env, capture_output=True, text=True,
-                               timeout=300)  # fmt: skip
+        other = subprocess.run(
+            [sys.executable, "-c", TORCH_OTHER], env=env, capture_output=True, text=True, timeout=300
+        )
     finally:
         holder.communicate("\n", timeout=120)
     if other.returncode != 0:
@@ -416,8 +570,13 @@ def check_share_torch(share: Path) -> None:
     got = json.loads(other.stdout.strip().splitlines()[-1])
     figures["torch two processes, one share"] = got
     ok = got["total"] == FRAMEWORK_SHARE and got["free"] <= GIB and got["over"] == "OutOfMemoryError"
-    record("share", "PyTorch: A holds 3 GiB of 4; B's mem_get_info, 2 GiB more", "total 4 GiB, free <= 1 GiB, OOM",
-           f"total {got['total']}, free {got['free']}, {got['over']}", ok)  # fmt: skip
+    record(
+        "share",
+        "PyTorch: A holds 3 GiB of 4; B's mem_get_info, 2 GiB more",
+        "total 4 GiB, free <= 1 GiB, OOM",
+        f"total {got['total']}, free {got['free']}, {got['over']}",
+        ok,
+    )
 
 
 @guarded("overhead")
@@ -427,9 +586,12 @@ def check_overhead(probe: Probe) -> None:
     wrappers when preloaded). Separate processes differ by up to 15 % from one another on the same card, so
     only the comparison within one process resolves what the interceptor adds."""
     share = Path(tempfile.mkdtemp()) / "share"
-    modes = {"no preload (control)": {"preload": False}, "preload, no limit": {"limit": None},
-             "preload, limit": {"limit": 64 * GIB},
-             "limit, share file": {"limit": 64 * GIB, "share": share}}  # fmt: skip
+    modes = {
+        "no preload (control)": {"preload": False},
+        "preload, no limit": {"limit": None},
+        "preload, limit": {"limit": 64 * GIB},
+        "limit, share file": {"limit": 64 * GIB, "share": share},
+    }
     runs: dict[str, list[tuple[float, float, float]]] = {m: [] for m in modes}
     objects = {}
     for _ in range(ROUNDS):
@@ -439,25 +601,41 @@ def check_overhead(probe: Probe) -> None:
                 raise RuntimeError("the driver's own cuMemAlloc_v2 was not found in its symbol table")
             objects[mode] = (line[1], line[2])
             runs[mode].append((float(line[3]), float(line[4]), float(line[5])))
-    print(f"\n1 MiB cuMemAlloc_v2 + cuMemFree_v2 pairs, {ROUNDS} processes per mode x {BLOCKS} block pairs of "
-          f"{PAIRS}; medians")  # fmt: skip
+    print(
+        f"\n1 MiB cuMemAlloc_v2 + cuMemFree_v2 pairs, {ROUNDS} processes per mode x {BLOCKS} block pairs of "
+        f"{PAIRS}; medians"
+    )
     print(f"{'mode':<22}{'driver ns/pair':>16}{'linked ns/pair':>16}{'added ns':>10}{'overhead %':>12}  linked to")
     table = []
     for mode, values in runs.items():
         own = statistics.median(v[0] for v in values)
         linked = statistics.median(v[1] for v in values)
         added = statistics.median(v[2] for v in values)
-        table.append({"mode": mode, "driver_ns": own, "linked_ns": linked, "added_ns": added,
-                      "overhead_percent": added / own * 100, "linked_to": objects[mode][1]})  # fmt: skip
+        table.append(
+            {
+                "mode": mode,
+                "driver_ns": own,
+                "linked_ns": linked,
+                "added_ns": added,
+                "overhead_percent": added / own * 100,
+                "linked_to": objects[mode][1],
+            }
+        )
         print(f"{mode:<22}{own:>16,.0f}{linked:>16,.0f}{added:>10,.0f}{added / own * 100:>12.3f}  {objects[mode][1]}")
     print()
     figures["overhead_1mib_pairs"] = table
-    record("overhead", "timed through", "the driver's own / the wrappers", objects["preload, limit"],
-           objects["preload, limit"] == ("libcuda.so.1", "libhcsvram.so"))  # fmt: skip
+    record(
+        "overhead",
+        "timed through",
+        "the driver's own / the wrappers",
+        objects["preload, limit"],
+        objects["preload, limit"] == ("libcuda.so.1", "libhcsvram.so"),
+    )
     for row in table[2:]:
         added = row["overhead_percent"]
-        record("overhead", f"1 MiB pair, {row['mode']}", f"< {TARGET_PERCENT} %", f"{added:.3f} %",
-               added < TARGET_PERCENT)  # fmt: skip
+        record(
+            "overhead", f"1 MiB pair, {row['mode']}", f"< {TARGET_PERCENT} %", f"{added:.3f} %", added < TARGET_PERCENT
+        )
 
 
 # ---- the interceptor under frameworks -------------------------------------------------------------------
@@ -521,15 +699,18 @@ def check_frameworks() -> None:
             },
         }
         if name == "torch":
-            runs["share, expandable_segments"] = {**runs[f"{FRAMEWORK_SHARE // GIB} GiB share"],
-                                                  "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}  # fmt: skip
+            runs["share, expandable_segments"] = {
+                **runs[f"{FRAMEWORK_SHARE // GIB} GiB share"],
+                "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+            }
         if name == "jax":  # JAX takes a fraction of what the card reports up front; let it size from the share
             for env in runs.values():
                 env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = "0.95"
         for label, extra in runs.items():
             env = {**os.environ, **extra}
-            result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True,
-                                    text=True, timeout=300)  # fmt: skip
+            result = subprocess.run(
+                [sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True, timeout=300
+            )
             if result.returncode != 0:
                 tail = result.stderr.strip().splitlines()[-3:]
                 record("framework", f"{name}, {label}", "ran", f"exit {result.returncode}: {' | '.join(tail)}", False)
@@ -537,22 +718,46 @@ def check_frameworks() -> None:
             got = json.loads(result.stdout.strip().splitlines()[-1])
             figures[f"{name} {label}"] = got
             if label.startswith("control"):
-                record("framework", f"{name}, {label}: 3 GiB then 2 GiB", "allocated", got["over_share"],
-                       got["over_share"] == "allocated")  # fmt: skip
+                record(
+                    "framework",
+                    f"{name}, {label}: 3 GiB then 2 GiB",
+                    "allocated",
+                    got["over_share"],
+                    got["over_share"] == "allocated",
+                )
             elif "expandable" in label:  # the virtual memory API (cuMemCreate), counted like the rest
-                record("framework", f"{name}, {label}: total seen, 2 GiB past 3",
-                       f"total {FRAMEWORK_SHARE}, OutOfMemoryError", f"total {got['total']}, {got['over_share']}",
-                       got["total"] == FRAMEWORK_SHARE and "OutOfMemory" in got["over_share"])  # fmt: skip
+                record(
+                    "framework",
+                    f"{name}, {label}: total seen, 2 GiB past 3",
+                    f"total {FRAMEWORK_SHARE}, OutOfMemoryError",
+                    f"total {got['total']}, {got['over_share']}",
+                    got["total"] == FRAMEWORK_SHARE and "OutOfMemory" in got["over_share"],
+                )
             else:
                 seen_ok = name == "jax" or got["total"] == FRAMEWORK_SHARE
-                record("framework", f"{name}, {label}: memory seen", f"total {FRAMEWORK_SHARE}",
-                       f"total {got['total']}, free {got['free']}", seen_ok)  # fmt: skip
+                record(
+                    "framework",
+                    f"{name}, {label}: memory seen",
+                    f"total {FRAMEWORK_SHARE}",
+                    f"total {got['total']}, free {got['free']}",
+                    seen_ok,
+                )
                 refused = "OutOfMemory" in got["over_share"] or "RESOURCE_EXHAUSTED" in got["over_share"]
-                record("framework", f"{name}, {label}: 2 GiB past 3 GiB", "its out-of-memory error",
-                       got["over_share"], refused)  # fmt: skip
+                record(
+                    "framework",
+                    f"{name}, {label}: 2 GiB past 3 GiB",
+                    "its out-of-memory error",
+                    got["over_share"],
+                    refused,
+                )
                 if name != "jax":
-                    record("framework", f"{name}, {label}: after a free, compute", "allocated, True",
-                           f"{got['after_free']}, {got['compute']}", got["compute"] is True)  # fmt: skip
+                    record(
+                        "framework",
+                        f"{name}, {label}: after a free, compute",
+                        "allocated, True",
+                        f"{got['after_free']}, {got['compute']}",
+                        got["compute"] is True,
+                    )
 
 
 # ---- remote GPU: a worker serving functions on the card -------------------------------------------------
@@ -561,7 +766,7 @@ REMOTE_KEY = "9c" * 32
 
 
 def _cuda(array):
-    import torch  # noqa: PLC0415 - only the worker process imports it
+    import torch  # only the worker process imports it
 
     return torch.tensor(array, device="cuda")
 
@@ -569,7 +774,7 @@ def _cuda(array):
 @expose
 def cuda_name() -> str:
     """The card's name, as PyTorch sees it."""
-    import torch  # noqa: PLC0415
+    import torch
 
     return torch.cuda.get_device_name(0)
 
@@ -589,7 +794,7 @@ def cuda_scale(x, factor: float = 2.0):
 @expose
 def cuda_allocate(gib: float) -> float:
     """Take ``gib`` GiB on the card (and give it back): past the card, CUDA's out-of-memory error."""
-    import torch  # noqa: PLC0415
+    import torch
 
     torch.empty(int(gib * GIB), dtype=torch.uint8, device="cuda")
     return gib
@@ -597,12 +802,27 @@ def cuda_allocate(gib: float) -> float:
 
 @guarded("remote")
 def check_remote() -> None:
-    import numpy as np  # noqa: PLC0415 - the device hosts have it; the portal's own tests do not need this
+    import numpy as np  # the device hosts have it; the portal's own tests do not need this
 
-    env = {**os.environ, "HCS_REMOTE_GPU_KEY": REMOTE_KEY, "HCS_PROJECT": "gpu-check",
-           "PYTHONPATH": os.pathsep.join([str(REPO / "scripts"), str(REPO)])}  # fmt: skip
-    argv = [sys.executable, "-m", "hcs_remote.worker", "--module", "gpu_check", "--host", "127.0.0.1", "--port", "0",
-            "--max-payload-mib", "256"]  # fmt: skip
+    env = {
+        **os.environ,
+        "HCS_REMOTE_GPU_KEY": REMOTE_KEY,
+        "HCS_PROJECT": "gpu-check",
+        "PYTHONPATH": os.pathsep.join([str(REPO / "scripts"), str(REPO)]),
+    }
+    argv = [
+        sys.executable,
+        "-m",
+        "hcs_remote.worker",
+        "--module",
+        "gpu_check",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--max-payload-mib",
+        "256",
+    ]
     worker = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         line = worker.stdout.readline()
@@ -613,8 +833,13 @@ def check_remote() -> None:
         a, b = rng.standard_normal((512, 384), dtype=np.float32), rng.standard_normal((384, 256), dtype=np.float32)
         with RemoteGPU(address, key=REMOTE_KEY, project="gpu-check", timeout=120) as gpu:
             names = sorted(gpu.functions)
-            record("remote", "functions served", "cuda_allocate cuda_matmul cuda_name cuda_scale", " ".join(names),
-                   names == ["cuda_allocate", "cuda_matmul", "cuda_name", "cuda_scale"])  # fmt: skip
+            record(
+                "remote",
+                "functions served",
+                "cuda_allocate cuda_matmul cuda_name cuda_scale",
+                " ".join(names),
+                names == ["cuda_allocate", "cuda_matmul", "cuda_name", "cuda_scale"],
+            )
             card = nvidia_smi()[0][0]["name"]
             got = gpu.cuda_name()
             record("remote", "the worker computes on", card, got, got == card)
@@ -626,19 +851,34 @@ def check_remote() -> None:
             for label, (left, right) in cases.items():
                 c = gpu.cuda_matmul(left, right)
                 error = float(np.max(np.abs(c - a @ b)))
-                record("remote", f"matmul 512x384 @ 384x256, {label}", "max |error| < 1e-3 vs numpy",
-                       f"{c.shape} {c.dtype}, {error:.2e}", c.shape == (512, 256) and error < 1e-3)  # fmt: skip
+                record(
+                    "remote",
+                    f"matmul 512x384 @ 384x256, {label}",
+                    "max |error| < 1e-3 vs numpy",
+                    f"{c.shape} {c.dtype}, {error:.2e}",
+                    c.shape == (512, 256) and error < 1e-3,
+                )
             half = np.arange(1024, dtype=np.float16).reshape(32, 32)
             got = gpu.cuda_scale(half, 0.5)
-            record("remote", "float16 scale", "float16, values x 0.5", got.dtype,
-                   got.dtype == np.float16 and np.array_equal(got, half * np.float16(0.5)))  # fmt: skip
+            record(
+                "remote",
+                "float16 scale",
+                "float16, values x 0.5",
+                got.dtype,
+                got.dtype == np.float16 and np.array_equal(got, half * np.float16(0.5)),
+            )
             try:
                 gpu.cuda_allocate(4096)
                 outcome = "allocated"
             except RemoteError as exc:
                 outcome = f"{exc.kind}: {str(exc)[:90]}"
-            record("remote", "4 TiB on an 80 GB card", "function_error: ... out of memory", outcome,
-                   outcome.startswith("function_error") and "out of memory" in outcome.lower())  # fmt: skip
+            record(
+                "remote",
+                "4 TiB on an 80 GB card",
+                "function_error: ... out of memory",
+                outcome,
+                outcome.startswith("function_error") and "out of memory" in outcome.lower(),
+            )
             got = gpu.cuda_name()
             record("remote", "the worker serves after that error", card, got, got == card)
             big = rng.standard_normal(16 * 2**20, dtype=np.float32)  # 64 MiB
@@ -649,8 +889,13 @@ def check_remote() -> None:
                 times.append(time.perf_counter() - started)
             p50 = statistics.median(times)
             figures["remote_64mib_round_trip_ms"] = round(p50 * 1000, 1)
-            record("remote", "64 MiB there and back through the card (p50 of 7)", "the same values",
-                   f"{p50 * 1000:.0f} ms, {2 * 64 / p50:.0f} MiB/s both ways", np.array_equal(back, big))  # fmt: skip
+            record(
+                "remote",
+                "64 MiB there and back through the card (p50 of 7)",
+                "the same values",
+                f"{p50 * 1000:.0f} ms, {2 * 64 / p50:.0f} MiB/s both ways ({gpu.transport})",
+                np.array_equal(back, big),
+            )
     finally:
         worker.kill()
         worker.wait()

@@ -5,9 +5,11 @@ from decimal import Decimal
 
 import factory
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 
 from apps.clusters.models import Cluster, Device, GPUModel, Node
 from apps.queues.models import TaskQueue
+from apps.tasks.choices import ACTIVE
 from apps.tasks.models import Task
 from apps.vdc.models import VDC, Membership, Project, ProjectQuota
 
@@ -20,6 +22,15 @@ class UserFactory(factory.django.DjangoModelFactory):
     username = factory.Sequence(lambda n: f"user{n}")
     email = factory.LazyAttribute(lambda u: f"{u.username}@example.org")
     password = factory.django.Password("pw-for-tests-1")
+
+
+def staff_user(username: str, *perms: str):
+    """A staff user (not a superuser) holding exactly ``perms`` ("app_label.codename"), granted directly."""
+    user = UserFactory(username=username, is_staff=True)
+    for perm in perms:
+        app_label, codename = perm.split(".")
+        user.user_permissions.add(Permission.objects.get(content_type__app_label=app_label, codename=codename))
+    return user
 
 
 class VDCFactory(factory.django.DjangoModelFactory):
@@ -113,6 +124,16 @@ class TaskFactory(factory.django.DjangoModelFactory):
     gpu_spec = "1(A100)"
     command = "echo hello"
     expected_duration = timedelta(hours=1)
+    cpu = Decimal("1")
+    memory_gib = Decimal("1")
+    instances = 1
+    replicas = 0
+    # An active row made directly holds what the lifecycle would have written for its instances (the ledger).
+    held_cpu = factory.LazyAttribute(lambda t: t.cpu * (t.replicas or t.instances) if t.status in ACTIVE else 0)
+    held_memory_gib = factory.LazyAttribute(
+        lambda t: t.memory_gib * (t.replicas or t.instances) if t.status in ACTIVE else 0
+    )
+    status = "queued"
 
 
 def node_with_every_model(cluster, name: str = "every-model-node", cards: int = 4):

@@ -12,7 +12,7 @@ from django.forms.models import BaseInlineFormSet
 
 from apps.billing.admin_actions import add_credit, generate_invoices
 from apps.billing.admin_forms import PriceRuleAdminForm
-from apps.billing.choices import InvoiceStatus
+from apps.billing.choices import UNITS, InvoiceStatus
 from apps.billing.models import (
     Account,
     AlertSettings,
@@ -24,8 +24,8 @@ from apps.billing.models import (
     Transaction,
     UsageRecord,
 )
-from apps.billing.pricing import format_money
-from apps.vdc.admin import ReadOnlyAdminMixin, count_of
+from apps.billing.templatetags.money import format_money, format_quantity
+from apps.core.admin_helpers import ReadOnlyAdminMixin, count_of
 
 LEDGER_ROWS = 50
 
@@ -34,9 +34,16 @@ LEDGER_ROWS = 50
 class PriceRuleAdmin(admin.ModelAdmin):
     form = PriceRuleAdminForm
     list_display = (
-        "__str__", "resource_type", "gpu_model", "vdc", "price_per_hour", "currency", "min_billing_minutes",
-        "tiers", "active",
-    )  # fmt: skip
+        "__str__",
+        "resource_type",
+        "gpu_model",
+        "vdc",
+        "price_per_hour",
+        "currency",
+        "min_billing_minutes",
+        "tiers",
+        "active",
+    )
     list_filter = ("resource_type", "active", "vdc", "gpu_model__vendor", "currency")
     search_fields = ("gpu_model__name", "vdc__name")
     list_select_related = ("gpu_model", "vdc")
@@ -55,15 +62,37 @@ class LatestFormSet(BaseInlineFormSet):
         return super().get_queryset()[:LEDGER_ROWS]
 
 
-class TransactionInline(ReadOnlyAdminMixin, admin.TabularInline):
+class LedgerAmounts:
+    """A ledger row's amount and balance as every page reads money (cents, grouped, the account's currency)."""
+
+    @admin.display(description="amount", ordering="amount")
+    def amount_display(self, obj) -> str:
+        return format_money(obj.amount, obj.account.currency)
+
+    @admin.display(description="balance after", ordering="balance_after")
+    def balance_after_display(self, obj) -> str:
+        return format_money(obj.balance_after, obj.account.currency)
+
+
+class InvoiceLineAmounts:
+    @admin.display(description="quantity", ordering="quantity")
+    def quantity_display(self, obj) -> str:
+        return format_quantity(obj.quantity, UNITS[obj.resource_type])
+
+    @admin.display(description="amount", ordering="amount")
+    def amount_display(self, obj) -> str:
+        return format_money(obj.amount, obj.invoice.currency)
+
+
+class TransactionInline(LedgerAmounts, ReadOnlyAdminMixin, admin.TabularInline):
     model = Transaction
     formset = LatestFormSet
-    fields = ("created_at", "kind", "amount", "balance_after", "description", "created_by")
+    fields = ("created_at", "kind", "amount_display", "balance_after_display", "description", "created_by")
     readonly_fields = fields
     verbose_name_plural = f"latest {LEDGER_ROWS} transactions"
 
     def get_queryset(self, request):
-        return super().get_queryset(request).select_related("created_by")
+        return super().get_queryset(request).select_related("created_by", "account")
 
 
 class InvoiceInline(ReadOnlyAdminMixin, admin.TabularInline):
@@ -76,8 +105,13 @@ class InvoiceInline(ReadOnlyAdminMixin, admin.TabularInline):
 @admin.register(Account)
 class AccountAdmin(admin.ModelAdmin):
     list_display = (
-        "project", "balance_shown", "credit_limit_shown", "available", "enforce_budget", "is_exhausted",
-    )  # fmt: skip
+        "project",
+        "balance_shown",
+        "credit_limit_shown",
+        "available",
+        "enforce_budget",
+        "is_exhausted",
+    )
     list_filter = ("enforce_budget", "currency")
     search_fields = ("project__name",)
     list_select_related = ("project",)
@@ -105,8 +139,16 @@ class AccountAdmin(admin.ModelAdmin):
 
 
 @admin.register(Transaction)
-class TransactionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ("created_at", "account", "kind", "amount", "balance_after", "description", "created_by")
+class TransactionAdmin(LedgerAmounts, ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = (
+        "created_at",
+        "account",
+        "kind",
+        "amount_display",
+        "balance_after_display",
+        "description",
+        "created_by",
+    )
     list_filter = ("kind", "account__project")
     search_fields = ("account__project__name", "description")
     list_select_related = ("account__project", "created_by")
@@ -115,9 +157,18 @@ class TransactionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 @admin.register(UsageRecord)
 class UsageRecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
-        "period_start", "period_end", "task_id", "project", "vdc", "resource_type", "gpu_model", "quantity",
-        "unit_price", "cost", "invoice_id",
-    )  # fmt: skip
+        "period_start",
+        "period_end",
+        "task_id",
+        "project",
+        "vdc",
+        "resource_type",
+        "gpu_model",
+        "quantity",
+        "unit_price",
+        "cost",
+        "invoice_id",
+    )
     list_filter = ("resource_type", "vdc", "project", "gpu_model", ("invoice", admin.EmptyFieldListFilter))
     search_fields = ("task__name", "project__name")
     list_select_related = ("project", "vdc", "gpu_model")
@@ -130,9 +181,9 @@ class UsageRecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         return results, may_have_duplicates
 
 
-class InvoiceLineInline(ReadOnlyAdminMixin, admin.TabularInline):
+class InvoiceLineInline(InvoiceLineAmounts, ReadOnlyAdminMixin, admin.TabularInline):
     model = InvoiceLine
-    fields = ("resource_type", "gpu_model", "quantity", "amount")
+    fields = ("resource_type", "gpu_model", "quantity_display", "amount_display")
     readonly_fields = fields
 
     def get_queryset(self, request):
@@ -142,8 +193,15 @@ class InvoiceLineInline(ReadOnlyAdminMixin, admin.TabularInline):
 @admin.register(Invoice)
 class InvoiceAdmin(admin.ModelAdmin):
     list_display = (
-        "__str__", "account", "period_start", "period_end", "status", "total_shown", "line_count", "issued_at",
-    )  # fmt: skip
+        "__str__",
+        "account",
+        "period_start",
+        "period_end",
+        "status",
+        "total_shown",
+        "line_count",
+        "issued_at",
+    )
     list_filter = ("status", "currency", "account__project")
     search_fields = ("account__project__name",)
     list_select_related = ("account__project",)
@@ -172,8 +230,8 @@ class InvoiceAdmin(admin.ModelAdmin):
 
 
 @admin.register(InvoiceLine)
-class InvoiceLineAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ("invoice", "resource_type", "gpu_model", "quantity", "amount")
+class InvoiceLineAdmin(InvoiceLineAmounts, ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ("invoice", "resource_type", "gpu_model", "quantity_display", "amount_display")
     list_filter = ("resource_type", "gpu_model", "invoice__status")
     search_fields = ("invoice__account__project__name", "gpu_model__name")
     list_select_related = ("invoice__account__project", "gpu_model")
@@ -185,8 +243,17 @@ class InvoiceRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     list_display = ("__str__", "status", "progress", "issued", "created_by", "created_at", "finished_at")
     list_filter = ("status",)
-    fields = ("period_start", "period_end", "status", "progress", "issued", "message", "created_by", "created_at",
-              "finished_at")  # fmt: skip
+    fields = (
+        "period_start",
+        "period_end",
+        "status",
+        "progress",
+        "issued",
+        "message",
+        "created_by",
+        "created_at",
+        "finished_at",
+    )
     readonly_fields = fields
 
     @admin.display(description="Accounts done")
@@ -198,8 +265,15 @@ class InvoiceRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 class AlertSettingsAdmin(admin.ModelAdmin):
     """Per VDC, the thresholds of the alerts project members get (apps.billing.project_alerts)."""
 
-    list_display = ("vdc", "quota_warn_percent", "budget_low_amount", "idle_gpu_percent", "idle_minutes",
-                    "failures_per_hour", "unhealthy_minutes")  # fmt: skip
+    list_display = (
+        "vdc",
+        "quota_warn_percent",
+        "budget_low_amount",
+        "idle_gpu_percent",
+        "idle_minutes",
+        "failures_per_hour",
+        "unhealthy_minutes",
+    )
     list_select_related = ("vdc",)
     search_fields = ("vdc__name",)
 

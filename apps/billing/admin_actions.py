@@ -17,7 +17,8 @@ from django.utils.html import format_html
 from apps.billing import jobs as billing_jobs
 from apps.billing import services
 from apps.billing.models import InvoiceRun
-from apps.billing.pricing import format_money
+from apps.billing.templatetags.money import format_money
+from hcsportal import redis_guard
 
 
 class CreditForm(forms.Form):
@@ -74,6 +75,16 @@ def add_credit(modeladmin, request, queryset):
     return None
 
 
+def _queue_invoice_run(run_id: int) -> None:
+    """Hand the run to a worker; if the job queue does not answer, the run says so at once instead of waiting."""
+    if not redis_guard.enqueue(billing_jobs.run_invoice_run, run_id, expires=None):
+        InvoiceRun.objects.filter(pk=run_id).update(
+            status=InvoiceRun.Status.FAILED,
+            finished_at=timezone.now(),
+            message="Not started: the job queue (Redis) did not answer. Issue the invoices again.",
+        )
+
+
 @admin.action(description="Issue invoices for a period", permissions=["change"])
 def generate_invoices(modeladmin, request, queryset):
     if "apply" in request.POST:
@@ -85,14 +96,19 @@ def generate_invoices(modeladmin, request, queryset):
         return _ask(modeladmin, request, queryset, form, "Issue invoices", "generate_invoices")
     start, end = form.bounds()
     # A worker issues them, account by account; the run shows how far it got and how it ended.
-    run = InvoiceRun.objects.create(period_start=start, period_end=end, created_by=request.user,
-                                    accounts=list(queryset.order_by("pk").values_list("pk", flat=True)))  # fmt: skip
-    transaction.on_commit(lambda: billing_jobs.run_invoice_run.delay(run.pk))
+    run = InvoiceRun.objects.create(
+        period_start=start,
+        period_end=end,
+        created_by=request.user,
+        accounts=list(queryset.order_by("pk").values_list("pk", flat=True)),
+    )
+    transaction.on_commit(lambda: _queue_invoice_run(run.pk))
     url = reverse("admin:billing_invoicerun_change", args=[run.pk])
     modeladmin.message_user(
         request,
-        format_html('{}: {} account(s), issued in the background. <a href="{}">Follow it</a>.', run,
-                    len(run.accounts), url),
+        format_html(
+            '{}: {} account(s), issued in the background. <a href="{}">Follow it</a>.', run, len(run.accounts), url
+        ),
         messages.SUCCESS,
-    )  # fmt: skip
+    )
     return None

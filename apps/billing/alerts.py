@@ -1,7 +1,8 @@
 """The alert conditions of deploy/prometheus/alerts.yml, evaluated by the portal itself for the admin page.
 
 Same thresholds as the Prometheus rules: GPU utilisation (allocation over capacity) below 50% in a
-VDC, a task waiting more than an hour in a queue, an enabled cluster marked unavailable.
+VDC, a task waiting more than an hour in a queue, an enabled cluster marked unavailable, cards their node agent or
+backend no longer reports (docs/rules.md, "Cards").
 """
 
 from __future__ import annotations
@@ -45,6 +46,19 @@ def evaluate(state: State | None = None, now: datetime | None = None) -> list[Al
                     f"cluster {c.name} ({c.vdc})",
                     f"{c.name} misses its health checks; its tasks were requeued.",
                     "Check the backend endpoint and credentials, or put the cluster in maintenance.",
+                )
+            )
+    for c in state.clusters:
+        if c.missing_cards:
+            alerts.append(
+                Alert(
+                    "CardMissing",
+                    "warning",
+                    c.vdc,
+                    f"cluster {c.name} ({c.vdc})",
+                    f"{c.missing_cards} card(s) are no longer reported by their node agent or backend: they take no "
+                    "new work, and a task holding one keeps it until it ends.",
+                    "Check the nodes' agents and hardware (admin: Devices, filtered on missing since).",
                 )
             )
     for q in state.queues:

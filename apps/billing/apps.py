@@ -6,4 +6,4 @@ class BillingConfig(AppConfig):
     verbose_name = "Billing"
 
     def ready(self) -> None:
-        from apps.billing import admin_alerts, signals  # noqa: F401, PLC0415 - connect handlers, register the page
+        from apps.billing import admin_alerts, signals  # noqa: F401 - connect handlers, register the page

@@ -40,6 +40,7 @@ class AlertRule(models.TextChoices):
     IDLE_GPUS = "idle_gpus", "GPUs idle on a running task"
     REPEATED_FAILURES = "repeated_failures", "Tasks keep failing"
     SERVICE_UNHEALTHY = "service_unhealthy", "Inference service short of replicas"
+    IDLE_STOP = "idle_stop", "Idle dev environment about to be stopped"
 
 
 class AlertSeverity(models.TextChoices):

@@ -17,7 +17,8 @@ from apps.billing.models import (
     UsageRecord,
     VDCAlerts,
 )
-from apps.vdc.filtersets import NUMBER, TIME, BaseFilterSet, VDCFilterSet
+from apps.core.filtersets import NUMBER, TIME, BaseFilterSet, IdFilter
+from apps.vdc.filtersets import VDCFilterSet
 
 
 class PriceRuleFilterSet(BaseFilterSet):
@@ -79,7 +80,7 @@ class UsageRecordFilterSet(BaseFilterSet):
 class TransactionFilterSet(BaseFilterSet):
     search_fields = ("description",)
 
-    project = django_filters.NumberFilter(field_name="account__project")
+    project = IdFilter(field_name="account__project")
 
     class Meta(BaseFilterSet.Meta):
         model = Transaction
@@ -97,7 +98,7 @@ class TransactionFilterSet(BaseFilterSet):
 
 
 class InvoiceFilterSet(BaseFilterSet):
-    project = django_filters.NumberFilter(field_name="account__project")
+    project = IdFilter(field_name="account__project")
 
     class Meta(BaseFilterSet.Meta):
         model = Invoice

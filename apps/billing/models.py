@@ -344,17 +344,20 @@ class AlertSettings(models.Model):
 
     vdc = models.OneToOneField(VDC, on_delete=models.CASCADE, related_name="alert_settings")
     quota_warn_percent = models.PositiveSmallIntegerField(
-        default=80, validators=[MinValueValidator(1), MaxValueValidator(100)],
+        default=80,
+        validators=[MinValueValidator(1), MaxValueValidator(100)],
         help_text="Warn when a project's GPU use reaches this share of its quota limit (100: only when full)",
-    )  # fmt: skip
+    )
     budget_low_amount = _money(
-        default=Decimal("100"), validators=[MinValueValidator(ZERO)],
+        default=Decimal("100"),
+        validators=[MinValueValidator(ZERO)],
         help_text="Warn when a project's available money (balance + credit) falls below this",
-    )  # fmt: skip
+    )
     idle_gpu_percent = models.PositiveSmallIntegerField(
-        default=5, validators=[MaxValueValidator(100)],
+        default=5,
+        validators=[MaxValueValidator(100)],
         help_text="A running task's cards count as idle below this utilisation (node agent reports)",
-    )  # fmt: skip
+    )
     idle_minutes = models.PositiveIntegerField(
         default=60, validators=[MinValueValidator(1)], help_text="Alert when a task's cards stay idle this long"
     )
@@ -364,18 +367,20 @@ class AlertSettings(models.Model):
         help_text="Alert when a project has this many failed runs in an hour",
     )
     unhealthy_minutes = models.PositiveIntegerField(
-        default=10, validators=[MinValueValidator(1)],
+        default=10,
+        validators=[MinValueValidator(1)],
         help_text="Alert when an inference service runs fewer replicas than asked for this long",
-    )  # fmt: skip
+    )
 
     class Meta:
         verbose_name = "alert thresholds of a VDC"
         verbose_name_plural = "alert thresholds"
         constraints = [
-            models.CheckConstraint(condition=Q(quota_warn_percent__gte=1, quota_warn_percent__lte=100),
-                                   name="alert_quota_percent_range"),
+            models.CheckConstraint(
+                condition=Q(quota_warn_percent__gte=1, quota_warn_percent__lte=100), name="alert_quota_percent_range"
+            ),
             models.CheckConstraint(condition=Q(idle_gpu_percent__lte=100), name="alert_idle_percent_range"),
-        ]  # fmt: skip
+        ]
 
     def __str__(self) -> str:
         return f"alert thresholds of {self.vdc}"
@@ -404,9 +409,10 @@ class ProjectAlert(models.Model):
     class Meta:
         ordering = ["-fired_at", "-id"]
         constraints = [
-            models.UniqueConstraint(fields=["project", "key"], condition=Q(resolved_at__isnull=True),
-                                    name="one_open_alert_per_project_key"),
-        ]  # fmt: skip
+            models.UniqueConstraint(
+                fields=["project", "key"], condition=Q(resolved_at__isnull=True), name="one_open_alert_per_project_key"
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.project}: {self.get_rule_display()}"

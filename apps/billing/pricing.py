@@ -6,6 +6,8 @@ from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
+from apps.billing.templatetags.money import format_money
+
 ZERO = Decimal("0")
 HOUR_US = Decimal(3_600_000_000)
 QUANTITY = Decimal("0.000001")
@@ -24,11 +26,6 @@ def quantity(units: Decimal, delta: timedelta) -> Decimal:
 
 def money(amount: Decimal) -> Decimal:
     return amount.quantize(MONEY, rounding=ROUND_HALF_UP)
-
-
-def format_money(amount: Decimal, currency: str) -> str:
-    """An amount as people read it: cents, thousands grouped, its currency ("1,234.57 CNY")."""
-    return f"{Decimal(amount).quantize(Decimal('0.01'), rounding=ROUND_HALF_UP):,} {currency}"
 
 
 def format_totals(pairs: Iterable[tuple[Decimal, str]]) -> str:

@@ -1,4 +1,5 @@
-"""Alerts for project members (issue 16): quota nearly or fully used, budget low, GPUs idle on a running task,
+"""Alerts for project members (docs/rules.md#monitoring-and-alerts): quota nearly or fully used, budget low, GPUs idle
+on a running task,
 tasks that keep failing, an inference service short of replicas.
 
 A beat job (``apps.billing.jobs.refresh_project_alerts``, every minute) evaluates the conditions with a few
@@ -23,11 +24,14 @@ from redis.exceptions import RedisError
 from apps.billing import waste
 from apps.billing.choices import AlertRule, AlertSeverity
 from apps.billing.models import Account, AlertSettings, ProjectAlert
+from apps.billing.templatetags.money import format_money
 from apps.clusters.models import Device
+from apps.tasks import usage
 from apps.tasks.choices import ACTIVE, EventKind, TaskKind, TaskStatus
 from apps.tasks.live import send_all, user_group
 from apps.tasks.models import Task, TaskEvent
-from apps.vdc.models import Membership, Project, ProjectQuota
+from apps.vdc.models import Membership, ProjectQuota
+from apps.vdc.policy import visible_projects
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +62,16 @@ def thresholds() -> dict[int, AlertSettings]:
 
 
 def conditions(now: datetime) -> list[Condition]:
-    """Every condition true now, over all projects (six queries whatever the number of tasks)."""
+    """Every condition true now, over all projects (eight queries whatever the number of tasks)."""
     limits = thresholds()
-    return _quota(limits) + _budget(limits) + _idle(limits, now) + _failures(limits, now) + _services(limits)
+    return (
+        _quota(limits)
+        + _budget(limits)
+        + _idle(limits, now)
+        + _failures(limits, now)
+        + _services(limits)
+        + _idle_stop(now)
+    )
 
 
 def _quota(limits) -> list[Condition]:
@@ -73,15 +84,29 @@ def _quota(limits) -> list[Condition]:
         warn = limits.get(q.vdc_id, DEFAULTS).quota_warn_percent
         figures = f"{gpu.normalize():f} of {q.limit_gpu.normalize():f} GPU-equivalents in VDC {q.vdc.name}"
         if percent >= 100:
-            out.append(Condition(q.project_id, f"quota:{q.vdc_id}", AlertRule.QUOTA_FULL, AlertSeverity.CRITICAL,
-                                 f"GPU quota used up: {figures}. New tasks wait until running ones end.",
-                                 "Stop tasks you no longer need, or ask a platform admin for a larger quota.",
-                                 vdc_id=q.vdc_id))  # fmt: skip
+            out.append(
+                Condition(
+                    q.project_id,
+                    f"quota:{q.vdc_id}",
+                    AlertRule.QUOTA_FULL,
+                    AlertSeverity.CRITICAL,
+                    f"GPU quota used up: {figures}. New tasks wait until running ones end.",
+                    "Stop tasks you no longer need, or ask a platform admin for a larger quota.",
+                    vdc_id=q.vdc_id,
+                )
+            )
         elif percent >= warn:
-            out.append(Condition(q.project_id, f"quota:{q.vdc_id}", AlertRule.QUOTA_HIGH, AlertSeverity.WARNING,
-                                 f"GPU quota {percent:.0f}% used: {figures} (alert at {warn}%).",
-                                 "Plan ahead: stop idle tasks or ask a platform admin for more quota.",
-                                 vdc_id=q.vdc_id))  # fmt: skip
+            out.append(
+                Condition(
+                    q.project_id,
+                    f"quota:{q.vdc_id}",
+                    AlertRule.QUOTA_HIGH,
+                    AlertSeverity.WARNING,
+                    f"GPU quota {percent:.0f}% used: {figures} (alert at {warn}%).",
+                    "Plan ahead: stop idle tasks or ask a platform admin for more quota.",
+                    vdc_id=q.vdc_id,
+                )
+            )
     return out
 
 
@@ -95,16 +120,30 @@ def _budget(limits) -> list[Condition]:
         floor, available = floors[account.project_id], account.available
         if available >= floor:
             continue
-        money = f"{available.quantize(Decimal('0.01'))} {account.currency}"
+        money = format_money(available, account.currency)
         if available <= 0:
             stop = " New tasks do not start until it is topped up." if account.enforce_budget else ""
-            out.append(Condition(account.project_id, "budget", AlertRule.BUDGET_LOW, AlertSeverity.CRITICAL,
-                                 f"Budget exhausted: {money} available.{stop}",
-                                 "Ask a platform admin to credit the project's account."))  # fmt: skip
+            out.append(
+                Condition(
+                    account.project_id,
+                    "budget",
+                    AlertRule.BUDGET_LOW,
+                    AlertSeverity.CRITICAL,
+                    f"Budget exhausted: {money} available.{stop}",
+                    "Ask a platform admin to credit the project's account.",
+                )
+            )
         else:
-            out.append(Condition(account.project_id, "budget", AlertRule.BUDGET_LOW, AlertSeverity.WARNING,
-                                 f"Budget low: {money} available (alert below {floor.normalize():f}).",
-                                 "Ask a platform admin to credit the account, or stop unneeded tasks."))  # fmt: skip
+            out.append(
+                Condition(
+                    account.project_id,
+                    "budget",
+                    AlertRule.BUDGET_LOW,
+                    AlertSeverity.WARNING,
+                    f"Budget low: {money} available (alert below {floor.normalize():f}).",
+                    "Ask a platform admin to credit the account, or stop unneeded tasks.",
+                )
+            )
     return out
 
 
@@ -124,12 +163,20 @@ def _idle(limits, now: datetime) -> list[Condition]:
         busiest = max(utilisation[i] for i in ids)
         if busiest < settings.idle_gpu_percent:
             idle.append(t)
-            out.append(Condition(t["project_id"], f"idle:{t['pk']}", AlertRule.IDLE_GPUS, AlertSeverity.WARNING,
-                                 f"Task {t['name']} (#{t['pk']}) holds {len(ids)} card(s) below "
-                                 f"{settings.idle_gpu_percent}% utilisation for {settings.idle_minutes} min or more.",
-                                 "Stop it if it is done, so others can use the cards (it is billed while it runs).",
-                                 vdc_id=t["vdc_id"], task_id=t["pk"],
-                                 hold=timedelta(minutes=settings.idle_minutes)))  # fmt: skip
+            out.append(
+                Condition(
+                    t["project_id"],
+                    f"idle:{t['pk']}",
+                    AlertRule.IDLE_GPUS,
+                    AlertSeverity.WARNING,
+                    f"Task {t['name']} (#{t['pk']}) holds {len(ids)} card(s) below "
+                    f"{settings.idle_gpu_percent}% utilisation for {settings.idle_minutes} min or more.",
+                    "Stop it if it is done, so others can use the cards (it is billed while it runs).",
+                    vdc_id=t["vdc_id"],
+                    task_id=t["pk"],
+                    hold=timedelta(minutes=settings.idle_minutes),
+                )
+            )
     waste.record_idle(idle, now)
     return out
 
@@ -148,30 +195,96 @@ def _failures(limits, now: datetime) -> list[Condition]:
         project_id, vdc_id, n = row["task__project_id"], row["task__vdc_id"], row["n"]
         at_least = limits.get(vdc_id, DEFAULTS).failures_per_hour
         if n >= at_least:
-            out.append(Condition(project_id, f"failures:{vdc_id}", AlertRule.REPEATED_FAILURES, AlertSeverity.WARNING,
-                                 f"{n} runs failed in the last hour (alert at {at_least}).",
-                                 "Open the failed tasks' logs: their failure reason and exit code say why.",
-                                 vdc_id=vdc_id))  # fmt: skip
+            out.append(
+                Condition(
+                    project_id,
+                    f"failures:{vdc_id}",
+                    AlertRule.REPEATED_FAILURES,
+                    AlertSeverity.WARNING,
+                    f"{n} runs failed in the last hour (alert at {at_least}).",
+                    "Open the failed tasks' logs: their failure reason and exit code say why.",
+                    vdc_id=vdc_id,
+                )
+            )
     return out
 
 
 def _services(limits) -> list[Condition]:
     out = []
     services = Task.objects.filter(kind=TaskKind.INFERENCE, status=TaskStatus.RUNNING).values(
-        "pk", "project_id", "vdc_id", "name", "replicas", "ready_replicas", "instances", "autoscale_min"
+        "pk",
+        "project_id",
+        "vdc_id",
+        "name",
+        "replicas",
+        "ready_replicas",
+        "instances",
+        "autoscale_min",
+        "autoscale_desired",
     )
     for t in services:
+        minutes = limits.get(t["vdc_id"], DEFAULTS).unhealthy_minutes
+        desired = t["autoscale_desired"]
+        if desired is not None and t["replicas"] < desired:
+            # The autoscaler asked for more replicas than the scheduler could grant (quota, free cards, class).
+            out.append(
+                Condition(
+                    t["project_id"],
+                    f"service-grant:{t['pk']}",
+                    AlertRule.SERVICE_UNHEALTHY,
+                    AlertSeverity.WARNING,
+                    f"Inference service {t['name']} (#{t['pk']}) runs {t['replicas']} of the {desired} "
+                    f"replicas its autoscaler asks for, for {minutes} min or more.",
+                    "Its queue position says what it waits for: the project's quota, free cards of its "
+                    "model, or work of a higher class. Raise the quota or the service's maximum "
+                    "accordingly.",
+                    vdc_id=t["vdc_id"],
+                    task_id=t["pk"],
+                    hold=timedelta(minutes=minutes),
+                )
+            )
         wanted = t["autoscale_min"] or t["instances"] or 1
         # Ready replicas where the backend checks a readiness path, else those running.
         serving = t["ready_replicas"] if t["ready_replicas"] is not None else t["replicas"]
         if serving < wanted:
-            minutes = limits.get(t["vdc_id"], DEFAULTS).unhealthy_minutes
-            out.append(Condition(t["project_id"], f"service:{t['pk']}", AlertRule.SERVICE_UNHEALTHY,
-                                 AlertSeverity.WARNING,
-                                 f"Inference service {t['name']} (#{t['pk']}) serves with {serving} of {wanted} "
-                                 f"replicas for {minutes} min or more.",
-                                 "Check its monitoring page and logs; stop and resubmit it if it does not recover.",
-                                 vdc_id=t["vdc_id"], task_id=t["pk"], hold=timedelta(minutes=minutes)))  # fmt: skip
+            out.append(
+                Condition(
+                    t["project_id"],
+                    f"service:{t['pk']}",
+                    AlertRule.SERVICE_UNHEALTHY,
+                    AlertSeverity.WARNING,
+                    f"Inference service {t['name']} (#{t['pk']}) serves with {serving} of {wanted} "
+                    f"replicas for {minutes} min or more.",
+                    "Check its monitoring page and logs; stop and resubmit it if it does not recover.",
+                    vdc_id=t["vdc_id"],
+                    task_id=t["pk"],
+                    hold=timedelta(minutes=minutes),
+                )
+            )
+    return out
+
+
+def _idle_stop(now: datetime) -> list[Condition]:
+    """Dev environments that idle autostop will stop within its warning lead (docs/rules.md#idle-autostop)."""
+    out = []
+    for state in usage.idle_states(now):
+        if not state.warn:
+            continue
+        task = state.task
+        stop = timezone.localtime(state.stop_at).strftime("%H:%M")
+        out.append(
+            Condition(
+                task.project_id,
+                f"idle-stop:{task.pk}",
+                AlertRule.IDLE_STOP,
+                AlertSeverity.WARNING,
+                f"Dev environment {task.name} (#{task.pk}) has been {state.reason}: idle autostop stops it at "
+                f"{stop}, as a stop by hand would (nothing is deleted).",
+                "Use its GPUs to keep it running, or stop it yourself if you are done.",
+                vdc_id=task.vdc_id,
+                task_id=task.pk,
+            )
+        )
     return out
 
 
@@ -253,7 +366,7 @@ def open_alerts_for(user, limit: int = 20) -> list[ProjectAlert]:
     order = {AlertSeverity.CRITICAL: 0, AlertSeverity.WARNING: 1, AlertSeverity.INFO: 2}
     alerts = list(
         ProjectAlert.objects.filter(
-            project__in=Project.objects.for_user(user), resolved_at=None, fired_at__isnull=False
+            project__in=visible_projects(user, "billing.view_projectalert"), resolved_at=None, fired_at__isnull=False
         )
         .select_related("project", "task")
         .order_by("-fired_at")[:limit]

@@ -37,6 +37,7 @@ from apps.clusters import services as cluster_services
 from apps.clusters.gpuspec import candidate_models, equivalents
 from apps.clusters.models import Device, GPUModel
 from apps.tasks.choices import ACTIVE, FINAL, EventKind, TaskStatus
+from apps.tasks.ledger import REFERENCE_RATE
 from apps.tasks.models import Task, TaskEvent
 from apps.vdc.models import VDC, Project
 
@@ -70,6 +71,11 @@ class PriceBook:
         """The currency its prices are in; None when it has no price or (misconfigured) several currencies."""
         currencies = {rule.currency for rule in self.rules.values()}
         return currencies.pop() if len(currencies) == 1 else None
+
+    @property
+    def minimum_minutes(self) -> int:
+        """The longest minimum billing period of its rules: a run shorter than it is billed as this long."""
+        return max((rule.min_billing_minutes for rule in self.rules.values()), default=0)
 
     def rule(self, resource_type: str, gpu_model_id: int | None = None) -> PriceRule | None:
         """The rule that prices a usage record: a GPU model's own price wins over the equivalents price.
@@ -147,6 +153,11 @@ def hourly_price_of_request(
     return money(total * instances)
 
 
+def billed_task_ids(task_ids) -> set[int]:
+    """Those of the tasks with metered usage on record (kept for billing: they cannot be deleted), one query."""
+    return set(UsageRecord.objects.filter(task_id__in=list(task_ids)).values_list("task_id", flat=True).distinct())
+
+
 def task_costs(task_ids) -> dict[int, Decimal]:
     """Cost accrued so far by each task (zero for tasks without usage), in one query."""
     ids = list(task_ids)
@@ -195,11 +206,14 @@ def holdings(task: Task, placement: list, models: dict[str, GPUModel]) -> list[H
             cards[instance.get("gpu_model") or ""] += Decimal(device.get("milli", 1000)) / 1000
     for name, count in sorted(cards.items()):
         model = models.get(name)
+        # A card whose model is gone or unrated counts as the reference card (docs/rules.md, "Exchange rates").
         if model is None:
-            log.warning("task %s holds cards of unknown model %r: not metered", task.pk, name)
+            log.warning("task %s holds cards of unknown model %r: metered as reference cards", task.pk, name)
+            out.append(Holding(ResourceType.GPU_EQUIVALENT, None, count * REFERENCE_RATE))
             continue
+        rate = model.exchange_rate if model.exchange_rate is not None else REFERENCE_RATE
         out.append(Holding(ResourceType.GPU, model.pk, count))
-        out.append(Holding(ResourceType.GPU_EQUIVALENT, model.pk, count * model.exchange_rate))
+        out.append(Holding(ResourceType.GPU_EQUIVALENT, model.pk, count * rate))
     return [h for h in out if h.units > 0]
 
 
@@ -249,7 +263,9 @@ def _runs(task: Task, meter: UsageMeter, now: datetime) -> list[Run]:
             log.warning("task %s run %s has no start on record: not metered", task.pk, attempt)
             continue
         if current and active:
-            if task.status == TaskStatus.RUNNING:  # until it runs, nothing is due: a run that never does is free
+            # Until it runs, nothing is due (a run that never does is free); an unknown task ran and holds its cards
+            # (docs/rules.md, "Billing").
+            if task.status in (TaskStatus.RUNNING, TaskStatus.UNKNOWN):
                 runs.append(Run(attempt, start, now, False, list(task.placement or [])))
             continue
         if current and finished_in_place:
@@ -257,8 +273,9 @@ def _runs(task: Task, meter: UsageMeter, now: datetime) -> list[Run]:
             runs.append(Run(attempt, start, task.finished_at, True, list(task.placement), *_how_it_ended(ended)))
             continue
         next_start = starts[attempt + 1].created_at if attempt + 1 in starts else None
-        ended = next((e for e in ends if e.created_at >= start and (next_start is None or e.created_at <= next_start)),
-                     None)  # fmt: skip
+        ended = next(
+            (e for e in ends if e.created_at >= start and (next_start is None or e.created_at <= next_start)), None
+        )
         end = ended.created_at if ended is not None else next_start or task.finished_at or task.updated_at
         if attempt == meter.attempt and meter.placement:
             placement = meter.placement
@@ -279,7 +296,8 @@ def _how_it_ended(event: TaskEvent | None) -> tuple[bool, bool]:
     charged; one the platform ended owes no minimum billing period. Without an event: charged, minimum."""
     if event is None:
         return True, True
-    return event.from_status == TaskStatus.RUNNING, event.kind not in _PLATFORM_ENDS
+    ran = event.from_status in (TaskStatus.RUNNING, TaskStatus.UNKNOWN)
+    return ran, event.kind not in _PLATFORM_ENDS
 
 
 def _accumulated(project_id: int) -> dict[tuple[str, int | None], Decimal]:
@@ -359,10 +377,15 @@ def _accrue_locked(task_id: int, now: datetime) -> int:
             if period_end <= start:
                 continue
             record = UsageRecord(
-                task=task, project_id=task.project_id, vdc_id=task.vdc_id, resource_type=holding.resource_type,
-                gpu_model_id=holding.gpu_model_id, period_start=start, period_end=period_end,
+                task=task,
+                project_id=task.project_id,
+                vdc_id=task.vdc_id,
+                resource_type=holding.resource_type,
+                gpu_model_id=holding.gpu_model_id,
+                period_start=start,
+                period_end=period_end,
                 quantity=quantity(holding.units, period_end - start),
-            )  # fmt: skip
+            )
             if rule is not None:
                 per_model = holding.resource_type == ResourceType.GPU
                 key = (holding.resource_type, holding.gpu_model_id if per_model else None)
@@ -414,7 +437,7 @@ def meter_usage(now: datetime | None = None) -> MeterResult:
         result.tasks += 1
         try:
             result.records += accrue_task(task_id, now)
-        except Exception:  # noqa: BLE001 - logged; the next pass accrues from the task's watermark
+        except Exception:  # logged; the next pass accrues from the task's watermark
             result.errors += 1
             log.exception("metering task %s failed", task_id)
     return result
@@ -485,7 +508,7 @@ def generate_invoice(account: Account, start: datetime, end: datetime) -> Invoic
                 gpu_model_id=r["gpu_model"],
                 quantity=r["quantity"],
                 amount=r["amount"],
-            )  # fmt: skip
+            )
             for r in charged_rows(rows, "gpu_model", "amount")
         ]
         InvoiceLine.objects.bulk_create(lines)
@@ -522,7 +545,7 @@ def run_invoice_run(run_id: int) -> InvoiceRun:
                 raise ValueError("the account no longer exists")
             invoice = generate_invoice(account, run.period_start, run.period_end)
             totals.append((invoice.total, invoice.currency))
-        except Exception as exc:  # noqa: BLE001 - one account's failure is reported, the others still invoiced
+        except Exception as exc:  # one account's failure is reported, the others still invoiced
             log.exception("invoice run %s: account %s failed", run_id, account_id)
             failures.append(f"{account.project if account else f'account {account_id}'}: {exc}")
         InvoiceRun.objects.filter(pk=run_id).update(done=done, issued=len(totals))
@@ -631,13 +654,18 @@ def seed_demo_prices(credit: Decimal = Decimal("1000")) -> None:
             if model_name and model is None:
                 continue
             PriceRule.objects.get_or_create(
-                resource_type=resource_type, gpu_model=model, vdc=None, active=True,
+                resource_type=resource_type,
+                gpu_model=model,
+                vdc=None,
+                active=True,
                 defaults={
-                    "price_per_hour": price, "min_billing_minutes": 5,
+                    "price_per_hour": price,
+                    "min_billing_minutes": 5,
                     "discount_tiers": [{"from_hours": 100, "percent": 10}, {"from_hours": 1000, "percent": 25}]
-                    if resource_type == ResourceType.GPU else [],
+                    if resource_type == ResourceType.GPU
+                    else [],
                 },
-            )  # fmt: skip
+            )
         for project in Project.objects.filter(account__isnull=True):
             account = Account.objects.create(project=project, credit_limit=Decimal("100"))
             add_credit(account, credit, description="Demo credit")

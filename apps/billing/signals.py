@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import logging
-
 from django.dispatch import receiver
 
 from apps.tasks.signals import task_changed
-
-log = logging.getLogger(__name__)
+from hcsportal import redis_guard
 
 
 @receiver(task_changed, dispatch_uid="billing-accrue-on-task-change")
@@ -16,12 +13,9 @@ def accrue_on_task_change(sender, task_ids: list[int], new: bool = False, **kwar
     """Queue a final accrual for tasks whose run ended unmetered; running tasks are metered every minute."""
     if new:
         return  # just submitted: no run to meter, and no query on the submit's path
-    from apps.billing import jobs  # noqa: PLC0415 - models load after the app registry
-    from apps.billing.services import ended_runs_to_accrue  # noqa: PLC0415
+    from apps.billing import jobs  # models load after the app registry
+    from apps.billing.services import ended_runs_to_accrue
 
     for task_id in ended_runs_to_accrue(task_ids):
-        try:
-            jobs.accrue_task.delay(task_id)
-        except Exception as exc:  # noqa: BLE001 - a broker outage only delays the accrual to the next metering pass
-            log.warning("accrual of task %s not queued (the metering job will catch up): %s", task_id, exc)
-            return
+        if not redis_guard.enqueue(jobs.accrue_task, task_id, expires=None):
+            return  # a broker outage only delays the accruals to the next metering pass

@@ -19,9 +19,10 @@ from django.views.decorators.http import require_GET
 from apps.billing.choices import UNITS
 from apps.billing.models import Account, Invoice, Transaction, UsageRecord
 from apps.billing.services import daily_costs, month_bounds, task_costs, usage_by_resource
+from apps.core.charts import bar_chart
 from apps.tasks.models import Task
 from apps.vdc.models import Project
-from apps.vdc.services import can_view
+from apps.vdc.policy import can_view, visible_projects
 
 CHART_DAYS = 30
 LEDGER_ROWS = 20
@@ -29,7 +30,7 @@ LEDGER_ROWS = 20
 
 def _visible_project(user, project_id: int) -> Project:
     project = get_object_or_404(Project, pk=project_id)
-    if not can_view(user, project):
+    if not can_view(user, project, "billing.view_account"):
         raise Http404("No such project.")
     return project
 
@@ -38,33 +39,16 @@ def _visible_invoice(user, invoice_id: int) -> Invoice:
     invoice = get_object_or_404(
         Invoice.objects.select_related("account__project").prefetch_related("lines__gpu_model"), pk=invoice_id
     )
-    if not can_view(user, invoice.account.project):
+    if not can_view(user, invoice.account.project, "billing.view_invoice"):
         raise Http404("No such invoice.")
     return invoice
-
-
-def bar_chart(points: list[tuple[object, Decimal]], width: int = 600, height: int = 170) -> dict:
-    """Geometry of a small bar chart (one bar per point) for templates/billing/_bar_chart.html."""
-    left, right, top, bottom = 44, 6, 8, 20
-    top_value = max((value for _, value in points), default=Decimal(0)) or Decimal(1)
-    plot_h, slot = height - top - bottom, (width - left - right) / max(len(points), 1)
-    bars = []
-    for i, (label, value) in enumerate(points):
-        h = float(value / top_value) * plot_h
-        bars.append({"x": round(left + i * slot + slot * 0.1, 1), "w": round(slot * 0.8, 1),
-                     "y": round(top + plot_h - h, 1), "h": round(h, 1), "label": label, "value": value})  # fmt: skip
-    return {
-        "width": width, "height": height, "x_left": left, "x_right": width - right, "y_top": top,
-        "y_zero": top + plot_h, "ymax": top_value.normalize() if top_value else 0, "bars": bars,
-        "start_label": points[0][0] if points else "", "end_label": points[-1][0] if points else "",
-    }  # fmt: skip
 
 
 @login_required
 @require_GET
 def billing_index(request: HttpRequest) -> HttpResponse:
     """Every project the user may see, with its balance and this month's cost: the way into each one's costs."""
-    projects = list(Project.objects.for_user(request.user).order_by("name"))
+    projects = list(visible_projects(request.user, "billing.view_account").order_by("name"))
     accounts = {a.project_id: a for a in Account.objects.filter(project__in=projects)}
     month_start, _ = month_bounds(timezone.now())
     month_costs = dict(
@@ -102,6 +86,7 @@ def project_billing(request: HttpRequest, project_id: int) -> HttpResponse:
     context = {
         "project": project,
         "account": account,
+        "currency": account.currency if account else "",
         "month_start": month_start,
         "this_month": usage_by_resource(project, since=month_start),
         "all_time": usage_by_resource(project),

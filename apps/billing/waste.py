@@ -1,5 +1,5 @@
 """GPU waste: GPU-equivalent hours held by running tasks whose cards all report utilisation under the VDC's idle
-threshold (seed 000 §monitoring). Kept in Redis as counters per VDC and project, like the scheduler's.
+threshold (docs/rules.md#monitoring-and-alerts). Kept in Redis as counters per VDC and project, like the scheduler's.
 
 The project-alerts job sees the idle tasks every minute and adds, per task, the time since it last saw it idle
 (at most ``MAX_STEP``, so a stopped beat does not count its whole gap). /metrics exports the counters as
@@ -12,7 +12,8 @@ import logging
 from datetime import datetime, timedelta
 
 import redis
-from django.conf import settings
+
+from hcsportal import redis_guard
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +23,7 @@ MAX_STEP = timedelta(minutes=5)
 
 
 def _client() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1, decode_responses=True)
+    return redis_guard.client(decode_responses=True)
 
 
 def record_idle(tasks: list[dict], now: datetime) -> None:

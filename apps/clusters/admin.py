@@ -14,12 +14,12 @@ from apps.clusters.admin_forms import (
     GPUModelAdminForm,
     NodeAdminForm,
 )
-from apps.clusters.choices import ClusterStatus, NodeStatus
+from apps.clusters.choices import SUB_HEALTHY_SCORE, UNHEALTHY_SCORE, ClusterStatus, NodeStatus
 from apps.clusters.executors.base import ExecutorError
 from apps.clusters.models import CapacityReservation, Cluster, Device, GPUModel, Node
+from apps.core.admin_helpers import GREEN, GREY, ORANGE, RED, avg_of, badge, count_of, number, sum_of
 from apps.tasks.choices import ACTIVE
 from apps.tasks.models import Task
-from apps.vdc.admin import GREEN, GREY, ORANGE, RED, avg_of, badge, count_of, health_badge, number, sum_of
 
 CLUSTER_COLOURS = {
     ClusterStatus.HEALTHY: GREEN,
@@ -29,6 +29,14 @@ CLUSTER_COLOURS = {
     ClusterStatus.UNKNOWN: GREY,
 }
 NODE_COLOURS = {NodeStatus.READY: GREEN, NodeStatus.DRAINING: ORANGE, NodeStatus.DOWN: RED}
+
+
+def health_badge(score: int | None):
+    """A 0-100 health score coloured by the placement thresholds (sub-healthy, unhealthy)."""
+    if score is None:
+        return "-"
+    colour = GREEN if score >= SUB_HEALTHY_SCORE else ORANGE if score > UNHEALTHY_SCORE else RED
+    return badge(str(score), colour)
 
 
 class NodeInline(admin.TabularInline):
@@ -43,9 +51,19 @@ class NodeInline(admin.TabularInline):
 class ClusterAdmin(admin.ModelAdmin):
     form = ClusterAdminForm
     list_display = (
-        "name", "vdc", "cluster_type", "status_badge", "enabled", "node_count", "gpu_count", "capacity_gpu",
-        "allocated_gpu", "card_utilisation", "running_tasks", "last_heartbeat",
-    )  # fmt: skip
+        "name",
+        "vdc",
+        "cluster_type",
+        "status_badge",
+        "enabled",
+        "node_count",
+        "gpu_count",
+        "capacity_gpu",
+        "allocated_gpu",
+        "card_utilisation",
+        "running_tasks",
+        "last_heartbeat",
+    )
     list_filter = ("vdc", "cluster_type", "status", "enabled", "project_isolation")
     search_fields = ("name", "description", "endpoint", "namespace", "vdc__name")
     list_select_related = ("vdc",)
@@ -53,9 +71,14 @@ class ClusterAdmin(admin.ModelAdmin):
     inlines = (NodeInline,)
     actions = ("check_now", "discover", "enable", "disable", "maintenance_on", "maintenance_off")
     readonly_fields = (
-        "credentials_state", "status", "status_message", "last_heartbeat", "missed_heartbeats",
-        "created_at", "updated_at",
-    )  # fmt: skip
+        "credentials_state",
+        "status",
+        "status_message",
+        "last_heartbeat",
+        "missed_heartbeats",
+        "created_at",
+        "updated_at",
+    )
     fieldsets = (
         (None, {"fields": ("vdc", "name", "description", "cluster_type", "enabled")}),
         ("Connection", {"fields": ("endpoint", "api_version", "namespace")}),
@@ -71,7 +94,7 @@ class ClusterAdmin(admin.ModelAdmin):
                     "verify_ssl",
                     "other_credentials",
                     "clear_credentials",
-                ),  # fmt: skip
+                ),
                 "description": "Write-only and encrypted at rest: values are never shown. A filled field replaces "
                 "that key; empty fields keep what is stored.",
             },
@@ -111,8 +134,10 @@ class ClusterAdmin(admin.ModelAdmin):
         (
             "Health",
             {
-                "fields": ("status", "status_message", "last_heartbeat", "missed_heartbeats"),
-                "description": "Written by the health checks; use the maintenance actions of the list to change it.",
+                "fields": ("status", "status_message", "last_heartbeat", "missed_heartbeats", "unknown_grace_s"),
+                "description": "Written by the health checks; use the maintenance actions of the list to change it. "
+                "The grace period is how long the running tasks of an unreachable cluster stay unknown before they "
+                "are requeued (docs/control.md).",
             },
         ),
         ("History", {"fields": ("created_at", "updated_at")}),
@@ -184,7 +209,7 @@ class ClusterAdmin(admin.ModelAdmin):
     @admin.action(description="Test connection: health-check selected clusters now", permissions=["change"])
     def check_now(self, request, queryset) -> None:
         """The control plane's health check, run at once: the backend's answer (or error) for each cluster."""
-        from apps.control.health import check_cluster_health  # noqa: PLC0415 - control builds on clusters
+        from apps.control.health import check_cluster_health  # control builds on clusters
 
         for cluster in queryset:
             checked = check_cluster_health(cluster)
@@ -225,21 +250,55 @@ class ClusterAdmin(admin.ModelAdmin):
 class DeviceInline(admin.TabularInline):
     model = Device
     form = DeviceAdminForm
-    fields = ("index", "gpu_model", "vram_gib", "health_score", "numa_node", "pci_bus_id", "links", "utilization")
-    readonly_fields = ("utilization",)
+    fields = (
+        "index",
+        "gpu_model",
+        "vram_gib",
+        "health_score",
+        "numa_node",
+        "pci_bus_id",
+        "links",
+        "utilization",
+        "missing_since",
+    )
+    readonly_fields = ("utilization", "missing_since")
     extra = 0
+    can_delete = False  # a card is deleted from its own page, which refuses held cards with the reason
 
     def get_queryset(self, request):
         return super().get_queryset(request).select_related("gpu_model")
 
 
+class HeldCardsAdminMixin:
+    """The admin's delete pages list held cards as protected (a card a job may still hold is never deleted), so
+    deleting one, or a node with one, is refused with the reason before anything is deleted."""
+
+    def get_deleted_objects(self, objs, request):
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        cards = [d for obj in objs for d in (obj.devices.all() if isinstance(obj, Node) else [obj])]
+        for card in cards:
+            held = partitions.held_by(card)
+            if held:
+                protected.append(f"{card}: held by task(s) {', '.join(f'#{t}' for t in sorted(held))}")
+        return deleted, counts, perms_needed, protected
+
+
 @admin.register(Node)
-class NodeAdmin(admin.ModelAdmin):
+class NodeAdmin(HeldCardsAdminMixin, admin.ModelAdmin):
     form = NodeAdminForm
     list_display = (
-        "name", "cluster", "status_badge", "backend_badge", "health", "cpu", "memory_gib", "device_count",
-        "capacity_gpu", "card_utilisation", "last_report",
-    )  # fmt: skip
+        "name",
+        "cluster",
+        "status_badge",
+        "backend_badge",
+        "health",
+        "cpu",
+        "memory_gib",
+        "device_count",
+        "capacity_gpu",
+        "card_utilisation",
+        "last_report",
+    )
     list_filter = ("cluster__vdc", "cluster", "status", "backend_state")
     search_fields = ("name", "cluster__name", "agent_message", "backend_reason")
     list_select_related = ("cluster",)
@@ -289,23 +348,46 @@ class NodeAdmin(admin.ModelAdmin):
 
 
 @admin.register(Device)
-class DeviceAdmin(admin.ModelAdmin):
+class DeviceAdmin(HeldCardsAdminMixin, admin.ModelAdmin):
     form = DeviceAdminForm
     list_display = (
-        "__str__", "gpu_model", "sharing", "vram_gib", "vram_used_gib", "health", "health_reason_short", "utilisation",
-        "temperature_c", "ecc_errors", "xid_errors", "driver_version",
-    )  # fmt: skip
-    list_filter = ("gpu_model__vendor", "gpu_model", "node__cluster")
+        "__str__",
+        "gpu_model",
+        "sharing",
+        "vram_gib",
+        "vram_used_gib",
+        "health",
+        "health_reason_short",
+        "utilisation",
+        "temperature_c",
+        "ecc_errors",
+        "xid_errors",
+        "driver_version",
+        "missing_since",
+    )
+    list_filter = ("gpu_model__vendor", "gpu_model", "node__cluster", ("missing_since", admin.EmptyFieldListFilter))
     search_fields = ("node__name", "node__cluster__name", "uuid", "pci_bus_id", "gpu_model__name", "reported_name")
     list_select_related = ("node__cluster", "gpu_model")
     autocomplete_fields = ("node",)
     readonly_fields = (
-        "vram_used_gib", "utilization", "temperature_c", "ecc_errors", "xid_errors", "health_reason", "reported_name",
-        "driver_version", "runtime_version", "memory_bandwidth_gbps", "tflops_fp16", "tflops_fp32", "figures_source",
+        "vram_used_gib",
+        "utilization",
+        "temperature_c",
+        "ecc_errors",
+        "xid_errors",
+        "health_reason",
+        "reported_name",
+        "driver_version",
+        "runtime_version",
+        "memory_bandwidth_gbps",
+        "tflops_fp16",
+        "tflops_fp32",
+        "figures_source",
         "interconnect",
-    )  # fmt: skip
+        "missing_since",
+    )
     fieldsets = (
-        (None, {"fields": ("node", "index", "gpu_model", "uuid", "vram_gib")}),
+        (None, {"fields": ("node", "index", "gpu_model", "uuid", "vram_gib", "missing_since")}),
         ("Sharing: MIG instances or time-sliced replicas", {"fields": ("sharing_mode", "mig_layout", "replicas")}),
         ("Topology", {"fields": ("numa_node", "pci_bus_id", "links")}),
         (
@@ -321,7 +403,7 @@ class DeviceAdmin(admin.ModelAdmin):
                     "xid_errors",
                 )
             },
-        ),  # fmt: skip
+        ),
         (
             "Fingerprint (reported by the node agent, checked against the GPU catalog)",
             {
@@ -336,7 +418,7 @@ class DeviceAdmin(admin.ModelAdmin):
                     "interconnect",
                 )
             },
-        ),  # fmt: skip
+        ),
     )
 
     @admin.display(description="Health", ordering="health_score")
@@ -379,9 +461,18 @@ class RatedFilter(admin.SimpleListFilter):
 class GPUModelAdmin(admin.ModelAdmin):
     form = GPUModelAdminForm
     list_display = (
-        "name", "vendor", "rating", "vram_gib", "memory_bandwidth_gbps", "tflops_fp16", "tflops_fp32",
-        "exchange_rate", "shareable", "enabled", "device_count",
-    )  # fmt: skip
+        "name",
+        "vendor",
+        "rating",
+        "vram_gib",
+        "memory_bandwidth_gbps",
+        "tflops_fp16",
+        "tflops_fp32",
+        "exchange_rate",
+        "shareable",
+        "enabled",
+        "device_count",
+    )
     list_editable = ("exchange_rate", "enabled")
     list_filter = (RatedFilter, "vendor", "partition", "shareable", "enabled")
     search_fields = ("name", "resource_name", "slurm_gres_type")
@@ -420,8 +511,16 @@ class ReservationStateFilter(admin.SimpleListFilter):
 class CapacityReservationAdmin(admin.ModelAdmin):
     form = CapacityReservationAdminForm
     list_display = (
-        "name", "vdc", "cluster", "starts_at", "ends_at", "window_badge", "held", "for_whom", "preempt_at_start",
-    )  # fmt: skip
+        "name",
+        "vdc",
+        "cluster",
+        "starts_at",
+        "ends_at",
+        "window_badge",
+        "held",
+        "for_whom",
+        "preempt_at_start",
+    )
     list_filter = (ReservationStateFilter, "vdc", "cluster", "preempt_at_start", "starts_at")
     search_fields = ("name", "reason", "vdc__name", "cluster__name")
     list_select_related = ("vdc", "cluster", "gpu_model")

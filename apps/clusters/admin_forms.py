@@ -16,7 +16,7 @@ from apps.clusters.partitions import (
     check_device_sharing,
     parse_mig_layout,
 )
-from apps.vdc.admin_forms import CommaListField, KeyValueField, LinesField, SecretTextarea
+from apps.core.forms import CommaListField, KeyValueField, LinesField, SecretTextarea
 
 # The keys apps.clusters.backends reads; the Slurm JWT is stored under "token" like the Kubernetes token.
 SECRET_FIELDS = ("token", "user", "kubeconfig", "ca_cert")
@@ -169,17 +169,23 @@ class DeviceLinksField(forms.CharField):
 class DeviceAdminForm(forms.ModelForm):
     links = DeviceLinksField()
     sharing_mode = forms.ChoiceField(
-        label="Sharing", choices=Sharing.choices, initial=Sharing.WHOLE,
+        label="Sharing",
+        choices=Sharing.choices,
+        initial=Sharing.WHOLE,
         help_text="MIG instances or time-sliced replicas are scheduled as units of their own (docs/engine.md)",
-    )  # fmt: skip
+    )
     mig_layout = forms.CharField(
-        label="MIG layout", required=False,
+        label="MIG layout",
+        required=False,
         help_text="MIG: the card's instances, e.g. 3g.40gb, 2g.20gb, 1g.10gb x2 (the node agent keeps it in step)",
-    )  # fmt: skip
+    )
     replicas = forms.IntegerField(
-        label="Time-sliced replicas", required=False, min_value=2, max_value=MAX_TIME_SLICE_REPLICAS,
+        label="Time-sliced replicas",
+        required=False,
+        min_value=2,
+        max_value=MAX_TIME_SLICE_REPLICAS,
         help_text="Time-slicing: as the NVIDIA device plugin's timeSlicing replicas (no memory isolation)",
-    )  # fmt: skip
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -23,10 +23,21 @@ from apps.clusters.detectors.base import (
 from apps.clusters.detectors.nvml import NvmlDetector
 
 __all__ = [
-    "CORRECTED_ECC_TOLERATED", "DETECTORS", "HOT_CELSIUS", "PENALTY_CORRECTED_ECC", "PENALTY_HOT", "PENALTY_PER_XID",
-    "PENALTY_RETIRED_PAGES_PENDING", "PENALTY_UNCORRECTED_ECC", "Collector", "DeviceReport", "NodeCollector",
-    "NodeReport", "detectors_for", "health_score",
-]  # fmt: skip
+    "CORRECTED_ECC_TOLERATED",
+    "DETECTORS",
+    "HOT_CELSIUS",
+    "PENALTY_CORRECTED_ECC",
+    "PENALTY_HOT",
+    "PENALTY_PER_XID",
+    "PENALTY_RETIRED_PAGES_PENDING",
+    "PENALTY_UNCORRECTED_ECC",
+    "Collector",
+    "DeviceReport",
+    "NodeCollector",
+    "NodeReport",
+    "detectors_for",
+    "health_score",
+]
 
 
 class Collector(NodeCollector):

@@ -10,11 +10,12 @@ from rest_framework.views import APIView
 
 from apps.clusters.catalog import MIG_SLICES
 from apps.clusters.choices import LinkType, Vendor
-from apps.clusters.services import apply_node_report, cluster_for_agent_token
+from apps.clusters.models import AgentToken
+from apps.clusters.services import agent_token, apply_node_report
 
 
 class AgentTokenAuthentication(authentication.BaseAuthentication):
-    """``Authorization: Agent <secret>``; ``request.auth`` becomes the token's cluster."""
+    """``Authorization: Agent <secret>``; ``request.auth`` becomes the :class:`AgentToken`."""
 
     keyword = "Agent"
 
@@ -24,18 +25,26 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
             return None
         if len(header) != 2:
             raise exceptions.AuthenticationFailed("Expected 'Authorization: Agent <token>'.")
-        cluster = cluster_for_agent_token(header[1])
-        if cluster is None:
+        token = agent_token(header[1])
+        if token is None:
             raise exceptions.AuthenticationFailed("Unknown or revoked agent token.")
-        return AnonymousUser(), cluster
+        return AnonymousUser(), token
 
     def authenticate_header(self, request):
         return self.keyword
 
 
-class IsAgent(permissions.BasePermission):
+class IsNodeAgent(permissions.BasePermission):
+    """A node-scoped agent token; an old cluster-wide one (no node) is refused with what to do instead."""
+
+    message = (
+        "This agent token is cluster-wide, issued before agent tokens were scoped to one node, and no longer "
+        "accepted: issue one per node (manage.py issue_agent_token <cluster> <node>) and restart that node's "
+        "agent with it."
+    )
+
     def has_permission(self, request, view):
-        return request.auth is not None and hasattr(request.auth, "cluster_type")
+        return isinstance(request.auth, AgentToken) and bool(request.auth.node_name)
 
 
 # Bounds well above any real machine and inside what the Node and Device columns hold.
@@ -101,7 +110,7 @@ class DeviceReportSerializer(serializers.Serializer):
 
 
 class NodeReportSerializer(serializers.Serializer):
-    """A node agent's report; every number is bounded and each device index appears once."""
+    """A node agent's report; every number is bounded and each device index, UUID and PCI bus id appears once."""
 
     node = serializers.CharField(max_length=128)
     cpu = serializers.IntegerField(min_value=0, max_value=MAX_CPU)
@@ -113,12 +122,14 @@ class NodeReportSerializer(serializers.Serializer):
     detectors = serializers.ListField(child=serializers.CharField(max_length=32), max_length=16, default=list)
 
     def validate_devices(self, devices: list[dict]) -> list[dict]:
-        indexes = [device["index"] for device in devices]
-        repeated = sorted({index for index in indexes if indexes.count(index) > 1})
-        if repeated:
-            raise serializers.ValidationError(
-                f"Expected each device index once, got {', '.join(map(str, repeated))} more than once."
-            )
+        # A card is known by its UUID (else its PCI bus id): two cards of one report may not share either.
+        for field, what in (("index", "device index"), ("uuid", "device UUID"), ("pci_bus_id", "PCI bus id")):
+            values = [device[field] for device in devices if device.get(field) not in (None, "")]
+            repeated = sorted({value for value in values if values.count(value) > 1})
+            if repeated:
+                raise serializers.ValidationError(
+                    f"Expected each {what} once, got {', '.join(map(str, repeated))} more than once."
+                )
         return devices
 
 
@@ -130,7 +141,7 @@ class AgentReportView(APIView):
     """
 
     authentication_classes = [AgentTokenAuthentication]
-    permission_classes = [IsAgent]
+    permission_classes = [IsNodeAgent]
 
     @extend_schema(
         request=NodeReportSerializer,
@@ -143,11 +154,19 @@ class AgentReportView(APIView):
                     "message": serializers.CharField(),
                 },
             )
-        },  # fmt: skip
+        },
     )
     def post(self, request):
         serializer = NodeReportSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        node = apply_node_report(request.auth, serializer.validated_data)
+        token: AgentToken = request.auth
+        reported = serializer.validated_data["node"]
+        if reported != token.node_name:
+            raise exceptions.PermissionDenied(
+                f"This agent token reports for node {token.node_name!r} of cluster {token.cluster.name!r} only, "
+                f"not {reported!r}: give each node's agent its own token (manage.py issue_agent_token "
+                f"{token.cluster.name} {reported})."
+            )
+        node = apply_node_report(token.cluster, serializer.validated_data)
         body = {"node": node.pk, "devices": node.devices.cards().count(), "message": node.agent_message}
         return Response(body, status=status.HTTP_202_ACCEPTED)

@@ -6,10 +6,12 @@ class ClustersConfig(AppConfig):
     verbose_name = "Clusters and devices"
 
     def ready(self) -> None:
-        from django.db.models.signals import post_delete, post_save  # noqa: PLC0415
+        # Models load after the app registry.
+        from django.db.models.signals import post_delete, post_save, pre_delete
 
-        from apps.clusters.models import GPUModel  # noqa: PLC0415 - models load after the app registry
-        from apps.clusters.services import forget_catalog  # noqa: PLC0415
+        from apps.clusters.models import Device, GPUModel
+        from apps.clusters.services import forget_catalog, refuse_deleting_held_card
 
         post_save.connect(forget_catalog, sender=GPUModel, dispatch_uid="forget-catalog-on-save")
         post_delete.connect(forget_catalog, sender=GPUModel, dispatch_uid="forget-catalog-on-delete")
+        pre_delete.connect(refuse_deleting_held_card, sender=Device, dispatch_uid="refuse-deleting-held-card")

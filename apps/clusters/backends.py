@@ -19,15 +19,6 @@ _REMOTE_CACHE_SIZE = 64
 _lock = threading.Lock()
 
 
-def can_resize(cluster: Cluster) -> bool:
-    """Whether the cluster's executor can grow and shrink a running job (elastic tasks go only there)."""
-    if cluster.cluster_type == ClusterType.KUBERNETES:
-        from apps.clusters.executors.kubernetes import KubernetesExecutor  # noqa: PLC0415
-
-        return KubernetesExecutor.supports_resize
-    return False
-
-
 def can_scale_services(cluster: Cluster) -> bool:
     """Whether the portal's autoscaler runs more replicas of inference services there (local clusters whose
     jobs have networks of their own, and Slurm clusters: a job per replica); Kubernetes scales them with its HPA."""
@@ -46,19 +37,34 @@ def executor_for(cluster: Cluster) -> Executor:
         base_dir = str(settings.HCS_LOCAL_EXECUTOR_DIR / cluster.name)
         with _lock:
             if base_dir not in _local_executors:
-                from apps.clusters.executors.local import LocalExecutor  # noqa: PLC0415
-                from apps.clusters.executors.sandbox import Sandbox  # noqa: PLC0415
+                from apps.clusters.executors.limits import Limits
+                from apps.clusters.executors.local import LocalExecutor
+                from apps.clusters.executors.sandbox import Sandbox
 
                 sandbox = Sandbox(
                     job_user=settings.HCS_LOCAL_JOB_USER,
                     network=settings.HCS_LOCAL_JOB_NETWORK,
                     hidden=(str(settings.BASE_DIR), str(settings.VAR_DIR)),
+                    tmp_gib=settings.HCS_LOCAL_JOB_TMP_GIB,
                 )
-                _local_executors[base_dir] = LocalExecutor(base_dir, sandbox=sandbox)
+                limits = Limits(
+                    cgroups=settings.HCS_LOCAL_JOB_LIMITS == "enforce", max_pids=settings.HCS_LOCAL_JOB_MAX_PIDS
+                )
+                _local_executors[base_dir] = LocalExecutor(base_dir, sandbox=sandbox, limits=limits)
             return _local_executors[base_dir]
-    key = (cluster.pk, cluster.cluster_type, cluster.endpoint, cluster.api_version, cluster.namespace,
-           cluster.credentials_encrypted, json.dumps(cluster.labels or {}, sort_keys=True), cluster.checkpoint_root,
-           cluster.checkpoint_storage_class, cluster.checkpoint_size_gib, cluster.project_isolation)  # fmt: skip
+    key = (
+        cluster.pk,
+        cluster.cluster_type,
+        cluster.endpoint,
+        cluster.api_version,
+        cluster.namespace,
+        cluster.credentials_encrypted,
+        json.dumps(cluster.labels or {}, sort_keys=True),
+        cluster.checkpoint_root,
+        cluster.checkpoint_storage_class,
+        cluster.checkpoint_size_gib,
+        cluster.project_isolation,
+    )
     with _lock:
         cached = _remote_executors.get(key)
         if cached is not None:
@@ -79,7 +85,7 @@ def _remote_executor(cluster: Cluster) -> Executor:
     except ValueError as exc:
         raise ExecutorError(str(exc), retryable=False)
     if cluster.cluster_type == ClusterType.SLURM:
-        from apps.clusters.executors.slurm import SlurmExecutor  # noqa: PLC0415
+        from apps.clusters.executors.slurm import SlurmExecutor
 
         missing = [k for k in ("token", "user") if not credentials.get(k)]
         if missing:
@@ -104,7 +110,7 @@ def _remote_executor(cluster: Cluster) -> Executor:
             cluster_name=labels.get("slurm-cluster", ""),  # its name in Slurm accounting, when slurmdbd has several
         )
     if cluster.cluster_type == ClusterType.KUBERNETES:
-        from apps.clusters.executors.kubernetes import KubernetesExecutor  # noqa: PLC0415
+        from apps.clusters.executors.kubernetes import KubernetesExecutor
 
         return KubernetesExecutor(
             host=cluster.endpoint or None,

@@ -1,4 +1,4 @@
-"""Seed data for the GPU model catalog (SPEC §2 GPUModel, §3 exchange rates).
+"""Seed data for the GPU model catalog (docs/rules.md#exchange-rates).
 
 Plain data, no Django imports: a data migration loads it into GPUModel rows and
 `apps.clusters.gpuspec.Catalog.default()` builds the parser's catalog from it.
@@ -16,7 +16,7 @@ node agent's device fingerprint is checked against these figures.
 
 Exchange rates turn cards into GPU-equivalents; A100-80G is the reference (1.0).
 A100-80G, A800-80G, Ascend910B, Ascend910A, DCU-Z100 and MLU370 carry the rates
-of seed 004 §4.2 (which also price in interconnect and software maturity, hence
+of the vendor-neutral compute rates (which also price in interconnect and software maturity, hence
 A800 at 0.7 despite the A100's compute). Every other rate is derived: dense FP16
 TFLOPS / 312 (the A100's), rounded to 2 decimals.
 
@@ -284,8 +284,14 @@ GPU_CATALOG: list[dict] = [
 # MIG profiles each card model can be partitioned into: (profile, compute slices of 7, memory GiB). NVIDIA's MIG
 # user guide lists them per product; "+me" (media extension) profiles are left out. A card model of this table that
 # the catalog lacks (the A100-40G) gets its profile rows once an admin adds the card model.
-_MIG_80GB = (("1g.10gb", 1, 10), ("1g.20gb", 1, 20), ("2g.20gb", 2, 20), ("3g.40gb", 3, 40), ("4g.40gb", 4, 40),
-             ("7g.80gb", 7, 80))  # fmt: skip
+_MIG_80GB = (
+    ("1g.10gb", 1, 10),
+    ("1g.20gb", 1, 20),
+    ("2g.20gb", 2, 20),
+    ("3g.40gb", 3, 40),
+    ("4g.40gb", 4, 40),
+    ("7g.80gb", 7, 80),
+)
 MIG_PROFILES: dict[str, tuple[tuple[str, int, int], ...]] = {
     "A100-80G": _MIG_80GB,
     "A800-80G": _MIG_80GB,
@@ -298,7 +304,7 @@ MIG_PROFILES: dict[str, tuple[tuple[str, int, int], ...]] = {
         ("3g.20gb", 3, 20),
         ("4g.20gb", 4, 20),
         ("7g.40gb", 7, 40),
-    ),  # fmt: skip
+    ),
 }
 MIG_SLICES = 7  # compute slices of a MIG-capable card
 

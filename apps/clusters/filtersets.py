@@ -6,7 +6,7 @@ import django_filters
 from django.utils import timezone
 
 from apps.clusters.models import AgentToken, CapacityReservation, Cluster, Device, GPUModel, Node
-from apps.vdc.filtersets import NAME, NUMBER, TIME, BaseFilterSet, StrictBooleanFilter
+from apps.core.filtersets import NAME, NUMBER, TIME, BaseFilterSet, IdFilter, StrictBooleanFilter
 
 
 class GPUModelFilterSet(BaseFilterSet):
@@ -53,6 +53,7 @@ class ClusterFilterSet(BaseFilterSet):
             "status": ["exact", "in"],
             "last_heartbeat": TIME,
             "missed_heartbeats": NUMBER,
+            "unknown_grace_s": NUMBER,
             "enabled": ["exact"],
             "priority": NUMBER,
             "weight": NUMBER,
@@ -76,7 +77,7 @@ class ClusterFilterSet(BaseFilterSet):
 class NodeFilterSet(BaseFilterSet):
     search_fields = ("name", "agent_message", "backend_reason")
 
-    vdc = django_filters.NumberFilter(field_name="cluster__vdc")
+    vdc = IdFilter(field_name="cluster__vdc")
 
     class Meta(BaseFilterSet.Meta):
         model = Node
@@ -96,7 +97,7 @@ class NodeFilterSet(BaseFilterSet):
 class DeviceFilterSet(BaseFilterSet):
     search_fields = ("uuid", "pci_bus_id", "node__name", "gpu_model__name")
 
-    cluster = django_filters.NumberFilter(field_name="node__cluster")
+    cluster = IdFilter(field_name="node__cluster")
     model = django_filters.CharFilter(field_name="gpu_model__name", lookup_expr="iexact", label="GPU model name")
     vendor = django_filters.ChoiceFilter(
         field_name="gpu_model__vendor", choices=GPUModel._meta.get_field("vendor").choices
@@ -128,6 +129,7 @@ class DeviceFilterSet(BaseFilterSet):
             "tflops_fp32": NUMBER,
             "figures_source": ["exact"],
             "interconnect": ["exact"],
+            "missing_since": [*TIME, "isnull"],
             "parent": ["exact", "in", "isnull"],
             "slot": ["exact"],
             "sharing": ["exact", "in"],
@@ -138,13 +140,14 @@ class DeviceFilterSet(BaseFilterSet):
 class AgentTokenFilterSet(BaseFilterSet):
     """For the admin's and pages' lists; node agent tokens are not exposed through the API."""
 
-    search_fields = ("name",)
+    search_fields = ("name", "node_name")
 
     class Meta(BaseFilterSet.Meta):
         model = AgentToken
         fields = {
             "id": ["exact", "in"],
             "cluster": ["exact", "in"],
+            "node_name": NAME,
             "name": NAME,
             "created_at": TIME,
             "last_used": TIME,
@@ -160,8 +163,8 @@ class CapacityReservationFilterSet(BaseFilterSet):
         method="filter_window",
         label="current, upcoming, ended, or active (current or upcoming)",
     )
-    nodes = django_filters.NumberFilter(field_name="nodes", label="Holds this node (id)")
-    projects = django_filters.NumberFilter(field_name="projects", label="May be used by this project (id)")
+    nodes = IdFilter(field_name="nodes", label="Holds this node (id)")
+    projects = IdFilter(field_name="projects", label="May be used by this project (id)")
     maintenance = StrictBooleanFilter(
         field_name="projects", lookup_expr="isnull", distinct=True, label="Nobody may use it"
     )

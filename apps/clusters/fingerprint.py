@@ -1,4 +1,4 @@
-"""Device fingerprints (seed 004 §4.1): what an agent reports, checked against the device's catalog model.
+"""Device fingerprints (docs/rules.md#cards): what an agent reports, checked against the device's catalog model.
 
 A card that reports less memory than its model has (a disabled HBM stack, a wrong model match, a card
 sold as something it is not), measures well under the model's memory bandwidth, or comes from another
@@ -84,8 +84,9 @@ def fingerprint(device: dict, model, node_driver: str = "", node_runtime: str = 
         fp.reasons.append(f"reports {reported:g} GiB of memory; {model.name} has {expected:g} GiB")
     elif expected and reported > expected * MEMORY_LONG:
         fp.penalty += PENALTY_MEMORY_LONG
-        fp.reasons.append(f"reports {reported:g} GiB of memory, more than {model.name}'s {expected:g} GiB: "
-                          "check the catalog match")  # fmt: skip
+        fp.reasons.append(
+            f"reports {reported:g} GiB of memory, more than {model.name}'s {expected:g} GiB: check the catalog match"
+        )
     if measured and catalog_bw and measured < float(catalog_bw) * BANDWIDTH_SHORT:
         fp.penalty += PENALTY_BANDWIDTH
         fp.reasons.append(f"measured {measured:g} GB/s memory bandwidth; {model.name} peaks at {catalog_bw:g} GB/s")

@@ -1,4 +1,4 @@
-"""The GPU spec grammar of SPEC §3: the one parser used by forms, API, admin and engine.
+"""The GPU spec grammar (docs/rules.md#resources-and-gpu-requests): the one parser used by forms, API, admin and engine.
 
 Accepted forms (surrounding whitespace is ignored, model names are matched
 case-insensitively through the catalog's aliases):
@@ -605,8 +605,11 @@ def card_options(req, models: Iterable[object]) -> list[CardOption]:
     as they are placed.
     """
     count = _figure(getattr(req, "count", 0))
-    totals = [getattr(req, "min_vram_gib", None), getattr(req, "min_tflops_fp16", None),
-              getattr(req, "min_tflops_fp32", None)]  # fmt: skip
+    totals = [
+        getattr(req, "min_vram_gib", None),
+        getattr(req, "min_tflops_fp16", None),
+        getattr(req, "min_tflops_fp32", None),
+    ]
     vram, cores = getattr(req, "vram_gib", None), getattr(req, "cores_percent", None)
     shared = bool(getattr(req, "shared", False))
     options = []

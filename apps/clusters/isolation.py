@@ -25,9 +25,10 @@ from decimal import Decimal
 from django.db.models import Q
 
 from apps.clusters.backends import executor_for
+from apps.clusters.capabilities import capabilities
 from apps.clusters.choices import ClusterType, ProjectIsolation
 from apps.clusters.executors.base import LABEL_INSTALLATION, LABEL_PROJECT
-from apps.clusters.executors.k8s_manifests import sanitize_label_value
+from apps.clusters.executors.k8s_manifests import NOTES_ANNOTATION, sanitize_label_value
 from apps.clusters.executors.projects import (
     LABEL_MANAGED_BY,
     LABEL_PROJECT_ID,
@@ -43,7 +44,6 @@ from apps.vdc.models import Project, ProjectQuota
 # The portal's own tolerance on quota sums (engine EPS): 1.9999999 equivalents of 1.0 cards is 2 cards.
 _EPS = Decimal("1e-6")
 SLURM_GPU_TRES = "gres/gpu"
-NOTE_ANNOTATION = "hcs.io/quota-notes"
 
 
 def is_per_project(cluster: Cluster) -> bool:
@@ -68,31 +68,45 @@ def project_limits(cluster: Cluster, project: Project) -> ProjectLimits | None:
     quota = ProjectQuota.objects.filter(project=project, vdc_id=cluster.vdc_id).first()
     if quota is None or not quota.enforce:
         return None
-    models = (
-        GPUModel.objects.filter(devices__node__cluster=cluster, exchange_rate__isnull=False)
-        .values_list("resource_name", "exchange_rate", "shareable")
-        .distinct()
-    )
     gpus: dict[str, int] = {}
-    notes: list[str] = []
+    notes: tuple[str, ...] = ()
     if cluster.cluster_type == ClusterType.SLURM:
         # One gres/gpu count for every type: a share takes a whole card on Slurm, so no model escapes it.
-        rates = [rate for _, rate, _ in models]
+        rates = list(
+            GPUModel.objects.filter(devices__node__cluster=cluster, exchange_rate__isnull=False)
+            .values_list("exchange_rate", flat=True)
+            .distinct()
+        )
         if rates:
             gpus[SLURM_GPU_TRES] = _cards(quota.limit_gpu, min(rates))
     else:
-        by_resource: dict[str, tuple[Decimal, bool]] = {}
-        for resource, rate, shareable in models:
-            low, shared = by_resource.get(resource, (rate, False))
-            by_resource[resource] = (min(low, rate), shared or shareable)
-        for resource, (rate, shared) in sorted(by_resource.items()):
-            if shared:
-                notes.append(f"{resource}: not limited (a shareable model counts one card per share)")
-            else:
-                gpus[resource] = _cards(quota.limit_gpu, rate)
-    return ProjectLimits(
-        cpu=float(quota.limit_cpu), memory_gib=float(quota.limit_memory_gib), gpus=gpus, notes=tuple(notes)
+        gpus, notes = card_limits(cluster, quota.limit_gpu)
+    return ProjectLimits(cpu=float(quota.limit_cpu), memory_gib=float(quota.limit_memory_gib), gpus=gpus, notes=notes)
+
+
+def card_limits(cluster: Cluster, equivalents: Decimal) -> tuple[dict[str, int], tuple[str, ...]]:
+    """Whole cards per Kubernetes resource that ``equivalents`` GPU-equivalents allow among the models of the
+    cluster's nodes (the lowest exchange rate of each resource's models: never fewer than the portal allows), and
+    notes on the resources left without a count: those with a model the cluster shares (HAMi asks one card per
+    share, so no card count bounds them)."""
+    models = (
+        GPUModel.objects.filter(devices__node__cluster=cluster, exchange_rate__isnull=False)
+        .values_list("resource_name", "exchange_rate", "shareable", "vendor")
+        .distinct()
     )
+    caps = capabilities(cluster.cluster_type)
+    by_resource: dict[str, tuple[Decimal, bool]] = {}
+    for resource, rate, shareable, vendor in models:
+        low, shared = by_resource.get(resource, (rate, False))
+        by_resource[resource] = (min(low, rate), shared or (shareable and caps.shares(vendor)))
+    gpus: dict[str, int] = {}
+    notes: list[str] = []
+    for resource, (rate, shared) in sorted(by_resource.items()):
+        if shared:
+            notes.append(f"{resource}: not limited (a shareable model counts one card per share)")
+        else:
+            gpus[resource] = _cards(equivalents, rate)
+    return gpus, tuple(notes)
 
 
 def kubernetes_isolation(cluster: Cluster, project: Project, installation: str) -> dict:
@@ -104,7 +118,7 @@ def kubernetes_isolation(cluster: Cluster, project: Project, installation: str) 
         LABEL_PROJECT: sanitize_label_value(project.name),
         LABEL_PROJECT_ID: str(project.pk),
     }
-    annotations = {NOTE_ANNOTATION: "; ".join(limits.notes)} if limits is not None and limits.notes else {}
+    annotations = {NOTES_ANNOTATION: "; ".join(limits.notes)} if limits is not None and limits.notes else {}
     return {
         "namespace": backend_name(cluster, project),
         "labels": labels,

@@ -23,8 +23,8 @@ from apps.clusters.choices import (
     Sharing,
     Vendor,
 )
-from apps.clusters.crypto import decrypt_json, encrypt_json
 from apps.clusters.hostpaths import path_problem
+from apps.core.crypto import decrypt_json, encrypt_json
 from apps.vdc.models import VDC
 
 ZERO = Decimal("0")
@@ -112,9 +112,13 @@ class GPUModel(models.Model):
         help_text="A MIG profile or a time-sliced replica of the parent card model; empty for a card",
     )
     parent_model = models.ForeignKey(
-        "self", on_delete=models.PROTECT, null=True, blank=True, related_name="units",
+        "self",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="units",
         help_text="The card model this MIG profile or time-sliced replica is a unit of",
-    )  # fmt: skip
+    )
     time_slice_replicas = models.PositiveSmallIntegerField(
         null=True, blank=True, help_text="Time-sliced replica: how many replicas share one card"
     )
@@ -151,9 +155,13 @@ class GPUModel(models.Model):
 
     def clean(self) -> None:
         if self.partition and self.parent_model_id and parent_of(self.name, self.partition) != self.parent_model.name:
-            raise ValidationError({"name": f"Expected the name of a unit of {self.parent_model.name}, such as "
-                                           f"{unit_name(self.parent_model.name, '1g.10gb')} or "
-                                           f"{time_slice_name(self.parent_model.name, 4)}."})  # fmt: skip
+            raise ValidationError(
+                {
+                    "name": f"Expected the name of a unit of {self.parent_model.name}, such as "
+                    f"{unit_name(self.parent_model.name, '1g.10gb')} or "
+                    f"{time_slice_name(self.parent_model.name, 4)}."
+                }
+            )
         if not isinstance(self.aliases, list) or not all(isinstance(a, str) for a in self.aliases):
             raise ValidationError({"aliases": 'Expected a list of strings, e.g. ["a100", "a100-80g"].'})
         if self.exchange_rate is None and self.enabled:
@@ -164,8 +172,12 @@ class GPUModel(models.Model):
             stored = GPUModel.objects.filter(pk=self.pk).values_list("exchange_rate", flat=True).first()
             if stored is not None:
                 # Its cards, prices and placements already count in GPU-equivalents: a rate can change, not vanish.
-                raise ValidationError({"exchange_rate": f"Expected an exchange rate (it was {stored}); a rated "
-                                                        "model cannot go back to unrated."})  # fmt: skip
+                raise ValidationError(
+                    {
+                        "exchange_rate": f"Expected an exchange rate (it was {stored}); a rated "
+                        "model cannot go back to unrated."
+                    }
+                )
 
     def as_catalog_entry(self) -> dict:
         """The plain dict the GPU spec parser and the engine read."""
@@ -242,6 +254,13 @@ class Cluster(models.Model):
     status_message = models.TextField(blank=True)
     last_heartbeat = models.DateTimeField(null=True, blank=True)
     missed_heartbeats = models.PositiveIntegerField(default=0)
+    unknown_grace_s = models.PositiveIntegerField(
+        default=300,
+        validators=[MinValueValidator(1)],
+        verbose_name="grace period when unreachable (s)",
+        help_text="How long after the last answer of an unavailable cluster its running tasks stay unknown (holding "
+        "their cards, neither requeued nor cancelled) before they are requeued (docs/control.md)",
+    )
     enabled = models.BooleanField(default=True, help_text="Off: takes no new tasks")
     priority = models.IntegerField(default=0)
     weight = models.DecimalField(
@@ -264,7 +283,7 @@ class Cluster(models.Model):
         blank=True,
         validators=[validate_checkpoint_root],
         help_text="Slurm: a directory shared by every node (and mounted at the same path on the portal host); "
-        "training tasks keep checkpoints in <root>/<project>/<task uid>. Empty: no checkpoint directory",
+        "training tasks keep checkpoints in ROOT/PROJECT/TASK-UID. Empty: no checkpoint directory",
     )
     checkpoint_storage_class = models.CharField(
         max_length=253,
@@ -296,7 +315,7 @@ class Cluster(models.Model):
         max_length=20,
         default="hcs-",
         validators=[validate_isolation_prefix],
-        help_text="Per project: namespaces and accounts are named <prefix><project>, e.g. hcs-vision",
+        help_text="Per project: namespaces and accounts are named PREFIX followed by the project, e.g. hcs-vision",
     )
     # SHA-256 of the token the cluster's API server presents to the admission webhook; empty: webhook off.
     webhook_token_hash = models.CharField(max_length=64, blank=True, editable=False)
@@ -399,20 +418,37 @@ class DeviceQuerySet(models.QuerySet):
         card itself is not offered); summing their exchange rates gives capacity in GPU-equivalents."""
         return self.filter(sharing=Sharing.WHOLE)  # a unit is never partitioned itself
 
+    def present(self) -> DeviceQuerySet:
+        """Devices their node still reports (a unit: its card is reported): what capacity counts."""
+        return self.filter(missing_since__isnull=True, parent__missing_since__isnull=True)
+
+    def missing(self) -> DeviceQuerySet:
+        """Cards (and the units of cards) their node's agent or backend stopped reporting."""
+        return self.filter(Q(missing_since__isnull=False) | Q(parent__missing_since__isnull=False))
+
 
 class Device(models.Model):
     """One accelerator on a node, with its health and topology (NUMA, PCI bus, links to peers).
 
     A card partitioned into MIG instances or time-sliced replicas (``sharing``) has one child Device per unit
     (``parent``, ``slot``), of the unit's catalog model; the scheduler places work on the children only.
+
+    A card is known by what the hardware says (its UUID, else its PCI bus id), not by its index in a report: a
+    card its node stops reporting is marked missing (``missing_since``), never deleted while held, and is the
+    same row when it comes back (docs/rules.md, "Cards").
     """
 
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="devices")
     index = models.PositiveSmallIntegerField(help_text="The card's index on its node (a unit: its card's)")
     parent = models.ForeignKey(
-        "self", on_delete=models.CASCADE, null=True, blank=True, related_name="units", editable=False,
+        "self",
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="units",
+        editable=False,
         help_text="The card this MIG instance or time-sliced replica is part of",
-    )  # fmt: skip
+    )
     slot = models.PositiveSmallIntegerField(
         null=True, blank=True, editable=False, help_text="A unit: its MIG GPU instance id or replica number"
     )
@@ -435,7 +471,7 @@ class Device(models.Model):
     health_reason = models.TextField(
         blank=True, help_text="Why the health score is below 100: the agent's signals and catalog mismatches"
     )
-    # The fingerprint (seed 004 §4.1): what the agent reported, and the figures the model's catalog entry adds.
+    # The fingerprint (docs/rules.md#cards): what the agent reported, and the figures the model's catalog entry adds.
     reported_name = models.CharField(max_length=128, blank=True, help_text="Model name as the vendor tool reports it")
     driver_version = models.CharField(max_length=64, blank=True)
     runtime_version = models.CharField(max_length=64, blank=True, help_text="CUDA, CANN, ROCm / DTK release")
@@ -451,6 +487,13 @@ class Device(models.Model):
         help_text="Where bandwidth and TFLOPS come from: the catalog entry or the agent's measurement",
     )
     interconnect = models.CharField(max_length=32, blank=True, help_text="Links to peers, e.g. nvlink, hccs, pcie")
+    missing_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="When its node's agent or backend stopped reporting it: a missing card takes no new work, and "
+        "a task holding it keeps it until the task ends",
+    )
 
     objects = DeviceQuerySet.as_manager()
 
@@ -458,7 +501,9 @@ class Device(models.Model):
         ordering = ["node__name", "index", "slot"]
         constraints = [
             models.UniqueConstraint(
-                fields=["node", "index"], condition=Q(parent__isnull=True), name="unique_device_index_per_node"
+                fields=["node", "index"],
+                condition=Q(parent__isnull=True, missing_since__isnull=True),
+                name="unique_device_index_per_node",
             ),
             models.UniqueConstraint(fields=["parent", "slot"], name="unique_unit_slot_per_card"),
             models.CheckConstraint(condition=Q(vram_gib__gte=0), name="device_vram_non_negative"),
@@ -469,6 +514,16 @@ class Device(models.Model):
         if self.parent_id:
             return f"{self.node}#{self.index}/{self.slot} ({self.gpu_model})"
         return f"{self.node}#{self.index} ({self.gpu_model})"
+
+    @property
+    def hardware_id(self) -> str:
+        """What identifies the card whatever its index: its UUID, else its PCI bus id (empty when neither is
+        known, e.g. a card a backend only counts)."""
+        return self.uuid or self.pci_bus_id
+
+    @property
+    def is_missing(self) -> bool:
+        return self.missing_since is not None
 
     def clean(self) -> None:
         if self.gpu_model_id and not self.gpu_model.is_rated:
@@ -489,9 +544,16 @@ class Device(models.Model):
 
 
 class AgentToken(models.Model):
-    """A secret that node agents of one cluster present when they report; only its SHA-256 is stored."""
+    """A secret that the node agent of one node presents when it reports; only its SHA-256 is stored.
+
+    A token reports for its ``node_name`` alone. Tokens issued before tokens were scoped to a node have none
+    and are refused with a message saying to issue one per node (docs/node-agent.md).
+    """
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="agent_tokens")
+    node_name = models.CharField(
+        max_length=128, blank=True, help_text="The one node this token reports for (empty: an old cluster-wide token)"
+    )
     name = models.CharField(max_length=64, help_text="What the token is for, e.g. the host or rack")
     key_hash = models.CharField(max_length=64, unique=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -502,7 +564,7 @@ class AgentToken(models.Model):
         ordering = ["cluster__name", "name"]
 
     def __str__(self) -> str:
-        return f"{self.cluster}: {self.name}"
+        return f"{self.cluster}/{self.node_name or '*'}: {self.name}"
 
 
 class CapacityReservationQuerySet(models.QuerySet):

@@ -60,15 +60,15 @@ def parse_mig_layout(text: str) -> list[MigInstance]:
 
 
 def held_by(device: Device) -> set[int]:
-    """Tasks whose jobs (launching or running) hold the card or one of its units."""
-    backend_object = apps.get_model("control", "BackendObject")
-    ids = {device.pk, *device.units.values_list("pk", flat=True)}
-    tasks: set[int] = set()
-    rows = backend_object.objects.filter(cluster=device.node.cluster_id, state__in=("pending", "active"))
-    for task_id, devices in rows.values_list("task_id", "devices"):
-        if ids & {d for d in devices or () if isinstance(d, int)}:
-            tasks.add(task_id)
-    return tasks
+    """Tasks whose jobs (launching, running or being cancelled) hold the card or one of its units."""
+    return {task for tasks in holders(device).values() for task in tasks if task is not None}
+
+
+def holders(device: Device) -> dict[int, set[int | None]]:
+    """The card's and its units' holders, as the control plane's records of the jobs on the backend say (the app
+    that owns those records is looked up by name: it depends on this one, not the reverse)."""
+    objects = apps.get_model("control", "BackendObject").objects.filter(cluster=device.node.cluster_id)
+    return objects.holders_of({device.pk, *device.units.values_list("pk", flat=True)})
 
 
 def ensure_mig_models(card: GPUModel) -> None:
@@ -77,22 +77,35 @@ def ensure_mig_models(card: GPUModel) -> None:
     if card.units.filter(partition=Partition.MIG).exists() or not card.is_rated:
         return
     figures = {
-        "name": card.name, "vendor": card.vendor, "aliases": list(card.aliases), "vram_gib": float(card.vram_gib),
-        "tflops_fp16": float(card.tflops_fp16 or 0), "tflops_fp32": float(card.tflops_fp32 or 0),
-        "exchange_rate": float(card.exchange_rate), "visible_devices_env": card.visible_devices_env,
-    }  # fmt: skip
+        "name": card.name,
+        "vendor": card.vendor,
+        "aliases": list(card.aliases),
+        "vram_gib": float(card.vram_gib),
+        "tflops_fp16": float(card.tflops_fp16 or 0),
+        "tflops_fp32": float(card.tflops_fp32 or 0),
+        "exchange_rate": float(card.exchange_rate),
+        "visible_devices_env": card.visible_devices_env,
+    }
     for profile, slices, memory in MIG_PROFILES.get(card.name, ()):
         entry = mig_catalog_entry(figures, profile, slices, memory)
         GPUModel.objects.get_or_create(
             name=entry["name"],
             defaults={
-                "vendor": card.vendor, "aliases": entry["aliases"], "vram_gib": Decimal(memory),
-                "tflops_fp16": Decimal(str(entry["tflops_fp16"])), "tflops_fp32": Decimal(str(entry["tflops_fp32"])),
-                "exchange_rate": Decimal(str(entry["exchange_rate"])), "resource_name": entry["resource_name"],
-                "visible_devices_env": card.visible_devices_env, "slurm_gres_type": profile, "shareable": False,
-                "enabled": card.enabled, "partition": Partition.MIG, "parent_model": card,
+                "vendor": card.vendor,
+                "aliases": entry["aliases"],
+                "vram_gib": Decimal(memory),
+                "tflops_fp16": Decimal(str(entry["tflops_fp16"])),
+                "tflops_fp32": Decimal(str(entry["tflops_fp32"])),
+                "exchange_rate": Decimal(str(entry["exchange_rate"])),
+                "resource_name": entry["resource_name"],
+                "visible_devices_env": card.visible_devices_env,
+                "slurm_gres_type": profile,
+                "shareable": False,
+                "enabled": card.enabled,
+                "partition": Partition.MIG,
+                "parent_model": card,
             },
-        )  # fmt: skip
+        )
 
 
 def _mig_models(card: GPUModel, instances: list[MigInstance]) -> list[GPUModel]:
@@ -134,14 +147,23 @@ def time_slice_model(card: GPUModel, replicas: int) -> GPUModel:
     model, _ = GPUModel.objects.get_or_create(
         name=time_slice_name(card.name, replicas),
         defaults={
-            "vendor": card.vendor, "aliases": [f"{a}-ts" for a in (card.name, *card.aliases)],
-            "vram_gib": card.vram_gib, "tflops_fp16": None, "tflops_fp32": None, "exchange_rate": rate,
+            "vendor": card.vendor,
+            "aliases": [f"{a}-ts" for a in (card.name, *card.aliases)],
+            "vram_gib": card.vram_gib,
+            "tflops_fp16": None,
+            "tflops_fp32": None,
+            "exchange_rate": rate,
             # The NVIDIA device plugin advertises replicas under the card's resource name (renameByDefault off).
-            "resource_name": card.resource_name, "visible_devices_env": card.visible_devices_env,
-            "slurm_gres_type": "", "shareable": False, "enabled": True, "partition": Partition.TIME_SLICE,
-            "parent_model": card, "time_slice_replicas": replicas,
+            "resource_name": card.resource_name,
+            "visible_devices_env": card.visible_devices_env,
+            "slurm_gres_type": "",
+            "shareable": False,
+            "enabled": True,
+            "partition": Partition.TIME_SLICE,
+            "parent_model": card,
+            "time_slice_replicas": replicas,
         },
-    )  # fmt: skip
+    )
     return model
 
 
@@ -160,8 +182,10 @@ def check_device_sharing(
         units = list(zip(_mig_models(card, instances), instances, strict=True))
     elif sharing == Sharing.TIME_SLICING:
         if device.node.cluster.cluster_type == ClusterType.SLURM:
-            raise SharingError("time-slicing is not offered on Slurm clusters: Slurm shares cards through its own "
-                               "gres/shard configuration, which the portal does not drive")  # fmt: skip
+            raise SharingError(
+                "time-slicing is not offered on Slurm clusters: Slurm shares cards through its own "
+                "gres/shard configuration, which the portal does not drive"
+            )
         if card.vendor != "nvidia":
             raise SharingError(f"time-slicing is an NVIDIA device plugin feature; {card.name} is {card.vendor}")
         if not isinstance(replicas, int) or not 2 <= replicas <= MAX_TIME_SLICE_REPLICAS:
@@ -220,13 +244,22 @@ def set_device_sharing(
     device.units.all().delete()
     Device.objects.bulk_create(
         Device(
-            node=device.node, index=device.index, parent=device, slot=slot, gpu_model=model, uuid=uuid,
-            vram_gib=model.vram_gib, health_score=device.health_score, numa_node=device.numa_node,
-            pci_bus_id=device.pci_bus_id, reported_name=device.reported_name,
-            driver_version=device.driver_version, runtime_version=device.runtime_version,
+            node=device.node,
+            index=device.index,
+            parent=device,
+            slot=slot,
+            gpu_model=model,
+            uuid=uuid,
+            vram_gib=model.vram_gib,
+            health_score=device.health_score,
+            numa_node=device.numa_node,
+            pci_bus_id=device.pci_bus_id,
+            reported_name=device.reported_name,
+            driver_version=device.driver_version,
+            runtime_version=device.runtime_version,
         )
         for model, uuid, slot in wanted
-    )  # fmt: skip
+    )
     device.sharing = sharing
     device.time_slice_replicas = replicas if sharing == Sharing.TIME_SLICING else None
     device.save(update_fields=["sharing", "time_slice_replicas"])

@@ -13,6 +13,7 @@ from decimal import Decimal
 
 from django.core.exceptions import ValidationError
 from django.db import DataError, IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from apps.clusters.catalog import VENDOR_DEFAULTS
@@ -20,7 +21,8 @@ from apps.clusters.choices import ClusterStatus, ClusterType
 from apps.clusters.fingerprint import fingerprint, model_words, new_model_name, vendor_of
 from apps.clusters.gpuspec import Catalog, GPURequest, GPUSpecError, UnknownGPUModel, parse_gpu_spec
 from apps.clusters.models import AgentToken, Cluster, Device, GPUModel, Node
-from apps.clusters.partitions import MigInstance, sync_reported_mig
+from apps.clusters.partitions import MigInstance, holders, sync_reported_mig
+from apps.core.api.common import DeletionRefused
 
 log = logging.getLogger(__name__)
 
@@ -32,19 +34,35 @@ MAX_ERROR_COUNT = 2**31 - 1
 # catalog twice (validation, then the admission notice), about a tenth of its time. An edit in this process
 # clears it at once (signals in apps.py); other processes see it after this many seconds.
 CATALOG_TTL_S = 5.0
-_catalog_cache: tuple[float, Catalog] | None = None
+# (read at, the enabled models' catalog, the device-visibility variables of every model, enabled or not)
+_catalog_cache: tuple[float, Catalog, frozenset[str]] | None = None
 
 
-def catalog() -> Catalog:
-    """The enabled GPU models of the database catalog, read at most every ``CATALOG_TTL_S`` seconds per process."""
+def _catalog_copy() -> tuple[float, Catalog, frozenset[str]]:
     global _catalog_cache
     now = time.monotonic()
     cached = _catalog_cache
     if cached is not None and now - cached[0] < CATALOG_TTL_S:
-        return cached[1]
-    fresh = Catalog(m.as_catalog_entry() for m in GPUModel.objects.filter(enabled=True))
-    _catalog_cache = (now, fresh)
+        return cached
+    models = list(GPUModel.objects.all())
+    fresh = (
+        now,
+        Catalog(m.as_catalog_entry() for m in models if m.enabled),
+        frozenset(m.visible_devices_env for m in models if m.visible_devices_env),
+    )
+    _catalog_cache = fresh
     return fresh
+
+
+def catalog() -> Catalog:
+    """The enabled GPU models of the database catalog, read at most every ``CATALOG_TTL_S`` seconds per process."""
+    return _catalog_copy()[1]
+
+
+def device_env_names() -> frozenset[str]:
+    """The device-visibility variables (``NVIDIA_VISIBLE_DEVICES`` ...) of every GPU model, enabled or not: names a
+    task's environment may not set. Read with the catalog, as often."""
+    return _catalog_copy()[2]
 
 
 def forget_catalog(**_kwargs) -> None:
@@ -70,7 +88,7 @@ def validate_gpu_spec(text: str | None, gpu_catalog: Catalog | None = None, vdc_
 
 
 def _unknown_in_vdc(exc: UnknownGPUModel, vdc_id: int) -> str:
-    from apps.vdc.models import VDC  # noqa: PLC0415 - the VDC app's models import this module
+    from apps.vdc.models import VDC  # the VDC app's models import this module
 
     vdc = VDC.objects.filter(pk=vdc_id).first()
     names = sorted(
@@ -106,21 +124,31 @@ def set_cluster_maintenance(cluster: Cluster, on: bool) -> Cluster:
     return cluster
 
 
-def issue_agent_token(cluster: Cluster, name: str) -> str:
-    """Create a node-agent token for the cluster and return the secret (shown once, stored hashed)."""
+def issue_agent_token(cluster: Cluster, node_name: str, name: str = "") -> str:
+    """Create a token for the node agent of ``node_name`` in ``cluster`` and return the secret (shown once, stored
+    hashed); it reports for that node only."""
+    node_name = node_name.strip()
+    limit = AgentToken._meta.get_field("node_name").max_length
+    if not node_name or len(node_name) > limit:
+        raise ValueError(f"Expected a node name of 1 to {limit} characters, got {node_name!r}.")
     secret = secrets.token_urlsafe(32)
-    AgentToken.objects.create(cluster=cluster, name=name, key_hash=hashlib.sha256(secret.encode()).hexdigest())
+    AgentToken.objects.create(
+        cluster=cluster,
+        node_name=node_name,
+        name=(name or node_name)[: AgentToken._meta.get_field("name").max_length],
+        key_hash=hashlib.sha256(secret.encode()).hexdigest(),
+    )
     return secret
 
 
-def cluster_for_agent_token(secret: str) -> Cluster | None:
-    """The cluster whose live agent token this is, or None."""
+def agent_token(secret: str) -> AgentToken | None:
+    """The live agent token (with its cluster) whose secret this is, or None; marks it used."""
     digest = hashlib.sha256(secret.encode()).hexdigest()
     token = AgentToken.objects.select_related("cluster").filter(key_hash=digest, revoked=False).first()
     if token is None:
         return None
     AgentToken.objects.filter(pk=token.pk).update(last_used=timezone.now())
-    return token.cluster
+    return token
 
 
 def match_gpu_model(name: str, vram_gib: float, models: list[GPUModel]) -> GPUModel | None:
@@ -175,10 +203,13 @@ def _new_model(device: dict, known: list[GPUModel]) -> tuple[GPUModel | None, bo
 def apply_node_report(cluster: Cluster, report: dict) -> Node:
     """Upsert the reporting node and its devices from a node agent report (see apps.clusters.detectors).
 
-    Each device is matched to an enabled catalog model and fingerprinted against it (seed 004): mismatches lower
-    its health with a reason. A device of a model the catalog lacks is not added: the model is entered unrated
-    and disabled ("new model: set its exchange rate") and the node's agent message names it; once an admin rates
-    and enables it, the next report adds the device. Devices no longer reported are removed.
+    Each device is matched to an enabled catalog model and fingerprinted against it: mismatches lower its health
+    with a reason. A device of a model the catalog lacks is not added: the model is entered unrated and disabled
+    ("new model: set its exchange rate") and the node's agent message names it; once an admin rates and enables
+    it, the next report adds the device.
+
+    A reported card is matched to its row by hardware identity (:func:`match_reported_cards`), so a card keeps its
+    row (and whoever holds it) when indices shift; a card no longer reported is marked missing, never deleted.
     """
     node, _ = Node.objects.select_for_update().get_or_create(
         cluster=cluster,
@@ -190,25 +221,37 @@ def apply_node_report(cluster: Cluster, report: dict) -> Node:
     all_models = [m for m in all_models if not m.partition]
     enabled = [m for m in all_models if m.enabled and m.is_rated]
     notes = [report["message"]] if report.get("message") else []
-    existing = {d.index: d for d in node.devices.cards()}
-    seen, scores = set(), []
+    now = timezone.now()
+    reported = []
     for d in report.get("devices", []):
         model = match_gpu_model(d["name"], d["vram_total_gib"], enabled)
         if model is None:
             model, _ = _new_model(d, [m for m in all_models if not m.enabled])
             if model is None:
-                notes.append(f"GPU {d['index']} ({d['name']}) is of a model the catalog lacks and that could not be "
-                             "entered; add it in the admin (GPU models)")  # fmt: skip
+                notes.append(
+                    f"GPU {d['index']} ({d['name']}) is of a model the catalog lacks and that could not be "
+                    "entered; add it in the admin (GPU models)"
+                )
             elif model.is_rated:
-                notes.append(f"GPU {d['index']} ({d['name']}) is of the disabled model {model.name}; enable it in "
-                             "the admin to use it")  # fmt: skip
+                notes.append(
+                    f"GPU {d['index']} ({d['name']}) is of the disabled model {model.name}; enable it in "
+                    "the admin to use it"
+                )
             else:
-                notes.append(f"GPU {d['index']} ({d['name']}): new model {model.name}: set its exchange rate in the "
-                             "admin (GPU models) and enable it; until then the card is not scheduled")  # fmt: skip
+                notes.append(
+                    f"GPU {d['index']} ({d['name']}): new model {model.name}: set its exchange rate in the "
+                    "admin (GPU models) and enable it; until then the card is not scheduled"
+                )
             continue
-        seen.add(d["index"])
+        reported.append((d, model))
+    rows, gone = match_reported_cards(node, [d for d, _model in reported], now)
+    notes += [
+        f"GPU {device.index} ({device.hardware_id or device.gpu_model}) is no longer reported: marked missing"
+        for device in gone
+    ]
+    scores = []
+    for (d, model), device in zip(reported, rows, strict=True):
         fp = fingerprint(d, model, report.get("driver", ""), report.get("runtime", ""))
-        device = existing.get(d["index"]) or Device(node=node, index=d["index"])
         device.gpu_model = model
         device.uuid = d["uuid"]
         device.reported_name = d["name"][:128]
@@ -240,9 +283,12 @@ def apply_node_report(cluster: Cluster, report: dict) -> Node:
             notes.append(note)
         if device.time_slice_replicas:
             # Replicas share the card: each shows the card's figures (NVML has none per replica).
-            device.units.update(utilization=device.utilization, vram_used_gib=device.vram_used_gib,
-                                temperature_c=device.temperature_c, health_score=device.health_score)  # fmt: skip
-    node.devices.cards().exclude(index__in=seen).delete()
+            device.units.update(
+                utilization=device.utilization,
+                vram_used_gib=device.vram_used_gib,
+                temperature_c=device.temperature_c,
+                health_score=device.health_score,
+            )
     node.cpu = Decimal(report["cpu"])
     node.memory_gib = Decimal(str(report["memory_gib"]))
     node.health_score = min(scores, default=100)
@@ -252,9 +298,60 @@ def apply_node_report(cluster: Cluster, report: dict) -> Node:
     return node
 
 
+def refuse_deleting_held_card(sender, instance: Device, **kwargs) -> None:
+    """A card (or a unit of one) that a job may still hold is never deleted, whatever deletes it (the admin, a
+    node's or cluster's deletion): a card that came back would get a new id the scheduler sees as free."""
+    held = holders(instance)
+    if held:
+        tasks = sorted({task for owners in held.values() for task in owners if task is not None})
+        who = f"task(s) {', '.join(f'#{task}' for task in tasks)}" if tasks else "a job being cancelled"
+        raise DeletionRefused(f"{instance} is held by {who}: it can be deleted once they end.", {instance})
+
+
+def match_reported_cards(node: Node, reported: list[dict], now) -> tuple[list[Device], list[Device]]:
+    """The node's card rows for the cards a report names, in the report's order, and the rows that went missing
+    with this report.
+
+    A card is matched by UUID, else PCI bus id, else (a row that has neither, from a backend that only counts
+    cards) by index; a card seen for the first time gets a new, unsaved row. Rows not matched are marked missing
+    since ``now`` (never deleted: a task may hold them, and a card that comes back is the same row); matched rows
+    lose the mark and take their reported index (saved by the caller).
+    """
+    cards = list(node.devices.cards())
+    by_uuid = {d.uuid: d for d in cards if d.uuid}
+    by_bus = {d.pci_bus_id: d for d in cards if d.pci_bus_id}
+    # A card without identity that comes back at its index is that card (a present one first, should both exist).
+    by_index = {d.index: d for d in sorted(cards, key=lambda d: d.missing_since is None) if not d.hardware_id}
+    rows: list[Device] = []
+    taken: set[int] = set()
+    for d in reported:
+        uuid, bus = d.get("uuid") or "", d.get("pci_bus_id") or ""
+        row = by_uuid.get(uuid) if uuid else None
+        row = row or (by_bus.get(bus) if bus else None) or by_index.get(d["index"])
+        if row is None or row.pk in taken:
+            row = Device(node=node, index=d["index"])
+        else:
+            taken.add(row.pk)
+        rows.append(row)
+    gone = [d for d in cards if d.pk not in taken and d.missing_since is None]
+    node.devices.filter(pk__in=[d.pk for d in gone]).update(missing_since=now)
+    # Indices may move between cards (a card left, the others were renumbered): park the moving rows on indices no
+    # card has before each takes its new one, so that no two present cards share an index at any moment.
+    moving = [row for row, d in zip(rows, reported, strict=True) if row.pk and row.index != d["index"]]
+    for spare, row in enumerate(moving, start=PARKED_INDEX):
+        Device.objects.filter(pk=row.pk).update(index=spare)
+    for row, d in zip(rows, reported, strict=True):
+        row.index, row.missing_since = d["index"], None
+    return rows, gone
+
+
+# Indices no reported card has (reports carry at most 256 cards a node): a card moving to another index waits here.
+PARKED_INDEX = 30000
+
+
 def sync_catalog() -> int:
     """Create the seed GPU models (apps.clusters.catalog) that are missing; existing rows keep admins' edits."""
-    from apps.clusters.catalog import GPU_CATALOG  # noqa: PLC0415 - seed data, read only here
+    from apps.clusters.catalog import GPU_CATALOG  # seed data, read only here
 
     forget_catalog()
     created = 0
@@ -297,7 +394,7 @@ class Discovery:
 
     @property
     def cards(self) -> int:
-        return sum(node.devices.cards().count() for node in self.nodes)
+        return sum(node.devices.cards().present().count() for node in self.nodes)
 
 
 def _model_resolver(cluster: Cluster):
@@ -308,8 +405,9 @@ def _model_resolver(cluster: Cluster):
     by_gres = {
         v: k.removeprefix("slurm-gres.") for k, v in (cluster.labels or {}).items() if k.startswith("slurm-gres.")
     }
-    by_gres.update({m.slurm_gres_type: m.name for m in models.values() if m.slurm_gres_type and m.slurm_gres_type
-                    not in by_gres})  # fmt: skip
+    by_gres.update(
+        {m.slurm_gres_type: m.name for m in models.values() if m.slurm_gres_type and m.slurm_gres_type not in by_gres}
+    )
     by_resource: dict[str, list[GPUModel]] = {}
     for m in models.values():
         by_resource.setdefault(m.resource_name, []).append(m)
@@ -342,13 +440,13 @@ def discover_nodes(cluster: Cluster) -> Discovery:
     invented: the discovery says so ("new model: add it to the catalog"). Nodes the backend no longer reports
     are listed, not deleted.
     """
-    from apps.clusters.backends import executor_for  # noqa: PLC0415 - backends import this module's models
+    from apps.clusters.backends import executor_for  # backends import this module's models
 
     reported = executor_for(cluster).nodes()
     resolve = _model_resolver(cluster)
     result = Discovery()
+    now = timezone.now()
     with transaction.atomic():
-        held = _held_device_ids(cluster)
         for entry in reported:
             node, created = Node.objects.update_or_create(
                 cluster=cluster,
@@ -359,43 +457,36 @@ def discover_nodes(cluster: Cluster) -> Discovery:
             result.nodes.append(node)
             if entry.get("gpus") is None:
                 continue  # the backend cannot tell: the node agent reports this node's cards
-            index = 0
+            counted: list[GPUModel] = []
             for resource, count in sorted(entry["gpus"].items()):
                 model = resolve(resource, entry.get("labels") or {})
                 if model is None:
                     accelerator = any(word in resource for word in ("gpu", "npu", "dcu", "mlu"))
                     if cluster.cluster_type == ClusterType.SLURM or accelerator:
-                        result.notes.append(f"{node.name}: {count} x {resource} of a model the catalog does not name "
-                                            "(new model: add it to the GPU catalog or label the cluster)")  # fmt: skip
+                        result.notes.append(
+                            f"{node.name}: {count} x {resource} of a model the catalog does not name "
+                            "(new model: add it to the GPU catalog or label the cluster)"
+                        )
                     continue
-                for _ in range(count):
-                    Device.objects.update_or_create(
-                        node=node, index=index, parent=None, defaults={"gpu_model": model, "vram_gib": model.vram_gib}
-                    )
-                    index += 1
-            _retire_cards(node, index, held, result)
+                counted += [model] * count
+            _apply_card_count(node, counted, now, result)
         names = {entry["name"] for entry in reported}
         result.gone = sorted(set(cluster.nodes.values_list("name", flat=True)) - names)
     return result
 
 
-def _held_device_ids(cluster: Cluster) -> set[int]:
-    """Cards that a job the portal asked this cluster's backend to run may still hold (pending or active)."""
-    from django.apps import apps  # noqa: PLC0415 - the control plane depends on this app, not the reverse
-
-    objects = apps.get_model("control", "BackendObject").objects
-    held: set[int] = set()
-    for devices in objects.filter(cluster=cluster, state__in=("pending", "active")).values_list("devices", flat=True):
-        held.update(d for d in devices or () if isinstance(d, int))
-    return held
-
-
-def _retire_cards(node: Node, reported: int, held: set[int], result: Discovery) -> None:
-    """Delete the node's cards beyond the ``reported`` count, except cards a job still holds: deleting those would
-    let a card that comes back get a new id that the engine sees as free while the job still uses it."""
-    stale = node.devices.cards().filter(index__gte=reported)
-    for device in stale.filter(pk__in=held):
+def _apply_card_count(node: Node, models: list[GPUModel], now, result: Discovery) -> None:
+    """A backend that only counts a node's cards: card ``i`` is the row at index ``i``. Cards beyond the count are
+    marked missing (a task may still hold them; one that comes back is the same row). A node whose cards carry a
+    hardware identity is its node agent's to report: the backend's count is noted, not applied."""
+    if node.devices.cards().filter(Q(uuid__gt="") | Q(pci_bus_id__gt="")).exists():
         result.notes.append(
-            f"{node.name}#{device.index}: not reported by the backend but held by a running job; kept until it ends"
+            f"{node.name}: its node agent reports its cards; the backend's count ({len(models)}) is not applied"
         )
-    stale.exclude(pk__in=held).delete()
+        return
+    rows, gone = match_reported_cards(node, [{"index": index} for index in range(len(models))], now)
+    for row, model in zip(rows, models, strict=True):
+        row.gpu_model, row.vram_gib = model, model.vram_gib
+        row.save()
+    for device in gone:
+        result.notes.append(f"{node.name}#{device.index}: not reported by the backend any more: marked missing")

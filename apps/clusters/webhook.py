@@ -1,4 +1,5 @@
-"""The Kubernetes mutating admission webhook (seed 004 §2.3): AdmissionReview v1 in, a JSON patch out.
+"""The Kubernetes mutating admission webhook (docs/rules.md#backends, vendor injection): AdmissionReview v1 in, a JSON
+patch out.
 
 The API server of a registered cluster sends every pod created in the cluster's enrolled namespaces
 (``Cluster.webhook_namespaces``); the answer injects the vendor runtime with the same code that builds the
@@ -42,6 +43,12 @@ API_VERSION = "admission.k8s.io/v1"
 EXTERNAL_KIND = "external"
 
 
+# An API server sends at most 3 MiB (its request limit; a pod is at most 1.5 MiB in etcd), and no pod is nested
+# anywhere near 64 levels deep (managedFields mirror the pod's own depth, about 15).
+MAX_REVIEW_BYTES = 3 * 1024 * 1024
+MAX_REVIEW_DEPTH = 64
+
+
 class ReviewError(ValueError):
     """A body that is not an AdmissionReview v1 request; the message says what was expected."""
 
@@ -76,12 +83,32 @@ def cluster_for_webhook_token(token: str) -> Cluster | None:
 # --- the review -----------------------------------------------------------------------------
 
 
+def _depth_exceeds(value, limit: int) -> bool:
+    """Whether JSON ``value`` nests arrays and objects deeper than ``limit`` (walked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
 def parse_review(body: bytes) -> dict:
-    """The ``request`` of an AdmissionReview v1; ReviewError when the body is not one."""
+    """The ``request`` of an AdmissionReview v1; ReviewError when the body is not one, is larger than
+    MAX_REVIEW_BYTES or nests deeper than MAX_REVIEW_DEPTH (what follows copies and diffs it recursively)."""
+    if len(body) > MAX_REVIEW_BYTES:
+        raise ReviewError(f"Expected an AdmissionReview of at most {MAX_REVIEW_BYTES} bytes, got {len(body)}")
+    too_deep = f"Expected an AdmissionReview nested at most {MAX_REVIEW_DEPTH} levels deep"
     try:
         review = json.loads(body)
+    except RecursionError:
+        raise ReviewError(too_deep) from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise ReviewError(f"Expected an AdmissionReview as JSON: {exc}") from None
+    if _depth_exceeds(review, MAX_REVIEW_DEPTH):
+        raise ReviewError(too_deep)
     if (
         not isinstance(review, dict)
         or review.get("apiVersion") != API_VERSION
@@ -116,9 +143,9 @@ def _catalog() -> tuple[list[GPUModel], Catalog]:
     """The enabled GPU models and their parser catalog, read at most every CATALOG_TTL_S seconds.
 
     Every pod of an enrolled namespace needs them; reading and indexing them per review would be most of
-    the webhook's time (seed 004 asks for < 50 ms).
+    the webhook's time (docs/rules.md#performance-targets: < 50 ms).
     """
-    global _catalog_cache  # noqa: PLW0603 - one process-wide cache; a race only reads the catalog twice
+    global _catalog_cache  # one process-wide cache; a race only reads the catalog twice
     now = time.monotonic()
     if _catalog_cache is None or now - _catalog_cache[0] > CATALOG_TTL_S:
         models = list(GPUModel.objects.filter(enabled=True))
@@ -281,28 +308,45 @@ def mutate(request: dict, cluster: Cluster) -> dict:
 # --- the endpoint ---------------------------------------------------------------------------
 
 
-def _presented_token(request: HttpRequest, token: str | None) -> str:
-    header = request.headers.get("Authorization", "")
-    scheme, _, value = header.partition(" ")
-    if scheme.lower() == "bearer" and value.strip():
-        return value.strip()
-    return token or ""
+def _bearer_token(request: HttpRequest) -> str:
+    scheme, _, value = request.headers.get("Authorization", "").partition(" ")
+    return value.strip() if scheme.lower() == "bearer" else ""
+
+
+def _read_body(request: HttpRequest) -> bytes:
+    """The body, read up to one byte past MAX_REVIEW_BYTES (Django's own upload limit is not the webhook's)."""
+    return request.read(MAX_REVIEW_BYTES + 1)
 
 
 @csrf_exempt
 @require_POST
-def admission_review(request: HttpRequest, token: str | None = None) -> JsonResponse:
-    """POST /k8s/admission/ (``Authorization: Bearer <token>``) or /k8s/admission/<token>/: one AdmissionReview.
+def admission_review(request: HttpRequest) -> JsonResponse:
+    """POST /k8s/admission/ with ``Authorization: Bearer <token>``: one AdmissionReview.
 
     Not a user endpoint: no session, no CSRF; the cluster's webhook token identifies the caller.
     """
-    cluster = cluster_for_webhook_token(_presented_token(request, token))
+    cluster = cluster_for_webhook_token(_bearer_token(request))
     if cluster is None:
         detail = "Expected a cluster's webhook token as 'Authorization: Bearer <token>' (manage.py webhook_token)."
         return JsonResponse({"detail": detail}, status=401)
     try:
-        review = parse_review(request.body)
+        review = parse_review(_read_body(request))
     except ReviewError as exc:
         # Without a uid there is no AdmissionReview to answer: the API server applies the failurePolicy.
         return JsonResponse({"detail": str(exc)}, status=400)
     return JsonResponse(mutate(review, cluster))
+
+
+@csrf_exempt
+def token_in_path_refused(request: HttpRequest, rest: str) -> JsonResponse:
+    """Any /k8s/admission/<...>/: where webhook tokens once went, refused without looking at what is there.
+
+    A token in a URL reaches access logs and the registration object, so it is not accepted there any more.
+    """
+    detail = (
+        "Webhook tokens are no longer accepted in the URL, where access logs keep them: register the webhook at "
+        "/k8s/admission/ and have the API server send 'Authorization: Bearer <token>' from its admission "
+        "configuration (docs/kubernetes.md). Issue a new token with manage.py webhook_token <cluster>: one that "
+        "was in a URL should be taken as known."
+    )
+    return JsonResponse({"detail": detail}, status=410)

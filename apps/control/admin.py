@@ -3,7 +3,7 @@
 from django.contrib import admin
 
 from apps.control.models import BackendObject, CheckpointStore, Installation, ObjectState
-from apps.vdc.admin import GREEN, GREY, ORANGE, ReadOnlyAdminMixin, badge
+from apps.core.admin_helpers import GREEN, GREY, ORANGE, ReadOnlyAdminMixin, badge
 
 STATE_COLOURS = {ObjectState.PENDING: ORANGE, ObjectState.ACTIVE: GREEN, ObjectState.ENDED: GREY}
 
@@ -12,8 +12,19 @@ STATE_COLOURS = {ObjectState.PENDING: ORANGE, ObjectState.ACTIVE: GREEN, ObjectS
 class BackendObjectAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Every job the portal created on a backend, from the intent to the backend's confirmation that it is gone."""
 
-    list_display = ("name", "cluster", "task", "attempt", "state_badge", "phase", "external_id", "cancelling",
-                    "message", "created_at", "ended_at")  # fmt: skip
+    list_display = (
+        "name",
+        "cluster",
+        "task",
+        "attempt",
+        "state_badge",
+        "phase",
+        "external_id",
+        "cancelling",
+        "message",
+        "created_at",
+        "ended_at",
+    )
     list_filter = ("state", "cluster", "cluster__vdc", "phase")
     search_fields = ("name", "external_id", "task__name", "message")
     list_select_related = ("cluster", "task")

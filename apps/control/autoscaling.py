@@ -1,4 +1,5 @@
-"""The portal's autoscaler: inference services on clusters without an HPA (SPEC §7, docs/tasks.md "Autoscaling").
+"""The portal's autoscaler: inference services on clusters without an HPA (docs/rules.md#autoscaling, docs/tasks.md
+"Autoscaling").
 
 Every ``INTERVAL_S`` (beat), for each running service with replica bounds on a cluster the portal scales
 itself (a local cluster whose jobs have networks of their own; on Kubernetes the HPA decides), it
@@ -15,10 +16,14 @@ scale-down by one window (the rules scale down only once a whole window of recom
 
 Predictive scaling (docs/tasks.md "Predictive scaling"): every pass also averages each service's request rate
 and GPU utilisation into its current 5-minute bucket (:class:`~apps.tasks.models.ServiceLoadSample`, kept
-``LOAD_KEEP_DAYS`` days, so the history survives restarts). When a bucket opens, a service with
-``autoscale_predictive`` gets a fresh forecast of the next hour's buckets
+``LOAD_KEEP_DAYS`` days, so the history survives restarts). Forecasts are fitted off this loop, by their own
+period job (:func:`refit_forecasts`, once per bucket and service with ``autoscale_predictive``: a fit takes from
+a fraction of a second to tens of seconds and must not delay a decision): the next hour's buckets
 (:func:`apps.queues.engine.forecast.forecast`: Holt-Winters over up to ``FIT_DAYS`` days, seasonal naive with
-less than two days); the decision then takes the peak forecast of the next ``LEAD_S`` seconds into account.
+less than two days), and a backtest of the forecasts the service was given over the last day against "last
+value" and "same time yesterday" (:func:`apps.queues.engine.forecast.backtest`). A decision takes the peak
+forecast of the next ``LEAD_S`` seconds into account only while the forecast beats both; otherwise the service
+is scaled reactively, and its page says why.
 """
 
 from __future__ import annotations
@@ -45,21 +50,24 @@ from apps.queues.engine import autoscale as rules
 from apps.queues.engine import forecast as forecasting
 from apps.tasks import request_rate
 from apps.tasks.choices import ACTIVE, EventKind, TaskKind, TaskStatus
+from apps.tasks.load import BUCKET, backtest_of
 from apps.tasks.models import ServiceLoadSample, Task
 from apps.tasks.services import record_event
 from apps.vdc.models import ProjectQuota
+from hcsportal import redis_guard
 
 log = logging.getLogger(__name__)
 
 # Seconds between passes (the beat runs them): with the 15 s rate window, a doubling of the load is acted on within
-# 8 to 14 s of its start (docs/tasks.md "Autoscaling"; seed 003 asks for a new replica serving within 30 s).
+# 8 to 14 s of its start (docs/tasks.md "Autoscaling"; docs/rules.md#autoscaling: a new replica serving within 30 s).
 INTERVAL_S = 5.0
 # A node agent's utilisation older than this is no reading (agents report every few seconds).
 FRESH_S = 120.0
 HISTORY_KEY = "hcs:autoscale:history:{task_id}"
+BACKTEST_KEY = "hcs:autoscale:backtest:{task_id}"
 BEHAVIOUR = rules.Behaviour()
 # Load history for predictive scaling: bucket size, how long it is kept, how much of it a forecast fits.
-BUCKET_S = 300
+BUCKET_S = int(BUCKET.total_seconds())
 SEASON = 86400 // BUCKET_S
 LOAD_KEEP_DAYS = 14
 FIT_DAYS = 7
@@ -101,42 +109,37 @@ def targets_of(task: Task) -> rules.Targets:
 def run_autoscaler(now: float | None = None) -> list[Outcome]:
     """One pass over every running portal-scaled service; returns what was decided for each."""
     now = timezone.now().timestamp() if now is None else now
-    services = [
-        t
-        for t in Task.objects.filter(
-            kind=TaskKind.INFERENCE,
-            status=TaskStatus.RUNNING,
-            autoscale_min__isnull=False,
-            autoscale_max__isnull=False,
-        ).select_related("cluster")
-        if portal_scaled(t.cluster)
-    ]
+    services = _running_services(autoscale_min__isnull=False, autoscale_max__isnull=False)
     _forget_stale()
     if not services:
         return []
     rps = request_rate.rates([t.pk for t in services], now=now)
     in_flight = request_rate.concurrency([t.pk for t in services if t.autoscale_concurrency], now=now)
     gpu = _gpu_utilisation(services, now)
-    opened = record_load(services, rps, gpu, now)
-    predictive = [t for t in services if t.autoscale_predictive and t.autoscale_rps]
-    for task in predictive:
-        if task.pk in opened:
-            refresh_forecast(task, now)
-    ahead = forecast_peaks([t.pk for t in predictive], now)
+    record_load(services, rps, gpu, now)
+    predictive = [t.pk for t in services if t.autoscale_predictive and t.autoscale_rps]
+    earning = [pk for pk, result in stored_backtests(predictive).items() if result.earns_place]
+    ahead = forecast_peaks(earning, now)
     rooms = _quota_rooms(services)
     histories = _load_histories([t.pk for t in services])
     outcomes = []
     for task in services:
-        running = max(len(task.live_placement), 1)
+        running = max(len(task.placement or []), 1)
         metrics = rules.Metrics(
             gpu_percent=gpu.get(task.pk),
             rps=rps.get(task.pk) if task.autoscale_rps else None,
             concurrency=in_flight.get(task.pk),
         )
         decision = rules.decide(
-            targets_of(task), running, metrics, histories.get(task.pk, ()), now, BEHAVIOUR, rooms.get(task.pk),
+            targets_of(task),
+            running,
+            metrics,
+            histories.get(task.pk, ()),
+            now,
+            BEHAVIOUR,
+            rooms.get(task.pk),
             forecast_rps=ahead.get(task.pk),
-        )  # fmt: skip
+        )
         _save_history(task.pk, decision.history)
         changed = _apply(task, running, decision)
         outcomes.append(Outcome(task.pk, running, decision.desired, decision.reason, changed))
@@ -250,6 +253,76 @@ def refresh_forecast(task: Task, now: float) -> forecasting.Forecast:
     return result
 
 
+def _running_services(**filters) -> list[Task]:
+    """The running inference services matching ``filters`` on clusters the portal scales itself."""
+    services = Task.objects.filter(kind=TaskKind.INFERENCE, status=TaskStatus.RUNNING, **filters)
+    return [t for t in services.select_related("cluster") if portal_scaled(t.cluster)]
+
+
+def refit_forecasts(now: float | None = None) -> dict[int, forecasting.Backtest]:
+    """The forecast job: for every running predictive service whose current bucket has no fresh forecast yet,
+    fit the next hour's forecast and backtest the forecasts of the last day; the backtests are kept (Redis) for
+    the decision loop. Returns the backtests made."""
+    now = timezone.now().timestamp() if now is None else now
+    start = bucket_start(now)
+    services = _running_services(autoscale_predictive=True, autoscale_rps__isnull=False)
+    done = {}
+    for task in services:
+        if (
+            _refitted_bucket(task.pk) == start.timestamp()
+            and ServiceLoadSample.objects.filter(
+                task=task, start=start + timedelta(seconds=BUCKET_S * HORIZON_BUCKETS), forecast_rps__isnull=False
+            ).exists()
+        ):
+            continue
+        refresh_forecast(task, now)
+        done[task.pk] = backtest_of(task.pk, start, BUCKET_S, SEASON)
+        _keep_backtest(task.pk, start, done[task.pk])
+    return done
+
+
+def stored_backtests(task_ids: list[int]) -> dict[int, forecasting.Backtest]:
+    """The backtests the forecast job kept; a service without one (not yet fitted, Redis lost) is absent and
+    scaled reactively."""
+    if not task_ids:
+        return {}
+    try:
+        raw = redis_guard.client().mget([BACKTEST_KEY.format(task_id=pk) for pk in task_ids])
+    except redis.RedisError as exc:
+        log.warning("autoscaler: cannot read forecast backtests (scaling reactively): %s", exc)
+        return {}
+    out = {}
+    for pk, value in zip(task_ids, raw, strict=True):
+        if value:
+            try:
+                kept = json.loads(value)
+                out[pk] = forecasting.Backtest(*kept["backtest"])
+            except (ValueError, TypeError, KeyError):
+                continue
+    return out
+
+
+def _refitted_bucket(task_id: int) -> float | None:
+    try:
+        value = redis_guard.client().get(BACKTEST_KEY.format(task_id=task_id))
+        return json.loads(value)["bucket"] if value else None
+    except (redis.RedisError, ValueError, TypeError, KeyError):
+        return None
+
+
+def _keep_backtest(task_id: int, bucket: datetime, result: forecasting.Backtest) -> None:
+    value = json.dumps(
+        {
+            "bucket": bucket.timestamp(),
+            "backtest": [result.buckets, result.forecast_error, result.last_value_error, result.yesterday_error],
+        }
+    )
+    try:
+        redis_guard.client().set(BACKTEST_KEY.format(task_id=task_id), value, ex=3 * BUCKET_S)
+    except redis.RedisError as exc:
+        log.warning("autoscaler: cannot keep the forecast backtest of task %s: %s", task_id, exc)
+
+
 def forecast_peaks(task_ids: list[int], now: float) -> dict[int, float]:
     """The highest request rate forecast for each service's buckets from now to ``LEAD_S`` ahead."""
     if not task_ids:
@@ -270,7 +343,7 @@ def forecast_peaks(task_ids: list[int], now: float) -> dict[int, float]:
 def _gpu_utilisation(services: list[Task], now: float) -> dict[int, float]:
     """Mean node-agent utilisation of each service's cards, from agents that reported within ``FRESH_S``
     (services without cards, or on a node whose agent went quiet, have no reading)."""
-    ids = {t.pk: [d["id"] for p in t.live_placement for d in p.get("devices", ())] for t in services}
+    ids = {t.pk: [d["id"] for p in t.placement or [] for d in p.get("devices", ())] for t in services}
     wanted = {i for devs in ids.values() for i in devs}
     if not wanted:
         return {}
@@ -302,10 +375,10 @@ def _quota_rooms(services: list[Task]) -> dict[int, int]:
     rooms = {}
     for t in services:
         limit = quotas.get((t.project_id, t.vdc_id))
-        replicas = len(t.live_placement)
+        replicas = len(t.placement or [])
         if limit is None or not replicas or not t.allocated_gpu:
             continue
-        per_replica = Decimal(t.allocated_gpu) / len(t.placement or t.live_placement)
+        per_replica = Decimal(t.allocated_gpu) / len(t.placement)
         free = Decimal(limit) - used.get((t.project_id, t.vdc_id), Decimal(0))
         rooms[t.pk] = max(0, math.floor(free / per_replica)) if per_replica > 0 else 0
     return rooms
@@ -313,7 +386,7 @@ def _quota_rooms(services: list[Task]) -> dict[int, int]:
 
 def _load_histories(task_ids: list[int]) -> dict[int, tuple[rules.Recommendation, ...]]:
     try:
-        raw = triggers._redis().mget([HISTORY_KEY.format(task_id=pk) for pk in task_ids])
+        raw = redis_guard.client().mget([HISTORY_KEY.format(task_id=pk) for pk in task_ids])
     except redis.RedisError as exc:
         log.warning("autoscaler: cannot read recommendations (scale-downs wait a window): %s", exc)
         return {}
@@ -330,7 +403,7 @@ def _load_histories(task_ids: list[int]) -> dict[int, tuple[rules.Recommendation
 def _save_history(task_id: int, history: tuple[rules.Recommendation, ...]) -> None:
     ttl = int(2 * max(BEHAVIOUR.up_window_s, BEHAVIOUR.down_window_s) + 4 * INTERVAL_S)
     try:
-        triggers._redis().set(
+        redis_guard.client().set(
             HISTORY_KEY.format(task_id=task_id), json.dumps([[r.at, r.replicas] for r in history]), ex=ttl
         )
     except redis.RedisError as exc:
@@ -355,8 +428,9 @@ def apply_to_backend(task_id: int, *, final: bool = False) -> None:
         if exc.retryable and not final:
             raise
         with transaction.atomic():
-            record_event(task, EventKind.BACKEND_ERROR,
-                         f"The new autoscaling settings did not reach {task.cluster.name}: {exc}")  # fmt: skip
+            record_event(
+                task, EventKind.BACKEND_ERROR, f"The new autoscaling settings did not reach {task.cluster.name}: {exc}"
+            )
 
 
 def _forget_stale() -> None:

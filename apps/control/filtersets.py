@@ -5,13 +5,13 @@ from __future__ import annotations
 import django_filters
 
 from apps.control.models import BackendObject, CheckpointStore, Installation
-from apps.vdc.filtersets import NAME, NUMBER, TIME, BaseFilterSet
+from apps.core.filtersets import NAME, NUMBER, TIME, BaseFilterSet, IdFilter
 
 
 class BackendObjectFilterSet(BaseFilterSet):
     search_fields = ("name", "external_id", "message")
 
-    vdc = django_filters.NumberFilter(field_name="cluster__vdc")
+    vdc = IdFilter(field_name="cluster__vdc")
     cancelling = django_filters.BooleanFilter(field_name="cancel_requested_at", lookup_expr="isnull", exclude=True)
 
     class Meta(BaseFilterSet.Meta):
@@ -24,6 +24,8 @@ class BackendObjectFilterSet(BaseFilterSet):
             "attempt": NUMBER,
             "name": NAME,
             "external_id": ["exact"],
+            "backend_uid": ["exact"],
+            "launch_token": ["exact"],
             "state": ["exact", "in"],
             "replicas": NUMBER,
             "phase": ["exact", "in"],

@@ -3,13 +3,15 @@
 A health check probes the backend and reads its nodes (Slurm node states and reasons, Kubernetes node
 conditions and cordons) in the same pass, so a node that goes down stops taking placements within one
 check and the tasks on it are requeued by their class rules. A cluster that misses three checks is
-unavailable: its tasks go back to the queue and their jobs are cancelled as soon as it answers again;
-when it does, it is reconciled before it takes anything new.
+unavailable: its running tasks are unknown (they keep their cards; nothing is requeued, cancelled or started
+there) until it answers or its grace period ends, then they go back to the queue and their jobs are cancelled as
+soon as it answers again; when it does, it is reconciled before it takes anything new.
 """
 
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 from django.db import transaction
 from django.utils import timezone
@@ -20,7 +22,8 @@ from apps.clusters.executors.base import ExecutorError, NodeCondition
 from apps.clusters.models import Cluster, Node
 from apps.control.models import BackendObject, ObjectState
 from apps.control.reconcile import reconcile_cluster
-from apps.tasks.choices import ACTIVE
+from apps.tasks import lifecycle
+from apps.tasks.choices import ACTIVE, TaskStatus
 from apps.tasks.models import Task
 from apps.tasks.services import requeue_task
 
@@ -69,15 +72,36 @@ def check_cluster_health(cluster: Cluster) -> Cluster:
         if conditions is not None:
             apply_node_conditions(cluster, conditions)
         if cluster.status == ClusterStatus.UNAVAILABLE:
-            active = Task.objects.select_for_update().select_related("queue").filter(cluster=cluster, status__in=ACTIVE)
-            for task in active:
-                job = (
-                    f"; its job {task.external_id} there is cancelled once the cluster answers"
-                    if task.external_id
-                    else ""
-                )
-                requeue_task(task, f"Cluster {cluster.name} is unavailable ({message}){job}")
+            _unreachable(cluster, message)
     return cluster
+
+
+def _unreachable(cluster: Cluster, message: str) -> None:
+    """An unavailable cluster's tasks (caller is atomic): an unreachable API says nothing about the jobs, so running
+    tasks become unknown and keep what they hold, and tasks that are only starting wait, until the API answers or
+    the cluster's grace period after its last answer ends; then every task is requeued by its class rules and its
+    job cancelled once the cluster answers. A task whose job never reached the backend goes back to the queue at once
+    (docs/control.md, "Cluster health and node state")."""
+    now = timezone.now()
+    since = cluster.last_heartbeat
+    expired = since is None or now - since >= timedelta(seconds=cluster.unknown_grace_s)
+    active = Task.objects.select_for_update().select_related("queue").filter(cluster=cluster, status__in=ACTIVE)
+    for task in active:
+        if expired or not task.external_id:
+            job = (
+                f"; its job {task.external_id} there is cancelled once the cluster answers" if task.external_id else ""
+            )
+            grace = f" for more than {cluster.unknown_grace_s} s" if since is not None and task.external_id else ""
+            requeue_task(task, f"Cluster {cluster.name} is unavailable{grace} ({message}){job}")
+        elif task.status == TaskStatus.RUNNING:
+            lifecycle.save(
+                lifecycle.unknown(
+                    task,
+                    f"Cluster {cluster.name} does not answer ({message}); job "
+                    f"{task.external_id} is left alone until it does, or for "
+                    f"{cluster.unknown_grace_s} s after its last answer",
+                )
+            )
 
 
 def _needs_reconcile_first(cluster: Cluster) -> bool:

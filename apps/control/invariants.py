@@ -4,8 +4,8 @@ and by operators with ``manage.py check_backends``.
 1. Every job of this installation running on a backend belongs to exactly one live attempt, or is being
    cancelled (its object records the request).
 2. No task has two jobs running at once.
-3. No device is held by two tasks: neither in the database (live placements) nor on the backends (running
-   jobs' devices).
+3. No card is held beyond its capacity: neither in the database (live placements) nor on the backends
+   (running jobs' shares); shares of one card that fit together are fine.
 4. No submission is lost: every unfinished task is waiting for the scheduler, or active with a launch
    intent (pending) or a job (active) on its cluster.
 """
@@ -21,6 +21,7 @@ from apps.clusters.models import Cluster
 from apps.control.models import BackendObject, ObjectState
 from apps.control.reconcile import installation_label
 from apps.tasks.choices import ACTIVE, FINAL, WAITING
+from apps.tasks.ledger import WHOLE
 from apps.tasks.models import Task
 
 _RUNNING = (JobPhase.PENDING, JobPhase.RUNNING, JobPhase.UNKNOWN)
@@ -69,14 +70,16 @@ def check(clusters=None) -> list[Violation]:
                 problems.append(Violation("orphan job", f"{where} belongs to no live attempt, not being cancelled"))
             if obj.wanted:
                 running_per_task[obj.task_id] += 1
-            for device in obj.devices or ():
-                running_devices[device] += 1
+            for share in obj.shares or ():
+                running_devices[share["id"]] += share["milli"]
     for task_id, count in running_per_task.items():
         if count > 1:
             problems.append(Violation("duplicate job", f"task #{task_id} has {count} jobs running"))
-    for device, count in running_devices.items():
-        if count > 1:
-            problems.append(Violation("device held twice", f"device {device} is held by {count} running jobs"))
+    for device, milli in running_devices.items():
+        if milli > WHOLE:
+            problems.append(
+                Violation("device held twice", f"device {device} is held {milli / WHOLE:g} times over by running jobs")
+            )
     problems += _database_invariants(clusters)
     return problems
 
@@ -91,8 +94,7 @@ def _database_invariants(clusters: list[Cluster]) -> list[Violation]:
         for o in BackendObject.objects.filter(task__in=active).exclude(state=ObjectState.ENDED)
     }
     for task in active:
-        # Instances an elastic task releases are held on the backend until it confirms (checked above).
-        for instance in task.live_placement:
+        for instance in task.placement or []:
             for device in instance.get("devices", ()):
                 share[device["id"]] += device.get("milli", 1000)
                 holders[device["id"]].append(task.pk)
@@ -101,7 +103,7 @@ def _database_invariants(clusters: list[Cluster]) -> list[Violation]:
                 Violation("lost submission", f"task #{task.pk} is {task.status} without a job or launch intent")
             )
     for device, milli in share.items():
-        if milli > 1000:
+        if milli > WHOLE:
             problems.append(Violation("device held twice", f"device {device} is given to tasks {holders[device]}"))
     unknown = Task.objects.exclude(status__in=(*WAITING, *ACTIVE, *FINAL))
     for task in unknown:

@@ -6,6 +6,7 @@ from apps.clusters.choices import ClusterType
 from apps.clusters.executors.base import (
     LABEL_ATTEMPT,
     LABEL_INSTALLATION,
+    LABEL_LAUNCH_TOKEN,
     LABEL_PROJECT,
     LABEL_TASK_ID,
     LABEL_TASK_UID,
@@ -19,6 +20,9 @@ from apps.clusters.executors.k8s_manifests import runtime_classes
 from apps.clusters.gpuspec import GPURequest, GPUSpecError, parse_gpu_spec
 from apps.clusters.isolation import isolation_settings
 from apps.clusters.models import GPUModel
+from apps.clusters.volcano import volcano_queue
+from apps.queues.choices import BackendFlavour
+from apps.queues.engine import autoscale as rules
 from apps.remotegpu.keys import remote_gpu_secrets
 from apps.tasks.models import Task
 from apps.vdc.models import ProjectSecret
@@ -64,11 +68,21 @@ def _autoscaling(task: Task) -> dict:
     if task.kind != "inference":
         return {}
     settings = {
-        "min_replicas": task.autoscale_min, "max_replicas": task.autoscale_max,
-        "target_cpu_utilization": task.autoscale_cpu_percent, "target_gpu_utilization": task.autoscale_gpu_percent,
-        "target_memory_utilization": task.autoscale_memory_percent, "health_path": task.readiness_path or None,
-        "target_requests_per_second": task.autoscale_rps, "target_requests_in_flight": task.autoscale_concurrency,
-    }  # fmt: skip
+        "min_replicas": task.autoscale_min,
+        "max_replicas": task.autoscale_max,
+        "target_cpu_utilization": task.autoscale_cpu_percent,
+        "target_gpu_utilization": task.autoscale_gpu_percent,
+        "target_memory_utilization": task.autoscale_memory_percent,
+        "health_path": task.readiness_path or None,
+        "target_requests_per_second": task.autoscale_rps,
+        "target_requests_in_flight": task.autoscale_concurrency,
+    }
+    if task.autoscale_max:
+        # The same stabilisation as the portal's own autoscaler, so a service scales alike on every backend.
+        settings |= {
+            "scale_up_window_s": int(rules.DEFAULT.up_window_s),
+            "scale_down_window_s": int(rules.DEFAULT.down_window_s),
+        }
     return {key: value for key, value in settings.items() if value is not None}
 
 
@@ -103,8 +117,9 @@ def project_secrets(task: Task) -> tuple[dict[str, str], dict[str, str]]:
     return env, files
 
 
-def job_spec(task: Task, installation: str) -> JobSpec:
-    """Map a scheduled task and its placement onto the backend-neutral JobSpec.
+def job_spec(task: Task, installation: str, launch_token: str = "") -> JobSpec:
+    """Map a scheduled task and its placement onto the backend-neutral JobSpec (carrying the launch intent's
+    ``launch_token`` among its labels when given).
 
     Raises a non-retryable ExecutorError when the task's secret variables cannot be decrypted.
     """
@@ -122,19 +137,34 @@ def job_spec(task: Task, installation: str) -> JobSpec:
     if model_name:
         m = GPUModel.objects.get(name=model_name)
         gpu_model = GPUModelSpec(
-            name=m.name, vendor=m.vendor, resource_name=m.resource_name, visible_devices_env=m.visible_devices_env,
-            slurm_gres_type=m.slurm_gres_type, shareable=m.shareable, vram_gib=float(m.vram_gib or 0),
+            name=m.name,
+            vendor=m.vendor,
+            resource_name=m.resource_name,
+            visible_devices_env=m.visible_devices_env,
+            slurm_gres_type=m.slurm_gres_type,
+            shareable=m.shareable,
+            vram_gib=float(m.vram_gib or 0),
             partition=m.partition,
-        )  # fmt: skip
+        )
     share = _share(task)
     first = placements[0]["devices"] if placements else []
     gpus = sum(d.get("milli", 1000) for d in first) / 1000
+    kubernetes = task.cluster.cluster_type == ClusterType.KUBERNETES
+    volcano = kubernetes and task.queue.backend_flavour == BackendFlavour.VOLCANO
     settings = {
-        "ide": task.ide_type, "framework": task.framework, "model_path": task.model_path, "epochs": task.epochs,
-        "batch_size": task.batch_size, "checkpoint_path": task.checkpoint_path, "retries": task.max_retries,
+        "ide": task.ide_type,
+        "framework": task.framework,
+        "model_path": task.model_path,
+        "epochs": task.epochs,
+        "batch_size": task.batch_size,
+        "checkpoint_path": task.checkpoint_path,
+        "retries": task.max_retries,
         "tensorboard_dir": task.tensorboard_dir,
-        "port": task.port, "max_tokens": task.max_tokens,
+        "port": task.port,
+        "max_tokens": task.max_tokens,
         "temperature": float(task.temperature) if task.temperature is not None else None,
+        # A sweep element's values, HCS_PARAM_<NAME> in the job (docs/tasks.md, "Parameter sweeps").
+        "sweep_values": task.sweep_values or None,
         # An inference service's autoscaling, under the names the backends read (the HPA on Kubernetes).
         **_autoscaling(task),
         "queue": task.queue.name,
@@ -144,9 +174,11 @@ def job_spec(task: Task, installation: str) -> JobSpec:
         "runtime_classes": runtime_classes(task.cluster.labels) or None,
         # Per-project clusters: the project's namespace / account, ensured by the executor before it submits.
         "isolation": isolation_settings(task.cluster, task.project, installation),
-    }  # fmt: skip
+        # The portal queue's Volcano Queue, likewise ensured before a Volcano Job is submitted.
+        "volcano_queue": volcano_queue(task.cluster, task.queue, installation) if volcano else None,
+    }
     namespace = task.cluster.namespace
-    if settings["isolation"] and task.cluster.cluster_type == ClusterType.KUBERNETES:
+    if settings["isolation"] and kubernetes:
         namespace = settings["isolation"]["namespace"]
     return JobSpec(
         task_id=task.pk,
@@ -175,7 +207,7 @@ def job_spec(task: Task, installation: str) -> JobSpec:
         ),
         namespace=namespace,
         time_limit_s=int(task.wall_time.total_seconds()) if task.wall_time else None,
-        labels=owner_labels(task, installation),
+        labels={**owner_labels(task, installation), **({LABEL_LAUNCH_TOKEN: launch_token} if launch_token else {})},
         settings={k: v for k, v in settings.items() if v not in (None, "")},
         backend_flavour=task.queue.backend_flavour,
         task_uid=task.uid.hex,

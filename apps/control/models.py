@@ -9,6 +9,7 @@ from django.db.models import Q
 
 from apps.clusters.models import Cluster
 from apps.tasks.choices import ACTIVE
+from apps.tasks.ledger import placement_devices
 from apps.tasks.models import Task
 
 
@@ -46,6 +47,25 @@ class ObjectState(models.TextChoices):
 HOLDING = (ObjectState.PENDING, ObjectState.ACTIVE)
 
 
+class BackendObjectQuerySet(models.QuerySet):
+    def holders_of(self, device_ids) -> dict[int, set[int | None]]:
+        """Card id -> the tasks whose jobs (launching, running or being cancelled) may hold it on the backend, for
+        the cards of ``device_ids`` that any such job holds. Every placement has its job's object from the moment
+        it is decided, so this is also every card an active task holds."""
+        wanted = set(device_ids)
+        holders: dict[int, set[int | None]] = {}
+        for task_id, shares in self.filter(state__in=HOLDING).values_list("task_id", "shares"):
+            for share in shares or ():
+                if share["id"] in wanted:
+                    holders.setdefault(share["id"], set()).add(task_id)
+        return holders
+
+
+def new_launch_token() -> str:
+    """A fresh launch token (docs/control.md, "Identity by id")."""
+    return uuid.uuid4().hex
+
+
 class BackendObject(models.Model):
     """One job the portal asked a backend to run (a Slurm job, a Kubernetes workload, a local process).
 
@@ -60,9 +80,24 @@ class BackendObject(models.Model):
     task_uid = models.UUIDField(help_text="The task's uid, carried by the object on the backend")
     attempt = models.PositiveIntegerField()
     name = models.CharField(max_length=128, help_text="Job name on the backend")
+    launch_token = models.CharField(
+        max_length=32,
+        default=new_launch_token,
+        editable=False,
+        help_text="Random per launch intent, written into the job: adopts a job whose submit answer was lost",
+    )
     external_id = models.CharField(max_length=255, blank=True, help_text="The backend's id, once it is known")
+    backend_uid = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="Where the backend's id is a reusable name (Kubernetes): the object's UID, recorded when first seen",
+    )
     state = models.CharField(max_length=8, choices=ObjectState.choices, default=ObjectState.PENDING, db_index=True)
-    devices = models.JSONField(default=list, blank=True, help_text="Device ids the object may hold on its backend")
+    shares = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='Cards the object may hold on its backend, with the share of each: [{"id": 7, "milli": 500}]',
+    )
     replicas = models.PositiveIntegerField(default=1, help_text="Instances the backend was asked to run")
     phase = models.CharField(max_length=16, blank=True, help_text="Last phase the backend reported")
     message = models.TextField(blank=True, help_text="Last thing the control plane did or saw")
@@ -75,6 +110,8 @@ class BackendObject(models.Model):
     observed_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
 
+    objects = BackendObjectQuerySet.as_manager()
+
     class Meta:
         ordering = ["-created_at", "-id"]
         constraints = [
@@ -86,6 +123,11 @@ class BackendObject(models.Model):
         return f"{self.name} on {self.cluster_id} ({self.state})"
 
     @property
+    def device_ids(self) -> list[int]:
+        """The cards the object may hold on its backend."""
+        return [share["id"] for share in self.shares or ()]
+
+    @property
     def wanted(self) -> bool:
         """True while the object's task is active on this cluster in this attempt (the desired state)."""
         task = self.task
@@ -95,6 +137,19 @@ class BackendObject(models.Model):
             and task.cluster_id == self.cluster_id
             and task.status in ACTIVE
         )
+
+
+def shares_of(placement: list[dict]) -> list[dict]:
+    """The cards a placement holds, as a backend object records them: [{"id": card, "milli": thousandths}]."""
+    return [{"id": pk, "milli": milli} for pk, milli in sorted(placement_devices(placement).items())]
+
+
+def merge_shares(held: list[dict] | None, added: list[dict]) -> list[dict]:
+    """What an object holds after it grew by ``added`` (shares of one card add up)."""
+    total: dict[int, int] = {}
+    for share in [*(held or ()), *added]:
+        total[share["id"]] = total.get(share["id"], 0) + share["milli"]
+    return [{"id": pk, "milli": milli} for pk, milli in sorted(total.items())]
 
 
 class CheckpointStore(models.Model):

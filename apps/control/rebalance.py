@@ -1,4 +1,4 @@
-"""The inter-project rebalancer (seed 003): per VDC, open and return capacity loans by the pure rules.
+"""The inter-project rebalancer (docs/rules.md#rebalancing): per VDC, open and return capacity loans by the pure rules.
 
 One run per VDC holds the VDC row lock (the one a scheduling cycle takes), so loans never change under a cycle
 and two runs of the same VDC never overlap (a second one skips). Returns are checked on every beat tick;
@@ -85,11 +85,11 @@ def project_states(vdc: VDC, now: datetime, low_class_only: bool = False) -> dic
     low_queues = {q.id for q in snapshot.queues if q.priority_class == em.LOW}
     used: dict[int, list[float]] = {}
     for run in snapshot.running:
-        n = len(run.placements)
+        held = loader.tasks[run.task.id]
         row = used.setdefault(run.task.project_id, [0.0, 0.0, 0.0])
-        row[0] += run.task.cpu * n
-        row[1] += run.task.memory_gib * n
-        row[2] += float(loader.equivalents(run.placements))
+        row[0] += float(held.held_cpu)
+        row[1] += float(held.held_memory_gib)
+        row[2] += float(held.allocated_gpu)
     waiting: dict[int, list[float]] = {}
     blocked: dict[int, list[float]] = {}
     loanable: dict[int, list[float]] = {}
@@ -168,11 +168,18 @@ def rebalance_vdc(vdc_id: int, now: datetime | None = None) -> RebalanceResult:
             if not any(_quantity(v) > 0 for v in (new.amount.gpu, new.amount.cpu, new.amount.memory_gib)):
                 continue  # less than the smallest amount a loan records: not worth one
             loan = CapacityLoan.objects.create(
-                vdc=vdc, lender_id=new.lender_id, borrower_id=new.borrower_id,
-                gpu=_quantity(new.amount.gpu), cpu=_quantity(new.amount.cpu),
-                memory_gib=_quantity(new.amount.memory_gib), reason=new.reason, figures=dict(new.figures),
-                started_at=now, expires_at=now + settings.max_loan_duration, accounted_until=now,
-            )  # fmt: skip
+                vdc=vdc,
+                lender_id=new.lender_id,
+                borrower_id=new.borrower_id,
+                gpu=_quantity(new.amount.gpu),
+                cpu=_quantity(new.amount.cpu),
+                memory_gib=_quantity(new.amount.memory_gib),
+                reason=new.reason,
+                figures=dict(new.figures),
+                started_at=now,
+                expires_at=now + settings.max_loan_duration,
+                accounted_until=now,
+            )
             log.info("rebalancer %s: opened %s: %s", vdc.name, loan, new.reason)
             result.opened += 1
         if due:
@@ -209,7 +216,7 @@ def run_all(now: datetime | None = None) -> list[RebalanceResult]:
     for pk in sorted(ids):
         try:
             results.append(rebalance_vdc(pk, now))
-        except Exception:  # noqa: BLE001 - one VDC's failure must not stop the others
+        except Exception:  # one VDC's failure must not stop the others
             log.exception("rebalancer run of VDC %s failed", pk)
             results.append(RebalanceResult(vdc=str(pk), skipped=True))
     return results
@@ -246,7 +253,10 @@ def _settle(loan: CapacityLoan, billing: str) -> str:
     target = loan.lender if billing == LoanBilling.LENDER_CREDITED else loan.borrower
     what = "lent to" if billing == LoanBilling.LENDER_CREDITED else "borrowed from"
     other = loan.borrower if billing == LoanBilling.LENDER_CREDITED else loan.lender
-    add_credit(account_of(target), value, description=f"Capacity loan #{loan.pk}: {hours.normalize():f} GPU-eq "
-               f"hours {what} {other}")  # fmt: skip
+    add_credit(
+        account_of(target),
+        value,
+        description=f"Capacity loan #{loan.pk}: {hours.normalize():f} GPU-eq hours {what} {other}",
+    )
     verb = "lender credited" if billing == LoanBilling.LENDER_CREDITED else "borrower refunded"
     return f"{verb} {value} {rule.currency} for {hours.normalize():f} GPU-eq hours"

@@ -21,7 +21,7 @@ they are still in the state the call was made for, so a slow backend never overw
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.db import transaction
@@ -34,6 +34,7 @@ from apps.clusters.executors.base import (
     CHECKPOINT_KINDS,
     LABEL_ATTEMPT,
     LABEL_INSTALLATION,
+    LABEL_LAUNCH_TOKEN,
     LABEL_TASK_UID,
     Executor,
     ExecutorError,
@@ -41,21 +42,21 @@ from apps.clusters.executors.base import (
     JobState,
 )
 from apps.clusters.models import Cluster
+from apps.control.devices import follow_devices
 from apps.control.jobspec import job_spec
-from apps.control.models import HOLDING, BackendObject, CheckpointStore, Installation, ObjectState
+from apps.control.models import HOLDING, BackendObject, CheckpointStore, Installation, ObjectState, shares_of
 from apps.control.triggers import request_cycle, request_reconcile
 from apps.queues import stats
+from apps.tasks import lifecycle, sweeps
 from apps.tasks.choices import ACTIVE, FINAL, EventKind, FailureReason, TaskStatus
+from apps.tasks.ledger import WHOLE, placement_devices
 from apps.tasks.models import Task
 from apps.tasks.services import (
     adopt_instances,
-    placement_equivalents,
     record_event,
     requeue_task,
     retry_failed_run,
-    settle_placement,
 )
-from apps.tasks.signals import task_changed
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,7 @@ class ReconcileResult:
     cancelled: int = 0
     ended: int = 0
     untracked: int = 0
+    look_alikes: int = 0
     resized: int = 0
     checkpoints_removed: int = 0
     errors: list[str] = field(default_factory=list)
@@ -119,12 +121,21 @@ def _locked_object(object_id: int) -> BackendObject:
 
 
 def device_conflicts(obj: BackendObject) -> list[BackendObject]:
-    """Other objects on the cluster that may still hold one of ``obj``'s devices on the backend."""
-    mine = set(obj.devices or ())
+    """Other objects on the cluster whose jobs may still hold so much of one of ``obj``'s cards that ``obj``'s share
+    does not fit beside them (shares of one card that fit together launch together)."""
+    mine = {share["id"]: share["milli"] for share in obj.shares or ()}
     if not mine:
         return []
     others = BackendObject.objects.filter(cluster_id=obj.cluster_id, state__in=HOLDING).exclude(pk=obj.pk)
-    return [o for o in others.select_related("task") if mine & set(o.devices or ())]
+    held: dict[int, int] = dict.fromkeys(mine, 0)
+    holders: dict[int, list[BackendObject]] = {pk: [] for pk in mine}
+    for other in others.select_related("task", "cluster"):
+        for share in other.shares or ():
+            if share["id"] in mine:
+                held[share["id"]] += share["milli"]
+                holders[share["id"]].append(other)
+    blocking = {o.pk: o for pk, milli in mine.items() if held[pk] + milli > WHOLE for o in holders[pk]}
+    return list(blocking.values())
 
 
 def launch_object(object_id: int) -> int | None:
@@ -146,6 +157,12 @@ def launch_object(object_id: int) -> int | None:
             _note_waiting(obj.task, conflicts)
             transaction.on_commit(lambda: request_reconcile(obj.cluster_id))
             return None
+        earlier = unfenced_runs(obj)
+        if earlier:
+            _note_waiting(obj.task, earlier, "to end")
+            for cluster_id in {o.cluster_id for o in earlier}:
+                transaction.on_commit(lambda cluster_id=cluster_id: request_reconcile(cluster_id))
+            return None
         obj.lease_until = now + LEASE
         obj.submit_attempts += 1
         obj.save(update_fields=["lease_until", "submit_attempts"])
@@ -157,7 +174,8 @@ def launch_object(object_id: int) -> int | None:
             )
     try:
         executor = executor_for(obj.cluster)
-        external_id = executor.submit(job_spec(task, Installation.current().uid.hex), fresh=obj.submit_attempts == 1)
+        spec = job_spec(task, Installation.current().uid.hex, launch_token=obj.launch_token)
+        external_id = executor.submit(spec, fresh=obj.submit_attempts == 1)
     except ExecutorError as exc:
         _launch_failed(obj.pk, exc)
         return None
@@ -177,23 +195,22 @@ def launch_object(object_id: int) -> int | None:
 
 
 def _mark_submitted(task: Task, external_id: str, message: str) -> None:
-    task.external_id = external_id
-    task.status = TaskStatus.STARTING
-    task.status_message = ""
-    task.save(update_fields=["external_id", "status", "status_message", "updated_at"])
-    record_event(task, EventKind.STATUS, message, from_status=TaskStatus.SCHEDULED, to_status=task.status,
-                 data={"external_id": external_id})  # fmt: skip
+    lifecycle.save(lifecycle.submitted_to_backend(task, external_id, message))
 
 
-def _note_waiting(task: Task, conflicts: list[BackendObject]) -> None:
+def unfenced_runs(obj: BackendObject) -> list[BackendObject]:
+    """Earlier attempts of the object's task whose jobs their backend has not confirmed ended: a rerun waits for them,
+    so that the task's work never runs twice at once (docs/control.md, "Fencing"). A cluster unavailable past its
+    grace period is not waited for (its job is cancelled once it answers)."""
+    earlier = BackendObject.objects.filter(task_uid=obj.task_uid, attempt__lt=obj.attempt, state__in=HOLDING)
+    return list(earlier.exclude(cluster__status=ClusterStatus.UNAVAILABLE).select_related("cluster"))
+
+
+def _note_waiting(task: Task, conflicts: list[BackendObject], what: str = "to release its devices") -> None:
     """Say on the task which jobs it waits for (once per change, not at every pass)."""
     holders = ", ".join(f"{o.name}" + (f" (task #{o.task_id})" if o.task_id else "") for o in conflicts[:3])
-    message = f"Waiting for {holders} to release its devices on {conflicts[0].cluster.name}"
-    locked = _locked_task(task.pk)
-    if locked.status_message != message:
-        locked.status_message = message
-        locked.save(update_fields=["status_message", "updated_at"])
-        record_event(locked, EventKind.STATUS, message, data={"waiting_for": [o.name for o in conflicts]})
+    message = f"Waiting for {holders} {what} on {conflicts[0].cluster.name}"
+    lifecycle.save(lifecycle.noted(_locked_task(task.pk), message, data={"waiting_for": [o.name for o in conflicts]}))
 
 
 def _launch_failed(object_id: int, exc: ExecutorError) -> None:
@@ -214,11 +231,11 @@ def _launch_failed(object_id: int, exc: ExecutorError) -> None:
         note = f"Waiting for {obj.cluster.name}: {exc}"
         if obj.wanted and task.status_message != note:
             first = not task.status_message.startswith(f"Waiting for {obj.cluster.name}:")
-            task.status_message = note
-            task.save(update_fields=["status_message", "updated_at"])
+            change = lifecycle.noted(task, note, kind=None)
             if first:
-                record_event(task, EventKind.BACKEND_ERROR, f"{note}; the launch is retried until the cluster "
-                             "answers or is declared unavailable", data={"retryable": True})  # fmt: skip
+                said = f"{note}; the launch is retried until the cluster answers or is declared unavailable"
+                change.events.append(lifecycle.event(task, EventKind.BACKEND_ERROR, said, data={"retryable": True}))
+            lifecycle.save(change)
 
 
 def _fail_task(task_id: int, attempt: int, message: str) -> None:
@@ -226,13 +243,7 @@ def _fail_task(task_id: int, attempt: int, message: str) -> None:
     task = _locked_task(task_id)
     if task.attempt != attempt or task.status not in ACTIVE:
         return
-    previous = task.status
-    task.status = TaskStatus.FAILED
-    task.status_message = message
-    task.failure_reason = FailureReason.LAUNCH
-    task.finished_at = timezone.now()
-    task.save()
-    record_event(task, EventKind.BACKEND_ERROR, message, from_status=previous, to_status=task.status)
+    lifecycle.save(lifecycle.launch_failed(task, message))
     transaction.on_commit(request_cycle)
 
 
@@ -257,25 +268,70 @@ def reconcile_cluster(cluster_id: int) -> ReconcileResult:
         log.info("reconcile %s: cannot list the backend: %s", cluster.name, exc)
         return result
     result.listed = len(observed)
-    by_identity = {_identity(state): state for state in observed}
+    by_id = {state.external_id: state for state in observed}
+    claimed: set[str] = set()
     now = timezone.now()
     for obj in objects:
-        state = by_identity.pop((obj.task_uid.hex, str(obj.attempt)), None)
+        state = _followed_job(obj, observed, by_id)
+        if state is not None:
+            claimed.add(state.external_id)
         try:
             _reconcile_object(obj, state, executor, result, now)
         except ExecutorError as exc:
             result.errors.append(f"{obj.name}: {exc}")
             log.warning("reconcile %s: %s: %s", cluster.name, obj.name, exc)
-    for state in by_identity.values():
-        if state.phase in _RUNNING_PHASES:
-            try:
-                _untracked(cluster, state, executor, result)
-            except ExecutorError as exc:
-                result.errors.append(f"{state.name}: {exc}")
+    live = {(o.task_uid.hex, str(o.attempt)): o for o in objects}
+    for state in observed:
+        if state.external_id in claimed or state.phase not in _RUNNING_PHASES:
+            continue
+        owner = live.get(_identity(state))
+        if owner is not None:
+            _look_alike(owner, state, result)
+            continue
+        try:
+            _untracked(cluster, state, executor, result)
+        except ExecutorError as exc:
+            result.errors.append(f"{state.name}: {exc}")
     remove_deleted_checkpoints(cluster, executor, result)
     if result.cancelled or result.ended:
         transaction.on_commit(request_cycle)
     return result
+
+
+def _followed_job(obj: BackendObject, observed: list[JobState], by_id: dict[str, JobState]) -> JobState | None:
+    """The job an object follows: exactly the one whose id it recorded at launch; for a launch whose answer was lost
+    (no id yet), the job carrying its launch token, the first submitted if a copy carries it too. Never a job found by
+    name and labels alone (docs/control.md, "Identity by id")."""
+    if obj.external_id:
+        state = by_id.get(obj.external_id)
+        if state is not None and obj.backend_uid and state.uid and state.uid != obj.backend_uid:
+            return None  # another object under the same name (the one it followed was replaced): not ours
+        return state
+    mine = [s for s in observed if s.labels.get(LABEL_LAUNCH_TOKEN) == obj.launch_token]
+    return min(mine, key=lambda s: (len(s.external_id), s.external_id)) if mine else None
+
+
+def _look_alike(owner: BackendObject, state: JobState, result: ReconcileResult) -> None:
+    """A job that carries a live attempt's identity but is not the job that attempt follows (a copy of its name and
+    labels, a second submit of the same attempt): reported on the task's timeline once and in the log, never followed
+    and never cancelled (it is not the portal's to judge)."""
+    result.look_alikes += 1
+    log.warning(
+        "%s: job %s carries the identity of %s but is not its job %s: not followed",
+        owner.cluster.name,
+        state.external_id,
+        owner.name,
+        owner.external_id or "(not submitted yet)",
+    )
+    if owner.task_id is None:
+        return
+    message = (
+        f"Job {state.external_id} on {owner.cluster.name} carries this task's name and labels but is not its "
+        f"job{f' {owner.external_id}' if owner.external_id else ''}: reported, not followed"
+    )
+    task = Task.objects.get(pk=owner.task_id)
+    if not task.events.filter(kind=EventKind.BACKEND_ERROR, message=message).exists():
+        record_event(task, EventKind.BACKEND_ERROR, message, data={"look_alike": state.external_id})
 
 
 def remove_deleted_checkpoints(cluster: Cluster, executor: Executor, result: ReconcileResult) -> None:
@@ -330,10 +386,16 @@ def _reconcile_object(obj: BackendObject, state: JobState | None, executor: Exec
         if _adopt(obj, state):
             result.adopted += 1
         obj.refresh_from_db()
+    if state.uid and not obj.backend_uid:
+        BackendObject.objects.filter(pk=obj.pk, backend_uid="").update(backend_uid=state.uid)
+        obj.backend_uid = state.uid
     if state.restarts > 0:
         # Slurm requeued the job by itself after a node failure: the portal's rules decide what happens next.
-        _lost(obj, f"the backend restarted job {state.external_id} by itself (node failure); requeued as a new "
-                   "attempt by the portal's rules")  # fmt: skip
+        _lost(
+            obj,
+            f"the backend restarted job {state.external_id} by itself (node failure); requeued as a new "
+            "attempt by the portal's rules",
+        )
         if state.phase in _RUNNING_PHASES:
             _cancel(obj, state, executor)
             result.cancelled += 1
@@ -349,6 +411,7 @@ def _reconcile_object(obj: BackendObject, state: JobState | None, executor: Exec
     if _follow_size(obj, state, executor):
         result.resized += 1
     _follow_readiness(obj, state)
+    follow_devices(obj, state)
 
 
 def _final_state(obj: BackendObject, executor: Executor) -> JobState | None:
@@ -387,8 +450,9 @@ def _adopt(obj: BackendObject, state: JobState) -> bool:
         locked.save(update_fields=["external_id", "state", "lease_until", "submitted_at", "message"])
         task = _locked_task(locked.task_id)
         if task.status == TaskStatus.SCHEDULED and task.attempt == locked.attempt and not task.external_id:
-            _mark_submitted(task, state.external_id,
-                            f"Found on {task.cluster.name} as {state.external_id} by reconciliation")  # fmt: skip
+            _mark_submitted(
+                task, state.external_id, f"Found on {task.cluster.name} as {state.external_id} by reconciliation"
+            )
     return True
 
 
@@ -427,8 +491,12 @@ def _cancel(obj: BackendObject, state: JobState, executor: Executor) -> None:
                 if task.attempt == locked.attempt
                 else ("it belongs to no live attempt of the task")
             )
-            record_event(task, EventKind.STATUS, f"Cancelling job {external_id} on {locked.cluster.name}: {why}",
-                         data={"external_id": external_id, "attempt": locked.attempt})  # fmt: skip
+            record_event(
+                task,
+                EventKind.STATUS,
+                f"Cancelling job {external_id} on {locked.cluster.name}: {why}",
+                data={"external_id": external_id, "attempt": locked.attempt},
+            )
 
 
 def _untracked(cluster: Cluster, state: JobState, executor: Executor, result: ReconcileResult) -> None:
@@ -448,8 +516,11 @@ def _untracked(cluster: Cluster, state: JobState, executor: Executor, result: Re
             "name": state.name or state.external_id,
             "external_id": state.external_id,
             "state": ObjectState.ACTIVE,
-        },  # fmt: skip
+        },
     )
+    if obj.external_id and obj.external_id != state.external_id:
+        _look_alike(obj, state, result)  # the attempt's own job was another one: this one is not the portal's
+        return
     if obj.state == ObjectState.ENDED:
         BackendObject.objects.filter(pk=obj.pk).update(state=ObjectState.ACTIVE, ended_at=None)
         obj.refresh_from_db()
@@ -496,36 +567,50 @@ def apply_state(obj: BackendObject, state: JobState, backend_retries: bool = Fal
         if retry and retry_failed_run(task, state.exit_code, _failure_of(state), state.message):
             transaction.on_commit(request_cycle)
             return 1
-        if previous == TaskStatus.SCHEDULED and not task.external_id:
-            task.external_id = state.external_id
-        task.status = new
-        task.status_message = state.message
-        if new in FINAL:
-            task.finished_at = state.finished_at or timezone.now()
-            task.exit_code = state.exit_code
-        if new == TaskStatus.FAILED:
-            task.failure_reason = _failure_of(state)
-        kind = {
-            TaskStatus.RUNNING: EventKind.STARTED, TaskStatus.COMPLETED: EventKind.COMPLETED,
-            TaskStatus.FAILED: EventKind.FAILED, TaskStatus.STOPPED: EventKind.STOPPED,
-        }.get(new, EventKind.STATUS)  # fmt: skip
         message = state.message or f"{task.cluster.name} reports {state.phase.value}"
         if new == TaskStatus.STOPPED:
             message = f"Cancelled on {task.cluster.name}" + (f": {state.message}" if state.message else "")
-        task.save()
+        if previous == TaskStatus.UNKNOWN and new == TaskStatus.RUNNING:
+            message = f"{task.cluster.name} answers again: job {obj.external_id} is still running"
         ran = new == TaskStatus.RUNNING or (new in FINAL and state.started_at is not None)
-        reached_running = previous != TaskStatus.RUNNING and ran
-        if new in FINAL and previous != TaskStatus.RUNNING and state.started_at:
-            # It ran and ended between two syncs: keep the run visible in the timeline.
-            record_event(task, EventKind.STARTED, f"Ran on {task.cluster.name} from {state.started_at:%H:%M:%S}",
-                         from_status=previous, to_status=TaskStatus.RUNNING)  # fmt: skip
-            previous = TaskStatus.RUNNING
-        record_event(task, kind, message, from_status=previous, to_status=new, data={"exit_code": state.exit_code})
+        reached_running = previous not in (TaskStatus.RUNNING, TaskStatus.UNKNOWN) and ran
+        change = lifecycle.followed(
+            task,
+            new,
+            message,
+            note=state.message,
+            external_id=state.external_id,
+            finished_at=state.finished_at,
+            exit_code=state.exit_code,
+            failure=_failure_of(state),
+            ran_from=state.started_at,
+            cluster_name=task.cluster.name,
+        )
+        lifecycle.save(change)
         if reached_running:
             _observe_start(task, state.started_at or timezone.now())
         if new in FINAL:
             transaction.on_commit(request_cycle)
+            if task.sweep_id:
+                task_id, cluster_id, external_id = task.pk, obj.cluster_id, state.external_id or obj.external_id
+                transaction.on_commit(lambda: record_metric(task_id, cluster_id, external_id))
     return 1
+
+
+def record_metric(task_id: int, cluster_id: int, external_id: str) -> None:
+    """A sweep element's run ended: its metric is the last ``HCS_METRIC name=value`` line at the end of its log
+    (docs/tasks.md, "Parameter sweeps"). A log that cannot be read now leaves the metric as it was."""
+    cluster = Cluster.objects.filter(pk=cluster_id).first()
+    if cluster is None or not external_id:
+        return
+    try:
+        text = executor_for(cluster).logs(external_id, tail=sweeps.METRIC_TAIL_LINES)
+    except ExecutorError as exc:
+        log.warning("task %s: no metric read from the log of %s: %s", task_id, external_id, exc)
+        return
+    found = sweeps.last_metric(text)
+    if found is not None:
+        Task.objects.filter(pk=task_id).update(metric_name=found[0], metric_value=found[1])
 
 
 def _observe_start(task: Task, running_at) -> None:
@@ -556,14 +641,12 @@ def _observe_start(task: Task, running_at) -> None:
 
 def _follow_readiness(obj: BackendObject, state: JobState) -> None:
     """Keep an inference service's ready replicas (those passing its readiness probe) as its backend reports them."""
-    if state.ready_replicas is None or obj.task_id is None:
+    if state.ready_replicas is None or obj.task_id is None or obj.task.ready_replicas == state.ready_replicas:
         return
-    changed = Task.objects.filter(pk=obj.task_id, attempt=obj.attempt, status__in=ACTIVE).exclude(
-        ready_replicas=state.ready_replicas
-    )
-    if changed.update(ready_replicas=state.ready_replicas):
-        task_id = obj.task_id
-        transaction.on_commit(lambda: task_changed.send(sender=Task, task_ids=[task_id]))
+    with transaction.atomic():
+        task = _locked_task(obj.task_id)
+        if task.attempt == obj.attempt and task.status in ACTIVE:
+            lifecycle.save(lifecycle.ready(task, state.ready_replicas))
 
 
 def _failure_of(state: JobState) -> str:
@@ -579,39 +662,35 @@ def _follow_size(obj: BackendObject, state: JobState, executor: Executor) -> boo
     if task is None or not (executor.supports_resize or portal_scaled):
         return False
     if task.is_elastic or portal_scaled:
-        wanted = len(task.live_placement)
+        wanted = len(task.placement or [])
+        released = set(obj.device_ids) - set(placement_devices(task.placement))
         # A portal-scaled service's replica process that died is started again (resize is idempotent).
-        died = portal_scaled and state.replicas is not None and state.replicas < wanted and not task.releasing_placement
+        died = portal_scaled and state.replicas is not None and state.replicas < wanted and not released
         if obj.replicas != wanted or died:
             if portal_scaled:
-                executor.resize(obj.external_id, wanted, spec=_live_spec(task))
+                executor.resize(obj.external_id, wanted, spec=job_spec(task, Installation.current().uid.hex))
             else:
-                executor.resize(obj.external_id, wanted, tuple(p["node_name"] for p in task.live_placement))
+                executor.resize(obj.external_id, wanted, tuple(p["node_name"] for p in task.placement))
             BackendObject.objects.filter(pk=obj.pk).update(replicas=wanted, message=f"resize to {wanted} requested")
             return True
-        if state.replicas == wanted and task.releasing_placement:
+        if state.replicas == wanted and released:
             with transaction.atomic():
-                locked = _locked_task(task.pk)
-                if locked.attempt == obj.attempt and locked.status in ACTIVE:
-                    settle_placement(locked, f"{obj.cluster.name} runs {wanted} replicas: released devices are free")
-                    BackendObject.objects.filter(pk=obj.pk).update(devices=_device_ids(locked.placement))
+                locked = _locked_object(obj.pk)
+                if locked.task_id and locked.attempt == obj.attempt:
+                    locked.shares = shares_of(_locked_task(locked.task_id).placement)
+                    locked.save(update_fields=["shares"])
+                    record_event(
+                        locked.task,
+                        EventKind.RESIZED,
+                        f"{obj.cluster.name} runs {wanted} replicas: the cards it gave back are free",
+                        data={"released": sorted(released)},
+                    )
         return False
     settled = state.replicas is not None and state.replicas == state.desired_replicas
     if state.desired_replicas is not None and state.desired_replicas != obj.replicas and settled:
         _adopt_backend_size(obj, state)
         return True
     return False
-
-
-def _live_spec(task: Task):
-    """The task's job spec with one placement per live instance (a portal-scaled service's replicas)."""
-    spec = job_spec(task, Installation.current().uid.hex)
-    live = [i for i, p in enumerate(task.placement or []) if not p.get("releasing")]
-    return replace(spec, instances=len(live), placements=tuple(spec.placements[i] for i in live))
-
-
-def _device_ids(placement: list[dict]) -> list[int]:
-    return sorted({d["id"] for p in placement for d in p.get("devices", ())})
 
 
 def _adopt_backend_size(obj: BackendObject, state: JobState) -> None:
@@ -621,19 +700,14 @@ def _adopt_backend_size(obj: BackendObject, state: JobState) -> None:
         task = _locked_task(obj.task_id)
         if task.attempt != obj.attempt or task.status not in ACTIVE:
             return
-        before = len(task.live_placement)
+        before = len(task.placement or [])
         placement, unplaced = adopt_instances(task, list(state.nodes))
-        task.placement = placement
-        task.replicas = len(placement)
-        task.allocated_gpu = placement_equivalents(placement)
-        task.save(update_fields=["placement", "replicas", "allocated_gpu", "updated_at"])
         message = f"{obj.cluster.name} runs {state.desired_replicas} replicas (was {before}), as its autoscaler chose"
         if unplaced:
             message += f"; {unplaced} on nodes or devices the portal does not know as free"
-        record_event(task, EventKind.RESIZED, message, data={"replicas": state.desired_replicas, "from": before,
-                                                             "by": "backend", "unplaced": unplaced})  # fmt: skip
-        BackendObject.objects.filter(pk=obj.pk).update(replicas=state.desired_replicas,
-                                                       devices=_device_ids(placement))  # fmt: skip
+        data = {"replicas": state.desired_replicas, "from": before, "by": "backend", "unplaced": unplaced}
+        lifecycle.save(lifecycle.resized(task, placement, message, data))
+        BackendObject.objects.filter(pk=obj.pk).update(replicas=state.desired_replicas, shares=shares_of(placement))
 
 
 # Up to this many starting jobs are looked at one by one; more are read with one listing of the cluster.

@@ -23,25 +23,26 @@ from decimal import Decimal
 
 from django.db import transaction
 from django.db.models import Sum, TextField
-from django.db.models.functions import Cast
+from django.db.models.functions import Cast, Length, Substr
 from django.utils import timezone
 
 from apps.billing.choices import ResourceType
 from apps.billing.models import Account, UsageRecord
-from apps.clusters.backends import can_resize
+from apps.clusters.capabilities import capabilities, needs_of
 from apps.clusters.choices import Sharing
 from apps.clusters.gpuspec import Catalog, GPUSpecError, parse_gpu_spec
 from apps.clusters.models import CapacityReservation, Cluster, Device, GPUModel, Node, effective_node_status
 from apps.control import triggers
 from apps.control.jobspec import job_name
-from apps.control.models import BackendObject
+from apps.control.models import HOLDING, BackendObject, merge_shares, shares_of
 from apps.queues import engine, stats
 from apps.queues.choices import PriorityClass
 from apps.queues.engine import model as em
 from apps.queues.engine import rebalance
 from apps.queues.models import TaskQueue
+from apps.tasks import ledger, lifecycle
 from apps.tasks.bulk import bulk_insert_rows, bulk_update_rows
-from apps.tasks.choices import ACTIVE, WAITING, EventKind, TaskStatus
+from apps.tasks.choices import ACTIVE, WAITING
 from apps.tasks.models import Task, TaskEvent
 from apps.tasks.signals import task_changed
 from apps.vdc.models import VDC, CapacityLoan, ProjectQuota, RebalancerSettings
@@ -93,25 +94,84 @@ def _f(value: Decimal | None) -> float:
     return float(value) if value is not None else 0.0
 
 
+def _needs(t: Task) -> frozenset[str]:
+    """What a snapshot's task needs of its cluster, from the head of its command (all of it only when the head is
+    blank and more follows)."""
+    command = t.command_head
+    if not command.strip() and t.command_length > len(command):
+        command = Task.objects.filter(pk=t.pk).values_list("command", flat=True).get()
+    return needs_of(t.kind, t.image, command)
+
+
+def _engine_capabilities(cluster_type: str) -> frozenset[str]:
+    """What a cluster of ``cluster_type`` can run, as the engine matches tasks' needs and shares with it."""
+    caps = capabilities(cluster_type)
+    vendors = caps.share_vendors
+    shares = {em.SHARE_ANY_VENDOR} if vendors is None else {em.share_capability(v) for v in vendors}
+    return caps.names() | shares
+
+
 @dataclass(frozen=True)
 class DeviceRow:
     """What applying decisions needs of a device."""
 
     index: int
-    exchange_rate: Decimal
+    node_id: int
     unit: dict | None = None  # a MIG instance or time-sliced replica: its slot (and MIG uuid), kept in the placement
 
 
 # Task fields the snapshot and the apply step read or write; the rest (command, env ...) stays deferred. A field
 # missing here that the apply step reads costs one query per task (the name: waiting messages name running tasks).
 SNAPSHOT_FIELDS = (
-    "name", "project_id", "owner_id", "vdc_id", "queue", "kind", "cpu", "memory_gib", "gpu_spec", "instances",
-    "elastic_min", "elastic_max", "expected_duration", "preemptible", "required_labels", "status", "status_message",
-    "pending_reason", "pending_message", "queue_position", "estimated_start", "cluster_id", "placement",
-    "allocated_gpu", "replicas", "external_id", "attempt", "window", "submitted_at", "started_at", "finished_at",
-    "updated_at", "uid", "exit_code", "failure_reason", "preemption_count", "lost_gpu_seconds", "wall_time",
-    "autoscale_min", "autoscale_max", "autoscale_desired",
-)  # fmt: skip
+    "name",
+    "project_id",
+    "owner_id",
+    "vdc_id",
+    "queue",
+    "kind",
+    "cpu",
+    "memory_gib",
+    "gpu_spec",
+    "instances",
+    "elastic_min",
+    "elastic_max",
+    "scaling",
+    "expected_duration",
+    "preemptible",
+    "required_labels",
+    "status",
+    "status_message",
+    "pending_reason",
+    "pending_message",
+    "queue_position",
+    "estimated_start",
+    "cluster_id",
+    "placement",
+    "allocated_gpu",
+    "replicas",
+    "external_id",
+    "attempt",
+    "window",
+    "submitted_at",
+    "started_at",
+    "finished_at",
+    "updated_at",
+    "uid",
+    "exit_code",
+    "failure_reason",
+    "preemption_count",
+    "lost_gpu_seconds",
+    "wall_time",
+    "autoscale_min",
+    "autoscale_max",
+    "autoscale_desired",
+    "ready_replicas",
+    "held_cpu",
+    "held_memory_gib",
+    "image",
+)
+# What of a task's command the snapshot reads: enough to tell whether it has one (what it needs of its cluster).
+COMMAND_HEAD = 64
 
 
 def _links(text: str | None) -> tuple[em.Link, ...]:
@@ -164,23 +224,32 @@ class SnapshotLoader:
                 "sharing",
                 "slot",
                 "uuid",
+                "missing_since",
+                "parent__missing_since",
             )
         )
         self.nodes = {n.pk: n for n in nodes}
         self.devices = {
-            d[0]: DeviceRow(index=d[2], exchange_rate=d[4], unit={"slot": d[10], "uuid": d[11]} if d[7] else None)
+            d[0]: DeviceRow(index=d[2], node_id=d[1], unit={"slot": d[10], "uuid": d[11]} if d[7] else None)
             for d in devices
         }
+        self.rates = {d[0]: d[4] for d in devices}
         self.queues = {q.pk: q for q in TaskQueue.objects.filter(vdc=self.vdc)}
         quotas = list(ProjectQuota.objects.filter(vdc=self.vdc))
         # Active capacity loans (apps.control.rebalance) move guarantee from lender to borrower until returned.
         # The engine gets the loans too: fair share follows the VDC's loan billing, and work above the low class may
         # be kept off borrowed capacity (RebalancerSettings).
         self.loans = tuple(
-            em.Loan(x.pk, x.lender_id, x.borrower_id, em.Resources(_f(x.cpu), _f(x.memory_gib), _f(x.gpu)),
-                    x.started_at.timestamp(), x.expires_at.timestamp())
+            em.Loan(
+                x.pk,
+                x.lender_id,
+                x.borrower_id,
+                em.Resources(_f(x.cpu), _f(x.memory_gib), _f(x.gpu)),
+                x.started_at.timestamp(),
+                x.expires_at.timestamp(),
+            )
             for x in CapacityLoan.objects.filter(vdc=self.vdc).active()
-        )  # fmt: skip
+        )
         self.loan_adjustments = rebalance.quota_adjustments(self.loans)
         rebalancer = RebalancerSettings.objects.filter(vdc=self.vdc).first()
         exhausted = set(
@@ -189,7 +258,11 @@ class SnapshotLoader:
             )
         )
         exhausted = {pid for pid, balance, credit in exhausted if balance + credit <= 0}
-        tasks = list(Task.objects.filter(vdc=self.vdc, status__in=(*WAITING, *ACTIVE)).only(*SNAPSHOT_FIELDS))
+        tasks = list(
+            Task.objects.filter(vdc=self.vdc, status__in=(*WAITING, *ACTIVE))
+            .only(*SNAPSHOT_FIELDS)
+            .annotate(command_head=Substr("command", 1, COMMAND_HEAD), command_length=Length("command"))
+        )
         # Each task's queue is one of the VDC's queues loaded above: share those rather than build a queue
         # object per task (select_related), which costs a fifth of loading the tasks.
         queue_field = Task._meta.get_field("queue")
@@ -207,18 +280,21 @@ class SnapshotLoader:
 
         devices_by_node: dict[int, list[em.Device]] = {}
         links_by_text: dict[str | None, tuple[em.Link, ...]] = {}
-        for pk, node_id, index, model, _rate, health, links_text, parent, parent_health, sharing, *_ in devices:
+        for pk, node_id, index, model, _rate, health, links_text, parent, parent_health, sharing, *rest in devices:
             if sharing != Sharing.WHOLE:
                 continue  # a partitioned card is offered as its MIG instances or replicas only
             if parent is not None:
                 health, links = min(health, parent_health), ()  # a unit is as healthy as its card
             elif (links := links_by_text.get(links_text)) is None:
                 links = links_by_text[links_text] = _links(links_text)
+            if rest[-2] is not None or rest[-1] is not None:
+                health = 0  # missing: whoever holds it keeps it, nothing new is placed on it
             devices_by_node.setdefault(node_id, []).append(
                 em.Device(id=pk, index=index, model=model, health=health, links=links)
             )
         parse_cache: dict[str, object] = {}
         running, queued = [], []
+        draining: list[em.Holding] = self._held_by_jobs()
         for t in tasks:
             request = self._request(t, catalog, parse_cache)
             if request is None:
@@ -236,6 +312,7 @@ class SnapshotLoader:
                         placements=self._placements(t),
                         started_at=_epoch(t.started_at) or now.timestamp(),
                         window_s=_seconds(t.window),
+                        gpu_equivalents=float(ledger.placement_equivalents(t.placement, self.rates)),
                     )
                 )
             else:
@@ -255,8 +332,9 @@ class SnapshotLoader:
                     cost_weight=_f(c.cost_weight),
                     max_total_tasks=c.max_total_tasks,
                     max_tasks_per_user=c.max_tasks_per_user,
-                    resizable=can_resize(c),
-                )  # fmt: skip
+                    resizable=capabilities(c.cluster_type).resize,
+                    capabilities=_engine_capabilities(c.cluster_type),
+                )
                 for c in clusters
             ),
             nodes=tuple(
@@ -269,7 +347,7 @@ class SnapshotLoader:
                     status=effective_node_status(n.status, n.backend_state),
                     health=n.health_score,
                     labels=dict(n.labels or {}),
-                )  # fmt: skip
+                )
                 for n in nodes
             ),
             gpu_models=tuple(
@@ -282,7 +360,7 @@ class SnapshotLoader:
                     exchange_rate=_f(m.exchange_rate),
                     shareable=m.shareable,
                     partition=m.partition,
-                )  # fmt: skip
+                )
                 for m in gpu_models
             ),
             queues=tuple(
@@ -297,7 +375,10 @@ class SnapshotLoader:
                     name=q.name,
                     reserve_after_s=_seconds(q.reserve_after),
                     min_run_before_reclaim_s=q.min_run_before_reclaim.total_seconds(),
-                )  # fmt: skip
+                    las_thresholds_gpu_s=tuple(float(v) for v in q.las_thresholds_gpu_s)
+                    if q.las_thresholds_gpu_s
+                    else None,
+                )
                 for q in self.queues.values()
             ),
             quotas=tuple(self._quota(q, q.project_id in exhausted) for q in quotas),
@@ -312,6 +393,7 @@ class SnapshotLoader:
             ),
             reservations=self._reservations(now),
             loans=self.loans,
+            draining=tuple(draining),
         )
 
     def _cap(self) -> em.Resources | None:
@@ -349,7 +431,7 @@ class SnapshotLoader:
                 lead_s=max(0.0, r.lead_time.total_seconds()),
                 preempt_at_start=r.preempt_at_start,
                 name=r.name,
-            )  # fmt: skip
+            )
             for r in rows
         )
 
@@ -403,9 +485,11 @@ class SnapshotLoader:
             preemptible=t.preemptible,
             required_labels=dict(t.required_labels or {}),
             preferred_clusters=tuple(self.preferred.get(t.pk, ())),
+            needs=_needs(t),
             attained_gpu_s=self.attained.get(t.pk, 0.0),
             wall_time_s=_seconds(t.wall_time),
             preemptions=t.preemption_count,
+            scaling=t.scaling,
         )
 
     def _placements(self, t: Task) -> tuple[em.InstancePlacement, ...]:
@@ -419,7 +503,7 @@ class SnapshotLoader:
                 ),
                 gpu_model=p.get("gpu_model"),
             )
-            for p in t.live_placement
+            for p in t.placement or []
         )
 
     def _quota(self, q: ProjectQuota, budget_exhausted: bool) -> em.ProjectQuota:
@@ -459,32 +543,31 @@ class SnapshotLoader:
                             "index": self.devices[d.device_id].index,
                             "milli": d.milli,
                             **(self.devices[d.device_id].unit or {}),
-                        }  # fmt: skip
+                        }
                         for d in p.devices
                     ],
                 }
             )
         return out
 
-    def releasing_placements(self, t: Task) -> tuple[em.InstancePlacement, ...]:
-        """Instances an elastic task gave up whose release its backend has not confirmed yet."""
-        return tuple(
-            em.InstancePlacement(
-                node_id=p["node"],
-                devices=tuple(em.DeviceShare(device_id=d["id"], milli=d.get("milli", 1000)) for d in p["devices"]),
-                gpu_model=p.get("gpu_model"),
-            )
-            for p in t.releasing_placement
+    def _held_by_jobs(self) -> list[em.Holding]:
+        """Cards jobs may still hold on their backends beyond what the tasks' placements count: all of a job no live
+        attempt wants (a preempted or stopped task's, being cancelled), and the cards a shrunk task gave back until
+        its backend confirms. Nothing new is placed on them until then (one query)."""
+        rows = BackendObject.objects.filter(cluster__vdc=self.vdc, state__in=HOLDING).values_list(
+            "cluster_id", "attempt", "shares", "task_id", "task__status", "task__attempt", "task__cluster_id"
         )
-
-    def equivalents(self, placements: tuple[em.InstancePlacement, ...]) -> Decimal:
-        """GPU-equivalents a placement holds (card share x exchange rate)."""
-        total = Decimal("0")
-        for p in placements:
-            for d in p.devices:
-                rate = self.devices[d.device_id].exchange_rate
-                total += rate * Decimal(d.milli) / 1000
-        return total.quantize(Decimal("0.001"))
+        per_node: dict[int, list[em.DeviceShare]] = {}
+        for cluster_id, attempt, shares, task_id, status, task_attempt, task_cluster in rows:
+            counted: dict[int, int] = {}
+            if status in ACTIVE and task_attempt == attempt and task_cluster == cluster_id and task_id in self.tasks:
+                counted = ledger.placement_devices(self.tasks[task_id].placement)  # wanted: its placement counts
+            for share in shares or ():
+                extra = share["milli"] - counted.get(share["id"], 0)
+                row = self.devices.get(share["id"])
+                if extra > 0 and row is not None:
+                    per_node.setdefault(row.node_id, []).append(em.DeviceShare(share["id"], extra))
+        return [em.Holding(node_id=node, devices=tuple(shares)) for node, shares in per_node.items()]
 
 
 def engine_input_problem(t: Task) -> str | None:
@@ -506,7 +589,7 @@ def _schedule(snapshot: em.Snapshot, loader: SnapshotLoader) -> em.Decisions:
     """Run the engine; when it fails, find the queued tasks that make it fail, set them aside and run again."""
     try:
         return engine.schedule(snapshot)
-    except Exception as exc:  # noqa: BLE001 - any engine failure: isolate its cause instead of losing the cycle
+    except Exception as exc:  # any engine failure: isolate its cause instead of losing the cycle
         log.exception("cycle %s: the engine failed (%s); isolating the tasks that make it fail", loader.vdc.name, exc)
     culprits = _bisect_failures(snapshot, list(snapshot.queued))
     for task in culprits:
@@ -521,7 +604,7 @@ def _bisect_failures(snapshot: em.Snapshot, tasks: list[em.Task]) -> list[em.Tas
     def fails(subset: list[em.Task]) -> bool:
         try:
             engine.schedule(dataclasses.replace(snapshot, queued=tuple(subset)))
-        except Exception:  # noqa: BLE001
+        except Exception:
             return True
         return False
 
@@ -549,8 +632,9 @@ def run_cycle(vdc_id: int) -> CycleResult:
         t2 = time.perf_counter()
         result = _apply(loader, decisions, now)
         result.load_s, result.engine_s, result.apply_s = t1 - t0, t2 - t1, time.perf_counter() - t2
-    stats.record_cycle(vdc.name, time.perf_counter() - t0, result.started, result.preempted, result.resized,
-                       result.waiting)  # fmt: skip
+    stats.record_cycle(
+        vdc.name, time.perf_counter() - t0, result.started, result.preempted, result.resized, result.waiting
+    )
     log.debug("cycle %s: %s", vdc.name, result)
     return result
 
@@ -561,13 +645,15 @@ def run_all_cycles() -> list[CycleResult]:
     for pk in VDC.objects.filter(enabled=True).values_list("pk", flat=True):
         try:
             results.append(run_cycle(pk))
-        except Exception:  # noqa: BLE001 - one VDC's failure must not stop the others
+        except Exception:  # one VDC's failure must not stop the others
             log.exception("scheduling cycle of VDC %s failed", pk)
             results.append(CycleResult(vdc=str(pk), skipped=True, failed=True))
     return results
 
 
 def _apply(loader: SnapshotLoader, decisions: em.Decisions, now: datetime) -> CycleResult:
+    """Write the engine's decisions: every task's new state comes from :mod:`apps.tasks.lifecycle`, written with
+    a fixed number of bulk statements whatever the number of decisions."""
     result = CycleResult(vdc=loader.vdc.name)
     tasks = loader.tasks
     changed: dict[int, Task] = {}
@@ -575,115 +661,92 @@ def _apply(loader: SnapshotLoader, decisions: em.Decisions, now: datetime) -> Cy
     intents: list[BackendObject] = []
     to_reconcile: set[int] = set()
 
-    def event(task: Task, kind: str, message: str, previous: str, data: dict | None = None) -> None:
-        events.append(
-            TaskEvent(  # task_id, not task: setting the relation asks the database router, per event
-                task_id=task.pk,
-                kind=kind,
-                message=message,
-                from_status=previous,
-                to_status=task.status,
-                data=data or {},
-            )
-        )
+    def keep(change: lifecycle.Change) -> None:
+        changed[change.task.pk] = change.task
+        events.extend(change.events)
 
     for p in decisions.preemptions:
         task = tasks[p.task_id]
-        previous, cluster_id, external_id = task.status, task.cluster_id, task.external_id
-        low = task.queue.priority_class == PriorityClass.LOW
-        task.status = TaskStatus.SUSPENDED if low else TaskStatus.PREEMPTED
+        cluster_id, external_id = task.cluster_id, task.external_id
         message = preemption_message(task, tasks.get(p.by_task_id), p.reason, p.new_window_s, p.message)
-        task.status_message = message
-        if p.new_window_s is not None:
-            task.window = timedelta(seconds=p.new_window_s)
-        task.preemption_count += 1
-        task.lost_gpu_seconds += Decimal(f"{p.lost_gpu_s:.1f}")
-        task.cluster, task.placement, task.allocated_gpu, task.replicas, task.external_id = None, [], 0, 0, ""
-        changed[task.pk] = task
-        data = {"reason": p.reason, "by_task": p.by_task_id, "cluster": cluster_id, "external_id": external_id}
-        data["lost_gpu_seconds"] = round(p.lost_gpu_s, 1)
+        data = {
+            "reason": p.reason,
+            "by_task": p.by_task_id,
+            "cluster": cluster_id,
+            "external_id": external_id,
+            "lost_gpu_seconds": round(p.lost_gpu_s, 1),
+        }
         if p.new_window_s is not None:
             data["new_window_s"] = p.new_window_s
-        event(task, EventKind.SUSPENDED if low else EventKind.PREEMPTED, message, previous, data)
+        keep(lifecycle.preempted(task, message, data, new_window_s=p.new_window_s, lost_gpu_s=p.lost_gpu_s))
         if cluster_id:
             to_reconcile.add(cluster_id)  # its job no longer belongs to a live attempt: cancel it now
         result.preempted += 1
 
     for s in decisions.starts:
         task = tasks[s.task_id]
-        previous = task.status
-        task.status = TaskStatus.SCHEDULED
-        task.cluster_id = s.cluster_id
-        task.placement = loader.placement_json(s.placements)
-        task.allocated_gpu = loader.equivalents(s.placements)
-        task.replicas = len(s.placements)
-        task.attempt += 1
-        task.external_id = ""
-        task.started_at = now
-        task.finished_at = None
-        task.exit_code = None
-        task.failure_reason = ""
-        if s.window_s is not None:
-            task.window = timedelta(seconds=s.window_s)
-        task.queue_position = task.estimated_start = None
-        task.pending_reason = task.pending_message = task.status_message = ""
-        changed[task.pk] = task
-        nodes = ", ".join(p["node_name"] for p in task.placement)
-        event(task, EventKind.SCHEDULED, f"Placed on {loader.clusters[s.cluster_id].name}: {nodes}", previous,
-              {"cluster": s.cluster_id, "placement": task.placement, "attempt": task.attempt})  # fmt: skip
+        placement = loader.placement_json(s.placements)
+        nodes = ", ".join(p["node_name"] for p in placement)
+        keep(
+            lifecycle.placed(
+                task,
+                s.cluster_id,
+                placement,
+                f"Placed on {loader.clusters[s.cluster_id].name}: {nodes}",
+                now,
+                rates=loader.rates,
+                window_s=s.window_s,
+            )
+        )
         intents.append(
             BackendObject(
-                cluster_id=s.cluster_id, task_id=task.pk, task_uid=task.uid, attempt=task.attempt, name=job_name(task),
-                devices=sorted({d.device_id for p in s.placements for d in p.devices}), replicas=len(s.placements),
+                cluster_id=s.cluster_id,
+                task_id=task.pk,
+                task_uid=task.uid,
+                attempt=task.attempt,
+                name=job_name(task),
+                shares=shares_of(placement),
+                replicas=len(s.placements),
             )
-        )  # fmt: skip
+        )
         result.started += 1
 
-    resized: dict[int, set[int]] = {}
+    resized: dict[int, list[dict]] = {}
     for r in decisions.resizes:
         task = tasks[r.task_id]
         removed = {(p.node_id, tuple(d.device_id for d in p.devices)) for p in r.removed}
-        entries = []
-        for entry in task.placement or []:
-            key = (entry["node"], tuple(d["id"] for d in entry.get("devices", ())))
-            # Until the backend confirms the shrink, the task keeps (and pays for) what it releases.
-            entries.append({**entry, "releasing": True} if key in removed and not entry.get("releasing") else entry)
-        task.placement = entries + loader.placement_json(r.added)
-        task.allocated_gpu = loader.equivalents((*loader._placements(task), *loader.releasing_placements(task)))
-        task.replicas = len(task.placement)  # held: the released instances count until the backend confirms
-        changed[task.pk] = task
-        resized[task.pk] = {d.device_id for p in r.added for d in p.devices}
-        event(task, EventKind.RESIZED, r.message or f"Resized to {r.replicas} replicas", task.status,
-              {"replicas": r.replicas, "releasing": len(r.removed)})  # fmt: skip
+        # What it gives back leaves its placement (and its bill) now, like a preemption's; its backend object keeps
+        # those cards from everyone else until the backend confirms them free.
+        kept = [
+            e for e in task.placement or [] if (e["node"], tuple(d["id"] for d in e.get("devices", ()))) not in removed
+        ]
+        added = loader.placement_json(r.added)
+        message = r.message or f"Resized to {r.replicas} replicas"
+        keep(
+            lifecycle.resized(
+                task, kept + added, message, {"replicas": r.replicas, "released": len(r.removed)}, loader.rates
+            )
+        )
+        resized[task.pk] = added
         to_reconcile.add(task.cluster_id)
         result.resized += 1
 
-    waiting_fields = ("queue_position", "estimated_start", "pending_reason", "pending_message")
     waiting_changed: list[Task] = []
     for w in decisions.waiting:
         task = tasks[w.task_id]
         start = _from_epoch(w.estimated_start)
-        new = (w.position, start, w.reason[:32], _pending_message(task, w, tasks.get(w.blocked_by), start, now))
-        if (task.queue_position, task.estimated_start, task.pending_reason, task.pending_message) != new:
-            task.queue_position, task.estimated_start, task.pending_reason, task.pending_message = new
+        message = _pending_message(task, w, tasks.get(w.blocked_by), start, now)
+        if lifecycle.waiting(task, w.position, start, w.reason, message):
             waiting_changed.append(task)
         result.waiting += 1
     for task_id, message in loader.bad_specs.items():
-        task = tasks[task_id]
-        if task.status in WAITING and (task.pending_reason, task.pending_message) != ("invalid_request", message):
-            task.pending_reason, task.pending_message = "invalid_request", message
-            task.queue_position = task.estimated_start = None
-            waiting_changed.append(task)
+        if lifecycle.set_aside(tasks[task_id], message):
+            waiting_changed.append(tasks[task_id])
 
-    state_fields = [
-        "status", "status_message", "window", "cluster", "placement", "allocated_gpu", "replicas", "external_id",
-        "attempt", "started_at", "finished_at", "queue_position", "estimated_start", "pending_reason",
-        "pending_message", "updated_at", "exit_code", "failure_reason", "preemption_count", "lost_gpu_seconds",
-    ]  # fmt: skip
     for task in changed.values():
         task.updated_at = now
-    bulk_update_rows(Task, list(changed.values()), state_fields)
-    bulk_update_rows(Task, [t for t in waiting_changed if t.pk not in changed], waiting_fields)
+    bulk_update_rows(Task, list(changed.values()), lifecycle.STATE_FIELDS)
+    bulk_update_rows(Task, [t for t in waiting_changed if t.pk not in changed], lifecycle.WAITING_FIELDS)
     bulk_insert_rows(TaskEvent, events)
     bulk_insert_rows(BackendObject, intents)
     _hold_grown_devices(tasks, resized)
@@ -692,12 +755,10 @@ def _apply(loader: SnapshotLoader, decisions: em.Decisions, now: datetime) -> Cy
     launches = [obj.pk for obj in intents]
 
     def after_commit() -> None:
-        from apps.control import jobs  # noqa: PLC0415 - the jobs module imports this one
-
         for cluster_id in sorted(to_reconcile):
             triggers.request_reconcile(cluster_id)
         for object_id in launches:
-            triggers.enqueue(jobs.launch, object_id)
+            triggers.enqueue(triggers.LAUNCH, object_id)
         if notify:
             task_changed.send(sender=Task, task_ids=sorted(notify))
 
@@ -705,8 +766,8 @@ def _apply(loader: SnapshotLoader, decisions: em.Decisions, now: datetime) -> Cy
     return result
 
 
-def _hold_grown_devices(tasks: dict[int, Task], grown: dict[int, set[int]]) -> None:
-    """Devices added to an elastic task are held by its backend object from now on (for launch conflicts)."""
+def _hold_grown_devices(tasks: dict[int, Task], grown: dict[int, list[dict]]) -> None:
+    """Cards added to an elastic task are held by its backend object from now on (for launch conflicts)."""
     if not grown:
         return
     objects = BackendObject.objects.select_for_update().filter(
@@ -714,13 +775,14 @@ def _hold_grown_devices(tasks: dict[int, Task], grown: dict[int, set[int]]) -> N
     )
     for obj in objects:
         if obj.attempt == tasks[obj.task_id].attempt and grown[obj.task_id]:
-            obj.devices = sorted(set(obj.devices or ()) | grown[obj.task_id])
-            obj.save(update_fields=["devices"])
+            obj.shares = merge_shares(obj.shares, shares_of(grown[obj.task_id]))
+            obj.save(update_fields=["shares"])
 
 
 _PREEMPTION_REASONS = {
     "higher_class": "it needs these resources and its class comes first",
     "quota_reclaim": "its project reclaims the quota it is guaranteed",
+    "las_demotion": "its queue runs the tasks with the least attained service first (LAS), and it has run longer",
     "queue_reclaim": "its queue reclaims the capacity it is guaranteed",
 }
 
@@ -744,6 +806,9 @@ def _clock(when: datetime, now: datetime) -> str:
 def _pending_message(task: Task, w: em.Waiting, blocker: Task | None, start: datetime | None, now: datetime) -> str:
     """The engine's reason, made precise where capacity decides: which running task is waited for, until when."""
     capacity = (em.Reason.INSUFFICIENT_CAPACITY, em.Reason.HOLDS_RESERVATION)
+    if w.reason == em.Reason.QUOTA_EXCEEDED and blocker is not None and start is not None:
+        who = _named_for(task, blocker)
+        return f"{w.message}; enough of it frees up when {who} is expected to end, {_clock(start, now)}"
     if w.reason not in capacity or blocker is None or start is None or "any node" in w.message:
         return w.message
     who = _named_for(task, blocker)

@@ -2,17 +2,25 @@
 
 These are accelerators only. Every loop also runs on beat's schedule and acts on what the database says,
 so a trigger lost to a Redis or broker outage delays the work; it never loses it. That is also why a
-trigger never waits: a hung Redis costs a request at most the short timeouts below.
+trigger never waits: Redis is reached through :mod:`hcsportal.redis_guard`, so a dead or hung Redis costs a
+request one short timeout, and nothing at all while its breaker is open.
+
+Jobs are queued by their Celery names: :mod:`apps.control.jobs` imports this module and registers its jobs under
+the names below, and nothing here imports it back.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 
 import redis
-from django.conf import settings
+from celery import current_app
+from django.db import transaction
+
+from apps.clusters.isolation import clusters_to_sync
+from apps.clusters.volcano import clusters_of
+from hcsportal import redis_guard
 
 log = logging.getLogger(__name__)
 
@@ -28,18 +36,23 @@ LIVE_BATCH = 1000
 FOLLOW_REQUESTED_KEY = "hcs:follow:active:{cluster_id}"
 # A follow chain refreshes its key at every step; a chain that died lets a new one start after this long.
 _FOLLOW_TTL_S = 2
-_TIMEOUTS = {"socket_connect_timeout": 0.5, "socket_timeout": 0.5}
+# A follow chain looks at a cluster's fresh jobs this often (less often when it needs a listing of many).
+FOLLOW_INTERVAL_S = 0.15
+FOLLOW_LISTING_INTERVAL_S = 1.0
 
-
-@functools.cache
-def _client(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url, **_TIMEOUTS)
+# The Celery names of the jobs queued from here (apps.control.jobs declares each job under its name).
+RUN_SCHEDULER = "apps.control.RUN_SCHEDULER"
+RECONCILE_CLUSTER = "apps.control.RECONCILE_CLUSTER"
+LAUNCH = "apps.control.jobs.launch"
+FOLLOW_LAUNCHES = "apps.control.FOLLOW_LAUNCHES"
+PUSH_LIVE_UPDATES = "apps.control.PUSH_LIVE_UPDATES"
+SYNC_PROJECT_ISOLATION = "apps.control.jobs.sync_project_isolation"
+SYNC_VOLCANO_QUEUE = "apps.control.jobs.sync_volcano_queue"
+APPLY_AUTOSCALING = "apps.control.APPLY_AUTOSCALING"
 
 
 def _redis() -> redis.Redis:
-    """The process's client of ``REDIS_URL``: its connection pool outlives a request, so a trigger costs a
-    round trip, not a new connection."""
-    return _client(settings.REDIS_URL)
+    return redis_guard.client()
 
 
 def _first_request(key: str, ttl_s: int) -> bool:
@@ -57,20 +70,16 @@ def clear_request(key: str) -> None:
         _redis().delete(key)
 
 
-def enqueue(job, *args, countdown: float = 0.0, expires: float = 30.0) -> None:
-    """Queue a Celery job without waiting on a broken broker (the periodic loops cover what is lost)."""
-    try:
-        job.apply_async(args, countdown=countdown, expires=expires, retry=False)
-    except Exception as exc:  # noqa: BLE001 - any broker failure: the periodic loop covers it
-        log.warning("cannot queue %s (the periodic loop will do the work): %s", job.name, exc)
+def enqueue(name: str, *args, countdown: float = 0.0, expires: float = 30.0) -> None:
+    """Queue the Celery job registered as ``name`` without waiting on a broken broker (the periodic loops cover
+    what is lost)."""
+    redis_guard.enqueue(current_app.tasks[name], *args, countdown=countdown, expires=expires)
 
 
 def request_live_push(task_ids) -> None:
     """Live pages should see these tasks' state: one round trip here; the push itself (queries and channel
     layer sends) runs in a worker job, for every task noted meanwhile at once. Pages reload their state on
     reconnect, so an update lost to a Redis outage costs them freshness, never data."""
-    from apps.control import jobs  # noqa: PLC0415 - the jobs module imports this one
-
     if not task_ids:
         return
     try:
@@ -82,7 +91,7 @@ def request_live_push(task_ids) -> None:
         log.warning("live update of tasks %s not noted: %s", list(task_ids)[:10], exc)
         return
     if first:
-        enqueue(jobs.push_live_updates)
+        enqueue(PUSH_LIVE_UPDATES)
 
 
 def take_live_pending() -> list[int]:
@@ -106,10 +115,9 @@ def on_task_changed(sender=None, task_ids=None, **kwargs) -> None:
 def request_cycle() -> None:
     """A scheduling cycle soon. Requests while one is queued or running coalesce: that cycle's job runs one
     more cycle after it (at most one chain, cycles at least ``CYCLE_SPACING_S`` apart)."""
-    from apps.control import jobs  # noqa: PLC0415 - the jobs module imports this one
 
     if _first_request(CYCLE_REQUESTED_KEY, 10):
-        enqueue(jobs.run_scheduler, countdown=0.05)
+        enqueue(RUN_SCHEDULER, countdown=0.05)
     else:
         _set(CYCLE_AGAIN_KEY, 10)
 
@@ -121,7 +129,6 @@ def cycle_started() -> None:
 
 def cycle_finished() -> None:
     """A cycle ended: run one more if demand changed meanwhile, else let the next request start a chain."""
-    from apps.control import jobs  # noqa: PLC0415
 
     try:
         again = _redis().get(CYCLE_AGAIN_KEY)
@@ -129,7 +136,7 @@ def cycle_finished() -> None:
         again = None  # beat runs the next cycle
     if again:
         _set(CYCLE_REQUESTED_KEY, 10)
-        enqueue(jobs.run_scheduler, countdown=CYCLE_SPACING_S)
+        enqueue(RUN_SCHEDULER, countdown=CYCLE_SPACING_S)
     else:
         clear_request(CYCLE_REQUESTED_KEY)
 
@@ -141,18 +148,16 @@ def _set(key: str, ttl_s: int) -> None:
 
 def request_reconcile(cluster_id: int) -> None:
     """Reconcile one cluster with its backend soon (a stop or a preemption to carry out)."""
-    from apps.control import jobs  # noqa: PLC0415
 
     if _first_request(RECONCILE_REQUESTED_KEY.format(cluster_id=cluster_id), 10):
-        enqueue(jobs.reconcile_cluster, cluster_id)
+        enqueue(RECONCILE_CLUSTER, cluster_id)
 
 
 def request_follow(cluster_id: int) -> None:
     """Follow a cluster's just-launched jobs closely, unless a follow chain already runs for it."""
-    from apps.control import jobs  # noqa: PLC0415
 
     if _first_request(FOLLOW_REQUESTED_KEY.format(cluster_id=cluster_id), _FOLLOW_TTL_S):
-        enqueue(jobs.follow_launches, cluster_id, countdown=jobs.FOLLOW_INTERVAL_S)
+        enqueue(FOLLOW_LAUNCHES, cluster_id, countdown=FOLLOW_INTERVAL_S)
 
 
 def keep_following(cluster_id: int) -> None:
@@ -172,6 +177,23 @@ def on_cluster_work(sender, cluster_id: int, **kwargs) -> None:
 
 def on_autoscaling_changed(sender, task_id: int, **kwargs) -> None:
     """Receiver of ``apps.tasks.signals.autoscaling_changed``: the backend's own autoscaler gets the new settings."""
-    from apps.control import jobs  # noqa: PLC0415 - the jobs module imports this one
 
-    enqueue(jobs.apply_autoscaling, task_id, expires=300.0)
+    enqueue(APPLY_AUTOSCALING, task_id, expires=300.0)
+
+
+def on_quota_changed(sender, instance, **kwargs) -> None:
+    """A project quota was saved or deleted: mirror it on the VDC's per-project clusters after the commit."""
+    if not clusters_to_sync(instance.vdc_id):
+        return
+    project_id, vdc_id = instance.project_id, instance.vdc_id
+    # Lost with a broken broker: the project's next submit on each cluster ensures its limits again.
+    transaction.on_commit(lambda: enqueue(SYNC_PROJECT_ISOLATION, project_id, vdc_id, expires=3600))
+
+
+def on_queue_saved(sender, instance, **kwargs) -> None:
+    """A Volcano-flavoured queue was saved: its Volcano Queues follow after the commit."""
+    if instance.backend_flavour != "volcano" or not clusters_of(instance):
+        return
+    queue_id = instance.pk
+    # Lost with a broken broker: the queue's next Volcano Job on each cluster ensures it again.
+    transaction.on_commit(lambda: enqueue(SYNC_VOLCANO_QUEUE, queue_id, expires=3600))

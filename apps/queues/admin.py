@@ -6,12 +6,12 @@ from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import OuterRef
 
+from apps.core.admin_helpers import ZERO, count_of, number, sum_of
 from apps.queues import services
 from apps.queues.models import TaskQueue
 from apps.tasks.choices import ACTIVE, WAITING
 from apps.tasks.models import Task
 from apps.tasks.services import waiting_gpu_equivalents
-from apps.vdc.admin import ZERO, count_of, number, sum_of
 from apps.vdc.models import VDC
 
 
@@ -28,9 +28,19 @@ class QueueChangeList(ChangeList):
 @admin.register(TaskQueue)
 class TaskQueueAdmin(admin.ModelAdmin):
     list_display = (
-        "name", "vdc", "priority_class", "policy", "is_open", "waiting_tasks", "running_tasks", "gpu_in_use",
-        "gpu_waiting", "guaranteed_gpu", "max_gpu", "weight",
-    )  # fmt: skip
+        "name",
+        "vdc",
+        "priority_class",
+        "policy",
+        "is_open",
+        "waiting_tasks",
+        "running_tasks",
+        "gpu_in_use",
+        "gpu_waiting",
+        "guaranteed_gpu",
+        "max_gpu",
+        "weight",
+    )
     list_filter = ("vdc", "priority_class", "policy", "is_open", "backend_flavour")
     search_fields = ("name", "description", "vdc__name")
     list_select_related = ("vdc",)
@@ -39,7 +49,19 @@ class TaskQueueAdmin(admin.ModelAdmin):
     readonly_fields = ("class_rules", "created_at", "updated_at")
     fieldsets = (
         (None, {"fields": ("vdc", "name", "description", "is_open")}),
-        ("Ordering", {"fields": ("priority_class", "class_rules", "policy", "backend_flavour", "min_window")}),
+        (
+            "Ordering",
+            {
+                "fields": (
+                    "priority_class",
+                    "class_rules",
+                    "policy",
+                    "las_thresholds_gpu_s",
+                    "backend_flavour",
+                    "min_window",
+                )
+            },
+        ),
         (
             "Starvation and churn",
             {

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import django_filters
 
+from apps.core.filtersets import NAME, NUMBER, TIME, BaseFilterSet
 from apps.queues.models import TaskQueue
-from apps.vdc.filtersets import NAME, NUMBER, TIME, BaseFilterSet
 
 
 class TaskQueueFilterSet(BaseFilterSet):

@@ -77,6 +77,13 @@ class TaskQueue(models.Model):
         help_text="A task of this queue is not preempted to give a project or queue its guarantee back before it "
         "has run this long (stops restart-and-reclaim churn); 0 turns the protection off",
     )
+    las_thresholds_gpu_s = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="las policy: the attained GPU-seconds between the queue's levels, ascending, e.g. [3600, 36000]; "
+        "a running task demoted past one may be preempted for a waiting task of a higher level. Empty: "
+        '[3600, 36000] (docs/engine.md, "2D-LAS")',
+    )
     backend_flavour = models.CharField(max_length=16, choices=BackendFlavour.choices, default=BackendFlavour.DEFAULT)
     is_open = models.BooleanField(default=True, help_text="Closed queues take no new submissions")
     created_at = models.DateTimeField(auto_now_add=True)
@@ -131,6 +138,16 @@ class TaskQueue(models.Model):
         if reclaim is not None and not timedelta(0) <= reclaim <= LONGEST_EXPECTED_DURATION:
             errors["min_run_before_reclaim"] = (
                 f"Expected a duration from 0 to {LONGEST_EXPECTED_DURATION.days} days, e.g. 00:05:00."
+            )
+        thresholds = self.las_thresholds_gpu_s
+        if thresholds is not None and not (
+            isinstance(thresholds, list)
+            and 0 < len(thresholds) <= 8
+            and all(isinstance(v, int | float) and not isinstance(v, bool) and v > 0 for v in thresholds)
+            and all(a < b for a, b in zip(thresholds, thresholds[1:], strict=False))
+        ):
+            errors["las_thresholds_gpu_s"] = (
+                f"Expected 1 to 8 ascending positive GPU-second thresholds, e.g. [3600, 36000], got {thresholds!r}."
             )
         if self.min_window is not None and self.min_window <= timedelta(0):
             errors["min_window"] = "Expected a positive duration, e.g. 00:15:00."

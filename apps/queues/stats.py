@@ -1,11 +1,16 @@
-"""Counters of the scheduling loop kept in Redis, so the web process can expose what the worker did."""
+"""Counters of the scheduling loop kept in Redis, so the web process can expose what the worker did.
+
+Redis is reached through :mod:`hcsportal.redis_guard`: a dead or hung Redis costs a cycle or a /metrics request one
+short timeout, and nothing while the breaker is open.
+"""
 
 from __future__ import annotations
 
 import logging
 
 import redis
-from django.conf import settings
+
+from hcsportal import redis_guard
 
 log = logging.getLogger(__name__)
 
@@ -16,8 +21,7 @@ KEY = "hcs:stats:scheduler:{vdc}"
 def record_cycle(vdc: str, seconds: float, starts: int, preemptions: int, resizes: int, waiting: int) -> None:
     """Add one cycle's figures; a Redis outage only loses statistics, never a cycle."""
     try:
-        client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1)
-        pipe = client.pipeline()
+        pipe = redis_guard.client().pipeline()
         key = KEY.format(vdc=vdc)
         pipe.hincrby(key, "cycles", 1)
         pipe.hincrbyfloat(key, "cycle_seconds_sum", seconds)
@@ -32,7 +36,7 @@ def record_cycle(vdc: str, seconds: float, starts: int, preemptions: int, resize
 
 def read_all() -> dict[str, dict[str, float]]:
     """Every VDC's counters, as floats, keyed by VDC name."""
-    client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1, decode_responses=True)
+    client = redis_guard.client(decode_responses=True)
     out = {}
     for key in client.scan_iter(KEY.format(vdc="*")):
         out[key.rsplit(":", 1)[1]] = {k: float(v) for k, v in client.hgetall(key).items()}
@@ -52,8 +56,7 @@ def record_latency(metric: str, vdc: str, klass: str, seconds: float) -> None:
         raise ValueError(f"unknown latency {metric!r}; expected one of {LATENCIES}")
     seconds = max(0.0, seconds)
     try:
-        client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1)
-        pipe = client.pipeline()
+        pipe = redis_guard.client().pipeline()
         key = LATENCY_KEY.format(metric=metric, vdc=vdc, klass=klass)
         for bound in LATENCY_BUCKETS:
             if seconds <= bound:
@@ -67,7 +70,7 @@ def record_latency(metric: str, vdc: str, klass: str, seconds: float) -> None:
 
 def read_latencies() -> dict[tuple[str, str, str], dict[str, float]]:
     """Every histogram's fields, keyed by (metric, vdc, class)."""
-    client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1, decode_responses=True)
+    client = redis_guard.client(decode_responses=True)
     out = {}
     for key in client.scan_iter(LATENCY_KEY.format(metric="*", vdc="*", klass="*")):
         _hcs, _stats, _latency, metric, vdc, klass = key.split(":", 5)

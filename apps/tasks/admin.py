@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
 
+from apps.core.admin_helpers import GREEN, GREY, ORANGE, RED, ReadOnlyAdminMixin, badge
+from apps.core.forms import JSONDocumentField
 from apps.queues.models import TaskQueue
 from apps.tasks.admin_forms import TaskChangeForm, TaskSubmitForm
-from apps.tasks.choices import TaskStatus
-from apps.tasks.models import ServiceLoadSample, Task, TaskEvent
+from apps.tasks.choices import ACTIVE, FINAL, WAITING, TaskStatus
+from apps.tasks.models import ServiceLoadSample, Sweep, Task, TaskEvent, TaskUsageSample
 from apps.tasks.services import delete_task, stop_tasks, update_autoscaling
-from apps.vdc.admin import GREEN, GREY, ORANGE, RED, ReadOnlyAdminMixin, badge
-from apps.vdc.admin_forms import JSONDocumentField
+from apps.tasks.sweeps import status_counts, stop_sweep
 
 STATUS_COLOURS = {
     TaskStatus.PENDING: GREY,
@@ -21,6 +24,7 @@ STATUS_COLOURS = {
     TaskStatus.SCHEDULED: ORANGE,
     TaskStatus.STARTING: ORANGE,
     TaskStatus.RUNNING: GREEN,
+    TaskStatus.UNKNOWN: ORANGE,
     TaskStatus.PREEMPTED: ORANGE,
     TaskStatus.SUSPENDED: ORANGE,
     TaskStatus.COMPLETED: GREEN,
@@ -28,19 +32,49 @@ STATUS_COLOURS = {
     TaskStatus.STOPPED: GREY,
 }
 CANCEL_REASON = "cancelled by an admin"
+CONFIRM_SHOWN = 50  # tasks named on the cancel confirmation page; the rest are counted
 
 # Written by services and the scheduler, never by hand.
 STATE_FIELDS = (
-    "status", "status_message", "pending_reason", "pending_message", "queue_position", "estimated_start",
-    "cluster", "placement_table", "allocated_gpu", "replicas", "external_id", "attempt", "window",
-    "submitted_at", "started_at", "finished_at", "updated_at", "exit_code", "failure_reason", "preemption_count",
-    "lost_gpu_seconds", "autoscale_desired",
-)  # fmt: skip
+    "status",
+    "status_message",
+    "pending_reason",
+    "pending_message",
+    "queue_position",
+    "estimated_start",
+    "cluster",
+    "placement_table",
+    "allocated_gpu",
+    "held_cpu",
+    "held_memory_gib",
+    "replicas",
+    "external_id",
+    "attempt",
+    "window",
+    "submitted_at",
+    "started_at",
+    "finished_at",
+    "updated_at",
+    "exit_code",
+    "failure_reason",
+    "preemption_count",
+    "lost_gpu_seconds",
+    "autoscale_desired",
+)
 # Checked against queue rules and quotas at submission; changing them afterwards would bypass the checks.
 SUBMITTED_FIELDS = (
-    "project", "owner", "vdc", "queue", "kind", "cpu", "memory_gib", "gpu_spec", "instances",
-    "elastic_min", "elastic_max",
-)  # fmt: skip
+    "project",
+    "owner",
+    "vdc",
+    "queue",
+    "kind",
+    "cpu",
+    "memory_gib",
+    "gpu_spec",
+    "instances",
+    "elastic_min",
+    "elastic_max",
+)
 
 REQUEST_FIELDSETS = (
     (
@@ -59,6 +93,7 @@ REQUEST_FIELDSETS = (
             "classes": ("collapse",),
             "fields": (
                 "ide_type",
+                ("idle_stop_percent", "idle_stop_minutes"),
                 ("framework", "model_path"),
                 ("epochs", "batch_size"),
                 ("checkpoint_path", "tensorboard_dir"),
@@ -69,7 +104,7 @@ REQUEST_FIELDSETS = (
                 ("autoscale_rps", "autoscale_concurrency"),
                 "autoscale_predictive",
                 "readiness_path",
-            ),  # fmt: skip
+            ),
         },
     ),
 )
@@ -91,9 +126,18 @@ class TaskEventInline(ReadOnlyAdminMixin, admin.TabularInline):
 @admin.register(Task)
 class TaskAdmin(admin.ModelAdmin):
     list_display = (
-        "id", "name", "kind", "status_badge", "project", "queue_column", "gpu_spec", "cluster",
-        "queue_position", "estimated_start", "submitted_at",
-    )  # fmt: skip
+        "id",
+        "name",
+        "kind",
+        "status_badge",
+        "project",
+        "queue_column",
+        "gpu_spec",
+        "cluster",
+        "queue_position",
+        "estimated_start",
+        "submitted_at",
+    )
     list_display_links = ("id", "name")
     list_filter = ("status", "failure_reason", "kind", "queue__priority_class", "vdc", "cluster", "project")
     search_fields = ("name", "owner__username", "external_id")
@@ -213,16 +257,22 @@ class TaskAdmin(admin.ModelAdmin):
         )
 
     @admin.action(description="Cancel (stop) selected tasks", permissions=["change"])
-    def cancel(self, request, queryset) -> None:
+    def cancel(self, request, queryset):
         """Stop them all in one transaction of a fixed number of statements (``stop_tasks``): 1,000 tasks stop
-        inside the request, all or none, and the message says which were left alone and why."""
+        inside the request, all or none, and the message says which were left alone and why. A page asks
+        first, naming how many run and how many wait."""
+        if "confirm" not in request.POST:
+            return self._confirm_cancel(request, queryset)
         selected = dict(queryset.values_list("pk", "status"))
         stopped, _left = stop_tasks(list(selected), request.user, CANCEL_REASON)
         done = set(selected) - {task.pk for task in stopped}
         finished = Task.objects.filter(pk__in=done).order_by("pk")
         for task in finished[:10]:
-            self.message_user(request, f"{task}: Task is already {task.get_status_display().lower()}; nothing to "
-                              "stop.", messages.ERROR)  # fmt: skip
+            self.message_user(
+                request,
+                f"{task}: Task is already {task.get_status_display().lower()}; nothing to stop.",
+                messages.ERROR,
+            )
         if len(done) > 10:
             self.message_user(request, f"… and {len(done) - 10} more already finished.", messages.ERROR)
         if stopped:
@@ -230,6 +280,24 @@ class TaskAdmin(admin.ModelAdmin):
                 request.user.pk, stopped, CHANGE, change_message=CANCEL_REASON, single_object=False
             )
             self.message_user(request, f"{len(stopped)} task(s) stopped.", messages.SUCCESS)
+
+    def _confirm_cancel(self, request, queryset) -> TemplateResponse:
+        statuses = list(queryset.values_list("status", flat=True))
+        shown = list(queryset.select_related("project").order_by("pk")[:CONFIRM_SHOWN])
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Cancel (stop) tasks",
+            "opts": self.model._meta,
+            "selected": list(queryset.values_list("pk", flat=True)),
+            "shown": shown,
+            "more": max(0, len(statuses) - CONFIRM_SHOWN),
+            "count": len(statuses),
+            "active": sum(s in ACTIVE for s in statuses),
+            "waiting": sum(s in WAITING for s in statuses),
+            "ended": sum(s in FINAL for s in statuses),
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(request, "admin/tasks/cancel_confirm.html", context)
 
 
 def _reason(exc: Exception) -> str:
@@ -262,3 +330,73 @@ class ServiceLoadSampleAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     search_fields = ("task__name",)
     list_select_related = ("task",)
     date_hierarchy = "start"
+
+
+@admin.register(TaskUsageSample)
+class TaskUsageSampleAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Tasks' utilisation history (a sample a minute from the node agents' reports), written by a beat job:
+    read-only."""
+
+    list_display = ("at", "task", "gpu_percent", "vram_used_gib", "vram_gib", "cards")
+    list_filter = ("task__project",)
+    search_fields = ("task__name",)
+    list_select_related = ("task",)
+    date_hierarchy = "at"
+
+
+class SweepTaskInline(ReadOnlyAdminMixin, admin.TabularInline):
+    model = Task
+    fields = ("name", "sweep_values", "status", "submitted_at")
+    readonly_fields = fields
+    show_change_link = True
+    extra = 0
+    ordering = ("pk",)
+
+
+@admin.register(Sweep)
+class SweepAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Parameter sweeps (docs/tasks.md, "Parameter sweeps"): created through the API, the CLI or the sweep form;
+    read-only here, their tasks listed, and "Stop all" stops their unfinished tasks."""
+
+    list_display = ("id", "name", "project", "created_by", "created_at", "counts")
+    list_display_links = ("id", "name")
+    list_filter = ("project",)
+    search_fields = ("name", "created_by__username")
+    list_select_related = ("project", "created_by")
+    fields = ("name", "project", "created_by", "created_at", "parameters")
+    readonly_fields = fields
+    inlines = (SweepTaskInline,)
+    actions = ("stop_all",)
+
+    @admin.display(description="tasks")
+    def counts(self, obj: Sweep) -> str:
+        return ", ".join(f"{n} {status}" for status, n in status_counts(obj).items()) or "none"
+
+    @admin.action(description="Stop all unfinished tasks of the selected sweeps")
+    def stop_all(self, request, queryset):
+        """Stop the unfinished tasks of the sweeps (``stop_sweep``), after a page naming them, as Cancel asks."""
+        if "confirm" not in request.POST:
+            tasks = Task.objects.filter(sweep__in=queryset).exclude(status__in=FINAL)
+            statuses = list(tasks.values_list("status", flat=True))
+            context = {
+                **self.admin_site.each_context(request),
+                "title": "Stop all tasks of sweeps",
+                "opts": self.model._meta,
+                "selected": list(queryset.values_list("pk", flat=True)),
+                "shown": list(tasks.select_related("project").order_by("pk")[:CONFIRM_SHOWN]),
+                "more": max(0, len(statuses) - CONFIRM_SHOWN),
+                "count": len(statuses),
+                "active": sum(s in ACTIVE for s in statuses),
+                "waiting": sum(s in WAITING for s in statuses),
+                "ended": 0,
+                "action": "stop_all",
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            }
+            return TemplateResponse(request, "admin/tasks/cancel_confirm.html", context)
+        stopped = 0
+        for sweep in queryset:
+            try:
+                stopped += len(stop_sweep(sweep, request.user, "stopped by an admin"))
+            except PermissionDenied as exc:
+                self.message_user(request, f"{sweep}: {exc}", messages.ERROR)
+        self.message_user(request, f"Stopped {stopped} task(s).", messages.SUCCESS)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from django import forms
 from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied, ValidationError
 
+from apps.core.forms import KeyValueField, SecretTextarea
 from apps.tasks.models import Task
 from apps.tasks.services import AUTOSCALE_FIELDS, SUBMIT_FIELDS, autoscale_errors, submit_task
-from apps.vdc.admin_forms import KeyValueField, SecretTextarea
 from apps.vdc.models import VDC
 
 ENV_EXAMPLE = "EPOCHS=3"

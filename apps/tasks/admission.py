@@ -19,14 +19,14 @@ from decimal import Decimal
 from django.db.models import Count, Q, Sum
 
 from apps.clusters import services as cluster_services
-from apps.clusters.backends import can_resize
+from apps.clusters.capabilities import capabilities, refusal, runnable_options
 from apps.clusters.choices import ClusterType
 from apps.clusters.gpuspec import Catalog, GPURequest, candidate_models, parse_gpu_spec
 from apps.clusters.models import Cluster, Device
 from apps.tasks.choices import ACTIVE, WAITING
 
 # Which field a refusal belongs to, in the order a message names them.
-_FIELDS = ("instances", "elastic_min", "command", "image", "gpu_spec", "cpu", "memory_gib")
+_FIELDS = ("kind", "instances", "elastic_min", "command", "image", "gpu_spec", "cpu", "memory_gib")
 
 
 @dataclass
@@ -41,10 +41,6 @@ class _ClusterView:
     name: str
     cluster_type: str
     nodes: list[_NodeView] = field(default_factory=list)
-
-    @property
-    def kind(self) -> str:
-        return ClusterType(self.cluster_type).label
 
 
 def admission_errors(task, request: GPURequest, gpu_catalog: Catalog) -> dict[str, str]:
@@ -77,7 +73,7 @@ def _clusters_of(vdc_id: int) -> list[_ClusterView]:
             "nodes__cpu",
             "nodes__memory_gib",
             "nodes__devices__gpu_model__name",
-        )  # fmt: skip
+        )
         # A card partitioned into MIG instances or replicas counts as those units, never as a whole card.
         .annotate(cards=Count("nodes__devices", filter=Q(nodes__devices__sharing="whole")))
         .order_by("name")
@@ -104,17 +100,11 @@ def _start_size(task) -> int:
 def _why_not(task, request: GPURequest, gpu_catalog: Catalog, cluster: _ClusterView):
     """(field, reason) why ``cluster`` could never run ``task``, or None when it could."""
     nodes = cluster.nodes
-    kubernetes = cluster.cluster_type == ClusterType.KUBERNETES
     size = _start_size(task)
-    if task.is_elastic and not can_resize(cluster):
-        return "elastic_min", f"{cluster.kind} cannot grow or shrink a running job"
-    if task.kind != "dev_env" and not (task.command or "").strip():
-        if not kubernetes:
-            return "command", "runs the task's command and none was given"
-        if not (task.image or "").strip():
-            return "command", "needs a command or an image whose entrypoint runs the task"
-    if kubernetes and not (task.image or "").strip():
-        return "image", "Kubernetes runs containers: an image is required"
+    caps = capabilities(cluster.cluster_type)
+    refused = refusal(task, request, gpu_catalog, caps)
+    if refused is not None:
+        return refused
     if not nodes:
         return None  # nothing registered yet: what it will hold is unknown, so the task may wait for it
     # The local executor runs every rank of a gang on its one host.
@@ -131,7 +121,7 @@ def _why_not(task, request: GPURequest, gpu_catalog: Catalog, cluster: _ClusterV
         return "memory_gib", f"no node with those cores has {task.memory_gib.normalize():f} GiB (largest {largest:f})"
     if request.is_none:
         return None
-    options = candidate_models(request, gpu_catalog)
+    options = runnable_options(candidate_models(request, gpu_catalog), gpu_catalog, caps)
     for model, count in options:
         cards = max(int(count), 1)  # a share of a card needs one card
         if any(n.cards[model] >= cards for n in roomy):
@@ -147,15 +137,17 @@ def wait_notice(task) -> str:
     Counts, never names: tasks waiting ahead in its queue, and free cards of the models it accepts on the VDC's
     enabled clusters against what it needs to start. The scheduler decides; this only sets expectations.
     """
-    from apps.tasks.models import Task  # noqa: PLC0415 - the models' module imports the services that import this
+    from apps.tasks.models import Task  # the models' module imports the services that import this
 
     gpu_catalog = cluster_services.catalog()
     request = parse_gpu_spec(task.gpu_spec, gpu_catalog)
     reasons = []
     ahead = Task.objects.filter(queue=task.queue_id, status__in=WAITING, submitted_at__lt=task.submitted_at).count()
     if ahead:
-        reasons.append(f"{ahead} task{'s' if ahead != 1 else ''} wait{'s' if ahead == 1 else ''} ahead of it in "
-                       f"queue {task.queue.name}")  # fmt: skip
+        reasons.append(
+            f"{ahead} task{'s' if ahead != 1 else ''} wait{'s' if ahead == 1 else ''} ahead of it in "
+            f"queue {task.queue.name}"
+        )
     options = dict(candidate_models(request, gpu_catalog))
     if options:
         # Two aggregates, whatever the number of tasks: cards per model, and what active tasks hold of each model
@@ -168,11 +160,14 @@ def wait_notice(task) -> str:
                 .annotate(n=Count("pk"))
             )
         )
+        # Without such cards there is nothing free to count (and no notice about them).
         held = (
             Task.objects.filter(vdc=task.vdc_id, status__in=ACTIVE)
             .exclude(pk=task.pk)
             .values_list("placement__0__gpu_model")
             .annotate(eq=Sum("allocated_gpu"))
+            if total
+            else ()
         )
         free = Counter(total)
         for model, eq in held:

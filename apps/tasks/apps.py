@@ -9,13 +9,13 @@ class TasksConfig(AppConfig):
     # (apps.control.triggers.on_task_changed), never on a request's path.
 
     def ready(self) -> None:
-        from apps.vdc.signals import secret_in_use  # noqa: PLC0415 - imported once the registry is ready
+        from apps.vdc.signals import secret_in_use  # imported once the registry is ready
 
         # A project secret is not deleted while waiting or running tasks refer to it (docs/security.md).
         secret_in_use.connect(_secret_users, dispatch_uid="tasks-secret-users")
 
 
 def _secret_users(sender, secret, **kwargs) -> list[str]:
-    from apps.tasks.services import secret_users  # noqa: PLC0415 - services import models
+    from apps.tasks.services import secret_users  # services import models
 
     return secret_users(secret)

@@ -80,8 +80,11 @@ def bulk_insert_rows(model: type[models.Model], objs: Sequence[models.Model]) ->
         # Insert-time timestamps (auto_now / auto_now_add): one for the whole insert, as one statement would
         # stamp its rows, taken by the field's own pre_save on the first row; every other field's pre_save runs
         # per row, as an INSERT through Django would run it.
-        stamps = {f: f.pre_save(objs[0], True) for f in columns if getattr(f, "auto_now", False) or
-                  getattr(f, "auto_now_add", False)}  # fmt: skip
+        stamps = {
+            f: f.pre_save(objs[0], True)
+            for f in columns
+            if getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False)
+        }
         rows = []
         for obj, key in zip(objs, keys, strict=True):
             obj.pk = key

@@ -16,6 +16,7 @@ class TaskStatus(models.TextChoices):
     SCHEDULED = "scheduled", "Scheduled"
     STARTING = "starting", "Starting"
     RUNNING = "running", "Running"
+    UNKNOWN = "unknown", "Unknown"
     PREEMPTED = "preempted", "Preempted"
     SUSPENDED = "suspended", "Suspended"
     COMPLETED = "completed", "Completed"
@@ -25,8 +26,9 @@ class TaskStatus(models.TextChoices):
 
 # Statuses in which a task waits for the scheduler.
 WAITING = (TaskStatus.PENDING, TaskStatus.QUEUED, TaskStatus.PREEMPTED, TaskStatus.SUSPENDED)
-# Statuses in which a task holds resources on a cluster.
-ACTIVE = (TaskStatus.SCHEDULED, TaskStatus.STARTING, TaskStatus.RUNNING)
+# Statuses in which a task holds resources on a cluster. ``unknown``: it was running and its cluster's API stopped
+# answering; it keeps what it holds until the backend says what became of it (docs/rules.md, "A task's life").
+ACTIVE = (TaskStatus.SCHEDULED, TaskStatus.STARTING, TaskStatus.RUNNING, TaskStatus.UNKNOWN)
 FINAL = (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.STOPPED)
 
 
@@ -70,3 +72,10 @@ class EventKind(models.TextChoices):
     STOPPED = "stopped", "Stopped"
     BACKEND_ERROR = "backend_error", "Backend error"
     STATUS = "status", "Status change"
+
+
+class SweepGoal(models.TextChoices):
+    """Which element of a parameter sweep is best: the highest or the lowest metric its job reported."""
+
+    MAX = "max", "highest metric is best"
+    MIN = "min", "lowest metric is best"

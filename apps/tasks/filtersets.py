@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import django_filters
 
+from apps.core.filtersets import NAME, NUMBER, TIME, BaseFilterSet, BoundedDateTimeFilter, StrictBooleanFilter
 from apps.queues.choices import PriorityClass
 from apps.tasks.choices import ACTIVE, WAITING
-from apps.tasks.models import ServiceLoadSample, Task, TaskEvent
-from apps.vdc.filtersets import NAME, NUMBER, TIME, BaseFilterSet, BoundedDateTimeFilter, StrictBooleanFilter
+from apps.tasks.models import IdempotentRequest, ServiceLoadSample, Sweep, Task, TaskEvent, TaskUsageSample
 
 
 class TaskFilterSet(BaseFilterSet):
@@ -31,6 +31,9 @@ class TaskFilterSet(BaseFilterSet):
             "uid": ["exact"],
             "name": NAME,
             "project": ["exact", "in"],
+            "sweep": ["exact"],
+            "metric_name": ["exact"],
+            "metric_value": NUMBER,
             "owner": ["exact"],
             "vdc": ["exact", "in"],
             "queue": ["exact", "in"],
@@ -41,6 +44,7 @@ class TaskFilterSet(BaseFilterSet):
             "instances": NUMBER,
             "elastic_min": NUMBER,
             "elastic_max": NUMBER,
+            "scaling": NUMBER,
             "expected_duration": NUMBER,
             "wall_time": NUMBER,
             "exit_code": NUMBER,
@@ -61,6 +65,8 @@ class TaskFilterSet(BaseFilterSet):
             "temperature": NUMBER,
             "autoscale_min": NUMBER,
             "autoscale_max": NUMBER,
+            "idle_stop_percent": [*NUMBER, "isnull"],
+            "idle_stop_minutes": [*NUMBER, "isnull"],
             "autoscale_cpu_percent": NUMBER,
             "autoscale_gpu_percent": NUMBER,
             "autoscale_memory_percent": NUMBER,
@@ -76,6 +82,8 @@ class TaskFilterSet(BaseFilterSet):
             "estimated_start": TIME,
             "cluster": ["exact", "in", "isnull"],
             "allocated_gpu": NUMBER,
+            "held_cpu": NUMBER,
+            "held_memory_gib": NUMBER,
             "replicas": NUMBER,
             "external_id": ["exact"],
             "attempt": NUMBER,
@@ -125,4 +133,55 @@ class ServiceLoadSampleFilterSet(BaseFilterSet):
             "samples": NUMBER,
             "forecast_rps": [*NUMBER, "isnull"],
             "forecast_method": ["exact"],
+        }
+
+
+class TaskUsageSampleFilterSet(BaseFilterSet):
+    """For the admin and the tests; the API serves a task's samples through its utilisation action."""
+
+    search_fields = ("task__name",)
+
+    class Meta(BaseFilterSet.Meta):
+        model = TaskUsageSample
+        fields = {
+            "id": ["exact", "in"],
+            "task": ["exact", "in"],
+            "at": TIME,
+            "gpu_percent": [*NUMBER, "isnull"],
+            "vram_used_gib": [*NUMBER, "isnull"],
+            "vram_gib": [*NUMBER, "isnull"],
+            "cards": NUMBER,
+        }
+
+
+class IdempotentRequestFilterSet(BaseFilterSet):
+    """For the admin and the tests; remembered answers are not exposed through the API."""
+
+    search_fields = ("key",)
+
+    class Meta(BaseFilterSet.Meta):
+        model = IdempotentRequest
+        fields = {
+            "id": ["exact", "in"],
+            "user": ["exact"],
+            "key": ["exact"],
+            "status_code": ["exact"],
+            "created_at": TIME,
+        }
+
+
+class SweepFilterSet(BaseFilterSet):
+    search_fields = ("name",)
+
+    project_name = django_filters.CharFilter(field_name="project__name")
+
+    class Meta(BaseFilterSet.Meta):
+        model = Sweep
+        fields = {
+            "id": ["exact", "in"],
+            "name": NAME,
+            "project": ["exact", "in"],
+            "created_by": ["exact"],
+            "goal": ["exact"],
+            "created_at": TIME,
         }

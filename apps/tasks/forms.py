@@ -6,6 +6,7 @@ The forms only shape input; ``submit_task`` decides what is valid, and its per-f
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from decimal import Decimal
 
@@ -13,15 +14,15 @@ from django import forms
 from django.core.exceptions import PermissionDenied, ValidationError
 
 from apps.clusters.models import Cluster
+from apps.core.forms import SecretTextarea
 from apps.queues.models import TaskQueue
 from apps.tasks import validation as limits
 from apps.tasks.choices import Framework, IDEType, TaskKind
 from apps.tasks.models import Task
-from apps.tasks.services import submit_task
-from apps.vdc.admin_forms import SecretTextarea
+from apps.tasks.services import SUBMIT_FIELDS, submit_task
+from apps.vdc import policy
 from apps.vdc.choices import QueuePolicy
 from apps.vdc.models import VDC, Project
-from apps.vdc.services import can_act
 
 
 class DurationInput(forms.CharField):
@@ -103,6 +104,22 @@ def parse_secret_refs(text: str) -> list[dict]:
     return refs
 
 
+def _lines(pairs) -> str:
+    return "\n".join(f"{key}={value}" for key, value in pairs)
+
+
+def secret_ref_lines(refs: list[dict]) -> str:
+    return _lines((ref.get("file") or ref.get("env") or ref["secret"], ref["secret"]) for ref in refs or [])
+
+
+def volume_lines(volumes: list[dict]) -> str:
+    lines = []
+    for volume in volumes or []:
+        source = volume.get("host_path") or volume.get("claim_name", "")
+        lines.append(f"{source}:{volume.get('mount_path', '')}{':ro' if volume.get('read_only') else ''}")
+    return "\n".join(lines)
+
+
 class QueueChoiceField(forms.ModelChoiceField):
     def label_from_instance(self, obj: TaskQueue) -> str:
         closed = " - closed" if not obj.is_open else ""
@@ -122,18 +139,29 @@ class TaskForm(forms.Form):
     kind_title = "Settings"
     basic_fields: tuple[str, ...] = ("name", "project")
     scheduling_fields = (
-        "vdc", "preferred_cluster", "queue", "preemptible", "expected_duration", "wall_time", "gpu_spec", "cpu",
-        "memory_gib", "instances",
-    )  # fmt: skip
+        "vdc",
+        "preferred_cluster",
+        "queue",
+        "preemptible",
+        "expected_duration",
+        "wall_time",
+        "gpu_spec",
+        "cpu",
+        "memory_gib",
+        "instances",
+    )
     advanced_fields = ("command", "env", "secret_env", "secret_refs", "volumes")
 
     name = forms.CharField(max_length=128)
     project = forms.ModelChoiceField(queryset=Project.objects.none())
     vdc = forms.ModelChoiceField(queryset=VDC.objects.none(), label="VDC (availability zone)")
     preferred_cluster = ClusterChoiceField(
-        queryset=Cluster.objects.none(), required=False, label="Preferred cluster / pool",
-        empty_label="Any cluster of the VDC", help_text="The scheduler tries it first; any fitting cluster will do.",
-    )  # fmt: skip
+        queryset=Cluster.objects.none(),
+        required=False,
+        label="Preferred cluster / pool",
+        empty_label="Any cluster of the VDC",
+        help_text="The scheduler tries it first; any fitting cluster will do.",
+    )
     queue = QueueChoiceField(queryset=TaskQueue.objects.none())
     preemptible = forms.BooleanField(required=False, initial=True)
     expected_duration = DurationInput(
@@ -142,21 +170,32 @@ class TaskForm(forms.Form):
         "is required), the guaranteed window. It never stops the job.",
     )
     wall_time = DurationInput(
-        required=False, label="Wall-time limit",
+        required=False,
+        label="Wall-time limit",
         help_text="Optional: the job is stopped once it has run this long (empty: the queue's default, if any).",
-    )  # fmt: skip
+    )
     gpu_spec = forms.CharField(
-        max_length=128, required=False, label="GPUs",
+        max_length=128,
+        required=False,
+        label="GPUs",
         help_text="e.g. 1(A100), 2(A100|H100), 0.5(vgpu), 1(16G,50%), vram=16Gi,tflops-fp16=100; empty for none.",
-    )  # fmt: skip
+    )
     cpu = forms.DecimalField(
-        min_value=limits.MIN_CPU, max_value=limits.MAX_CPU, max_digits=8, decimal_places=2, initial=Decimal("1"),
+        min_value=limits.MIN_CPU,
+        max_value=limits.MAX_CPU,
+        max_digits=8,
+        decimal_places=2,
+        initial=Decimal("1"),
         label="CPU cores",
-    )  # fmt: skip
+    )
     memory_gib = forms.DecimalField(
-        min_value=limits.MIN_MEMORY_GIB, max_value=limits.MAX_MEMORY_GIB, max_digits=10, decimal_places=2, initial=2,
+        min_value=limits.MIN_MEMORY_GIB,
+        max_value=limits.MAX_MEMORY_GIB,
+        max_digits=10,
+        decimal_places=2,
+        initial=2,
         label="Memory (GiB)",
-    )  # fmt: skip
+    )
     instances = forms.IntegerField(
         min_value=1, max_value=limits.MAX_INSTANCES, initial=1, help_text="Started all at once on one cluster (gang)."
     )
@@ -168,33 +207,45 @@ class TaskForm(forms.Form):
         "$HCS_MODEL_PATH, $HCS_CHECKPOINT_DIR, $HCS_PORT, $HCS_MAX_TOKENS, $HCS_TEMPERATURE ... (only those set).",
     )
     env = forms.CharField(
-        required=False, label="Environment variables", widget=forms.Textarea(attrs={"rows": 3}),
+        required=False,
+        label="Environment variables",
+        widget=forms.Textarea(attrs={"rows": 3}),
         help_text="One KEY=VALUE per line.",
-    )  # fmt: skip
+    )
     secret_env = forms.CharField(
-        required=False, label="Secret variables", widget=SecretTextarea(attrs={"rows": 2}),
+        required=False,
+        label="Secret variables",
+        widget=SecretTextarea(attrs={"rows": 2}),
         help_text="One KEY=VALUE per line, for tokens and passwords: stored encrypted, given to the job, "
-                  "never shown again.",
-    )  # fmt: skip
+        "never shown again.",
+    )
     secret_refs = forms.CharField(
-        required=False, label="Project secrets", widget=forms.Textarea(attrs={"rows": 2}),
+        required=False,
+        label="Project secrets",
+        widget=forms.Textarea(attrs={"rows": 2}),
         help_text="One VARIABLE=SECRET or /file/path=SECRET per line (e.g. HF_TOKEN=HF_TOKEN, "
-                  "/run/secrets/registry=REGISTRY): the project's secret of that name, given to the job as a variable "
-                  "or an owner-read-only file. Only names are stored with the task.",
-    )  # fmt: skip
+        "/run/secrets/registry=REGISTRY): the project's secret of that name, given to the job as a variable "
+        "or an owner-read-only file. Only names are stored with the task.",
+    )
     volumes = forms.CharField(
-        required=False, widget=forms.Textarea(attrs={"rows": 2}),
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
         help_text="One SOURCE:/mount/path[:ro] per line; SOURCE is a /host/path or a volume claim name.",
-    )  # fmt: skip
+    )
+    # Fields of a task file this form has no input for (required_labels, scaling), kept as they were when a task
+    # is submitted again (docs/tasks.md, "Task files").
+    carried = forms.CharField(required=False, widget=forms.HiddenInput())
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
         self.user = user
-        memberships = Project.objects.for_user(user).prefetch_related("memberships")
-        self.fields["project"].queryset = Project.objects.filter(pk__in=[p.pk for p in memberships if can_act(user, p)])
-        vdcs = VDC.objects.filter(enabled=True)
-        if not (user.is_staff or user.is_superuser):
-            vdcs = vdcs.filter(quotas__project__memberships__user=user).distinct()
+        if policy.has_platform_perm(user, policy.SUBMIT_TASK):
+            self.fields["project"].queryset = policy.visible_projects(user)
+        else:
+            self.fields["project"].queryset = Project.objects.filter(
+                pk__in=policy.member_project_ids(user, policy.WRITE_ROLES)
+            )
+        vdcs = policy.visible_vdcs(user).filter(enabled=True)
         self.fields["vdc"].queryset = vdcs
         self.fields["queue"].queryset = TaskQueue.objects.filter(vdc__in=vdcs).select_related("vdc")
         self.fields["preferred_cluster"].queryset = Cluster.objects.filter(vdc__in=vdcs, enabled=True).select_related(
@@ -216,6 +267,72 @@ class TaskForm(forms.Form):
     def clean_volumes(self) -> list[dict]:
         return parse_volumes(self.cleaned_data.get("volumes") or "")
 
+    def clean_carried(self) -> dict:
+        text = self.cleaned_data.get("carried") or ""
+        try:
+            carried = json.loads(text) if text else {}
+        except ValueError:
+            carried = None
+        if not isinstance(carried, dict) or not set(carried) <= self.carried_fields():
+            raise ValidationError(f"Expected a JSON object of {', '.join(sorted(self.carried_fields()))}.")
+        return carried
+
+    def carried_fields(self) -> set[str]:
+        """Submission fields this form has no input for."""
+        return set(SUBMIT_FIELDS) - set(self.fields) - {"kind"}
+
+    def initial_from_file(self, data: dict) -> dict:
+        """The form's initial values from a task file's fields (the API's names and shapes): what "Submit again"
+        and an uploaded task file show. Secret variable values are never put back into a page."""
+
+        def pick(field: str, value):
+            choices = self.fields[field].queryset
+            if isinstance(value, int) and not isinstance(value, bool):
+                return choices.filter(pk=value).values_list("pk", flat=True).first()
+            if isinstance(value, str) and field == "queue":
+                vdc = initial.get("vdc") or self.fields["vdc"].initial
+                return choices.filter(name=value, vdc=vdc).values_list("pk", flat=True).first()
+            if isinstance(value, str):
+                return choices.filter(name=value).values_list("pk", flat=True).first()
+            return None
+
+        initial: dict = {}
+        for field in ("project", "vdc", "queue"):
+            if data.get(field) is not None:
+                initial[field] = pick(field, data[field])
+        preferred = data.get("preferred_clusters") or []
+        if preferred:
+            initial["preferred_cluster"] = pick("preferred_cluster", preferred[0])
+        text = {
+            "env": lambda v: _lines((v or {}).items()),
+            "secret_refs": secret_ref_lines,
+            "volumes": volume_lines,
+        }
+        carried = {}
+        for field, value in data.items():
+            if field in ("project", "vdc", "queue", "preferred_clusters", "secret_env") or value is None:
+                continue
+            if field in text:
+                initial[field] = text[field](value)
+            elif field in self.fields:
+                initial[field] = value
+            elif field in self.carried_fields():
+                carried[field] = value
+        if carried:
+            initial["carried"] = json.dumps(carried, sort_keys=True)
+        return {key: value for key, value in initial.items() if value is not None}
+
+    def carried_summary(self) -> str:
+        """The carried fields as the page names them, e.g. ``required_labels: {"zone": "east"}``."""
+        value = self["carried"].value() or ""
+        try:
+            carried = json.loads(value) if value else {}
+        except ValueError:
+            return ""
+        if not isinstance(carried, dict):
+            return ""
+        return "; ".join(f"{key}: {json.dumps(val)}" for key, val in sorted(carried.items()))
+
     def sections(self) -> list[tuple[str, list]]:
         """(title, bound fields) in page order."""
         return [
@@ -229,13 +346,26 @@ class TaskForm(forms.Form):
         data = self.cleaned_data
         fields = {
             name: data[name]
-            for name in ("name", "cpu", "memory_gib", "instances", "expected_duration", "wall_time", "preemptible",
-                         "image", "command", "env", "volumes", "secret_refs", *self.kind_fields)
+            for name in (
+                "name",
+                "cpu",
+                "memory_gib",
+                "instances",
+                "expected_duration",
+                "wall_time",
+                "preemptible",
+                "image",
+                "command",
+                "env",
+                "volumes",
+                "secret_refs",
+                *self.kind_fields,
+            )
             if name in data
-        }  # fmt: skip
+        }
         fields["gpu_spec"] = (data.get("gpu_spec") or "").strip()
         fields["kind"] = self.task_kind
-        return fields
+        return {**(data.get("carried") or {}), **fields}
 
     def submit(self) -> Task | None:
         """Submit through the service; its errors land on the form's fields (None when there were any)."""
@@ -265,11 +395,26 @@ class TaskForm(forms.Form):
 
 class DevEnvForm(TaskForm):
     task_kind = TaskKind.DEV_ENV
-    kind_title = "Development environment"
+    kind_title = "Idle autostop"
     basic_fields = ("name", "project", "ide_type", "image")
-    kind_fields = ()
+    kind_fields = ("idle_stop_percent", "idle_stop_minutes")
 
     ide_type = forms.ChoiceField(choices=IDEType.choices, label="IDE type")
+    idle_stop_percent = forms.IntegerField(
+        min_value=1,
+        max_value=100,
+        required=False,
+        label="Idle below GPU %",
+        help_text="GPU utilisation under which the environment counts as idle (empty: the project's default).",
+    )
+    idle_stop_minutes = forms.IntegerField(
+        min_value=0,
+        max_value=limits.MAX_IDLE_STOP_MINUTES,
+        required=False,
+        label="Stop after idle minutes",
+        help_text="Stopped once idle this long, with a warning 10 min before, as a stop by hand stops it "
+        "(nothing is deleted). 0: never; empty: the project's default.",
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -289,6 +434,7 @@ class TrainingForm(TaskForm):
     kind_title = "Training settings"
     basic_fields = ("name", "project", "kind", "framework", "model_path", "image")
     kind_fields = ("epochs", "batch_size", "checkpoint_path", "tensorboard_dir", "max_retries")
+    scheduling_fields = (*TaskForm.scheduling_fields, "elastic_min", "elastic_max")
 
     kind = forms.ChoiceField(
         choices=[(TaskKind.TRAINING, TaskKind.TRAINING.label), (TaskKind.FINE_TUNING, TaskKind.FINE_TUNING.label)],
@@ -312,6 +458,21 @@ class TrainingForm(TaskForm):
         "(6006); the task page links it while the job runs.",
     )
     max_retries = forms.IntegerField(min_value=0, max_value=limits.MAX_RETRIES, initial=0, label="Retries on failure")
+    elastic_min = forms.IntegerField(
+        min_value=1,
+        max_value=limits.MAX_INSTANCES,
+        required=False,
+        label="Elastic: fewest ranks",
+        help_text="With the most ranks below, the job starts with as few as this and grows when cards free up "
+        "(on clusters that resize jobs); empty for a fixed size.",
+    )
+    elastic_max = forms.IntegerField(
+        min_value=1,
+        max_value=limits.MAX_INSTANCES,
+        required=False,
+        label="Elastic: most ranks",
+        help_text="The job never runs more ranks than this.",
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -320,6 +481,7 @@ class TrainingForm(TaskForm):
     def submission_fields(self) -> dict:
         data = self.cleaned_data
         extra = {"kind": data["kind"], "framework": data["framework"], "model_path": data.get("model_path", "")}
+        extra.update({name: data[name] for name in ("elastic_min", "elastic_max") if data.get(name) is not None})
         return {**super().submission_fields(), **extra}
 
 
@@ -328,10 +490,18 @@ class InferenceForm(TaskForm):
     kind_title = "Inference settings"
     basic_fields = ("name", "project", "model_path", "port", "image")
     kind_fields = (
-        "readiness_path", "max_tokens", "temperature", "autoscale_min", "autoscale_max", "autoscale_cpu_percent",
-        "autoscale_gpu_percent", "autoscale_memory_percent", "autoscale_rps", "autoscale_concurrency",
+        "readiness_path",
+        "max_tokens",
+        "temperature",
+        "autoscale_min",
+        "autoscale_max",
+        "autoscale_cpu_percent",
+        "autoscale_gpu_percent",
+        "autoscale_memory_percent",
+        "autoscale_rps",
+        "autoscale_concurrency",
         "autoscale_predictive",
-    )  # fmt: skip
+    )
 
     model_path = forms.CharField(max_length=255, help_text="e.g. /models/qwen-7b-chat")
     port = forms.IntegerField(min_value=1, max_value=65535, initial=8000, label="API port")
@@ -353,24 +523,32 @@ class InferenceForm(TaskForm):
         min_value=1, max_value=100, required=False, label="Autoscaling: target memory %"
     )
     autoscale_rps = forms.IntegerField(
-        min_value=1, max_value=limits.MAX_RPS, required=False, label="Autoscaling: target requests/s per replica",
+        min_value=1,
+        max_value=limits.MAX_RPS,
+        required=False,
+        label="Autoscaling: target requests/s per replica",
         help_text="Requests per second one replica should serve, counted at the portal's Connect proxy.",
-    )  # fmt: skip
+    )
     autoscale_concurrency = forms.IntegerField(
-        min_value=1, max_value=limits.MAX_CONCURRENCY, required=False,
+        min_value=1,
+        max_value=limits.MAX_CONCURRENCY,
+        required=False,
         label="Autoscaling: target requests in flight per replica",
         help_text="Requests one replica should work on at a time (concurrency), timed at the portal's Connect "
         "proxy; suits slow requests such as streamed completions.",
-    )  # fmt: skip
+    )
     autoscale_predictive = forms.BooleanField(
-        required=False, label="Autoscaling: predictive",
+        required=False,
+        label="Autoscaling: predictive",
         help_text="Also scale ahead of the request rate forecast from the service's history (needs a requests/s "
         "target; never scales down on a forecast alone).",
-    )  # fmt: skip
+    )
     readiness_path = forms.CharField(
-        max_length=255, required=False, label="Readiness path",
+        max_length=255,
+        required=False,
+        label="Readiness path",
         help_text="e.g. /health: a replica counts as ready, and gets requests, once this answers 2xx on the API port.",
-    )  # fmt: skip
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

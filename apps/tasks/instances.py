@@ -53,16 +53,18 @@ def _devices_by_placement(task: Task) -> list[list[dict]]:
             device = rows.get(slot.get("id"))
             if device is None:
                 continue
-            cards.append({
-                "node": device.node.name,
-                "index": device.index,
-                "model": device.gpu_model.name if device.gpu_model_id else "",
-                "share_percent": round(slot.get("milli", 1000) / 10, 1),
-                "utilization_percent": device.utilization,
-                "vram_used_gib": float(device.vram_used_gib),
-                "vram_gib": float(device.vram_gib),
-                "temperature_c": device.temperature_c,
-            })  # fmt: skip
+            cards.append(
+                {
+                    "node": device.node.name,
+                    "index": device.index,
+                    "model": device.gpu_model.name if device.gpu_model_id else "",
+                    "share_percent": round(slot.get("milli", 1000) / 10, 1),
+                    "utilization_percent": device.utilization,
+                    "vram_used_gib": float(device.vram_used_gib),
+                    "vram_gib": float(device.vram_gib),
+                    "temperature_c": device.temperature_c,
+                }
+            )
         out.append(cards)
     return out
 

@@ -1,8 +1,10 @@
 """Who is ahead of me in a queue: its waiting tasks in order, mine and my projects' by name, others anonymised.
 
 The queue page and ``GET /api/v1/queues/{id}/lineup/`` show the same entries. A user never learns the name,
-owner, project or id of a task of a project they cannot see (SPEC §11): such an entry keeps only its place,
-its request and how long it has waited ("another project's task, 2(A100), waiting 12 min").
+owner, project or id of a task of a project they cannot see (docs/rules.md#security): such an entry keeps only its
+place,
+its request, how long it has waited ("another project's task, 2(A100), waiting 12 min") and the kind of reason
+it waits for ("its project's quota"), never the reason's message, which may name the project's own tasks.
 """
 
 from __future__ import annotations
@@ -17,12 +19,31 @@ from django.utils import timezone
 from apps.tasks.choices import WAITING
 from apps.tasks.live import format_time, from_now, span
 from apps.tasks.models import Task
+from apps.vdc import policy
 from apps.vdc.models import Membership
-from apps.vdc.services import is_platform_admin
 
 # Each queue shows its first HEAD waiting tasks, and the user's own beyond them (at most MORE_OF_MINE).
 HEAD = 20
 MORE_OF_MINE = 100
+# The kind of reason a task waits for, in words, by the engine's reason code (``Task.pending_reason``): all a user
+# learns of why another project's task waits.
+REASON_KINDS = {
+    "quota_exceeded": "its project's quota",
+    "max_concurrent": "its project's quota",
+    "kind_limit": "its project's quota",
+    "budget_exhausted": "its project's budget",
+    "queue_capacity": "the queue's capacity limit",
+    "vdc_capacity": "the VDC's capacity cap",
+    "insufficient_capacity": "free capacity",
+    "holds_reservation": "free capacity",
+    "waiting_for_reservation": "a task ahead of it",
+    "queue_order": "a task ahead of it",
+    "waiting_for_higher_class": "higher-class work",
+    "capacity_reserved": "capacity an admin reserved",
+    "invalid_request": "a request no cluster can serve",
+    "no_matching_gpu_model": "a request no cluster can serve",
+    "no_eligible_cluster": "a request no cluster can serve",
+}
 ORDER = (F("queue_position").asc(nulls_last=True), F("submitted_at").asc(), F("id").asc())
 
 
@@ -43,6 +64,13 @@ class Entry:
     project: str = ""
     owner: str = ""
     estimated_start: datetime | None = None
+    reason: str = ""
+    reason_code: str = ""
+
+    @property
+    def reason_kind(self) -> str:
+        """The kind of reason the task waits for, in words ("its project's quota"); empty when unknown."""
+        return REASON_KINDS.get(self.reason_code, "")
 
     @property
     def estimated_start_display(self) -> str:
@@ -76,8 +104,8 @@ def resources(task: Task) -> str:
 
 
 def _seen_by(tasks: QuerySet[Task], user) -> QuerySet[Task]:
-    """Mark each task ``shown``: True when ``user`` may see it by name (a platform admin sees all)."""
-    if is_platform_admin(user):
+    """Mark each task ``shown``: True when ``user`` may see it by name (staff who may view tasks see all)."""
+    if policy.sees_all(user, Task):
         return tasks.annotate(shown=Value(True))
     return tasks.annotate(shown=Exists(Membership.objects.filter(user=user, project_id=OuterRef("project_id"))))
 
@@ -91,8 +119,8 @@ def _head(queue_ids, user) -> QuerySet[Task]:
 
 
 def _mine(queue_ids, user) -> QuerySet[Task]:
-    """The user's own waiting tasks and their projects' (a platform admin: their own), in queue order."""
-    scope = Q(owner=user) if is_platform_admin(user) else Q(project__memberships__user=user)
+    """The user's own waiting tasks and their projects' (staff who may view tasks: their own), in queue order."""
+    scope = Q(owner=user) if policy.sees_all(user, Task) else Q(project__memberships__user=user)
     waiting = _seen_by(Task.objects.filter(scope, queue_id__in=queue_ids, status__in=WAITING), user)
     return waiting.select_related("project", "owner").order_by(*ORDER)[:MORE_OF_MINE]
 
@@ -105,6 +133,7 @@ def entry(task: Task, user, now: datetime) -> Entry:
         "status": task.status,
         "resources": resources(task),
         "waiting_seconds": max(0, int((now - task.submitted_at).total_seconds())),
+        "reason_code": task.pending_reason,
     }
     if not task.shown:
         return Entry(visible=False, **common)
@@ -116,6 +145,7 @@ def entry(task: Task, user, now: datetime) -> Entry:
         project=task.project.name,
         owner=task.owner.username,
         estimated_start=task.estimated_start,
+        reason=task.pending_message,
         **common,
     )
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import timedelta
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -60,9 +61,18 @@ def span(seconds: float) -> str:
     return f"{minutes // (24 * 60)} days"
 
 
+def duration_words(value: timedelta) -> str:
+    """A duration people set, in words: "30 s" under a minute, else as ``span`` says it."""
+    seconds = value.total_seconds()
+    return f"{int(seconds)} s" if seconds < 60 else span(seconds)
+
+
 def from_now(value, now=None) -> str:
-    """How far ahead a time is, as people say it: "in 3 min", "in 2 h 5 min", "in 3 days"."""
+    """How far ahead a time is, as people say it: "in 3 min", "in 2 h 5 min", "in 3 days"; an estimate that
+    passed more than a minute ago says so ("passed 12 min ago") instead of promising "any moment now"."""
     seconds = (value - (now or timezone.now())).total_seconds()
+    if seconds < -60:
+        return f"passed {span(-seconds)} ago"
     return "any moment now" if seconds < 60 else f"in {span(seconds)}"
 
 
@@ -78,6 +88,8 @@ def status_summary(task: Task) -> str:
             parts.append(when or "estimated start unknown")
         else:
             parts.append("waiting for the next scheduling cycle")
+        if task.pending_message:
+            parts.append(f"waiting because {task.pending_message}")
         return ", ".join(parts)
     if task.status in ACTIVE:
         where = task.cluster.name if task.cluster_id and task.cluster else ""

@@ -9,12 +9,12 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
-from django.db.models import Case, DecimalField, ExpressionWrapper, F, Q, Sum, When
+from django.db.models import Q
 from django.db.models.base import DEFERRED
 
-from apps.clusters.crypto import decrypt_text, encrypt_text
 from apps.clusters.models import Cluster
 from apps.clusters.services import validate_gpu_spec
+from apps.core.crypto import decrypt_text, encrypt_text
 from apps.queues.models import TaskQueue
 from apps.tasks.choices import (
     ACTIVE,
@@ -24,6 +24,7 @@ from apps.tasks.choices import (
     FailureReason,
     Framework,
     IDEType,
+    SweepGoal,
     TaskKind,
     TaskStatus,
 )
@@ -33,31 +34,7 @@ from apps.vdc.models import VDC, Project
 ZERO = Decimal("0")
 
 
-# Instances a task holds on its cluster: its replicas (elastic and autoscaled tasks vary; an elastic shrink
-# counts until its backend confirms it), else all its instances.
-HELD_INSTANCES = Case(When(replicas__gt=0, then=F("replicas")), default=F("instances"))
-_AMOUNT = DecimalField(max_digits=16, decimal_places=3)
-
-
-def allocation_sums() -> dict:
-    """The one definition of what active tasks hold, as aggregates: cpu cores, memory GiB, GPU-equivalents.
-
-    The admin, /metrics and the API all aggregate with it, so they agree (also for a grown elastic task).
-    """
-    return {
-        "cpu": Sum(ExpressionWrapper(F("cpu") * HELD_INSTANCES, output_field=_AMOUNT)),
-        "memory_gib": Sum(ExpressionWrapper(F("memory_gib") * HELD_INSTANCES, output_field=_AMOUNT)),
-        "gpu": Sum("allocated_gpu"),
-    }
-
-
 class TaskQuerySet(models.QuerySet):
-    def visible_to(self, user) -> TaskQuerySet:
-        """Tasks of the user's projects; platform admins see all."""
-        if user.is_superuser or user.is_staff:
-            return self
-        return self.filter(project__memberships__user=user)
-
     def waiting(self) -> TaskQuerySet:
         return self.filter(status__in=WAITING)
 
@@ -65,10 +42,34 @@ class TaskQuerySet(models.QuerySet):
         return self.filter(status__in=ACTIVE)
 
 
+class Sweep(models.Model):
+    """A parameter sweep: one submission that created a task per combination of parameter values (docs/tasks.md,
+    "Parameter sweeps"); its tasks point to it (``Task.sweep``)."""
+
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="sweeps")
+    name = models.CharField(max_length=128)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="sweeps")
+    parameters = models.JSONField(help_text="The parameter spec as submitted: a grid (name -> values) or a list")
+    goal = models.CharField(
+        max_length=3,
+        choices=SweepGoal.choices,
+        default=SweepGoal.MAX,
+        help_text="Which element's metric (its job's last HCS_METRIC line) is the best",
+    )
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.name} (sweep {self.pk})"
+
+
 class Task(models.Model):
     """One unit of work a user submitted: what it needs, where it runs, and how far it got.
 
-    ``gpu_spec`` holds the SPEC §3 grammar (e.g. ``2(A100)``, ``0.5(vgpu)``). The scheduler fills the
+    ``gpu_spec`` holds the GPU spec grammar of docs/rules.md#resources-and-gpu-requests (e.g. ``2(A100)``,
+    ``0.5(vgpu)``). The scheduler fills the
     placement, the queue position, the estimated start and the pending reason.
     """
 
@@ -93,6 +94,13 @@ class Task(models.Model):
     instances = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
     elastic_min = models.PositiveIntegerField(null=True, blank=True)
     elastic_max = models.PositiveIntegerField(null=True, blank=True)
+    scaling = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="Elastic tasks: the parallel fraction of the work in Amdahl's law, from 0 to 1 (1 = linear in the "
+        "replicas); spare cards go to the tasks that speed up most per card. Empty: 0.95 (docs/engine.md, "
+        '"Elastic")',
+    )
 
     # Scheduling wishes.
     expected_duration = models.DurationField(
@@ -170,30 +178,48 @@ class Task(models.Model):
         null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(100)]
     )
     autoscale_rps = models.PositiveIntegerField(
-        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(1_000_000)],
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(1_000_000)],
         verbose_name="autoscale requests/s per replica",
         help_text="Inference: target requests per second per replica, as the portal's proxy counts them",
-    )  # fmt: skip
+    )
     autoscale_concurrency = models.PositiveIntegerField(
-        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(10_000)],
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(10_000)],
         verbose_name="autoscale requests in flight per replica",
         help_text="Inference: target concurrency (requests in flight) per replica, as the portal's proxy times them",
-    )  # fmt: skip
+    )
     autoscale_predictive = models.BooleanField(
         default=False,
         help_text="Inference on local and Slurm clusters: also scale ahead of the request rate forecast from the "
         "service's history (Holt-Winters, daily season); never scales down on a forecast alone",
     )
     autoscale_desired = models.PositiveIntegerField(
-        null=True, blank=True,
+        null=True,
+        blank=True,
         help_text="Inference on local and Slurm clusters: replicas the portal's autoscaler asks the scheduler for "
         "(on Kubernetes the HPA decides)",
-    )  # fmt: skip
+    )
+    # Idle autostop of a dev environment (docs/rules.md#idle-autostop): None takes the project's default; minutes 0
+    # turns it off for this task.
+    idle_stop_percent = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
+        help_text="Dev environment: GPU utilisation (%) under which it counts as idle (empty: the project's default)",
+    )
+    idle_stop_minutes = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Dev environment: stopped after this many minutes idle; 0 never (empty: the project's default)",
+    )
     readiness_path = models.CharField(
-        max_length=255, blank=True,
+        max_length=255,
+        blank=True,
         help_text="Inference: an HTTP path of the service that answers 2xx once a replica can serve (e.g. /health); "
         "empty counts a replica ready as soon as it runs",
-    )  # fmt: skip
+    )
 
     # State, written by services and the scheduler.
     status = models.CharField(max_length=16, choices=TaskStatus.choices, default=TaskStatus.QUEUED, db_index=True)
@@ -204,8 +230,23 @@ class Task(models.Model):
     estimated_start = models.DateTimeField(null=True, blank=True)
     cluster = models.ForeignKey(Cluster, null=True, blank=True, on_delete=models.SET_NULL, related_name="tasks")
     placement = models.JSONField(default=list, blank=True, help_text="Per instance: node and devices")
+    # The capacity ledger (apps.tasks.ledger): what the placement holds, written with it by apps.tasks.lifecycle.
     allocated_gpu = models.DecimalField(
         max_digits=10, decimal_places=3, default=ZERO, help_text="GPU-equivalents held while running"
+    )
+    held_cpu = models.DecimalField(
+        max_digits=16,
+        decimal_places=3,
+        default=ZERO,
+        editable=False,
+        help_text="Cpu cores held while running: per-instance cores times the instances placed",
+    )
+    held_memory_gib = models.DecimalField(
+        max_digits=16,
+        decimal_places=3,
+        default=ZERO,
+        editable=False,
+        help_text="Memory GiB held while running: per-instance memory times the instances placed",
     )
     replicas = models.PositiveIntegerField(default=0, help_text="Instances running now (elastic tasks vary)")
     ready_replicas = models.PositiveIntegerField(
@@ -225,6 +266,14 @@ class Task(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
+    sweep = models.ForeignKey(Sweep, null=True, blank=True, on_delete=models.SET_NULL, related_name="tasks")
+    sweep_values = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="A sweep element's parameter values (name -> text), its HCS_PARAM_* variables",
+    )
+    metric_name = models.CharField(max_length=64, blank=True, help_text="Of the last HCS_METRIC line its run printed")
+    metric_value = models.FloatField(null=True, blank=True)
 
     objects = TaskQuerySet.as_manager()
 
@@ -241,6 +290,8 @@ class Task(models.Model):
                 name="task_elastic_max_gte_min",
             ),
         ]
+        # A visitor's Web Console into a task of a project the user is not in (apps.vdc.policy.console_access).
+        permissions = [("open_any_console", "Can open a visitor's Web Console into any project's task")]
 
     def __str__(self) -> str:
         return f"#{self.pk} {self.name}"
@@ -310,16 +361,6 @@ class Task(models.Model):
         return [p.get("node_name", "") for p in self.placement or []]
 
     @property
-    def live_placement(self) -> list[dict]:
-        """The instances the task runs with; an elastic shrink's instances leave once their backend confirms."""
-        return [p for p in self.placement or [] if not p.get("releasing")]
-
-    @property
-    def releasing_placement(self) -> list[dict]:
-        """Instances of an elastic shrink still held on the backend (counted and billed until released)."""
-        return [p for p in self.placement or [] if p.get("releasing")]
-
-    @property
     def secret_env_names(self) -> list[str]:
         """The names of the task's secret variables; their values are never shown."""
         return sorted(self.secret_env or {})
@@ -349,6 +390,11 @@ class Task(models.Model):
             errors["gpu_spec"] = exc.messages[0]
         if (self.elastic_min is None) != (self.elastic_max is None):
             errors["elastic_max"] = "Expected both elastic_min and elastic_max, or neither."
+        if self.scaling is not None:
+            if self.elastic_min is None or self.elastic_max is None:
+                errors["scaling"] = "A speed-up curve applies to elastic tasks: set elastic_min and elastic_max too."
+            elif not 0 <= self.scaling <= 1:
+                errors["scaling"] = f"Expected a parallel fraction from 0 to 1, e.g. 0.95, got {self.scaling}."
         errors = {**task_errors(self), **errors}
         if errors:
             raise ValidationError(errors)
@@ -394,3 +440,43 @@ class ServiceLoadSample(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.task_id} {self.start:%Y-%m-%d %H:%M}"
+
+
+class TaskUsageSample(models.Model):
+    """What a running task's cards did in one minute, from its node agents' last reports: mean utilisation and
+    memory used over the cards of its placement (apps.tasks.usage). The history its monitoring page charts, the
+    utilisation API returns and idle autostop decides on; pruned as ``apps.tasks.usage`` says."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="usage_samples")
+    at = models.DateTimeField(help_text="Start of the minute")
+    gpu_percent = models.FloatField(null=True, blank=True, help_text="Mean utilisation of the task's cards")
+    vram_used_gib = models.FloatField(null=True, blank=True, help_text="GPU memory used on the task's cards")
+    vram_gib = models.FloatField(null=True, blank=True, help_text="GPU memory of the task's cards")
+    cards = models.PositiveSmallIntegerField(default=0, help_text="Cards with a fresh report")
+
+    class Meta:
+        ordering = ("task", "at")
+        constraints = [models.UniqueConstraint(fields=("task", "at"), name="one_usage_sample_per_minute")]
+        indexes = [models.Index(fields=["at"], name="usage_sample_at")]
+
+    def __str__(self) -> str:
+        return f"#{self.task_id} {self.at:%Y-%m-%d %H:%M}"
+
+
+class IdempotentRequest(models.Model):
+    """The first successful answer to a submit sent with an ``Idempotency-Key``, replayed to its retries for a day
+    (docs/api.md); a key is unique per user, so two copies sent at once create one task."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="idempotent_requests")
+    key = models.CharField(max_length=255)
+    fingerprint = models.CharField(max_length=64, help_text="SHA-256 of the method, path and body")
+    status_code = models.PositiveSmallIntegerField()
+    body = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [models.UniqueConstraint(fields=("user", "key"), name="idempotency_key_once_per_user")]
+
+    def __str__(self) -> str:
+        return f"{self.user_id}: {self.key}"

@@ -14,12 +14,12 @@ readings (it then keeps the count as it is), never a response.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import time
 
 import redis
-from django.conf import settings
+
+from hcsportal import redis_guard
 
 log = logging.getLogger(__name__)
 
@@ -28,18 +28,12 @@ BUSY_KEY = "hcs:busy:{task_id}:{second}"
 KEEP_S = 120
 # A metric is read over this many whole seconds before the current one.
 WINDOW_S = 15
-_TIMEOUTS = {"socket_connect_timeout": 0.5, "socket_timeout": 0.5}
-
-
-@functools.cache
-def _client(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url, **_TIMEOUTS)
 
 
 def _add(amounts: dict[str, int]) -> list[int] | None:
     """Add to counters in one round trip; their new values, or None when Redis fails."""
     try:
-        pipe = _client(settings.REDIS_URL).pipeline(transaction=False)
+        pipe = redis_guard.client().pipeline(transaction=False)
         for key, amount in amounts.items():
             pipe.incrby(key, amount)
             pipe.expire(key, KEEP_S)
@@ -72,7 +66,7 @@ def _sums(key: str, task_ids: list[int], window_s: int, now: float | None) -> di
     last = int(time.time() if now is None else now) - 1
     keys = [key.format(task_id=pk, second=s) for pk in task_ids for s in range(last - window_s + 1, last + 1)]
     try:
-        values = _client(settings.REDIS_URL).mget(keys) if keys else []
+        values = redis_guard.client().mget(keys) if keys else []
     except redis.RedisError as exc:
         log.warning("cannot read request metrics: %s", exc)
         return dict.fromkeys(task_ids)
@@ -97,7 +91,7 @@ def concurrency(task_ids: list[int], window_s: int = WINDOW_S, now: float | None
 def forget(task_id: int) -> None:
     """Drop a task's counters (they expire by themselves; this is for tests and deleted tasks)."""
     with contextlib.suppress(redis.RedisError):
-        client = _client(settings.REDIS_URL)
+        client = redis_guard.client()
         patterns = [key.format(task_id=task_id, second="*") for key in (KEY, BUSY_KEY)]
         keys = [k for pattern in patterns for k in client.scan_iter(pattern, count=500)]
         if keys:

@@ -12,57 +12,69 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
-from django.db.models import Count, Q
+from django.db.models import Count
 from django.utils import timezone
 
 from apps.clusters import services as cluster_services
 from apps.clusters.gpuspec import GPURequest, GPUSpecError, candidate_models, equivalents
-from apps.clusters.models import Device, Node
+from apps.clusters.models import Node
 from apps.queues.choices import PriorityClass
 from apps.queues.models import TaskQueue
+from apps.tasks import lifecycle
 from apps.tasks.admission import admission_errors
 from apps.tasks.bulk import bulk_update_rows
 from apps.tasks.choices import ACTIVE, FINAL, WAITING, EventKind, TaskKind, TaskStatus
+from apps.tasks.lifecycle import record_event
+from apps.tasks.live import duration_words
 from apps.tasks.models import Task, TaskEvent
-from apps.tasks.signals import autoscaling_changed, cluster_work, demand_changed, task_changed
+from apps.tasks.signals import autoscaling_changed, cluster_work, task_changed
 from apps.tasks.validation import secret_env_error, secret_refs_error
-from apps.vdc.models import VDC, Membership, Project, ProjectQuota, ProjectSecret
-from apps.vdc.services import WRITE_ROLES, can_act, can_view, is_platform_admin
+from apps.vdc import policy
+from apps.vdc.models import VDC, Project, ProjectQuota, ProjectSecret
 
 # Fields a submitter may set; everything else (status, placement ...) belongs to the scheduler.
 SUBMIT_FIELDS = (
-    "name", "kind", "cpu", "memory_gib", "gpu_spec", "instances", "elastic_min", "elastic_max",
-    "expected_duration", "wall_time", "preemptible", "required_labels", "image", "command", "env", "volumes",
-    "ide_type", "framework", "model_path", "epochs", "batch_size", "checkpoint_path", "tensorboard_dir",
-    "max_retries", "port", "max_tokens", "temperature", "autoscale_min", "autoscale_max", "autoscale_cpu_percent",
-    "autoscale_gpu_percent", "autoscale_memory_percent", "autoscale_rps", "autoscale_concurrency",
-    "autoscale_predictive", "readiness_path", "secret_refs",
-)  # fmt: skip
-
-
-def record_event(
-    task: Task,
-    kind: str,
-    message: str = "",
-    *,
-    actor=None,
-    from_status: str = "",
-    to_status: str = "",
-    data: dict | None = None,
-) -> TaskEvent:
-    """Append an entry to the task's timeline and tell live pages once the transaction commits."""
-    event = TaskEvent.objects.create(
-        task=task,
-        kind=kind,
-        message=message,
-        actor=actor if actor is not None and actor.is_authenticated else None,
-        from_status=from_status,
-        to_status=to_status,
-        data=data or {},
-    )
-    task_id, new = task.pk, kind == EventKind.SUBMITTED
-    transaction.on_commit(lambda: task_changed.send(sender=Task, task_ids=[task_id], new=new))
-    return event
+    "name",
+    "kind",
+    "cpu",
+    "memory_gib",
+    "gpu_spec",
+    "instances",
+    "elastic_min",
+    "elastic_max",
+    "scaling",
+    "expected_duration",
+    "wall_time",
+    "preemptible",
+    "required_labels",
+    "image",
+    "command",
+    "env",
+    "volumes",
+    "ide_type",
+    "framework",
+    "model_path",
+    "epochs",
+    "batch_size",
+    "checkpoint_path",
+    "tensorboard_dir",
+    "max_retries",
+    "port",
+    "max_tokens",
+    "temperature",
+    "autoscale_min",
+    "autoscale_max",
+    "autoscale_cpu_percent",
+    "autoscale_gpu_percent",
+    "autoscale_memory_percent",
+    "autoscale_rps",
+    "autoscale_concurrency",
+    "autoscale_predictive",
+    "readiness_path",
+    "secret_refs",
+    "idle_stop_percent",
+    "idle_stop_minutes",
+)
 
 
 def _min_gpu_equivalents(request: GPURequest, gpu_catalog) -> Decimal:
@@ -103,16 +115,23 @@ def submit_task(
     and the queue is open; the fields, their bounds (``apps.tasks.validation``) and the GPU spec are valid;
     ``secret_env`` (name -> value, checked like ``env``) is stored encrypted;
     medium queues get an expected duration; the request fits the project's quota limits in the VDC
-    (checked under a lock of the quota row, in the transaction that writes the task). Raises
+    (a per-kind limit is checked under a lock of the quota row, in the transaction that writes the task). Raises
     ValidationError (per field) or PermissionDenied and writes nothing in either case.
     """
-    if not can_act(user, project):
-        if can_view(user, project):
+    if not policy.can_act(user, project, policy.SUBMIT_TASK):
+        if policy.project_role(user, project) is not None:
             raise PermissionDenied(f"Viewers of project {project} cannot submit tasks.")
         raise PermissionDenied(f"You are not a member of project {project}.")
     unknown = set(fields) - set(SUBMIT_FIELDS)
     if unknown:
         raise ValidationError(dict.fromkeys(sorted(unknown), "Not a field a submission may set."))
+    if vdc is None and isinstance(queue, str) and queue:
+        # The usual submission names a queue of the default VDC: both in one query.
+        found = (
+            TaskQueue.objects.select_related("vdc").filter(vdc__is_default=True, vdc__enabled=True, name=queue).first()
+        )
+        if found is not None:
+            vdc, queue = found.vdc, found
     if vdc is None:
         vdc = queue.vdc if isinstance(queue, TaskQueue) else VDC.default()
         if vdc is None:
@@ -123,7 +142,8 @@ def submit_task(
     if not queue.is_open:
         raise ValidationError({"queue": f"Queue {queue.name} is closed and takes no new tasks."})
 
-    task = Task(project=project, owner=user, vdc=vdc, queue=queue, status=TaskStatus.QUEUED, **fields)
+    task = Task(project=project, owner=user, vdc=vdc, queue=queue, **fields)
+    wall_from_queue = task.wall_time is None and queue.default_wall_time is not None
     if task.wall_time is None:
         task.wall_time = queue.default_wall_time
     if task.kind not in TaskKind.values:
@@ -142,6 +162,13 @@ def submit_task(
             f"Queue {queue.name} is medium priority: it needs an expected duration (e.g. 02:00:00), "
             "the window the task is guaranteed for."
         )
+    if wall_from_queue and task.expected_duration and task.expected_duration > task.wall_time:
+        # The queue's default would stop the job before the time it says it needs (docs/rules.md, "A task's life").
+        errors.setdefault("wall_time", []).append(
+            f"Queue {queue.name} stops a job after {duration_words(task.wall_time)} (its default wall time), "
+            f"less than the expected duration {duration_words(task.expected_duration)}: "
+            "set a wall time of at least the expected duration, or choose another queue."
+        )
     if "gpu_spec" not in errors:
         request = cluster_services.validate_gpu_spec(task.gpu_spec, gpu_catalog)
         if not request.is_none and not candidate_models(request, gpu_catalog):
@@ -151,23 +178,24 @@ def submit_task(
     task.gpu_spec = task.gpu_spec.strip()
     task.set_secret_env(secret_env)
 
+    # What no cluster of the VDC could ever run is refused for that reason ("its nodes hold A100-80G"), before
+    # the quota, whose message would count equivalents of cards the task could never get anyway.
+    problems = admission_errors(task, request, gpu_catalog)
+    if problems:
+        raise ValidationError(problems)
+    quota = _check_quota(task, request, gpu_catalog)
+    # The transaction holds only what must be atomic with the insert; its locks are taken last and held briefly.
     with transaction.atomic():
         # Held until the task is written, so a secret it refers to cannot be deleted in between.
         message = _unknown_secrets(project, task.secret_refs, lock=True)
         if message:
             raise ValidationError({"secret_refs": [message]})
-        _check_quota(task, request, gpu_catalog)
-        problems = admission_errors(task, request, gpu_catalog)
-        if problems:
-            raise ValidationError(problems)
-        task.save()
+        _check_kind_limit(task, quota)
+        change = lifecycle.submitted(task, user, f"Submitted to queue {queue.name} ({queue.priority_class})")
         preferred_clusters = list(preferred_clusters)
         if preferred_clusters:
             task.preferred_clusters.set(preferred_clusters)
-        event = record_event(task, EventKind.SUBMITTED, f"Submitted to queue {queue.name} ({queue.priority_class})",
-                             actor=user, to_status=task.status)  # fmt: skip
-        signal_demand_changed()
-    _hold_related(task, events=[event], preferred_clusters=preferred_clusters)
+    _hold_related(task, events=change.events, preferred_clusters=preferred_clusters)
     return task
 
 
@@ -232,22 +260,16 @@ def _hold_related(instance, **related: list) -> None:
         cache[name] = queryset
 
 
-def signal_demand_changed() -> None:
-    """On commit, tell the control plane that waiting or running work changed (it runs a cycle soon)."""
-    transaction.on_commit(lambda: demand_changed.send(sender=Task))
+def _check_quota(task: Task, request: GPURequest, gpu_catalog) -> ProjectQuota:
+    """Reject a request that could never run within the project's enforced limits in the VDC; the quota row.
 
-
-def _check_quota(task: Task, request: GPURequest, gpu_catalog) -> None:
-    """Reject a request that could never run within the project's enforced limits in the VDC.
-
-    Runs inside the submission's transaction and locks the project's quota row first, so concurrent
-    submissions to one project and VDC count each other's tasks: a per-kind limit of 5 admits 5.
+    These limits bound one task, so the row is read without a lock: submissions to one project run side by side.
     """
-    quota = ProjectQuota.objects.select_for_update().filter(project=task.project, vdc=task.vdc).first()
+    quota = ProjectQuota.objects.filter(project=task.project, vdc=task.vdc).first()
     if quota is None:
         raise ValidationError({"project": f"Project {task.project} has no quota in VDC {task.vdc}."})
     if not quota.enforce:
-        return
+        return quota
     size = task.elastic_min if task.is_elastic else task.instances
     need = {
         "cpu": task.cpu * size,
@@ -264,23 +286,47 @@ def _check_quota(task: Task, request: GPURequest, gpu_catalog) -> None:
             )
     if errors:
         raise ValidationError(errors)
-    counts = Task.objects.filter(project=task.project, vdc=task.vdc).exclude(status__in=FINAL)
-    counts = counts.aggregate(total=Count("id"), kind=Count("id", filter=Q(kind=task.kind)))
+    return quota
+
+
+def _check_kind_limit(task: Task, quota: ProjectQuota) -> None:
+    """Reject a task beyond the project's limit of unfinished tasks of its kind in the VDC.
+
+    Runs in the submission's transaction: when the kind has a limit, the quota row is locked (and read again
+    under the lock) before counting, so concurrent submissions to one project and VDC count each other's
+    tasks: a per-kind limit of 5 admits 5. Without a limit nothing is locked or counted (docs/load.md, "What a
+    submit costs").
+    """
+    if not quota.enforce or quota.kind_limit(task.kind) is None:
+        return
+    quota = ProjectQuota.objects.select_for_update().filter(pk=quota.pk).first()
+    if quota is None:
+        raise ValidationError({"project": f"Project {task.project} has no quota in VDC {task.vdc}."})
     kind_limit = quota.kind_limit(task.kind)
-    if kind_limit is not None and counts["kind"] >= kind_limit:
+    if not quota.enforce or kind_limit is None:
+        return
+    unfinished = Task.objects.filter(project=task.project, vdc=task.vdc, kind=task.kind).exclude(status__in=FINAL)
+    count = unfinished.count()
+    if count >= kind_limit:
         raise ValidationError(
             {
-                "kind": f"Project {task.project} already has {counts['kind']} unfinished {task.get_kind_display()} "
+                "kind": f"Project {task.project} already has {count} unfinished {task.get_kind_display()} "
                 f"tasks, its limit in VDC {task.vdc}."
-            }  # fmt: skip
+            }
         )
 
 
 # The settings of an inference service's autoscaling that may change while it runs (API PATCH, page, admin).
 AUTOSCALE_FIELDS = (
-    "autoscale_min", "autoscale_max", "autoscale_cpu_percent", "autoscale_gpu_percent", "autoscale_memory_percent",
-    "autoscale_rps", "autoscale_concurrency", "autoscale_predictive",
-)  # fmt: skip
+    "autoscale_min",
+    "autoscale_max",
+    "autoscale_cpu_percent",
+    "autoscale_gpu_percent",
+    "autoscale_memory_percent",
+    "autoscale_rps",
+    "autoscale_concurrency",
+    "autoscale_predictive",
+)
 
 
 def autoscale_errors(task: Task, changes: dict[str, Any]) -> dict[str, str]:
@@ -291,7 +337,7 @@ def autoscale_errors(task: Task, changes: dict[str, Any]) -> dict[str, str]:
     max replicas within the project's GPU limit and the queue's maximum (a count it could never reach is
     refused, not kept silently).
     """
-    from apps.tasks.validation import NUMBER_BOUNDS, task_errors  # noqa: PLC0415
+    from apps.tasks.validation import NUMBER_BOUNDS, task_errors
 
     unknown = sorted(set(changes) - set(AUTOSCALE_FIELDS))
     if unknown:
@@ -326,17 +372,23 @@ def autoscale_errors(task: Task, changes: dict[str, Any]) -> dict[str, str]:
         for resource, each in (("cpu", task.cpu), ("memory_gib", task.memory_gib), ("gpu", per_replica)):
             limit = getattr(quota, f"limit_{resource}")
             if each * edited.autoscale_min > limit:
-                return {"autoscale_min": f"Expected at most the project's {resource.replace('_gib', '')} limit of "
-                        f"{limit} in VDC {task.vdc}: {edited.autoscale_min} replicas need "
-                        f"{(each * edited.autoscale_min).normalize():f}."}  # fmt: skip
+                return {
+                    "autoscale_min": f"Expected at most the project's {resource.replace('_gib', '')} limit of "
+                    f"{limit} in VDC {task.vdc}: {edited.autoscale_min} replicas need "
+                    f"{(each * edited.autoscale_min).normalize():f}."
+                }
         if per_replica * edited.autoscale_max > quota.limit_gpu:
-            return {"autoscale_max": f"Expected at most {int(quota.limit_gpu / per_replica)} replicas: the project's "
-                    f"GPU limit in VDC {task.vdc} is {quota.limit_gpu} and one replica needs "
-                    f"{per_replica.normalize():f}."}  # fmt: skip
+            return {
+                "autoscale_max": f"Expected at most {int(quota.limit_gpu / per_replica)} replicas: the project's "
+                f"GPU limit in VDC {task.vdc} is {quota.limit_gpu} and one replica needs "
+                f"{per_replica.normalize():f}."
+            }
     queue_max = task.queue.max_gpu
     if queue_max is not None and per_replica and per_replica * edited.autoscale_max > queue_max:
-        return {"autoscale_max": f"Expected at most {int(queue_max / per_replica)} replicas: queue "
-                f"{task.queue.name} holds at most {queue_max} GPU-equivalents."}  # fmt: skip
+        return {
+            "autoscale_max": f"Expected at most {int(queue_max / per_replica)} replicas: queue "
+            f"{task.queue.name} holds at most {queue_max} GPU-equivalents."
+        }
     return {}
 
 
@@ -345,7 +397,7 @@ def update_autoscaling(task: Task, user, **changes: Any) -> Task:
     :func:`autoscale_errors`, written with an ``autoscaled`` event, and a portal-scaled service's desired
     count moved into the new bounds at once (the next scheduling cycle follows). Raises ValidationError or
     PermissionDenied and writes nothing then."""
-    if not can_act(user, task.project):
+    if not policy.can_act(user, task.project, policy.CHANGE_TASK):
         raise PermissionDenied(f"Only owners and members of project {task.project} change its services.")
     with transaction.atomic():
         locked = Task.objects.select_for_update().select_related("queue", "vdc").get(pk=task.pk)
@@ -363,13 +415,19 @@ def update_autoscaling(task: Task, user, **changes: Any) -> Task:
             if locked.autoscale_min is None:
                 locked.autoscale_desired = None
             else:
-                locked.autoscale_desired = min(max(locked.autoscale_desired, locked.autoscale_min),
-                                               locked.autoscale_max)  # fmt: skip
+                locked.autoscale_desired = min(
+                    max(locked.autoscale_desired, locked.autoscale_min), locked.autoscale_max
+                )
             fields.append("autoscale_desired")
         locked.save(update_fields=fields)
-        record_event(locked, EventKind.AUTOSCALED, f"Autoscaling changed by {user}: {said}", actor=user,
-                     data={"changes": dict(changes), "by": "user"})  # fmt: skip
-        signal_demand_changed()
+        record_event(
+            locked,
+            EventKind.AUTOSCALED,
+            f"Autoscaling changed by {user}: {said}",
+            actor=user,
+            data={"changes": dict(changes), "by": "user"},
+        )
+        lifecycle.demand_changes()
         if locked.is_active and locked.external_id:
             task_id = locked.pk
             transaction.on_commit(lambda: autoscaling_changed.send(sender=Task, task_id=task_id))
@@ -383,28 +441,37 @@ def stop_task(task: Task, user, reason: str = "") -> Task:
     confirms it gone (whatever Redis or the backend do meanwhile); until then no other task is launched on
     its devices.
     """
-    if not can_act(user, task.project):
+    if not policy.can_act(user, task.project, policy.CHANGE_TASK):
         raise PermissionDenied("Only owners and members of the project can stop its tasks.")
     with transaction.atomic():
         task = Task.objects.select_for_update().get(pk=task.pk)
         if task.is_final:
             raise ValidationError({"status": f"Task is already {task.status}; nothing to stop."})
-        previous = task.status
-        was_active = previous in ACTIVE
-        task.status = TaskStatus.STOPPED
-        task.finished_at = timezone.now()
-        task.queue_position = None
-        task.estimated_start = None
-        task.pending_reason = ""
-        task.pending_message = ""
-        task.save()
+        was_active = task.is_active
         message = f"Stopped by {user}" + (f": {reason}" if reason else "")
-        record_event(task, EventKind.STOPPED, message, actor=user, from_status=previous, to_status=task.status)
+        lifecycle.save(lifecycle.stopped(task, user, message))
         if was_active and task.cluster_id:
             cluster_id = task.cluster_id
             transaction.on_commit(lambda: cluster_work.send(sender=Task, cluster_id=cluster_id))
-        signal_demand_changed()
+        lifecycle.demand_changes()
     return task
+
+
+def stop_idle_task(task_id: int, message: str, data: dict) -> bool:
+    """Stop a running dev environment that idle autostop found idle (docs/rules.md#idle-autostop), as a user's
+    stop does (its checkpoint directory stays). False when it no longer runs: a second pass stops nothing."""
+    with transaction.atomic():
+        task = Task.objects.select_for_update().filter(pk=task_id, status=TaskStatus.RUNNING).first()
+        if task is None:
+            return False
+        change = lifecycle.stopped(task, None, message)
+        change.events[-1].data = {**change.events[-1].data, "idle_stop": data}
+        lifecycle.save(change)
+        if task.cluster_id:
+            cluster_id = task.cluster_id
+            transaction.on_commit(lambda: cluster_work.send(sender=Task, cluster_id=cluster_id))
+        lifecycle.demand_changes()
+    return True
 
 
 # The most tasks one bulk stop takes (the API's bound; the pages send at most a page of them).
@@ -421,65 +488,32 @@ def stop_tasks(task_ids, user, reason: str = "") -> tuple[list[Task], int]:
     request; the backends' jobs are cancelled by the control plane, as for one task.
     """
     ids = sorted(set(task_ids))
-    acting = None if is_platform_admin(user) else Membership.objects.filter(user=user, role__in=WRITE_ROLES)
+    may_stop_any = policy.has_platform_perm(user, policy.CHANGE_TASK)
+    acting = None if may_stop_any else policy.member_project_ids(user, policy.WRITE_ROLES)
     if acting is not None and not acting.exists():
         raise PermissionDenied("Only owners and members of a project can stop its tasks; viewers only read.")
     with transaction.atomic():
         tasks = Task.objects.select_for_update(of=("self",)).filter(pk__in=ids).exclude(status__in=FINAL)
         if acting is not None:
-            tasks = tasks.filter(project_id__in=acting.values("project_id"))
+            tasks = tasks.filter(project_id__in=acting)
         tasks = list(tasks.order_by("pk"))
         now = timezone.now()
         message = f"Stopped by {user}" + (f": {reason}" if reason else "")
         # Jobs to cancel: those of tasks that held resources (as stop_task signals them).
         clusters = {task.cluster_id for task in tasks if task.status in ACTIVE and task.cluster_id}
-        events = [
-            TaskEvent(task=task, kind=EventKind.STOPPED, message=message, actor=user, from_status=task.status,
-                      to_status=TaskStatus.STOPPED, data={})
-            for task in tasks
-        ]  # fmt: skip
+        changes = [lifecycle.stopped(task, user, message, now) for task in tasks]
         for task in tasks:
-            task.status, task.finished_at, task.updated_at = TaskStatus.STOPPED, now, now
-            task.queue_position = task.estimated_start = None
-            task.pending_reason = task.pending_message = ""
-        bulk_update_rows(Task, tasks, STOP_FIELDS)
-        TaskEvent.objects.bulk_create(events)
+            task.updated_at = now
+        # Whatever the stop changed (lifecycle.stopped decides), written for all of them in one statement.
+        bulk_update_rows(Task, tasks, sorted({"updated_at"}.union(*(change.fields for change in changes))))
+        TaskEvent.objects.bulk_create([entry for change in changes for entry in change.events])
         stopped_ids = [task.pk for task in tasks]
         if stopped_ids:
             transaction.on_commit(lambda: task_changed.send(sender=Task, task_ids=stopped_ids))
             for cluster_id in clusters:
                 transaction.on_commit(lambda c=cluster_id: cluster_work.send(sender=Task, cluster_id=c))
-            signal_demand_changed()
+            lifecycle.demand_changes()
     return tasks, len(ids) - len(tasks)
-
-
-STOP_FIELDS = ("status", "finished_at", "updated_at", "queue_position", "estimated_start", "pending_reason",
-               "pending_message")  # fmt: skip
-
-
-def placement_equivalents(placement: list[dict]) -> Decimal:
-    """GPU-equivalents a stored placement holds: each card share times its model's exchange rate."""
-    ids = {d["id"] for p in placement for d in p.get("devices", ())}
-    rates = dict(Device.objects.filter(pk__in=ids).values_list("pk", "gpu_model__exchange_rate")) if ids else {}
-    total = sum(
-        (rates.get(d["id"], Decimal(0)) * Decimal(d.get("milli", 1000)) / 1000 for p in placement
-         for d in p.get("devices", ())),
-        Decimal(0),
-    )  # fmt: skip
-    return total.quantize(Decimal("0.001"))
-
-
-def settle_placement(task: Task, message: str) -> None:
-    """An elastic task's backend confirmed its shrink: the released instances leave its placement and its
-    allocation (caller holds the row lock)."""
-    released = task.releasing_placement
-    if not released:
-        return
-    task.placement = task.live_placement
-    task.replicas = len(task.placement)
-    task.allocated_gpu = placement_equivalents(task.placement)
-    task.save(update_fields=["placement", "replicas", "allocated_gpu", "updated_at"])
-    record_event(task, EventKind.RESIZED, message, data={"released": [p.get("node_name") for p in released]})
 
 
 def adopt_instances(task: Task, nodes: list[str]) -> tuple[list[dict], int]:
@@ -489,9 +523,9 @@ def adopt_instances(task: Task, nodes: list[str]) -> tuple[list[dict], int]:
     Returns the placement and how many instances found no node or free card the portal knows of.
     """
     current: dict[str, list[dict]] = defaultdict(list)
-    for entry in task.live_placement:
+    for entry in task.placement or []:
         current[entry.get("node_name", "")].append(entry)
-    template = (task.live_placement or task.placement or [{}])[0]
+    template = (task.placement or [{}])[0]
     per_instance = [(d.get("milli", 1000)) for d in template.get("devices", ())]
     model = template.get("gpu_model")
     placement, unplaced = [], 0
@@ -534,16 +568,8 @@ def requeue_task(task: Task, message: str, data: dict | None = None, *, status: 
 
     Its backend job, if any, no longer belongs to a live attempt: the control plane cancels it.
     """
-    previous = task.status
-    low = task.queue.priority_class == PriorityClass.LOW
-    task.status = status or (TaskStatus.SUSPENDED if low else TaskStatus.PREEMPTED)
-    task.status_message = message
-    data = {"cluster": task.cluster_id, "external_id": task.external_id, **(data or {})}
-    task.cluster, task.placement, task.allocated_gpu, task.replicas, task.external_id = None, [], 0, 0, ""
-    task.ready_replicas = None
-    task.save()
-    record_event(task, EventKind.REQUEUED, message, from_status=previous, to_status=task.status, data=data)
-    signal_demand_changed()
+    lifecycle.save(lifecycle.requeued(task, message, data, status=status))
+    lifecycle.demand_changes()
 
 
 def retries_used(task: Task) -> int:
@@ -566,7 +592,7 @@ def retry_failed_run(task: Task, exit_code: int | None, failure: str, detail: st
 
 def delete_task(task: Task, user) -> None:
     """Delete a task that has ended (stop it first); its timeline goes with it."""
-    if not can_act(user, task.project):
+    if not policy.can_act(user, task.project, policy.DELETE_TASK):
         raise PermissionDenied("Only owners and members of the project can delete its tasks.")
     if not task.is_final:
         raise ValidationError({"status": f"Task is {task.status}; expected a stopped, completed or failed task."})

@@ -2,7 +2,7 @@
 
 from django.urls import path, re_path
 
-from apps.tasks import access_views, views
+from apps.tasks import access_views, sweep_views, views
 
 app_name = "portal"
 urlpatterns = [
@@ -15,12 +15,18 @@ urlpatterns = [
     path("task-monitoring/<int:pk>/logs/", views.task_logs, name="task-logs"),
     path("task-monitoring/<int:pk>/instances/", views.task_instances_part, name="task-instances"),
     path("task-monitoring/<int:pk>/autoscaling/", views.task_autoscaling, name="task-autoscaling"),
+    path("tasks/<int:pk>/task.yaml", views.task_file_download, name="task-file"),
     path("task-monitoring/<int:pk>/terminal/", access_views.task_terminal, name="task-terminal"),
+    path("task-monitoring/<int:pk>/service-test/", access_views.service_test, name="task-service-test"),
     re_path(
         r"^tasks/(?P<pk>[0-9]+)/connect/(?P<port>[0-9]{1,5})/(?P<path>.*)$",
         access_views.task_connect,
         name="task-connect",
-    ),  # fmt: skip
+    ),
+    path("sweeps/", sweep_views.sweep_list, name="sweeps"),
+    path("sweeps/new/", sweep_views.sweep_new, name="sweep-new"),
+    path("sweeps/<int:pk>/", sweep_views.sweep_detail, name="sweep"),
+    path("sweeps/<int:pk>/stop/", sweep_views.sweep_stop, name="sweep-stop"),
     path("price-estimate/", views.price_estimate, name="price-estimate"),
     path("task-queues/", views.task_queues, name="task-queues"),
     path("task-queues/<int:pk>/policy/", views.queue_policy, name="queue-policy"),

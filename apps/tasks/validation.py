@@ -15,8 +15,9 @@ from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from apps.clusters import services as cluster_services
 from apps.clusters.hostpaths import is_approved, path_problem
-from apps.clusters.models import Cluster, GPUModel
+from apps.clusters.models import Cluster
 from apps.queues.models import LONGEST_EXPECTED_DURATION
 
 # Per instance.
@@ -70,6 +71,8 @@ RESERVED_ENV_NAMES = (
 )
 
 # (field, lowest, highest) for every bounded number a submission sets.
+# Idle autostop waits at most a week (docs/rules.md#idle-autostop).
+MAX_IDLE_STOP_MINUTES = 7 * 24 * 60
 NUMBER_BOUNDS: tuple[tuple[str, Any, Any], ...] = (
     ("cpu", MIN_CPU, MAX_CPU),
     ("memory_gib", MIN_MEMORY_GIB, MAX_MEMORY_GIB),
@@ -84,12 +87,37 @@ NUMBER_BOUNDS: tuple[tuple[str, Any, Any], ...] = (
     ("batch_size", 1, MAX_BATCH_SIZE),
     ("max_tokens", 1, MAX_TOKENS),
     ("max_retries", 0, MAX_RETRIES),
+    ("idle_stop_percent", 1, 100),
+    ("idle_stop_minutes", 0, MAX_IDLE_STOP_MINUTES),
 )
-TEXT_FIELDS = ("name", "gpu_spec", "image", "command", "model_path", "checkpoint_path", "tensorboard_dir",
-               "readiness_path")  # fmt: skip
+TEXT_FIELDS = (
+    "name",
+    "gpu_spec",
+    "image",
+    "command",
+    "model_path",
+    "checkpoint_path",
+    "tensorboard_dir",
+    "readiness_path",
+)
 # Trees a checkpoint directory may not be mounted over: the system's programs and the job's runtime.
-CHECKPOINT_RESERVED = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/sys", "/proc",
-                       "/dev", "/run", "/tmp", "/var/tmp")  # fmt: skip
+CHECKPOINT_RESERVED = (
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/opt",
+    "/sys",
+    "/proc",
+    "/dev",
+    "/run",
+    "/tmp",
+    "/var/tmp",
+)
 
 
 def task_errors(task) -> dict[str, str]:
@@ -106,6 +134,10 @@ def task_errors(task) -> dict[str, str]:
         low_value, high_value = getattr(task, low), getattr(task, high)
         if _is_number(low_value) and _is_number(high_value) and high not in errors and low_value > high_value:
             errors[high] = f"Expected at least {low} ({low_value}), got {high_value}."
+    if task.kind != "dev_env":
+        for field in ("idle_stop_percent", "idle_stop_minutes"):
+            if getattr(task, field) is not None and field not in errors:
+                errors[field] = "Idle autostop applies to dev environments only; leave it empty for this kind."
     for field in TEXT_FIELDS:
         value = getattr(task, field)
         if isinstance(value, str) and "\x00" in value:
@@ -126,6 +158,12 @@ def task_errors(task) -> dict[str, str]:
     message = checkpoint_path_error(task.checkpoint_path)
     if message and "checkpoint_path" not in errors:
         errors["checkpoint_path"] = message
+    message = tensorboard_dir_error(task.tensorboard_dir)
+    if message and "tensorboard_dir" not in errors:
+        errors["tensorboard_dir"] = message
+    message = secret_files_checkpoint_error(task.secret_refs, task.checkpoint_path)
+    if message:
+        errors["secret_refs"] = message
     message = readiness_path_error(task.readiness_path)
     if message:
         errors["readiness_path"] = message
@@ -261,7 +299,7 @@ def env_error(env) -> str | None:
         total += len(name) + len(value)
     if total > MAX_ENV_TOTAL_LENGTH:
         return f"Expected at most {MAX_ENV_TOTAL_LENGTH} characters of names and values in all, got {total}."
-    visible = GPUModel.objects.values_list("visible_devices_env", flat=True) if env else ()
+    visible = cluster_services.device_env_names() if env else ()
     reserved = sorted(name for name in env if reserved_env_name(name, visible))
     if reserved:
         return (
@@ -287,11 +325,35 @@ SECRET_REF_EXAMPLE = (
     '[{"secret": "HF_TOKEN", "env": "HF_TOKEN"}, {"secret": "REGISTRY", "file": "/run/secrets/registry"}]'
 )
 # Trees a secret file may not be placed in: the system's programs and configuration, and the kernel's.
-SECRET_FILE_RESERVED = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/sys",
-                        "/proc", "/dev", "/boot", "/root", "/var/lib", "/var/run")  # fmt: skip
+SECRET_FILE_RESERVED = (
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/opt",
+    "/sys",
+    "/proc",
+    "/dev",
+    "/boot",
+    "/root",
+    "/var/lib",
+    "/var/run",
+)
 
 # The platform's own files in a job's tree: its environment and libraries (/run/hcs-*), its checkpoints (/hcs).
 SECRET_FILE_PLATFORM = "/run/hcs"
+# Directories every job gets (its scratch space and /run): a secret file goes in them or beside them, never in
+# their place or in the place of a directory above them (docs/security.md "Project secrets").
+JOB_DIRECTORIES = ("/tmp", "/var/tmp", "/run")
+
+
+def _replaces_directory(path: str, directory: str) -> bool:
+    """Whether a file at ``path`` would stand where ``directory`` is, or where a directory above it is."""
+    return directory == path or directory.startswith(path.rstrip("/") + "/")
 
 
 def secret_refs_error(refs, env, secret_env) -> str | None:
@@ -332,17 +394,61 @@ def secret_refs_error(refs, env, secret_env) -> str | None:
         if problem:
             return f"{where}: file: {problem}."
         if path == "/" or any(path == tree or path.startswith(tree + "/") for tree in SECRET_FILE_RESERVED):
-            return (f"{where}: file: expected a path outside {', '.join(SECRET_FILE_RESERVED)}, "
-                    f"e.g. /run/secrets/{name.lower()}; got {path}.")  # fmt: skip
+            return (
+                f"{where}: file: expected a path outside {', '.join(SECRET_FILE_RESERVED)}, "
+                f"e.g. /run/secrets/{name.lower()}; got {path}."
+            )
         if ":" in path:
             return f"{where}: file: expected a path without ':', got {path!r}."
         if path.startswith(SECRET_FILE_PLATFORM) or path == "/hcs" or path.startswith("/hcs/"):
             return f"{where}: file: /run/hcs* and /hcs are the platform's (job environment, checkpoints); got {path}."
+        if taken := next((d for d in JOB_DIRECTORIES if _replaces_directory(path, d)), None):
+            return (
+                f"{where}: file: {path} would replace the job's directory {taken}; expected a file in or beside "
+                f"it, e.g. {taken}/{name.lower()}."
+            )
         file_name = posixpath.basename(path)
         if path in files or file_name in file_names:
             return f"{where}: file: {path} has the same file name as another secret file; expected distinct names."
+        if other := next((f for f in files if _replaces_directory(path, f) or _replaces_directory(f, path)), None):
+            return f"{where}: file: {path} and {other} cannot both be files (one would be a directory of the other)."
         files.add(path)
         file_names.add(file_name)
+    return None
+
+
+def tensorboard_dir_error(path) -> str | None:
+    """A TensorBoard log dir: a plain path relative to the job's working directory, or an absolute one outside the
+    system's trees (a writable directory is mounted there on local clusters, like the checkpoint directory)."""
+    if not path or not isinstance(path, str):
+        return None
+    if not path.startswith("/"):
+        if posixpath.normpath(path) != path or path == ".." or path.startswith("../"):
+            return f"Expected a plain path without '..' or '.', e.g. tb or /hcs/checkpoint/tb; got {path!r}."
+        return None
+    problem = path_problem(path)
+    if problem:
+        return f"{problem[0].upper()}{problem[1:]} (a directory such as /hcs/checkpoint/tb)."
+    if path == "/" or any(path == tree or path.startswith(tree + "/") for tree in CHECKPOINT_RESERVED):
+        return f"Expected a directory outside /, {', '.join(CHECKPOINT_RESERVED)}, e.g. /hcs/checkpoint/tb."
+    return None
+
+
+def secret_files_checkpoint_error(refs, checkpoint_path) -> str | None:
+    """A task's secret files stay out of its checkpoint directory (``checkpoint_path``, mounted on local and
+    Kubernetes clusters): one inside would leave a file in checkpoints kept across attempts, one at or above it
+    would stand where the directory is mounted."""
+    if not checkpoint_path or not isinstance(checkpoint_path, str) or not isinstance(refs, list):
+        return None
+    for number, ref in enumerate(refs, start=1):
+        path = ref.get("file") if isinstance(ref, Mapping) else None
+        if not isinstance(path, str):
+            continue
+        if _replaces_directory(path, checkpoint_path) or path.startswith(checkpoint_path.rstrip("/") + "/"):
+            return (
+                f"Reference {number}: file: {path} is at, above or in the checkpoint directory {checkpoint_path}; "
+                "expected a path outside it, e.g. /run/secrets/<name>."
+            )
     return None
 
 

@@ -1,6 +1,6 @@
 """User pages: dashboard, the per-kind lists and create forms, all tasks, monitoring, queues.
 
-Every page reads through ``Task.objects.visible_to`` (outsiders get 404) and every write goes
+Every page reads through ``visible_tasks`` (``apps.vdc.policy``: outsiders get 404) and every write goes
 through a service (``submit_task``, ``stop_task``, ``delete_task``, ``set_queue_policy``,
 ``set_queue_open``). Lists take a constant number of queries whatever the number of tasks.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from urllib.parse import urlencode
 
@@ -25,22 +25,34 @@ from django.template.defaultfilters import pluralize
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
+from rest_framework.exceptions import PermissionDenied as DRFPermissionDenied
+from rest_framework.exceptions import ValidationError as DRFValidationError
 
 from apps.billing.project_alerts import open_alerts_for
-from apps.billing.services import PriceBook, card_prices, hourly_price_of_request, price_book, task_costs
+from apps.billing.services import (
+    PriceBook,
+    billed_task_ids,
+    card_prices,
+    hourly_price_of_request,
+    price_book,
+    task_costs,
+)
+from apps.billing.templatetags.money import format_money
 from apps.clusters import services as cluster_services
 from apps.clusters.backends import executor_for
 from apps.clusters.executors.base import ExecutorError
-from apps.clusters.models import CapacityReservation, Cluster, Device
+from apps.clusters.models import CapacityReservation, Cluster, Device, GPUModel
+from apps.core.charts import svg_chart
 from apps.queues import services as queue_services
 from apps.queues.choices import CLASS_RULES, PriorityClass
 from apps.queues.models import TaskQueue
-from apps.tasks import access, forms, lineup, live
+from apps.tasks import access, connect, forms, ledger, lineup, live, taskfile, usage
 from apps.tasks.admission import wait_notice
+from apps.tasks.api.serializers import TaskSerializer
 from apps.tasks.choices import ACTIVE, WAITING, EventKind, TaskKind, TaskStatus
 from apps.tasks.filtersets import TaskFilterSet
 from apps.tasks.instances import task_instances
-from apps.tasks.load import load_series
+from apps.tasks.load import BUCKET, backtest_of, load_series
 from apps.tasks.models import Task, TaskEvent
 from apps.tasks.services import (
     AUTOSCALE_FIELDS,
@@ -50,10 +62,11 @@ from apps.tasks.services import (
     update_autoscaling,
     waiting_gpu_equivalents,
 )
+from apps.vdc import policy
 from apps.vdc.models import VDC, CapacityLoan, Membership, Project, ProjectQuota
-from apps.vdc.services import WRITE_ROLES, is_platform_admin
 
 PAGE_SIZE = 50
+QUEUE_CHANGE = policy.model_perm(TaskQueue, "change")
 DASHBOARD_TASKS = 20
 DASHBOARD_LOANS = 20
 ZERO = Decimal(0)
@@ -62,7 +75,7 @@ NO_LOAN = (ZERO, ZERO, ZERO)
 
 @dataclass(frozen=True)
 class KindPage:
-    """One of the per-kind pages of seed 001: its URL name, kinds, title and create form."""
+    """One of the per-kind pages (docs/rules.md#vdcs-projects-and-doors): its URL name, kinds, title and create form."""
 
     slug: str
     kinds: tuple[str, ...]
@@ -86,27 +99,30 @@ KIND_PAGES = {
 
 
 def visible_tasks(user) -> QuerySet[Task]:
-    return Task.objects.visible_to(user).select_related("project", "vdc", "queue", "cluster", "owner")
-
-
-def acting_project_ids(user) -> set[int] | None:
-    """Projects where the user may stop and delete tasks; None means all (platform admins)."""
-    if is_platform_admin(user):
-        return None
-    return set(Membership.objects.filter(user=user, role__in=WRITE_ROLES).values_list("project_id", flat=True))
+    """Tasks of the user's projects (all for staff who may view tasks), with what pages show loaded."""
+    tasks = Task.objects.select_related("project", "vdc", "queue", "cluster", "owner")
+    return policy.scope_to_projects(tasks, user)
 
 
 def decorate(tasks, user) -> list[Task]:
-    """Attach what the rows show: the status line, whether the user may act, the hourly price and cost so far."""
-    acting = acting_project_ids(user)
+    """Attach what the rows show: the status line, what the user may do (stop, delete, open a Web Console or
+    Connect), the hourly price and cost so far."""
+    rights = policy.ProjectRights.of(user)
     rows = list(tasks)
     costs = task_costs([task.pk for task in rows])
+    billed = billed_task_ids([task.pk for task in rows if task.started_at is not None])
     prices: dict[tuple, Decimal | None] = {}
     books: dict[int, PriceBook] = {}
     gpu_catalog = cluster_services.catalog() if rows else None
     for task in rows:
         task.summary = live.status_summary(task)
-        task.user_can_act = acting is None or task.project_id in acting
+        task.user_can_act = rights.can_act(task.project_id, policy.CHANGE_TASK)
+        # A task that runs, or ran and was metered, is kept for billing: Delete is not offered for it.
+        task.user_can_delete = (
+            rights.can_act(task.project_id, policy.DELETE_TASK) and task.status not in ACTIVE and task.pk not in billed
+        )
+        task.user_can_enter = rights.can_enter(task.project_id)
+        task.user_console = rights.console_access(task.project_id)
         task.cost = costs.get(task.pk)
         # Pages show many tasks of the same shape: each distinct request is priced once.
         key = (task.vdc_id, task.cpu, task.memory_gib, task.gpu_spec, task.instances)
@@ -122,48 +138,46 @@ def decorate(tasks, user) -> list[Task]:
 def hourly_price(task: Task, book: PriceBook | None = None, gpu_catalog=None) -> Decimal | None:
     """The list price per hour of the task's request; None when no price applies or its spec no longer parses."""
     try:
-        return hourly_price_of_request(task.vdc, task.cpu, task.memory_gib, task.gpu_spec, task.instances,
-                                       book=book, gpu_catalog=gpu_catalog)  # fmt: skip
+        return hourly_price_of_request(
+            task.vdc, task.cpu, task.memory_gib, task.gpu_spec, task.instances, book=book, gpu_catalog=gpu_catalog
+        )
     except ValidationError:
         return None
 
 
 def user_vdc_ids(user) -> list[int]:
-    """VDCs whose queues and clusters the user's pages show: those of their projects' quotas (all for admins)."""
-    vdcs = VDC.objects.filter(enabled=True)
-    if not is_platform_admin(user):
-        vdcs = vdcs.filter(quotas__project__memberships__user=user)
-    return sorted(set(vdcs.values_list("pk", flat=True)))
+    """VDCs whose queues and clusters the user's pages show: those of their projects' quotas (all for staff who
+    may view VDCs)."""
+    vdcs = policy.visible_vdcs(user).filter(enabled=True)
+    return sorted(vdcs.values_list("pk", flat=True))
 
 
-def device_usage(vdc_ids) -> tuple[list[dict], set[int]]:
-    """The devices of the VDCs' enabled clusters and the ids held by active tasks' placements (two queries)."""
-    devices = list(
-        Device.objects.units().filter(node__cluster__vdc__in=vdc_ids, node__cluster__enabled=True).values(
-            "pk", "utilization", "gpu_model__name", "gpu_model__vendor", "gpu_model__vram_gib",
-            "node__cluster_id", "node__cluster__vdc_id",
-        )
-    )  # fmt: skip
-    used: set[int] = set()
-    for placement in Task.objects.filter(vdc__in=vdc_ids, status__in=ACTIVE).values_list("placement", flat=True):
-        for instance in placement or ():
-            used.update(d.get("id") for d in instance.get("devices", ()))
-    return devices, used
+def card_usage(vdc_ids) -> dict[tuple[int, str], ledger.CardUse]:
+    """The cards of the VDCs' enabled clusters per cluster and model, as the capacity ledger counts them."""
+    return ledger.card_use(Q(node__cluster__vdc__in=vdc_ids, node__cluster__enabled=True))
 
 
-def free_by_model(devices: list[dict], used: set[int]) -> list[dict]:
-    """Per VDC and GPU model: devices in total and free now (no active task holds them)."""
+def free_by_model(cards: dict[tuple[int, str], ledger.CardUse]) -> list[dict]:
+    """Per VDC and GPU model: cards in total and free now (no active task holds any share of them)."""
+    cluster_vdc = dict(Cluster.objects.filter(pk__in={c for c, _m in cards}).values_list("pk", "vdc_id"))
+    models = {m.name: m for m in GPUModel.objects.filter(name__in={m for _c, m in cards})}
     rows: dict[tuple[int, str], dict] = {}
-    for d in devices:
-        key = (d["node__cluster__vdc_id"], d["gpu_model__name"])
+    for (cluster_id, model), use in sorted(cards.items()):
+        key = (cluster_vdc[cluster_id], model)
         row = rows.setdefault(
             key,
-            {"vdc": key[0], "model": key[1], "vendor": d["gpu_model__vendor"], "vram": d["gpu_model__vram_gib"],
-             "total": 0, "free": 0},
-        )  # fmt: skip
-        row["total"] += 1
-        row["free"] += d["pk"] not in used
-    # The list price of one card of each model, so the picker and the task's price agree (issue 11 item 9).
+            {
+                "vdc": key[0],
+                "model": model,
+                "vendor": models[model].vendor,
+                "vram": models[model].vram_gib,
+                "total": 0,
+                "free": 0,
+            },
+        )
+        row["total"] += use.cards
+        row["free"] += use.free
+    # The list price of one card of each model, so the picker and the task's price agree.
     gpu_catalog = cluster_services.catalog() if rows else None
     for vdc_id in {vdc for vdc, _model in rows}:
         book = price_book(vdc_id)
@@ -263,63 +277,24 @@ def activity(tasks: QuerySet[Task], group: str | None = None, hours: int = 24, b
     for key, lists in deltas.items():
         levels = {name: _peaks(values, start, step, buckets) for name, values in lists.items()}
         out[key] = Series(
-            levels["running"][0], levels["waiting"][0], levels["gpus"][0],
+            levels["running"][0],
+            levels["waiting"][0],
+            levels["gpus"][0],
             {name: level for name, (_, level) in levels.items()},
-        )  # fmt: skip
+        )
     return Activity(times=[start + step * (i + 1) for i in range(buckets)], series=out)
-
-
-def svg_chart(times: list[datetime], lines: list[tuple[str, str, list, float]], end_label: str = "now") -> dict:
-    """Polyline points of a small line chart (600 x 160 view box) for templates/portal/_chart.html.
-
-    Each line is (label, css class, values, current value); a value None is a gap (no point drawn).
-    """
-    width, height, left, bottom, top = 600, 160, 36, 22, 8
-    peak = max((max((v for v in values if v is not None), default=0) for _, _, values, _ in lines), default=0)
-    ymax = max(1, peak)
-    ymax = int(ymax) + (1 if ymax != int(ymax) else 0)
-    n = max(len(times) - 1, 1)
-
-    def x(i: int) -> float:
-        return round(left + (width - left - 4) * i / n, 1)
-
-    def y(v: float) -> float:
-        return round(top + (height - top - bottom) * (1 - v / ymax), 1)
-
-    return {
-        "width": width,
-        "height": height,
-        "lines": [
-            {
-                "label": label,
-                "css": css,
-                "points": " ".join(f"{x(i)},{y(v)}" for i, v in enumerate(values) if v is not None),
-                "now": now,
-            }
-            for label, css, values, now in lines
-        ],
-        "ymax": ymax,
-        "y_top": y(ymax),
-        "y_mid": y(ymax / 2),
-        "y_zero": y(0),
-        "mid_label": f"{ymax / 2:g}",
-        "x_left": left,
-        "x_right": width - 4,
-        "x_mid": x(n // 2),
-        "start_label": timezone.localtime(times[0] - (times[1] - times[0])).strftime("%H:%M") if len(times) > 1 else "",
-        "mid_label_x": timezone.localtime(times[n // 2]).strftime("%H:%M") if times else "",
-        "end_label": end_label,
-    }
 
 
 def activity_chart(data: Activity, key=None) -> dict:
     series = data.of(key)
     return svg_chart(
         data.times,
-        [("Running", "running", series.running, series.now["running"]),
-         ("Waiting", "waiting", series.waiting, series.now["waiting"]),
-         ("GPUs held", "gpus", series.gpus, series.now["gpus"])],
-    )  # fmt: skip
+        [
+            ("Running", "running", series.running, series.now["running"]),
+            ("Waiting", "waiting", series.waiting, series.now["waiting"]),
+            ("GPUs held", "gpus", series.gpus, series.now["gpus"]),
+        ],
+    )
 
 
 # --- dashboard ------------------------------------------------------------------------------------
@@ -346,18 +321,15 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     # Every row carries the total (a window over the whole set), so "N more" costs no second query.
     mine = decorate(running_first(unfinished.annotate(total=Window(Count("id"))))[:DASHBOARD_TASKS], user)
     more = mine[0].total - len(mine) if mine else 0
-    projects = list(Project.objects.for_user(user))
+    projects = list(policy.visible_projects(user))
     quotas = list(ProjectQuota.objects.filter(project__in=projects).select_related("project", "vdc"))
     usage = {
         (row["project_id"], row["vdc_id"]): row
         for row in Task.objects.filter(project__in=projects, status__in=ACTIVE)
         .values("project_id", "vdc_id")
-        .annotate(
-            cpu=Sum(F("cpu") * F("replicas")), memory=Sum(F("memory_gib") * F("replicas")), gpu=Sum("allocated_gpu"),
-            n=Count("id"),
-        )
+        .annotate(**ledger.allocation_sums(), n=Count("id"))
         .order_by()
-    }  # fmt: skip
+    }
     # Capacity the rebalancer lent between these projects and others: who lent what, since when, why. Active
     # loans are few (at most one per lender and borrower pair), so all are read once for the meters and the card.
     active_loans = list(
@@ -381,7 +353,12 @@ def dashboard(request: HttpRequest) -> HttpResponse:
                 "resources": [
                     _meter("CPU cores", used.get("cpu"), q.guaranteed_cpu, q.limit_cpu, got[0], gave[0]),
                     _meter(
-                        "Memory GiB", used.get("memory"), q.guaranteed_memory_gib, q.limit_memory_gib, got[1], gave[1]
+                        "Memory GiB",
+                        used.get("memory_gib"),
+                        q.guaranteed_memory_gib,
+                        q.limit_memory_gib,
+                        got[1],
+                        gave[1],
                     ),
                     _meter("GPU-eq", used.get("gpu"), q.guaranteed_gpu, q.limit_gpu, got[2], gave[2]),
                 ],
@@ -394,19 +371,17 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         .select_related("vdc")
         .annotate(n_nodes=Count("nodes", distinct=True), cpu=Sum("nodes__cpu"))
     )
-    devices, used = device_usage(vdc_ids)
-    per_cluster: dict[int, dict] = defaultdict(lambda: {"total": 0, "busy": 0, "util": []})
-    for d in devices:
-        c = per_cluster[d["node__cluster_id"]]
-        c["total"] += 1
-        c["busy"] += d["pk"] in used
-        c["util"].append(d["utilization"])
+    cards = card_usage(vdc_ids)
+    per_cluster: dict[int, list[ledger.CardUse]] = defaultdict(list)
+    for (cluster_id, _model), use in cards.items():
+        per_cluster[cluster_id].append(use)
     for c in clusters:
-        stats = per_cluster.get(c.pk, {"total": 0, "busy": 0, "util": []})
-        c.gpu_total, c.gpu_busy = stats["total"], stats["busy"]
-        c.gpu_util = round(sum(stats["util"]) / len(stats["util"])) if stats["util"] else 0
+        uses = per_cluster.get(c.pk, [])
+        c.gpu_total = sum(u.cards for u in uses)
+        c.gpu_busy = c.gpu_total - sum(u.free for u in uses)
+        c.gpu_util = round(sum(u.utilisation * u.cards for u in uses) / c.gpu_total) if c.gpu_total else 0
         c.busy_percent = round(100 * c.gpu_busy / c.gpu_total) if c.gpu_total else 0
-    chart = activity_chart(activity(Task.objects.visible_to(user)))
+    chart = activity_chart(activity(policy.scope_to_projects(Task.objects.all(), user)))
     loans = active_loans[:DASHBOARD_LOANS]
     return render(
         request,
@@ -418,7 +393,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
             "quota_rows": quota_rows,
             "clusters": clusters,
             "chart": chart,
-            "free_models": free_by_model(devices, used),
+            "free_models": free_by_model(cards),
             "projects": projects,
             "alerts": open_alerts_for(user),
             "loans": loans,
@@ -433,8 +408,15 @@ def _meter(label: str, used, guaranteed: Decimal, limit: Decimal, borrowed=ZERO,
     used = Decimal(used or 0)
     room = limit + borrowed
     percent = min(100, round(100 * used / room)) if room else 0
-    return {"label": label, "used": used, "guaranteed": guaranteed, "limit": limit, "borrowed": borrowed,
-            "lent": lent, "percent": percent}  # fmt: skip
+    return {
+        "label": label,
+        "used": used,
+        "guaranteed": guaranteed,
+        "limit": limit,
+        "borrowed": borrowed,
+        "lent": lent,
+        "percent": percent,
+    }
 
 
 # --- task lists -----------------------------------------------------------------------------------
@@ -489,7 +471,7 @@ def _filtered_list(request: HttpRequest, base: QuerySet[Task]) -> dict:
     unsorted = query.copy()
     unsorted.pop("sort", None)
     vdc_ids = user_vdc_ids(request.user)
-    projects = list(Project.objects.for_user(request.user).only("pk", "name"))
+    projects = list(policy.visible_projects(request.user).only("pk", "name"))
     return {
         "page": page,
         "tasks": page.object_list,
@@ -513,7 +495,7 @@ def _filtered_list(request: HttpRequest, base: QuerySet[Task]) -> dict:
                 (c.pk, f"{c.vdc.name} / {c.name}")
                 for c in Cluster.objects.filter(vdc__in=vdc_ids).select_related("vdc")
             ],
-        },  # fmt: skip
+        },
     }
 
 
@@ -534,30 +516,87 @@ def kind_list(request: HttpRequest, slug: str) -> HttpResponse:
 
 @login_required
 def kind_create(request: HttpRequest, slug: str) -> HttpResponse:
+    """A kind's submit form; ``?from=ID`` fills it from that task's task file ("Submit again"), and a task file
+    uploaded in ``task_file`` is submitted as the API submits it (docs/tasks.md, "Task files")."""
     page = KIND_PAGES[slug]
-    form = page.form_class(request.POST or None, user=request.user)
-    if request.method == "POST" and form.is_valid():
-        task = form.submit()
+    upload_errors: list[str] = []
+    if request.method == "POST" and "task_file" in request.FILES:
+        task, form, upload_errors = _submit_task_file(request, page)
         if task is not None:
-            messages.success(request, f"{page.noun.capitalize()} {task.name} submitted to queue {task.queue.name}.")
-            notice = wait_notice(task)
-            if notice:
-                messages.warning(request, notice)
-            return redirect("portal:task-monitoring", pk=task.pk)
+            return _submitted(request, page, task)
+    else:
+        form = page.form_class(request.POST or None, user=request.user)
+        source = request.GET.get("from", "")
+        if request.method == "GET" and source.isdecimal():
+            task = _visible_task(request, int(source))
+            form = page.form_class(user=request.user)
+            form.initial = form.initial_from_file(taskfile.task_file(task))
+            form.source_task = task
+        if request.method == "POST" and form.is_valid():
+            task = form.submit()
+            if task is not None:
+                return _submitted(request, page, task)
     vdc_ids = user_vdc_ids(request.user)
-    devices, used = device_usage(vdc_ids)
+    cards = card_usage(vdc_ids)
     queues = list(TaskQueue.objects.filter(vdc__in=vdc_ids).select_related("vdc"))
+    for queue in queues:
+        queue.default_wall_time_words = live.duration_words(queue.default_wall_time) if queue.default_wall_time else ""
+        queue.max_wall_time_words = live.duration_words(queue.max_wall_time) if queue.max_wall_time else ""
     return render(
         request,
         "portal/task_form.html",
         {
             "form": form,
+            "upload_errors": upload_errors,
             "kind_page": page,
             "nav": slug,
             "queues": queues,
-            "free_models": free_by_model(devices, used),
+            "free_models": free_by_model(cards),
         },
     )
+
+
+def _submitted(request: HttpRequest, page: KindPage, task: Task) -> HttpResponse:
+    messages.success(request, f"{page.noun.capitalize()} {task.name} submitted to queue {task.queue.name}.")
+    notice = wait_notice(task)
+    if notice:
+        messages.warning(request, notice)
+    return redirect("portal:task-monitoring", pk=task.pk)
+
+
+def _error_lines(detail, prefix: str = ""):
+    """An API error body as ``field: message`` lines, as ``hcs`` prints them."""
+    if isinstance(detail, dict):
+        for key, value in detail.items():
+            label = "" if key in ("detail", "non_field_errors") else str(key)
+            yield from _error_lines(value, f"{prefix}.{label}" if prefix and label else prefix or label)
+    elif isinstance(detail, list):
+        for item in detail:
+            yield from _error_lines(item, prefix)
+    else:
+        yield f"{prefix}: {detail}" if prefix else str(detail)
+
+
+def _submit_task_file(request: HttpRequest, page: KindPage) -> tuple[Task | None, forms.TaskForm, list[str]]:
+    """Submit an uploaded task file through the API's submit serializer (same fields, same checks). When it is
+    refused: the form filled from the file, and the refusals as ``field: message`` lines."""
+    form = page.form_class(user=request.user)
+    upload = request.FILES["task_file"]
+    try:
+        data = taskfile.load(upload.read(taskfile.MAX_FILE_BYTES + 1))
+    except ValidationError as exc:
+        return None, form, [f"Task file {upload.name}: {message}" for message in exc.messages]
+    form.initial = form.initial_from_file({key: value for key, value in data.items() if key in taskfile.FILE_FIELDS})
+    serializer = TaskSerializer(data=data, context={"request": request})
+    try:
+        if serializer.is_valid():
+            return serializer.save(), form, []
+        errors = serializer.errors
+    except (DRFValidationError, DRFPermissionDenied) as exc:
+        errors = exc.detail
+    except PermissionDenied as exc:
+        errors = [str(exc)]
+    return None, form, [f"Task file {upload.name}: {line}" for line in _error_lines(errors)]
 
 
 # --- one task -------------------------------------------------------------------------------------
@@ -588,9 +627,15 @@ def task_monitoring(request: HttpRequest, pk: int) -> HttpResponse:
     devices = list(devices)
     for device in devices:
         device.share_percent = shares.get(device.pk, 100)
-    # Every run keeps its log (issue 11 item 6): ?run=N shows an earlier one, the latest by default.
+    # Every run keeps its log: ?run=N shows an earlier one, the latest by default.
     run = request.GET.get("run", "")
     log_run = int(run) if run.isdecimal() and 1 <= int(run) < task.attempt else None
+    instances = task_instances(task)
+    ide_url = access.ide_connect_url(task)
+    # Connect is offered only while the IDE answers; who may not enter is never shown it, so is not probed for.
+    ide_down = ""
+    if ide_url and task.status == "running" and task.external_id and getattr(task, "user_can_enter", False):
+        ide_down = access.ide_not_answering(task)
     return render(
         request,
         "portal/task_monitoring.html",
@@ -603,14 +648,72 @@ def task_monitoring(request: HttpRequest, pk: int) -> HttpResponse:
             "preferred": list(task.preferred_clusters.all()),
             "runs": range(1, task.attempt + 1),
             "log_run": log_run,
-            "instance_numbers": range(max(task.instances, 1)),
-            "ide_url": access.ide_connect_url(task),
-            "service": access.service_facts(task, backend_state, request.build_absolute_uri("/")),
-            "instances": task_instances(task),
+            "instance_numbers": terminal_instances(task, instances),
+            "ide_url": ide_url,
+            "ide_down": ide_down,
+            "service": access.service_facts(task, backend_state, connect.app_origin(request, task.pk, task.port or 0)),
+            "instances": instances,
             "load_chart": load_chart(task),
+            "usage_chart": usage_chart(task),
+            "usage_summary": usage.summary(task),
+            "idle_state": idle_state_of(task),
+            "task_file": taskfile.dump_yaml(task),
+            "submit_again_url": _submit_again_url(request, task),
             "nav": "compute-tasks",
         },
     )
+
+
+def terminal_instances(task: Task, instances) -> list[int]:
+    """The instances a terminal can open: those the backend says run now (an autoscaled service has as many as
+    it runs, not as it asked for); the task's count while the backend is not asked or did not answer."""
+    if instances.rows:
+        return [row["index"] for row in instances.rows if row["state"] == "running"]
+    return list(range(max(task.instances, 1)))
+
+
+def _submit_again_url(request: HttpRequest, task: Task) -> str:
+    """The submit form of the task's kind filled from its task file, for users who may submit in its project."""
+    if not policy.can_act(request.user, task.project, policy.SUBMIT_TASK):
+        return ""
+    slug = next(page.slug for page in KIND_PAGES.values() if task.kind in page.kinds)
+    return f"{reverse(f'portal:{slug}-new')}?from={task.pk}"
+
+
+@login_required
+@require_GET
+def task_file_download(request: HttpRequest, pk: int) -> HttpResponse:
+    """The task's task file (YAML) as a download: what it was submitted with, secret values never."""
+    task = _visible_task(request, pk)
+    response = HttpResponse(taskfile.dump_yaml(task), content_type="application/yaml; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="task-{task.pk}.yaml"'
+    return response
+
+
+def usage_chart(task: Task) -> dict | None:
+    """The task's GPU utilisation and memory used (both in %) per minute over the last day of its history (to its
+    end, for a finished task); None with fewer than two samples."""
+    until = task.finished_at if task.is_final and task.finished_at else timezone.now()
+    rows = usage.series(task, until - timedelta(days=1), until)
+    if len(rows) < 2:
+        return None
+    gpu = [r.gpu_percent for r in rows]
+    vram = [round(r.vram_used_gib / r.vram_gib * 100, 1) if r.vram_gib else None for r in rows]
+    lines = [
+        ("GPU utilisation %", "running", gpu, rows[-1].gpu_percent or 0.0),
+        ("GPU memory used %", "waiting", vram, vram[-1] or 0.0),
+    ]
+    end = "now" if not task.is_final else timezone.localtime(rows[-1].at).strftime("%H:%M")
+    return svg_chart([r.at for r in rows], lines, end_label=end)
+
+
+def idle_state_of(task: Task):
+    """Idle autostop's view of a running dev environment: its settings, and how long it has been idle."""
+    if task.kind != TaskKind.DEV_ENV or task.is_final:
+        return None
+    percent, minutes = usage.settings_of(task)
+    state = next(iter(usage.idle_states(task_ids=[task.pk])), None) if task.status == TaskStatus.RUNNING else None
+    return {"percent": percent, "minutes": minutes, "state": state}
 
 
 def load_chart(task: Task) -> dict | None:
@@ -631,6 +734,10 @@ def load_chart(task: Task) -> dict | None:
     ahead = int((rows[-1].start - now).total_seconds() // 60)
     chart = svg_chart([r.start for r in rows], lines, end_label=f"+{ahead} min" if ahead > 0 else "now")
     chart["method"] = next((r.forecast_method for r in reversed(rows) if r.forecast_method), "")
+    if task.autoscale_predictive:
+        step = BUCKET.total_seconds()
+        until = datetime.fromtimestamp(now.timestamp() // step * step, tz=UTC)
+        chart["backtest"] = backtest_of(task.pk, until, int(step), int(timedelta(days=1) / BUCKET)).describe()
     return chart
 
 
@@ -697,8 +804,15 @@ def price_estimate(request: HttpRequest) -> JsonResponse:
         message = " ".join(exc.messages) if isinstance(exc, ValidationError) else "Expected numbers."
         return JsonResponse({"hourly_price": None, "currency": None, "error": message})
     currency = price_book(vdc).currency if price is not None else None
-    return JsonResponse({"hourly_price": f"{price:.2f}" if price is not None else None, "currency": currency,
-                         "error": ""})  # fmt: skip
+    return JsonResponse(
+        {
+            "hourly_price": f"{price:.2f}" if price is not None else None,
+            "currency": currency,
+            "display": format_money(price, currency) if price is not None else None,
+            "minimum_minutes": price_book(vdc).minimum_minutes if price is not None else None,
+            "error": "",
+        }
+    )
 
 
 @login_required
@@ -738,8 +852,10 @@ def task_autoscaling(request: HttpRequest, pk: int) -> HttpResponse:
         messages.success(request, f"Autoscaling of #{task.pk} {task.name} saved.")
     except ValidationError as exc:
         errors = exc.message_dict if hasattr(exc, "error_dict") else {"": exc.messages}
-        messages.error(request, " ".join(f"{k.removeprefix('autoscale_')}: {' '.join(v)}" if k else " ".join(v)
-                                         for k, v in errors.items()))  # fmt: skip
+        messages.error(
+            request,
+            " ".join(f"{k.removeprefix('autoscale_')}: {' '.join(v)}" if k else " ".join(v) for k, v in errors.items()),
+        )
     return redirect(reverse("portal:task-monitoring", args=[task.pk]))
 
 
@@ -793,7 +909,7 @@ def _next_url(request: HttpRequest, default: str, exclude: str = "") -> str:
 def reservations_of(user, vdc_ids, now: datetime) -> dict[int, list[CapacityReservation]]:
     """Current and upcoming capacity reservations per VDC, each with ``current`` and ``for_whom`` (the user's
     own projects by name, other projects only as such)."""
-    admin = is_platform_admin(user)
+    admin = policy.sees_all(user, Project)
     mine: set | None = None
     rows = (
         CapacityReservation.objects.filter(vdc__in=vdc_ids)
@@ -843,7 +959,7 @@ def task_queues(request: HttpRequest) -> HttpResponse:
         {
             "vdcs": [(qs[0].vdc, qs, held.get(qs[0].vdc_id, [])) for qs in by_vdc.values()],
             "queues": queues,
-            "is_queue_admin": is_platform_admin(user),
+            "is_queue_admin": policy.has_platform_perm(user, QUEUE_CHANGE),
             "policies": forms.QueuePolicy.choices,
             "class_rules": [(c.value, c.label, CLASS_RULES[c]) for c in PriorityClass],
             "nav": "task-queues",
@@ -852,8 +968,8 @@ def task_queues(request: HttpRequest) -> HttpResponse:
 
 
 def _admin_queue(request: HttpRequest, pk: int) -> TaskQueue:
-    if not is_platform_admin(request.user):
-        raise PermissionDenied("Only platform admins manage queues.")
+    if not policy.has_platform_perm(request.user, QUEUE_CHANGE):
+        raise PermissionDenied("Only platform admins (with the permission to change queues) manage queues.")
     return get_object_or_404(TaskQueue, pk=pk)
 
 

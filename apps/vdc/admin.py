@@ -1,4 +1,4 @@
-"""Admin for VDCs, projects, memberships and quotas, and the helpers every admin module shares.
+"""Admin for VDCs, projects, memberships and quotas (the helpers every admin module shares: apps.core.admin_helpers).
 
 Admin modules are the outer layer, like the API views: they read across apps (task counts on a VDC,
 devices on a cluster) for their columns, while models and services keep the one-way dependencies.
@@ -8,91 +8,20 @@ same number of queries whatever the number of rows.
 
 from __future__ import annotations
 
-from decimal import Decimal
-
 from django import forms
 from django.contrib import admin, messages
-from django.db.models import DecimalField, F, Func, IntegerField, OuterRef, QuerySet, Subquery, Value
+from django.db.models import F, OuterRef
 from django.db.models.functions import Coalesce
-from django.utils.html import format_html
 
-from apps.clusters.choices import SUB_HEALTHY_SCORE, UNHEALTHY_SCORE
 from apps.clusters.models import Cluster, Device, Node
+from apps.core.admin_helpers import DECIMAL, GREEN, GREY, badge, count_of, number, percent, sum_of
+from apps.core.forms import SecretTextarea
 from apps.queues.services import create_class_queues
 from apps.tasks.choices import ACTIVE, WAITING
 from apps.tasks.models import Task
 from apps.vdc import services
-from apps.vdc.admin_forms import SecretTextarea
 from apps.vdc.models import VDC, CapacityLoan, Membership, Project, ProjectQuota, ProjectSecret, RebalancerSettings
 from apps.vdc.signals import secret_in_use
-
-ZERO = Decimal("0")
-DECIMAL = DecimalField(max_digits=20, decimal_places=4)
-# Badge colours are classes of static/portal/admin.css: the Content Security Policy blocks style attributes.
-GREEN, ORANGE, RED, GREY = "ok", "warn", "bad", "muted"
-
-
-def _scalar(queryset: QuerySet, function: str, expression) -> Coalesce:
-    """``function`` (SUM, AVG) of ``expression`` over ``queryset`` (correlated through OuterRef), 0 when empty.
-
-    One scalar subquery per column rather than Sum() over joins: two joined reverse relations would multiply
-    each other's rows, and the subquery keeps the changelist at one query however many rows it shows.
-    """
-    if isinstance(expression, str):
-        expression = F(expression)
-    inner = queryset.order_by().annotate(value=Func(expression, function=function, output_field=DECIMAL))
-    return Coalesce(Subquery(inner.values("value"), output_field=DECIMAL), Value(ZERO), output_field=DECIMAL)
-
-
-def sum_of(queryset: QuerySet, expression) -> Coalesce:
-    """SUM of ``expression`` over ``queryset`` (correlated through OuterRef) as a scalar subquery."""
-    return _scalar(queryset, "SUM", expression)
-
-
-def avg_of(queryset: QuerySet, expression) -> Coalesce:
-    """AVG of ``expression`` over ``queryset`` (correlated through OuterRef) as a scalar subquery."""
-    return _scalar(queryset, "AVG", expression)
-
-
-def count_of(queryset: QuerySet) -> Coalesce:
-    """COUNT of ``queryset`` (correlated through OuterRef) as a scalar subquery."""
-    inner = queryset.order_by().annotate(n=Func(F("pk"), function="COUNT", output_field=IntegerField()))
-    return Coalesce(Subquery(inner.values("n"), output_field=IntegerField()), Value(0))
-
-
-def number(value, places: int = 2) -> str:
-    """A quantity for a column: fixed decimals, no float noise from SQLite sums."""
-    return f"{Decimal(value or 0):.{places}f}"
-
-
-def badge(text: str, colour: str):
-    """A coloured status word; ``colour`` is one of GREEN, ORANGE, RED, GREY."""
-    return format_html('<strong class="badge badge-{}">{}</strong>', colour, text)
-
-
-def health_badge(score: int | None):
-    """A 0-100 health score coloured by the placement thresholds (sub-healthy, unhealthy)."""
-    if score is None:
-        return "-"
-    colour = GREEN if score >= SUB_HEALTHY_SCORE else ORANGE if score > UNHEALTHY_SCORE else RED
-    return badge(str(score), colour)
-
-
-def percent(part, whole) -> str:
-    return f"{Decimal(part or 0) * 100 / Decimal(whole):.0f}%" if whole else "-"
-
-
-class ReadOnlyAdminMixin:
-    """Lists, filters and detail pages, but no add, change or delete: for rows only jobs may write."""
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
 
 class ClusterInline(admin.TabularInline):
@@ -112,9 +41,19 @@ class ClusterInline(admin.TabularInline):
 class ProjectQuotaInline(admin.TabularInline):
     model = ProjectQuota
     fields = (
-        "project", "vdc", "guaranteed_gpu", "limit_gpu", "guaranteed_cpu", "limit_cpu",
-        "guaranteed_memory_gib", "limit_memory_gib", "max_concurrent_tasks", "priority", "weight", "enforce",
-    )  # fmt: skip
+        "project",
+        "vdc",
+        "guaranteed_gpu",
+        "limit_gpu",
+        "guaranteed_cpu",
+        "limit_cpu",
+        "guaranteed_memory_gib",
+        "limit_memory_gib",
+        "max_concurrent_tasks",
+        "priority",
+        "weight",
+        "enforce",
+    )
     autocomplete_fields = ("project", "vdc")
     extra = 0
     show_change_link = True
@@ -130,13 +69,20 @@ class VDCQuotaInline(ProjectQuotaInline):
 
 
 class RebalancerSettingsInline(admin.StackedInline):
-    """The VDC's inter-project rebalancer (seed 003): off until a row is added here."""
+    """The VDC's inter-project rebalancer (docs/rules.md#rebalancing): off until a row is added here."""
 
     model = RebalancerSettings
     fields = (
-        "enabled", "threshold_percent", "interval", "max_loan_duration", "min_loan_duration", "cooldown",
-        "loan_billing", "loans_low_class_only", "last_run_at",
-    )  # fmt: skip
+        "enabled",
+        "threshold_percent",
+        "interval",
+        "max_loan_duration",
+        "min_loan_duration",
+        "cooldown",
+        "loan_billing",
+        "loans_low_class_only",
+        "last_run_at",
+    )
     readonly_fields = ("last_run_at",)
     extra = 0
     max_num = 1
@@ -160,9 +106,18 @@ class VDCAddForm(forms.ModelForm):
 @admin.register(VDC)
 class VDCAdmin(admin.ModelAdmin):
     list_display = (
-        "name", "enabled", "is_default", "capacity_cpu", "capacity_memory", "capacity_gpu",
-        "allocated_gpu", "utilisation", "cluster_count", "queued_tasks", "default_queue_policy",
-    )  # fmt: skip
+        "name",
+        "enabled",
+        "is_default",
+        "capacity_cpu",
+        "capacity_memory",
+        "capacity_gpu",
+        "allocated_gpu",
+        "utilisation",
+        "cluster_count",
+        "queued_tasks",
+        "default_queue_policy",
+    )
     list_filter = ("enabled", "allow_overcommit", "default_queue_policy", "cluster_selection_strategy")
     search_fields = ("name", "description")
     inlines = (ClusterInline, VDCQuotaInline, RebalancerSettingsInline)
@@ -210,7 +165,9 @@ class VDCAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request):
         nodes = Node.objects.filter(cluster__vdc=OuterRef("pk"), cluster__enabled=True)
-        devices = Device.objects.units().filter(node__cluster__vdc=OuterRef("pk"), node__cluster__enabled=True)
+        devices = (
+            Device.objects.units().present().filter(node__cluster__vdc=OuterRef("pk"), node__cluster__enabled=True)
+        )
         tasks = Task.objects.filter(vdc=OuterRef("pk"))
         return (
             super()
@@ -321,8 +278,15 @@ class MembershipAdmin(admin.ModelAdmin):
 @admin.register(ProjectQuota)
 class ProjectQuotaAdmin(admin.ModelAdmin):
     list_display = (
-        "project", "vdc", "gpu_usage", "cpu_usage", "memory_usage", "tasks_usage", "priority", "enforce",
-    )  # fmt: skip
+        "project",
+        "vdc",
+        "gpu_usage",
+        "cpu_usage",
+        "memory_usage",
+        "tasks_usage",
+        "priority",
+        "enforce",
+    )
     list_filter = ("vdc", "enforce", "project")
     search_fields = ("project__name", "vdc__name")
     list_select_related = ("project", "vdc")
@@ -350,7 +314,7 @@ class ProjectQuotaAdmin(admin.ModelAdmin):
                     "max_training_tasks",
                     "max_inference_tasks",
                     "max_dev_env_tasks",
-                )  # fmt: skip
+                )
             },
         ),
         ("History", {"fields": ("created_at", "updated_at")}),
@@ -368,8 +332,8 @@ class ProjectQuotaAdmin(admin.ModelAdmin):
             .get_queryset(request)
             .annotate(
                 used_gpu=sum_of(active, "allocated_gpu"),
-                used_cpu=sum_of(active, F("cpu") * F("instances")),
-                used_memory=sum_of(active, F("memory_gib") * F("instances")),
+                used_cpu=sum_of(active, "held_cpu"),
+                used_memory=sum_of(active, "held_memory_gib"),
                 n_active=count_of(active),
             )
         )
@@ -411,10 +375,13 @@ class ProjectSecretForm(forms.ModelForm):
     """
 
     new_value = forms.CharField(
-        required=False, strip=False, label="Value", widget=SecretTextarea(attrs={"rows": 3, "cols": 60}),
+        required=False,
+        strip=False,
+        label="Value",
+        widget=SecretTextarea(attrs={"rows": 3, "cols": 60}),
         help_text="Stored encrypted, given to tasks that refer to the secret, never shown again (not even here). "
-                  "On change: leave empty to keep the current value; a new one reaches each task's next attempt.",
-    )  # fmt: skip
+        "On change: leave empty to keep the current value; a new one reaches each task's next attempt.",
+    )
 
     class Meta:
         model = ProjectSecret
@@ -477,8 +444,18 @@ class ProjectSecretAdmin(admin.ModelAdmin):
 class RebalancerSettingsAdmin(admin.ModelAdmin):
     """Per VDC, when the rebalancer lends unused guarantees and how loans are billed (apps.control.rebalance)."""
 
-    list_display = ("vdc", "enabled", "threshold_percent", "interval", "max_loan_duration", "min_loan_duration",
-                    "cooldown", "loan_billing", "loans_low_class_only", "last_run_at")  # fmt: skip
+    list_display = (
+        "vdc",
+        "enabled",
+        "threshold_percent",
+        "interval",
+        "max_loan_duration",
+        "min_loan_duration",
+        "cooldown",
+        "loan_billing",
+        "loans_low_class_only",
+        "last_run_at",
+    )
     list_filter = ("enabled", "loan_billing", "loans_low_class_only")
     list_select_related = ("vdc",)
     search_fields = ("vdc__name",)
@@ -493,17 +470,41 @@ class CapacityLoanAdmin(admin.ModelAdmin):
     Nobody edits a loan; "Return now" ends an active one (settled like any return), and the lender reclaims.
     """
 
-    list_display = ("id", "vdc", "lender", "borrower", "amount", "started_at", "expires_at", "state",
-                    "used_gpu_hours", "reason")  # fmt: skip
+    list_display = (
+        "id",
+        "vdc",
+        "lender",
+        "borrower",
+        "amount",
+        "started_at",
+        "expires_at",
+        "state",
+        "used_gpu_hours",
+        "reason",
+    )
     list_filter = ("vdc", ("returned_at", admin.EmptyFieldListFilter), "return_reason")
     list_select_related = ("vdc", "lender", "borrower")
     search_fields = ("lender__name", "borrower__name", "reason", "return_message")
     date_hierarchy = "started_at"
     actions = ("return_now",)
     readonly_fields = (
-        "vdc", "lender", "borrower", "gpu", "cpu", "memory_gib", "reason", "figures", "started_at", "expires_at",
-        "returned_at", "return_reason", "return_message", "used_gpu_hours", "accounted_until", "settlement",
-    )  # fmt: skip
+        "vdc",
+        "lender",
+        "borrower",
+        "gpu",
+        "cpu",
+        "memory_gib",
+        "reason",
+        "figures",
+        "started_at",
+        "expires_at",
+        "returned_at",
+        "return_reason",
+        "return_message",
+        "used_gpu_hours",
+        "accounted_until",
+        "settlement",
+    )
 
     def has_add_permission(self, request, obj=None) -> bool:
         return False
@@ -523,7 +524,7 @@ class CapacityLoanAdmin(admin.ModelAdmin):
 
     @admin.action(description="Return selected loans now (the lender reclaims)", permissions=["change"])
     def return_now(self, request, queryset) -> None:
-        from apps.control.rebalance import return_loan  # noqa: PLC0415 - control builds on vdc
+        from apps.control.rebalance import return_loan  # control builds on vdc
 
         returned = 0
         for loan in queryset.filter(returned_at__isnull=True):

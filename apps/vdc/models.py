@@ -11,7 +11,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator, RegexVa
 from django.db import models
 from django.db.models import Q, Sum
 
-from apps.clusters.crypto import decrypt_text, encrypt_text
+from apps.core.crypto import decrypt_text, encrypt_text
 from apps.vdc.choices import ClusterSelectionStrategy, LoanBilling, LoanReturnReason, NodeScorer, QueuePolicy, Role
 
 ZERO = Decimal("0")
@@ -70,7 +70,7 @@ class VDC(models.Model):
 
     @classmethod
     def default(cls) -> VDC | None:
-        """The VDC that takes tasks submitted without one (SPEC §2 backward compatibility)."""
+        """The VDC that takes tasks submitted without one (docs/rules.md#vdcs-projects-and-doors)."""
         return cls.objects.filter(is_default=True, enabled=True).first()
 
     def capacity(self) -> dict[str, Decimal]:
@@ -78,7 +78,11 @@ class VDC(models.Model):
         clusters = self.clusters.filter(enabled=True)
         sums = clusters.aggregate(cpu=Sum("nodes__cpu"), memory=Sum("nodes__memory_gib"))
         # Schedulable units: a card partitioned into MIG instances or replicas counts as those units.
-        units = Q(nodes__devices__sharing="whole")
+        units = Q(
+            nodes__devices__sharing="whole",
+            nodes__devices__missing_since__isnull=True,
+            nodes__devices__parent__missing_since__isnull=True,
+        )
         gpu = clusters.aggregate(eq=Sum("nodes__devices__gpu_model__exchange_rate", filter=units))["eq"]
         return {
             "cpu": self.total_cpu if self.total_cpu is not None else (sums["cpu"] or ZERO),
@@ -91,14 +95,6 @@ class VDC(models.Model):
         return self.overcommit_ratio if self.allow_overcommit else Decimal("1")
 
 
-class ProjectQuerySet(models.QuerySet):
-    def for_user(self, user) -> ProjectQuerySet:
-        """Projects the user belongs to (all of them for platform admins)."""
-        if user.is_superuser or user.is_staff:
-            return self
-        return self.filter(memberships__user=user).distinct()
-
-
 class Project(models.Model):
     """A tenant: users work in projects, and projects get quotas in VDCs."""
 
@@ -106,8 +102,17 @@ class Project(models.Model):
     description = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Membership", related_name="projects")
-
-    objects = ProjectQuerySet.as_manager()
+    # Idle autostop of dev environments (docs/rules.md#idle-autostop): off by default; a task may set its own.
+    idle_stop_percent = models.PositiveSmallIntegerField(
+        default=5,
+        validators=[MinValueValidator(1), MaxValueValidator(100)],
+        help_text="Dev environments count as idle while their GPU utilisation is under this (%)",
+    )
+    idle_stop_minutes = models.PositiveIntegerField(
+        default=0,
+        validators=[MaxValueValidator(7 * 24 * 60)],
+        help_text="Stop a dev environment idle this many minutes (0: never); tasks may set their own at submit",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -140,7 +145,7 @@ class Membership(models.Model):
 class ProjectQuota(models.Model):
     """A project's guaranteed and maximum share of one VDC.
 
-    GPU quantities are GPU-equivalents (SPEC §3), so "8 GPU" means the same on any vendor.
+    GPU quantities are GPU-equivalents (docs/rules.md#exchange-rates), so "8 GPU" means the same on any vendor.
     Usage between guaranteed and limit is borrowed from idle capacity and can be reclaimed.
     """
 
@@ -292,7 +297,8 @@ class ProjectSecret(models.Model):
 
 
 class RebalancerSettings(models.Model):
-    """Per VDC, the inter-project rebalancer's settings (seed 003); a VDC without a row is not rebalanced.
+    """Per VDC, the inter-project rebalancer's settings (docs/rules.md#rebalancing); a VDC without a row is not
+    rebalanced.
 
     The rules are ``apps.queues.engine.rebalance``; the loop is ``apps.control.rebalance``.
     """
@@ -303,29 +309,34 @@ class RebalancerSettings(models.Model):
         default=timedelta(minutes=1), help_text="How often new loans are considered (returns are checked every tick)"
     )
     threshold_percent = models.PositiveSmallIntegerField(
-        default=20, validators=[MinValueValidator(1), MaxValueValidator(100)],
+        default=20,
+        validators=[MinValueValidator(1), MaxValueValidator(100)],
         help_text="Lend only when the lender's use of its guarantee is this many points below the borrower's",
-    )  # fmt: skip
+    )
     max_loan_duration = models.DurationField(
         default=timedelta(hours=4), help_text="A loan is returned this long after it opened, at the latest"
     )
     min_loan_duration = models.DurationField(
-        default=timedelta(minutes=10), help_text="An unused loan is kept at least this long (the lender's demand "
-        "takes it back at once)",
-    )  # fmt: skip
+        default=timedelta(minutes=10),
+        help_text="An unused loan is kept at least this long (the lender's demand takes it back at once)",
+    )
     cooldown = models.DurationField(
-        default=timedelta(minutes=15), help_text="After a loan between two projects ends, wait this long before "
+        default=timedelta(minutes=15),
+        help_text="After a loan between two projects ends, wait this long before "
         "the same lender lends to the same borrower again",
-    )  # fmt: skip
+    )
     loan_billing = models.CharField(
-        max_length=16, choices=LoanBilling.choices, default=LoanBilling.BORROWER_PAYS,
+        max_length=16,
+        choices=LoanBilling.choices,
+        default=LoanBilling.BORROWER_PAYS,
         help_text="Who pays for usage on a loan; fair share (drf, fair_share queues) counts loans the same way",
-    )  # fmt: skip
+    )
     loans_low_class_only = models.BooleanField(
-        default=True, verbose_name="loans for low-class work only",
+        default=True,
+        verbose_name="loans for low-class work only",
         help_text="Only low-class work runs on borrowed capacity: it is suspended at once when the lender needs "
         "its guarantee back, where medium work would keep it until its guaranteed window ends",
-    )  # fmt: skip
+    )
     last_run_at = models.DateTimeField(
         null=True, blank=True, editable=False, help_text="When loans were last considered"
     )
@@ -334,12 +345,14 @@ class RebalancerSettings(models.Model):
         verbose_name = "rebalancer settings of a VDC"
         verbose_name_plural = "rebalancer settings"
         constraints = [
-            models.CheckConstraint(condition=Q(threshold_percent__gte=1, threshold_percent__lte=100),
-                                   name="rebalancer_threshold_range"),
+            models.CheckConstraint(
+                condition=Q(threshold_percent__gte=1, threshold_percent__lte=100), name="rebalancer_threshold_range"
+            ),
             models.CheckConstraint(condition=Q(interval__gt=timedelta(0)), name="rebalancer_interval_positive"),
-            models.CheckConstraint(condition=Q(max_loan_duration__gt=timedelta(0)),
-                                   name="rebalancer_max_duration_positive"),
-        ]  # fmt: skip
+            models.CheckConstraint(
+                condition=Q(max_loan_duration__gt=timedelta(0)), name="rebalancer_max_duration_positive"
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"rebalancer of {self.vdc}"
@@ -372,15 +385,10 @@ class CapacityLoanQuerySet(models.QuerySet):
         """Loans not returned yet (an expired one stays active until the rebalancer returns it)."""
         return self.filter(returned_at__isnull=True)
 
-    def for_user(self, user) -> CapacityLoanQuerySet:
-        """Loans the user may read: those lent or borrowed by their projects (all for platform admins)."""
-        if user.is_superuser or user.is_staff:
-            return self
-        return self.filter(Q(lender__memberships__user=user) | Q(borrower__memberships__user=user)).distinct()
-
 
 class CapacityLoan(models.Model):
-    """Part of one project's unused guarantee in a VDC lent to another project with waiting work (seed 003).
+    """Part of one project's unused guarantee in a VDC lent to another project with waiting work
+    (docs/rules.md#rebalancing).
 
     While active, the borrower's guarantee and limit are raised by the amount and the lender's guarantee lowered
     (``apps.control.scheduling``); returning it lets the lender reclaim through the ordinary reclaim rules.
@@ -401,9 +409,11 @@ class CapacityLoan(models.Model):
     return_reason = models.CharField(max_length=16, choices=LoanReturnReason.choices, blank=True)
     return_message = models.TextField(blank=True)
     used_gpu_hours = models.DecimalField(
-        max_digits=16, decimal_places=6, default=ZERO,
+        max_digits=16,
+        decimal_places=6,
+        default=ZERO,
         help_text="GPU-equivalent hours the borrower ran on the loan (above its own limit), as the rebalancer saw",
-    )  # fmt: skip
+    )
     accounted_until = models.DateTimeField(null=True, blank=True, help_text="used_gpu_hours counts up to here")
     settlement = models.CharField(max_length=255, blank=True, help_text="What billing did at the return")
 

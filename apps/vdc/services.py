@@ -1,4 +1,4 @@
-"""Permission rules of projects, shared by the API, the pages and the services."""
+"""Project services: secrets, managed by owners and by staff with the secret permissions (``apps.vdc.policy``)."""
 
 from __future__ import annotations
 
@@ -7,41 +7,11 @@ import logging
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 
-from apps.vdc.choices import Role
+from apps.vdc import policy
 from apps.vdc.models import MAX_SECRET_LENGTH, Project, ProjectSecret
 from apps.vdc.signals import secret_in_use
 
 logger = logging.getLogger(__name__)
-
-WRITE_ROLES = (Role.OWNER, Role.MEMBER)
-
-
-def is_platform_admin(user) -> bool:
-    """Platform admins see and manage everything."""
-    return bool(user and user.is_authenticated and (user.is_superuser or user.is_staff))
-
-
-def project_role(user, project: Project) -> str | None:
-    """The user's role in the project; "admin" for platform admins, None for outsiders."""
-    if is_platform_admin(user):
-        return "admin"
-    if not user or not user.is_authenticated:
-        return None
-    return project.role_of(user)
-
-
-def can_view(user, project: Project) -> bool:
-    return project_role(user, project) is not None
-
-
-def can_act(user, project: Project) -> bool:
-    """May submit, stop and delete tasks of the project (owners and members; viewers only read)."""
-    return project_role(user, project) in ("admin", *WRITE_ROLES)
-
-
-def can_manage(user, project: Project) -> bool:
-    """May change the project itself and its memberships (owners)."""
-    return project_role(user, project) in ("admin", Role.OWNER)
 
 
 def secret_value_error(value) -> str | None:
@@ -55,18 +25,22 @@ def secret_value_error(value) -> str | None:
     return None
 
 
-def _check_manager(user, project: Project) -> None:
-    if not can_manage(user, project):
-        raise PermissionDenied(f"Only owners of project {project} manage its secrets.")
+def _check_manager(user, project: Project, action: str) -> None:
+    """PermissionDenied unless the user may ``action`` (add / change / delete) the project's secrets."""
+    if not policy.can_manage(user, project, policy.model_perm(ProjectSecret, action)):
+        raise PermissionDenied(
+            f"Only owners of project {project} manage its secrets (staff: with the permission to {action} "
+            "project secrets)."
+        )
 
 
 def create_secret(user, project: Project, name: str, value: str, description: str = "") -> ProjectSecret:
-    """Store a new secret of the project, encrypted (owners and platform admins).
+    """Store a new secret of the project, encrypted (owners, and staff who may add secrets).
 
     Raises PermissionDenied or ValidationError (per field: a bad name, a name taken, a bad value) and
     writes nothing in either case.
     """
-    _check_manager(user, project)
+    _check_manager(user, project, "add")
     secret = ProjectSecret(project=project, name=name, description=description, created_by=user, updated_by=user)
     errors: dict[str, list[str]] = {}
     try:
@@ -95,7 +69,7 @@ def update_secret(
     """Rotate a secret's value and/or change its description; the next attempt of every task that refers to it
     gets the new value (running attempts keep the one they started with). Its name never changes: tasks
     refer to it by name."""
-    _check_manager(user, secret.project)
+    _check_manager(user, secret.project, "change")
     if value is not None and (message := secret_value_error(value)):
         raise ValidationError({"value": [message]})
     if description is not None:
@@ -117,11 +91,16 @@ def update_secret(
 def delete_secret(user, secret: ProjectSecret) -> None:
     """Delete a secret no waiting or running task refers to; ValidationError naming those tasks otherwise
     (stop them, or let them finish, first)."""
-    _check_manager(user, secret.project)
+    _check_manager(user, secret.project, "delete")
     with transaction.atomic():
         ProjectSecret.objects.select_for_update().filter(pk=secret.pk).first()
-        users = sorted({label for _receiver, labels in secret_in_use.send(sender=ProjectSecret, secret=secret)
-                        for label in labels or ()})  # fmt: skip
+        users = sorted(
+            {
+                label
+                for _receiver, labels in secret_in_use.send(sender=ProjectSecret, secret=secret)
+                for label in labels or ()
+            }
+        )
         if users:
             raise ValidationError(
                 f"Secret {secret.name} is still referred to by waiting or running tasks: {', '.join(users)}. "

@@ -1,5 +1,6 @@
-/* The test request box of an inference service: one request through the portal's proxy (Connect), with the
-   user's session, and the service's answer shown as it came. */
+/* The test request box of an inference service: the portal sends one request to the service's port and answers
+   its status, time and body as JSON; the body is shown as text. (The service's own origin is another site: this
+   page never calls it.) */
 (function () {
   "use strict";
   document.querySelectorAll("form[data-test-request]").forEach(function (form) {
@@ -7,22 +8,22 @@
     form.addEventListener("submit", function (event) {
       event.preventDefault();
       var method = form.elements.method.value;
-      var url = form.dataset.testRequest + form.elements.path.value.replace(/^\/+/, "");
-      var options = {method: method, credentials: "same-origin", headers: {}};
-      if (method !== "GET") {
-        options.body = form.elements.body.value;
-        options.headers["Content-Type"] = "application/json";
-      }
+      var path = "/" + form.elements.path.value.replace(/^\/+/, "");
       out.hidden = false;
-      out.textContent = method + " " + url + " …";
-      var began = performance.now();
-      fetch(url, options).then(function (response) {
-        return response.text().then(function (text) {
-          var ms = Math.round(performance.now() - began);
-          out.dataset.status = response.status;
-          out.textContent = response.status + " " + response.statusText + " (" + ms + " ms)\n\n" + text;
-        });
-      }).catch(function (error) { out.textContent = "No answer: " + error; });
+      out.textContent = method + " " + path + " …";
+      fetch(form.dataset.testRequest, {method: "POST", credentials: "same-origin", body: new FormData(form)})
+        .then(function (response) {
+          return response.json().then(function (answer) {
+            if (!response.ok) {
+              out.dataset.status = "";
+              out.textContent = "Not sent: " + answer.detail;
+              return;
+            }
+            out.dataset.status = answer.status;
+            out.textContent = answer.status + " " + answer.reason + " (" + answer.elapsed_ms + " ms)\n\n" + answer.body;
+          });
+        })
+        .catch(function (error) { out.textContent = "No answer: " + error; });
     });
   });
 })();

@@ -49,8 +49,9 @@
       fetch(price.dataset.priceUrl + "?" + params.toString(), {credentials: "same-origin"})
         .then(function (r) { return r.json(); })
         .then(function (data) {
-          price.querySelector("[data-price]").textContent = data.hourly_price === null ? "—" : data.hourly_price + (data.currency ? " " + data.currency : "");
-          price.querySelector("[data-price-note]").textContent = data.error || (data.hourly_price === null ? "no price applies" : "list price, before discounts");
+          price.querySelector("[data-price]").textContent = data.display === null ? "—" : data.display;
+          var minimum = data.minimum_minutes > 1 ? "; each run is billed at least " + data.minimum_minutes + " min" : "";
+          price.querySelector("[data-price-note]").textContent = data.error || (data.hourly_price === null ? "no price applies" : "list price, before discounts" + minimum);
         }).catch(function () {});
     }, 250);
   }
@@ -60,4 +61,23 @@
   });
   if (price) { estimate(); }
   sync();
+  // A refused submission comes back at the top of a long form: the summary says what to fix, and the first
+  // field in error takes the focus (scrolled into view) so the user does not hunt for it.
+  var summary = document.querySelector("[data-error-summary]");
+  if (summary) {
+    var first = summary.querySelector("[data-error-link]");
+    var target = first && document.getElementById(first.dataset.errorLink);
+    if (target) {
+      target.focus();
+      target.scrollIntoView({block: "center"});
+    } else {
+      summary.focus();
+    }
+    summary.querySelectorAll("[data-error-link]").forEach(function (link) {
+      link.addEventListener("click", function (event) {
+        var field = document.getElementById(link.dataset.errorLink);
+        if (field) { event.preventDefault(); field.focus(); field.scrollIntoView({block: "center"}); }
+      });
+    });
+  }
 })();

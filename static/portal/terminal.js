@@ -11,7 +11,9 @@
     status.dataset.state = state;
   }
 
-  var term = new window.Terminal({cursorBlink: true, fontSize: 14, scrollback: 5000,
+  // At a line height of 1.0 a row is exactly the font's ascent + descent, and the underscore drawn below the
+  // baseline is clipped at a device pixel ratio of 1 (snake_case_name read "snake case name").
+  var term = new window.Terminal({cursorBlink: true, fontSize: 14, lineHeight: 1.2, scrollback: 5000,
     fontFamily: "ui-monospace, SFMono-Regular, Menlo, Consolas, monospace"});
   var fit = new window.FitAddon.FitAddon();
   term.loadAddon(fit);
@@ -35,7 +37,7 @@
       return;
     }
     var message = JSON.parse(event.data);
-    if (message.type === "refused" || message.type === "exit") { ended = message.message; }
+    if (message.type === "refused" || message.type === "exit" || message.type === "revoked") { ended = message.message; }
   };
   socket.onclose = function (event) {
     var why = ended || event.reason || "The connection was lost.";

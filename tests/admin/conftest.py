@@ -26,7 +26,7 @@ from apps.billing.models import (
 )
 from apps.clusters.models import CapacityReservation, GPUModel
 from apps.control.models import BackendObject, CheckpointStore, Installation
-from apps.tasks.models import ServiceLoadSample, TaskEvent
+from apps.tasks.models import ServiceLoadSample, Sweep, TaskEvent, TaskUsageSample
 from apps.vdc.models import CapacityLoan, RebalancerSettings
 from apps.vdc.services import create_secret
 from tests.factories import TaskFactory
@@ -51,10 +51,25 @@ def every_model(world):
         cluster=world.cluster,
         status="running",
         allocated_gpu=Decimal("2"),
-        placement=[{"node_name": "gpu-node-1", "devices": [0, 1]}],
+        placement=[
+            {
+                "node": world.node.pk,
+                "node_name": "gpu-node-1",
+                "gpu_model": "A100-80G",
+                "devices": [{"id": d.pk, "index": d.index, "milli": 1000} for d in world.node.devices.all()[:2]],
+            }
+        ],
         env={"EPOCHS": "3"},
     )
     TaskEvent.objects.create(task=task, kind="started", from_status="starting", to_status="running")
+    TaskUsageSample.objects.create(
+        task=task, at=timezone.now().replace(second=0, microsecond=0), gpu_percent=42.0, vram_used_gib=10, vram_gib=80
+    )
+    task.sweep = Sweep.objects.create(
+        project=world.project, name="grid", created_by=world.member, parameters=[{"a": 1}]
+    )
+    task.sweep_values = {"a": "1"}
+    task.save(update_fields=["sweep", "sweep_values"])
     ServiceLoadSample.objects.create(
         task=task,
         start=timezone.now().replace(second=0, microsecond=0),
@@ -95,23 +110,46 @@ def every_model(world):
     )
     InvoiceRun.objects.create(period_start=start, period_end=end, accounts=[account.pk], created_by=world.admin)
     AlertSettings.objects.create(vdc=world.vdc, quota_warn_percent=75)
-    ProjectAlert.objects.create(project=world.project, vdc=world.vdc, rule="quota_high", key=f"quota:{world.vdc.pk}",
-                                message="GPU quota 88% used", since=end, fired_at=end)  # fmt: skip
-    window = CapacityReservation.objects.create(vdc=world.vdc, cluster=world.cluster, name="firmware",
-                                                starts_at=end, ends_at=end + timedelta(hours=4))  # fmt: skip
+    ProjectAlert.objects.create(
+        project=world.project,
+        vdc=world.vdc,
+        rule="quota_high",
+        key=f"quota:{world.vdc.pk}",
+        message="GPU quota 88% used",
+        since=end,
+        fired_at=end,
+    )
+    window = CapacityReservation.objects.create(
+        vdc=world.vdc, cluster=world.cluster, name="firmware", starts_at=end, ends_at=end + timedelta(hours=4)
+    )
     window.nodes.set([world.node])
     window.projects.set([world.project])
     create_secret(world.admin, world.project, "HF_TOKEN", "hf_admin_s3cret", "the hub")
     RebalancerSettings.objects.create(vdc=world.vdc, threshold_percent=25)
-    CapacityLoan.objects.create(vdc=world.vdc, lender=world.other_project, borrower=world.project, gpu=Decimal(2),
-                                reason="gpu: alpha uses 100% of its guarantee, beta uses 0%", started_at=start,
-                                expires_at=end, figures={"threshold": 0.2})  # fmt: skip
+    CapacityLoan.objects.create(
+        vdc=world.vdc,
+        lender=world.other_project,
+        borrower=world.project,
+        gpu=Decimal(2),
+        reason="gpu: alpha uses 100% of its guarantee, beta uses 0%",
+        started_at=start,
+        expires_at=end,
+        figures={"threshold": 0.2},
+    )
     Group.objects.create(name="operators")
     Token.objects.create(user=world.admin)
     Installation.current()
     CheckpointStore.objects.create(cluster=world.cluster, task=task, task_uid=task.uid, project=task.project.name)
-    BackendObject.objects.create(cluster=world.cluster, task=task, task_uid=task.uid, attempt=1, name="hcs-job-1",
-                                 state="active", external_id="hcs-job-1", devices=[1, 2])  # fmt: skip
+    BackendObject.objects.create(
+        cluster=world.cluster,
+        task=task,
+        task_uid=task.uid,
+        attempt=1,
+        name="hcs-job-1",
+        state="active",
+        external_id="hcs-job-1",
+        shares=[{"id": 1, "milli": 1000}, {"id": 2, "milli": 1000}],
+    )
     login = {"ip_address": "203.0.113.7", "user_agent": "curl", "http_accept": "*/*", "path_info": "/accounts/login/"}
     AccessAttempt.objects.create(username="max", get_data="", post_data="", failures_since_start=2, **login)
     AccessFailureLog.objects.create(username="max", locked_out=False, **login)

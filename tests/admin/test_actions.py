@@ -7,14 +7,14 @@ from django.contrib.messages import get_messages
 
 from apps.clusters.models import Cluster
 from apps.queues.models import TaskQueue
-from apps.tasks.models import Task, TaskEvent
+from apps.tasks.models import Sweep, Task, TaskEvent
 from tests.admin.conftest import admin_url
 from tests.factories import ClusterFactory, TaskFactory
 
 
-def _act(client, model, action: str, objects):
+def _act(client, model, action: str, objects, **extra):
     response = client.post(
-        admin_url(model, "changelist"), {"action": action, "_selected_action": [obj.pk for obj in objects]}
+        admin_url(model, "changelist"), {"action": action, "_selected_action": [obj.pk for obj in objects], **extra}
     )
     assert response.status_code == 302
     return [str(message) for message in get_messages(response.wsgi_request)]
@@ -50,7 +50,7 @@ def test_cancel_stops_tasks_with_an_event_and_reports_each_failure(admin_web, wo
     queued, running = TaskFactory(status="queued", **fields), TaskFactory(status="running", **fields)
     done = TaskFactory(status="completed", **fields)
 
-    messages = _act(admin_web, Task, "cancel", [queued, running, done])
+    messages = _act(admin_web, Task, "cancel", [queued, running, done], confirm="yes")
 
     assert messages == [f"{done}: Task is already completed; nothing to stop.", "2 task(s) stopped."]
     for task in (queued, running):
@@ -62,6 +62,21 @@ def test_cancel_stops_tasks_with_an_event_and_reports_each_failure(admin_web, wo
     done.refresh_from_db()
     assert done.status == "completed" and not done.events.exists()
     assert LogEntry.objects.filter(change_message="cancelled by an admin").count() == 2
+
+
+def test_cancel_asks_first_naming_what_runs_and_what_waits(admin_web, world):
+    fields = {"project": world.project, "owner": world.member, "vdc": world.vdc, "queue": world.high}
+    queued, running = TaskFactory(status="queued", **fields), TaskFactory(status="running", **fields)
+    response = admin_web.post(
+        admin_url(Task, "changelist"), {"action": "cancel", "_selected_action": [queued.pk, running.pk]}
+    )
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "Stop 2 selected tasks: 1 running or starting, 1 waiting." in page
+    assert 'name="confirm" value="Yes, stop 2 tasks"' in page
+    assert f'name="_selected_action" value="{queued.pk}"' in page
+    assert set(Task.objects.values_list("status", flat=True)) == {"queued", "running"}
+    assert _act(admin_web, Task, "cancel", [queued, running], confirm="Yes") == ["2 task(s) stopped."]
 
 
 def test_task_list_has_no_bulk_delete(admin_web, world):
@@ -79,9 +94,9 @@ def test_only_ended_tasks_can_be_deleted_and_through_the_service(admin_web, worl
 
 
 def test_cancelling_a_thousand_tasks_takes_as_many_statements_as_ten(admin_web, world):
-    # Issue 14: a bulk cancel of 400 ran task by task and hit the browser's 30 s timeout, leaving 270 stopped.
-    from django.db import connection  # noqa: PLC0415
-    from django.test.utils import CaptureQueriesContext  # noqa: PLC0415
+    # A bulk cancel of 400 ran task by task and hit the browser's 30 s timeout, leaving 270 stopped.
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
 
     fields = {"project": world.project, "owner": world.member, "vdc": world.vdc, "queue": world.low}
 
@@ -91,7 +106,13 @@ def test_cancelling_a_thousand_tasks_takes_as_many_statements_as_ten(admin_web, 
         with CaptureQueriesContext(connection) as queries:
             response = admin_web.post(
                 admin_url(Task, "changelist") + "?status__exact=queued",
-                {"action": "cancel", "select_across": "1", "index": "0", "_selected_action": [tasks[0].pk]},
+                {
+                    "action": "cancel",
+                    "select_across": "1",
+                    "index": "0",
+                    "_selected_action": [tasks[0].pk],
+                    "confirm": "yes",
+                },
             )
         assert response.status_code == 302
         messages = [str(message) for message in get_messages(response.wsgi_request)]
@@ -106,7 +127,7 @@ def test_cancelling_a_thousand_tasks_takes_as_many_statements_as_ten(admin_web, 
 
 
 def test_a_new_cluster_is_unknown_until_checked_and_test_connection_checks_it(admin_web, world, tmp_path, settings):
-    # Issue 14: a new cluster showed "Healthy" before it was ever checked.
+    # A new cluster showed "Healthy" before it was ever checked.
     settings.HCS_LOCAL_EXECUTOR_DIR = tmp_path / "jobs"
     fresh = Cluster.objects.create(vdc=world.vdc, name="fresh", cluster_type="local")
     assert fresh.status == "unknown" and not fresh.is_schedulable
@@ -114,15 +135,16 @@ def test_a_new_cluster_is_unknown_until_checked_and_test_connection_checks_it(ad
     fresh.refresh_from_db()
     assert fresh.status == "healthy" and fresh.last_heartbeat is not None
     assert messages == [f"fresh: Healthy: {fresh.status_message}"]
-    broken = Cluster.objects.create(vdc=world.vdc, name="broken", cluster_type="slurm",
-                                    endpoint="http://127.0.0.1:9", api_version="v0.0.38")  # fmt: skip
+    broken = Cluster.objects.create(
+        vdc=world.vdc, name="broken", cluster_type="slurm", endpoint="http://127.0.0.1:9", api_version="v0.0.38"
+    )
     messages = _act(admin_web, Cluster, "check_now", [broken])
     broken.refresh_from_db()
     assert broken.status == "degraded" and messages[-1].startswith("broken: Degraded: "), messages
 
 
 def test_discover_nodes_reads_the_local_host(admin_web, world, tmp_path, settings):
-    import os  # noqa: PLC0415
+    import os
 
     settings.HCS_LOCAL_EXECUTOR_DIR = tmp_path / "jobs"
     messages = _act(admin_web, Cluster, "discover", [world.cluster])
@@ -131,3 +153,25 @@ def test_discover_nodes_reads_the_local_host(admin_web, world, tmp_path, setting
     # The host's cards come from the node agent: discovery leaves the world's node and its cards alone.
     assert world.node.devices.count() == 8
     assert messages == [f"{world.cluster.name}: 1 node(s) (1 new), 0 card(s); not reported any more: gpu-node-1"]
+
+
+def test_stop_all_stops_the_unfinished_tasks_of_sweeps_and_the_sweep_page_lists_them(admin_web, world):
+    sweep = Sweep.objects.create(project=world.project, name="grid", created_by=world.member, parameters={"lr": [1]})
+    fields = {"project": world.project, "owner": world.member, "vdc": world.vdc, "queue": world.high, "sweep": sweep}
+    queued = TaskFactory(status="queued", name="grid-1", sweep_values={"lr": "1"}, **fields)
+    done = TaskFactory(status="completed", name="grid-2", **fields)
+    page = admin_web.get(admin_url(sweep))
+    assert page.status_code == 200 and b"grid-1" in page.content and b"grid-2" in page.content
+    listing = admin_web.get(admin_url(Sweep, "changelist")).content.decode()
+    assert "1 queued, 1 completed" in listing
+    asked = admin_web.post(
+        admin_url(Sweep, "changelist"), {"action": "stop_all", "_selected_action": [sweep.pk]}
+    ).content.decode()
+    assert "Stop 1 selected task: 0 running or starting, 1 waiting" in asked and "grid-1" in asked
+    assert 'name="action" value="stop_all"' in asked
+    queued.refresh_from_db()
+    assert queued.status == "queued"
+    assert _act(admin_web, Sweep, "stop_all", [sweep], confirm="yes") == ["Stopped 1 task(s)."]
+    queued.refresh_from_db()
+    done.refresh_from_db()
+    assert (queued.status, done.status) == ("stopped", "completed")

@@ -18,10 +18,15 @@ from tests.admin.test_actions import _act
 def loan(world):
     now = timezone.now()
     return CapacityLoan.objects.create(
-        vdc=world.vdc, lender=world.other_project, borrower=world.project, gpu=Decimal(2), cpu=Decimal(8),
+        vdc=world.vdc,
+        lender=world.other_project,
+        borrower=world.project,
+        gpu=Decimal(2),
+        cpu=Decimal(8),
         reason="gpu: alpha uses 100% of its guarantee with 2 GPU-eq waiting beyond its limit, beta uses 0%",
-        started_at=now - timedelta(minutes=30), expires_at=now + timedelta(hours=3),
-    )  # fmt: skip
+        started_at=now - timedelta(minutes=30),
+        expires_at=now + timedelta(hours=3),
+    )
 
 
 def test_loan_list_shows_lender_borrower_amount_state_and_reason(admin_web, loan):

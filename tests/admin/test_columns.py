@@ -23,9 +23,14 @@ def _row(client, model, obj):
 def _running(world, gpu: str, **fields):
     fields.setdefault("project", world.project)
     return TaskFactory(
-        owner=world.member, vdc=world.vdc, queue=world.high, cluster=world.cluster, status="running",
-        allocated_gpu=Decimal(gpu), **fields,
-    )  # fmt: skip
+        owner=world.member,
+        vdc=world.vdc,
+        queue=world.high,
+        cluster=world.cluster,
+        status="running",
+        allocated_gpu=Decimal(gpu),
+        **fields,
+    )
 
 
 def test_vdc_columns_sum_enabled_clusters_and_running_allocations(admin_web, world):
@@ -71,9 +76,14 @@ def test_cluster_columns_count_nodes_cards_and_running_tasks(admin_web, world):
 def test_queue_columns_count_waiting_demand_from_gpu_specs(admin_web, world):
     for spec, instances in (("2(A100)", 1), ("1(A100)", 3), ("", 1)):
         TaskFactory(
-            project=world.project, owner=world.member, vdc=world.vdc, queue=world.high, status="queued",
-            gpu_spec=spec, instances=instances,
-        )  # fmt: skip
+            project=world.project,
+            owner=world.member,
+            vdc=world.vdc,
+            queue=world.high,
+            status="queued",
+            gpu_spec=spec,
+            instances=instances,
+        )
     _running(world, "1")
     row, queue_admin = _row(admin_web, TaskQueue, world.high)
     assert (queue_admin.waiting_tasks(row), queue_admin.running_tasks(row)) == (3, 1)

@@ -16,7 +16,10 @@ def test_the_admin_device_form_declares_a_mig_layout_and_shows_a_bad_one_as_a_fi
     good = admin_web.post(admin_url(device), {**data, "sharing_mode": "mig", "mig_layout": "3g.40gb, 1g.10gb x2"})
     assert good.status_code == 302
     assert sorted(device.units.values_list("gpu_model__name", flat=True)) == [
-        "A100-80G-1g.10gb", "A100-80G-1g.10gb", "A100-80G-3g.40gb"]  # fmt: skip
+        "A100-80G-1g.10gb",
+        "A100-80G-1g.10gb",
+        "A100-80G-3g.40gb",
+    ]
     again = form_data(admin_web.get(admin_url(device)))
     assert again["mig_layout"] == "3g.40gb, 1g.10gb, 1g.10gb" and again["sharing_mode"] == "mig"
     slices = admin_web.post(admin_url(device), {**again, "sharing_mode": "time_slicing", "replicas": "3"})

@@ -59,8 +59,11 @@ def test_filled_credential_fields_replace_their_keys_and_keep_the_others(admin_w
     assert _edit(admin_web, world.cluster, token=SECRET, other_credentials="output_dir=/scratch").status_code == 302
     world.cluster.refresh_from_db()
     assert world.cluster.get_credentials() == {
-        "token": SECRET, "ca_cert": "PEM", "verify_ssl": False, "output_dir": "/scratch",
-    }  # fmt: skip
+        "token": SECRET,
+        "ca_cert": "PEM",
+        "verify_ssl": False,
+        "output_dir": "/scratch",
+    }
 
 
 def test_clear_removes_credentials_and_cannot_be_combined_with_new_ones(admin_web, world):
@@ -105,10 +108,19 @@ def test_cluster_labels_are_key_value_lines(admin_web, world):
 
 def _submission(world, **fields) -> dict:
     data = {
-        "name": "admin-job", "kind": "training", "project": world.project.pk, "queue": world.high.pk,
-        "cpu": "2", "memory_gib": "8", "gpu_spec": "1(A100)", "instances": "1", "max_retries": "0",
-        "command": "python train.py", "env": "EPOCHS=3", "preemptible": "on",
-    }  # fmt: skip
+        "name": "admin-job",
+        "kind": "training",
+        "project": world.project.pk,
+        "queue": world.high.pk,
+        "cpu": "2",
+        "memory_gib": "8",
+        "gpu_spec": "1(A100)",
+        "instances": "1",
+        "max_retries": "0",
+        "command": "python train.py",
+        "env": "EPOCHS=3",
+        "preemptible": "on",
+    }
     data.update(fields)
     return data
 
@@ -141,7 +153,8 @@ def test_add_form_shows_queue_and_quota_rules_next_to_their_fields(admin_web, wo
     medium = admin_web.post(admin_url(Task, "add"), _submission(world, queue=world.medium.pk))
     assert "expected duration" in _errors(medium)["expected_duration"][0]
     too_big = admin_web.post(admin_url(Task, "add"), _submission(world, cpu="500"))
-    assert "limit" in _errors(too_big)["cpu"][0]
+    # What no node can hold is refused first, next to the field, with the largest node named.
+    assert "no node has 500 cores (largest 64)" in _errors(too_big)["cpu"][0]
     assert not Task.objects.exists()
 
 
@@ -156,11 +169,19 @@ def test_add_form_shows_queue_and_quota_rules_next_to_their_fields(admin_web, wo
         ("instances", "200000", "1024"),
         ("expected_duration", "999999 00:00:00", "longest expected duration"),
     ],
-    ids=["reserved-env", "bad-env-name", "volumes-not-objects", "volume-without-name", "deep-json", "instances",
-         "duration"],
-)  # fmt: skip
-def test_add_form_refuses_out_of_bounds_values_on_their_field_and_writes_nothing(admin_web, world, field, value,
-                                                                                 expected):  # fmt: skip
+    ids=[
+        "reserved-env",
+        "bad-env-name",
+        "volumes-not-objects",
+        "volume-without-name",
+        "deep-json",
+        "instances",
+        "duration",
+    ],
+)
+def test_add_form_refuses_out_of_bounds_values_on_their_field_and_writes_nothing(
+    admin_web, world, field, value, expected
+):
     response = admin_web.post(admin_url(Task, "add"), _submission(world, **{field: value}))
     assert response.status_code == 200
     assert expected in " ".join(_errors(response)[field])
@@ -230,8 +251,15 @@ def test_gpu_model_aliases_are_comma_text_and_rates_are_editable_in_the_list(adm
 
 def test_price_tiers_are_readable_lines_validated_by_the_model(admin_web, world):
     a100 = GPUModel.objects.get(name="A100-80G")
-    data = {"resource_type": "gpu", "gpu_model": a100.pk, "price_per_hour": "10", "currency": "CNY",
-            "min_billing_minutes": "1", "discount_tiers": "100h: 10%\n1000 25.5", "active": "on"}  # fmt: skip
+    data = {
+        "resource_type": "gpu",
+        "gpu_model": a100.pk,
+        "price_per_hour": "10",
+        "currency": "CNY",
+        "min_billing_minutes": "1",
+        "discount_tiers": "100h: 10%\n1000 25.5",
+        "active": "on",
+    }
     assert admin_web.post(admin_url(PriceRule, "add"), data).status_code == 302
     rule = PriceRule.objects.get()
     assert rule.discount_tiers == [{"from_hours": 100, "percent": 10}, {"from_hours": 1000, "percent": 25.5}]
@@ -280,11 +308,18 @@ def test_credentials_unreadable_under_a_new_key_are_reported_and_replaced(admin_
 
 
 def test_a_vdc_added_in_the_admin_gets_its_class_queues_unless_unticked(admin_web, world):
-    from apps.queues.models import TaskQueue  # noqa: PLC0415
-    from apps.vdc.models import VDC  # noqa: PLC0415
+    from apps.queues.models import TaskQueue
+    from apps.vdc.models import VDC
 
-    form = {"name": "west", "default_queue_policy": "backfill", "cluster_selection_strategy": "load_balancing",
-            "node_scorer": "fgd", "overcommit_ratio": "1.0", "enabled": "on", "class_queues": "on"}  # fmt: skip
+    form = {
+        "name": "west",
+        "default_queue_policy": "backfill",
+        "cluster_selection_strategy": "load_balancing",
+        "node_scorer": "fgd",
+        "overcommit_ratio": "1.0",
+        "enabled": "on",
+        "class_queues": "on",
+    }
     page = admin_web.get(admin_url(VDC, "add")).content.decode()
     # Every inline of the page (clusters, quotas, rebalancer settings) posted empty.
     prefixes = re.findall(r'name="([\w-]+)-TOTAL_FORMS"', page)
@@ -317,7 +352,7 @@ def test_a_vdc_added_in_the_admin_gets_its_class_queues_unless_unticked(admin_we
 
 
 def test_a_quota_limit_above_the_vdcs_capacity_is_saved_with_a_warning(admin_web, world):
-    # Issue 14: a project's limit could exceed the VDC's total capacity without a word.
+    # A project's limit could exceed the VDC's total capacity without a word.
     response = _edit(admin_web, world.quota, limit_gpu="100")
     assert response.status_code == 302
     shown = [str(m) for m in admin_web.get(admin_url(world.quota)).context["messages"]]
@@ -336,11 +371,19 @@ def test_a_quota_limit_above_the_vdcs_capacity_is_saved_with_a_warning(admin_web
 
 
 def _running_service(world, **fields):
-    from tests.factories import TaskFactory  # noqa: PLC0415
+    from tests.factories import TaskFactory
 
     fields = {"autoscale_min": 1, "autoscale_max": 2, **fields}
-    return TaskFactory(project=world.project, vdc=world.vdc, queue=world.high, owner=world.member, kind="inference",
-                       status="running", port=8000, **fields)  # fmt: skip
+    return TaskFactory(
+        project=world.project,
+        vdc=world.vdc,
+        queue=world.high,
+        owner=world.member,
+        kind="inference",
+        status="running",
+        port=8000,
+        **fields,
+    )
 
 
 def test_autoscaling_edits_go_through_the_service_with_an_event(admin_web, world):

@@ -69,7 +69,7 @@ def test_site_header_names_the_portal(admin_web, every_model):
 
 
 def test_closed_invoice_is_read_only(admin_web, every_model):
-    from apps.billing.models import Invoice  # noqa: PLC0415
+    from apps.billing.models import Invoice
 
     invoice = Invoice.objects.get()
     invoice.status = "closed"
@@ -83,7 +83,7 @@ def test_closed_invoice_is_read_only(admin_web, every_model):
 
 
 def test_ended_task_page_is_read_only_and_the_timeline_is_shown(admin_web, every_model):
-    from apps.tasks.models import Task  # noqa: PLC0415
+    from apps.tasks.models import Task
 
     task = Task.objects.get()
     task.status = "completed"

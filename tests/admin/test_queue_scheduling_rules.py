@@ -1,4 +1,4 @@
-"""Queue fields of the scheduling-quality rules (issue 13): edited and bounded in the admin."""
+"""Queue fields of the scheduling-quality rules (docs/rules.md#scheduling-quality): edited and bounded in the admin."""
 
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 
 A :class:`Resource` says where a resource lives, how to make one object of it in the test world, what a
 create and an update send, and which roles may read, create, update and delete. ``test_permissions``
-turns every declaration into a matrix over the roles admin, owner, member, viewer and outsider.
+turns every declaration into a matrix over the roles admin (a superuser), owner, member, viewer, outsider and
+staff (a staff user holding every view permission and no other: it reads every object and writes none).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from django.db.models import Model
 from rest_framework.test import APIClient
 
 API = "/api/v1/"
-ROLES = ("admin", "owner", "member", "viewer", "outsider")
+ROLES = ("admin", "owner", "member", "viewer", "outsider", "staff")
+VIEW_STAFF = "staff"
 EVERYONE = frozenset(ROLES)
 PROJECT_ROLES = frozenset({"admin", "owner", "member", "viewer"})
 ADMIN = frozenset({"admin"})
@@ -60,8 +62,12 @@ class Resource:
     def detail_url(self, obj: Model) -> str:
         return f"{API}{self.path}/{obj.pk}/"
 
+    def reads(self, role: str) -> bool:
+        """Whether ``role`` sees the object: its readers, and view-only staff, who see every object."""
+        return role in self.readers or role == VIEW_STAFF
+
     def expected_read(self, role: str) -> int:
-        return 200 if role in self.readers else 404
+        return 200 if self.reads(role) else 404
 
     def expected_create(self, role: str) -> int:
         if self.create is None:
@@ -71,7 +77,7 @@ class Resource:
     def expected_write(self, role: str, allowed: frozenset[str] | None, supported: bool) -> int:
         if not supported:
             return 405
-        if role not in self.readers:
+        if not self.reads(role):
             return 404
         return 0 if role in (allowed or ()) else 403
 

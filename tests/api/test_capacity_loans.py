@@ -18,10 +18,15 @@ def loan(world):
     """beta (the outsider's project) lent 2 GPU-eq to alpha; a third project gamma has nothing to do with it."""
     now = timezone.now()
     return CapacityLoan.objects.create(
-        vdc=world.vdc, lender=world.other_project, borrower=world.project, gpu=Decimal(2),
-        reason="gpu: alpha uses 100% of its guarantee, beta uses 0%", figures={"threshold": 0.2},
-        started_at=now - timedelta(minutes=5), expires_at=now + timedelta(hours=4),
-    )  # fmt: skip
+        vdc=world.vdc,
+        lender=world.other_project,
+        borrower=world.project,
+        gpu=Decimal(2),
+        reason="gpu: alpha uses 100% of its guarantee, beta uses 0%",
+        figures={"threshold": 0.2},
+        started_at=now - timedelta(minutes=5),
+        expires_at=now + timedelta(hours=4),
+    )
 
 
 @pytest.fixture
@@ -76,10 +81,16 @@ def test_filters_by_project_and_state(world, loan):
 
 def test_dashboard_card_lists_active_loans_of_my_projects(client, world, loan, stranger):
     CapacityLoan.objects.create(
-        vdc=world.vdc, lender=world.other_project, borrower=world.project, gpu=Decimal(1), reason="old one",
-        started_at=loan.started_at - timedelta(hours=5), expires_at=loan.started_at - timedelta(hours=1),
-        returned_at=loan.started_at - timedelta(hours=1), return_reason="expired",
-    )  # fmt: skip
+        vdc=world.vdc,
+        lender=world.other_project,
+        borrower=world.project,
+        gpu=Decimal(1),
+        reason="old one",
+        started_at=loan.started_at - timedelta(hours=5),
+        expires_at=loan.started_at - timedelta(hours=1),
+        returned_at=loan.started_at - timedelta(hours=1),
+        return_reason="expired",
+    )
     client.force_login(world.member)
     html = client.get("/").content.decode()
     assert "Capacity loans" in html and "alpha uses 100% of its guarantee" in html and "old one" not in html

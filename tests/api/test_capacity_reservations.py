@@ -15,8 +15,12 @@ URL = "/api/v1/capacity-reservations/"
 
 def body(world, **fields):
     start = timezone.now() + timedelta(days=1)
-    data = {"vdc": world.vdc.pk, "name": "rack-b", "starts_at": start.isoformat(),
-            "ends_at": (start + timedelta(hours=4)).isoformat()}  # fmt: skip
+    data = {
+        "vdc": world.vdc.pk,
+        "name": "rack-b",
+        "starts_at": start.isoformat(),
+        "ends_at": (start + timedelta(hours=4)).isoformat(),
+    }
     data.update(fields)
     return data
 
@@ -27,9 +31,10 @@ def a100_pk():
 
 def test_admin_creates_an_event_reservation_and_members_read_it(world):
     r = client_for(world.admin).post(
-        URL, body(world, cluster=world.cluster.pk, gpu_model=a100_pk(), cards=4, projects=[world.project.pk]),
+        URL,
+        body(world, cluster=world.cluster.pk, gpu_model=a100_pk(), cards=4, projects=[world.project.pk]),
         format="json",
-    )  # fmt: skip
+    )
     assert r.status_code == 201, r.content
     assert r.json()["holds"] == "4 × A100-80G on local-1 (whole nodes)" and r.json()["maintenance"] is False
     listed = client_for(world.member).get(URL, {"window": "upcoming"}).json()["results"]
@@ -75,11 +80,12 @@ def test_nodes_of_another_cluster_are_refused(world):
 
 
 def test_outsider_of_the_vdc_does_not_see_it(world):
-    from tests.factories import VDCFactory  # noqa: PLC0415
+    from tests.factories import VDCFactory
 
     north = VDCFactory(name="north")
-    CapacityReservation.objects.create(vdc=north, name="north-only", starts_at=timezone.now(),
-                                       ends_at=timezone.now() + timedelta(hours=1))  # fmt: skip
+    CapacityReservation.objects.create(
+        vdc=north, name="north-only", starts_at=timezone.now(), ends_at=timezone.now() + timedelta(hours=1)
+    )
     assert client_for(world.member).get(URL).json()["results"] == []
 
 
@@ -89,9 +95,18 @@ def test_admin_form_refuses_an_end_before_the_start_and_saves_a_valid_one(client
     page = admin_web.get(admin_url(CapacityReservation, "add"))
     data = form_data(page)
     start = timezone.now() + timedelta(days=1)
-    data.update({"vdc": world.vdc.pk, "cluster": world.cluster.pk, "name": "firmware", "starts_at_0":
-                 start.strftime("%Y-%m-%d"), "starts_at_1": "10:00:00", "ends_at_0": start.strftime("%Y-%m-%d"),
-                 "ends_at_1": "09:00:00", "nodes": [world.node.pk]})  # fmt: skip
+    data.update(
+        {
+            "vdc": world.vdc.pk,
+            "cluster": world.cluster.pk,
+            "name": "firmware",
+            "starts_at_0": start.strftime("%Y-%m-%d"),
+            "starts_at_1": "10:00:00",
+            "ends_at_0": start.strftime("%Y-%m-%d"),
+            "ends_at_1": "09:00:00",
+            "nodes": [world.node.pk],
+        }
+    )
     r = admin_web.post(admin_url(CapacityReservation, "add"), data)
     assert r.status_code == 200 and "Expected an end after the start" in r.content.decode()
     data["ends_at_1"] = "18:00:00"
@@ -110,16 +125,18 @@ def test_windows_filter_the_same_in_the_api_and_the_admin(world, client):
     admin_web = client
     now = timezone.now()
     for name, start, end in (("past", -3, -1), ("now", -1, 1), ("soon", 1, 3)):
-        CapacityReservation.objects.create(vdc=world.vdc, name=name, starts_at=now + timedelta(hours=start),
-                                           ends_at=now + timedelta(hours=end))  # fmt: skip
+        CapacityReservation.objects.create(
+            vdc=world.vdc, name=name, starts_at=now + timedelta(hours=start), ends_at=now + timedelta(hours=end)
+        )
     expected = {"current": ["now"], "upcoming": ["soon"], "ended": ["past"], "active": ["now", "soon"]}
     for window, names in expected.items():
         listed = client_for(world.member).get(URL, {"window": window}).json()["results"]
         assert sorted(x["name"] for x in listed) == names, window
         if window != "active":  # the admin's list filter offers the three states
             page = admin_web.get(admin_url(CapacityReservation, "changelist"), {"window": window}).content.decode()
-            assert [n for n in ("past", "now", "soon") if f">{n}<" in page] == [n for n in ("past", "now", "soon")
-                                                                                if n in names], window  # fmt: skip
+            assert [n for n in ("past", "now", "soon") if f">{n}<" in page] == [
+                n for n in ("past", "now", "soon") if n in names
+            ], window
     assert client_for(world.member).get(URL, {"window": "someday"}).status_code == 400
     # A hand-edited admin URL filters nothing rather than failing.
     page = admin_web.get(admin_url(CapacityReservation, "changelist"), {"window": "someday"})

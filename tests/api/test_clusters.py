@@ -4,13 +4,19 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from apps.clusters.models import Cluster
+from apps.clusters.models import Cluster, Device, Node
+from apps.control.models import BackendObject
 from tests.api.base import client_for
 from tests.factories import ClusterFactory, TaskFactory
 
 CLUSTERS = "/api/v1/clusters/"
-NEW_CLUSTER = {"name": "k8s-east", "cluster_type": "kubernetes", "endpoint": "https://k8s.example:6443",
-               "namespace": "hcs", "credentials": {"token": "s3cret-token"}}  # fmt: skip
+NEW_CLUSTER = {
+    "name": "k8s-east",
+    "cluster_type": "kubernetes",
+    "endpoint": "https://k8s.example:6443",
+    "namespace": "hcs",
+    "credentials": {"token": "s3cret-token"},
+}
 
 
 def test_credentials_are_stored_encrypted_and_never_returned(world):
@@ -53,8 +59,11 @@ def test_health_reports_status_heartbeats_and_message(world):
     Cluster.objects.filter(pk=world.cluster.pk).update(status="degraded", missed_heartbeats=2, status_message="slow")
     data = client_for(world.viewer).get(f"{CLUSTERS}{world.cluster.pk}/health/").data
     assert (data["status"], data["missed_heartbeats"], data["message"], data["last_heartbeat"]) == (
-        "degraded", 2, "slow", None
-    )  # fmt: skip
+        "degraded",
+        2,
+        "slow",
+        None,
+    )
 
 
 def test_enable_disable_and_maintenance_are_admin_actions(world):
@@ -75,8 +84,17 @@ def test_state_actions_on_an_invisible_cluster_are_404(world):
 
 
 def test_stats_count_nodes_devices_per_model_and_allocation(world):
-    TaskFactory(project=world.project, vdc=world.vdc, queue=world.high, cluster=world.cluster, status="running",
-                cpu=Decimal(4), memory_gib=Decimal(16), instances=2, allocated_gpu=Decimal(2))  # fmt: skip
+    TaskFactory(
+        project=world.project,
+        vdc=world.vdc,
+        queue=world.high,
+        cluster=world.cluster,
+        status="running",
+        cpu=Decimal(4),
+        memory_gib=Decimal(16),
+        instances=2,
+        allocated_gpu=Decimal(2),
+    )
     data = client_for(world.member).get(f"{CLUSTERS}{world.cluster.pk}/stats/").data
     assert data["nodes"] == {"total": 1, "by_status": {"ready": 1}}
     assert [(d["gpu_model"], d["count"]) for d in data["devices"]] == [("A100-80G", 8)]
@@ -86,8 +104,7 @@ def test_stats_count_nodes_devices_per_model_and_allocation(world):
 
 
 def test_jobs_lists_only_the_visible_tasks_on_the_cluster(world):
-    mine = TaskFactory(project=world.project, vdc=world.vdc, queue=world.high, cluster=world.cluster,
-                       status="running")  # fmt: skip
+    mine = TaskFactory(project=world.project, vdc=world.vdc, queue=world.high, cluster=world.cluster, status="running")
     TaskFactory(project=world.other_project, vdc=world.vdc, queue=world.high, cluster=world.cluster, status="running")
     TaskFactory(project=world.project, vdc=world.vdc, queue=world.high, status="queued")
     url = f"{CLUSTERS}{world.cluster.pk}/jobs/"
@@ -111,3 +128,26 @@ def test_a_vdc_in_use_is_not_deleted_and_the_answer_says_by_what(world):
     response = client_for(world.admin).delete(f"/api/v1/vdcs/{world.vdc.pk}/")
     assert response.status_code == 409 and "clusters" in response.data["detail"]
     assert client_for(world.admin).get(f"/api/v1/vdcs/{world.vdc.pk}/").status_code == 200
+
+
+def test_a_held_card_or_its_node_is_not_deleted_and_the_answer_names_the_holding_task(world):
+    card, free = world.node.devices.order_by("index")[:2]
+    holder = TaskFactory(
+        project=world.project, vdc=world.vdc, queue=world.high, cluster=world.cluster, status="running"
+    )
+    BackendObject.objects.create(
+        cluster=world.cluster,
+        task=holder,
+        task_uid=holder.uid,
+        attempt=1,
+        name=f"hcs-{holder.pk}-1",
+        state="active",
+        shares=[{"id": card.pk, "milli": 1000}],
+    )
+    admin = client_for(world.admin)
+    for url in (f"/api/v1/devices/{card.pk}/", f"/api/v1/nodes/{world.node.pk}/"):
+        response = admin.delete(url)
+        assert response.status_code == 409, (url, response.data)
+        assert f"held by task(s) #{holder.pk}" in response.data["detail"], response.data
+    assert Device.objects.filter(pk=card.pk).exists() and Node.objects.filter(pk=world.node.pk).exists()
+    assert admin.delete(f"/api/v1/devices/{free.pk}/").status_code == 204

@@ -6,6 +6,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.utils import timezone
 
 from apps.billing.models import Account, Invoice, InvoiceLine, PriceRule, ProjectAlert, Transaction, UsageRecord
@@ -22,6 +23,7 @@ from tests.factories import (
     TaskQueueFactory,
     UserFactory,
     VDCFactory,
+    staff_user,
 )
 
 WRITERS = frozenset({"admin", "owner", "member"})
@@ -42,40 +44,62 @@ def alpha_account(w):
 def alpha_usage(w):
     now = timezone.now()
     task = TaskFactory(project=w.project, vdc=w.vdc, queue=w.high, owner=w.member, status="completed")
-    return UsageRecord.objects.create(task=task, project=w.project, vdc=w.vdc, resource_type="cpu",
-                                      quantity=Decimal("2"), period_start=now - timedelta(hours=1), period_end=now,
-                                      unit_price=Decimal("0.5"), cost=Decimal("1"))  # fmt: skip
+    return UsageRecord.objects.create(
+        task=task,
+        project=w.project,
+        vdc=w.vdc,
+        resource_type="cpu",
+        quantity=Decimal("2"),
+        period_start=now - timedelta(hours=1),
+        period_end=now,
+        unit_price=Decimal("0.5"),
+        cost=Decimal("1"),
+    )
 
 
 def alpha_invoice(w):
     now = timezone.now()
-    invoice = Invoice.objects.create(account=alpha_account(w), period_start=now - timedelta(days=30), period_end=now,
-                                     total=Decimal("12.5"))  # fmt: skip
+    invoice = Invoice.objects.create(
+        account=alpha_account(w), period_start=now - timedelta(days=30), period_end=now, total=Decimal("12.5")
+    )
     InvoiceLine.objects.create(invoice=invoice, resource_type="cpu", quantity=Decimal("25"), amount=Decimal("12.5"))
     return invoice
 
 
 def backend_object(w):
-    from apps.control.models import BackendObject  # noqa: PLC0415
+    from apps.control.models import BackendObject
 
     task = TaskFactory(project=w.project, vdc=w.vdc, queue=w.high, owner=w.member, status="stopped")
     return BackendObject.objects.create(cluster=w.cluster, task=task, task_uid=task.uid, attempt=1, name="hcs-job")
 
 
 def alpha_secret(w):
-    from apps.vdc.services import create_secret  # noqa: PLC0415
+    from apps.vdc.services import create_secret
 
     return create_secret(w.admin, w.project, "REGISTRY_PASSWORD", "hunter2", "registry.example")
 
 
 def alpha_loan(w):
     """A loan from a third project to alpha: alpha's roles see it (the borrower), beta's outsider does not."""
-    from apps.vdc.models import CapacityLoan  # noqa: PLC0415
+    from apps.vdc.models import CapacityLoan
 
     gamma = ProjectQuotaFactory(vdc=w.vdc).project
     now = timezone.now()
-    return CapacityLoan.objects.create(vdc=w.vdc, lender=gamma, borrower=w.project, gpu=Decimal(2), reason="test",
-                                       started_at=now, expires_at=now + timedelta(hours=1))  # fmt: skip
+    return CapacityLoan.objects.create(
+        vdc=w.vdc,
+        lender=gamma,
+        borrower=w.project,
+        gpu=Decimal(2),
+        reason="test",
+        started_at=now,
+        expires_at=now + timedelta(hours=1),
+    )
+
+
+def alpha_sweep(w):
+    from apps.tasks.models import Sweep
+
+    return Sweep.objects.create(project=w.project, name="grid", created_by=w.member, parameters={"lr": [1]})
 
 
 def a100():
@@ -101,7 +125,7 @@ RESOURCES = [
             "endpoint": "https://k8s.example:6443",
             "namespace": "hcs",
             "credentials": {"token": "s3cret"},
-        },  # fmt: skip
+        },
         update=lambda w: {"description": "rack 4", "priority": 5, "labels": {"zone": "a"}},
     ),
     Resource(
@@ -127,7 +151,7 @@ RESOURCES = [
             exchange_rate=Decimal("0.3"),
             resource_name="gpu.intel.com/i915",
             visible_devices_env="ZE_AFFINITY_MASK",
-        ),  # fmt: skip
+        ),
         readers=EVERYONE,
         create=lambda w: {
             "name": "Gaudi2",
@@ -137,7 +161,7 @@ RESOURCES = [
             "exchange_rate": "0.7",
             "resource_name": "habana.ai/gaudi",
             "visible_devices_env": "HABANA_VISIBLE_DEVICES",
-        },  # fmt: skip
+        },
         update=lambda w: {"exchange_rate": "0.400", "aliases": ["x1", "max1550"]},
     ),
     Resource(
@@ -164,7 +188,7 @@ RESOURCES = [
             "ends_at": "2031-01-01T18:00:00Z",
             "gpu_model": a100().pk,
             "cards": 4,
-        },  # fmt: skip
+        },
         update=lambda w: {"reason": "GPU firmware upgrade", "preempt_at_start": True},
     ),
     Resource(
@@ -206,7 +230,7 @@ RESOURCES = [
             "vdc": VDCFactory(name="spare", total_gpu=Decimal(16)).pk,
             "guaranteed_gpu": "2",
             "limit_gpu": "4",
-        },  # fmt: skip
+        },
         update=lambda w: {"limit_gpu": "12.00", "max_concurrent_tasks": 5},
     ),
     Resource(
@@ -220,7 +244,7 @@ RESOURCES = [
             "kind": "training",
             "gpu_spec": "1(A100)",
             "command": "python train.py",
-        },  # fmt: skip
+        },
         creators=WRITERS,
         create_denied={"outsider": 400},
         deleters=WRITERS,
@@ -239,6 +263,22 @@ RESOURCES = [
         updaters=WRITERS,
     ),
     Resource(
+        "sweeps",
+        make=alpha_sweep,
+        readers=PROJECT_ROLES,
+        create=lambda w: {
+            "project": w.project.pk,
+            "queue": w.high.pk,
+            "name": "grid",
+            "kind": "training",
+            "command": "python train.py",
+            "parameters": {"lr": [0.1, 0.01]},
+        },
+        creators=WRITERS,
+        create_denied={"outsider": 400},
+        deleters=None,
+    ),
+    Resource(
         "billing/prices",
         make=lambda w: PriceRule.objects.create(resource_type="cpu", price_per_hour=Decimal("0.2")),
         readers=EVERYONE,
@@ -254,7 +294,7 @@ RESOURCES = [
             amount=Decimal(100),
             balance_after=Decimal(100),
             description="top-up",
-        ),  # fmt: skip
+        ),
         readers=PROJECT_ROLES,
         deleters=None,
     ),
@@ -272,7 +312,7 @@ RESOURCES = [
         ),
         readers=PROJECT_ROLES,
         deleters=None,
-    ),  # fmt: skip
+    ),
     Resource("backend-objects", make=backend_object, readers=ADMIN, deleters=None),
     Resource("capacity-loans", make=alpha_loan, readers=PROJECT_ROLES, deleters=None),
     Resource(
@@ -286,6 +326,20 @@ RESOURCES = [
 
 matrix = pytest.mark.parametrize("resource", RESOURCES, ids=str)
 roles = pytest.mark.parametrize("role", ROLES)
+
+
+@pytest.fixture(autouse=True)
+def view_only_staff(request):
+    """The matrix's "staff" role, in the tests of a world: every view permission of the portal's apps, no other."""
+    if "world" not in request.fixturenames:
+        return None
+    world = request.getfixturevalue("world")
+    views = Permission.objects.filter(
+        codename__startswith="view_",
+        content_type__app_label__in=("vdc", "clusters", "queues", "tasks", "billing", "control"),
+    )
+    world.staff = staff_user("ops-viewer", *(f"{p.content_type.app_label}.{p.codename}" for p in views))
+    return world.staff
 
 
 @matrix
@@ -302,7 +356,7 @@ def test_list_shows_the_object_only_to_readers(world, resource, role):
     response = client_for(world.user(role)).get(resource.list_url, {"id": obj.pk})
     assert response.status_code == 200, response.data
     ids = [row["id"] for row in response.data["results"]]
-    assert ids == ([obj.pk] if role in resource.readers else [])
+    assert ids == ([obj.pk] if resource.reads(role) else [])
 
 
 @matrix
@@ -356,7 +410,7 @@ def test_delete(world, resource, role):
 
 
 def test_every_router_resource_is_declared():
-    from hcsportal.api_urls import router  # noqa: PLC0415
+    from hcsportal.api_urls import router
 
     assert {prefix for prefix, _viewset, _basename in router.registry} == {r.path for r in RESOURCES}
 

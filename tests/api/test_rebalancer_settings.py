@@ -25,8 +25,9 @@ def test_members_read_the_settings_and_admins_switch_loans_for_low_class_only(wo
 def test_bad_settings_answer_400_and_change_nothing(world):
     settings = RebalancerSettings.objects.create(vdc=world.vdc)
     admin = client_for(world.admin)
-    response = admin.patch(f"{URL}{settings.pk}/", {"min_loan_duration": "05:00:00", "loans_low_class_only": False},
-                           format="json")  # fmt: skip
+    response = admin.patch(
+        f"{URL}{settings.pk}/", {"min_loan_duration": "05:00:00", "loans_low_class_only": False}, format="json"
+    )
     assert response.status_code == 400
     assert "Expected at most the maximum loan duration" in response.json()["min_loan_duration"][0]
     response = admin.patch(f"{URL}{settings.pk}/", {"loan_billing": "lender"}, format="json")

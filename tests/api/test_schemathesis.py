@@ -2,11 +2,11 @@
 
 Every operation gets a bounded number of generated requests that fit the schema (positive) and that do
 not (negative), from a fixed seed, sent through the WSGI app as a project member who has tasks, events
-and billing records (the node agent report as a cluster's agent). A second, smaller pass sends the
-writes only platform admins may make as an admin, so their validation is fuzzed too. Detail operations
-address a real object the user can see. Each request runs in a transaction that is rolled back, so every
-request meets the same data, with the same ids in every run. Failures are collected per operation and
-reported together; the summary line says what ran.
+and billing records (the node agent report as a cluster's agent, addressed to its node), then again as a
+platform admin (a superuser), for whom every operation goes past the permission checks to its validation
+and queries, with fewer examples. Detail operations address a real object the user can see. Each request
+runs in a transaction that is rolled back, so every request meets the same data, with the same ids in every
+run. Failures are collected per operation and reported together; the summary line says what ran.
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ from decimal import Decimal
 import hypothesis
 import pytest
 import schemathesis
+from django.apps import apps as django_apps
+from django.core.management.color import no_style
 from django.core.signals import request_finished, request_started
 from django.core.wsgi import get_wsgi_application
-from django.db import close_old_connections, transaction
+from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 from hypothesis import HealthCheck, Phase
 from rest_framework.authtoken.models import Token
@@ -37,16 +39,17 @@ from apps.billing.models import Account, Invoice, PriceRule, ProjectAlert, Trans
 from apps.clusters.models import CapacityReservation, GPUModel
 from apps.clusters.services import issue_agent_token
 from apps.control.models import BackendObject
-from apps.tasks.models import TaskEvent
+from apps.tasks.models import Sweep, Task, TaskEvent
 from apps.vdc.models import CapacityLoan, RebalancerSettings
 from apps.vdc.services import create_secret
 from tests.factories import TaskFactory
 
 MEMBER_EXAMPLES = 6  # per operation and mode
-ADMIN_EXAMPLES = 2
+ADMIN_EXAMPLES = 3
 SEED = 20261121
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 AGENT_REPORT = "/api/v1/agent/report/"
+AGENT_NODE = "fuzz-node"  # the node the agent token reports for; generated reports are addressed to it
 
 
 @pytest.fixture
@@ -122,14 +125,30 @@ def fuzz_world(world):
     charge = Transaction.objects.create(
         account=account, kind="charge", amount=Decimal("-12.5"), balance_after=Decimal("87.5"), usage_record=usage
     )
-    alert = ProjectAlert.objects.create(project=world.project, vdc=world.vdc, rule="quota_high", key="quota:fuzz",
-                                        message="GPU quota 88% used", since=end, fired_at=end)  # fmt: skip
+    alert = ProjectAlert.objects.create(
+        project=world.project,
+        vdc=world.vdc,
+        rule="quota_high",
+        key="quota:fuzz",
+        message="GPU quota 88% used",
+        since=end,
+        fired_at=end,
+    )
     backend_object = BackendObject.objects.create(
-        cluster=world.cluster, task=running, task_uid=running.uid, attempt=1, name=f"hcs-{running.pk}-1",
-        external_id="fuzz-1", state="active", devices=[1],
-    )  # fmt: skip
+        cluster=world.cluster,
+        task=running,
+        task_uid=running.uid,
+        attempt=1,
+        name=f"hcs-{running.pk}-1",
+        external_id="fuzz-1",
+        state="active",
+        shares=[{"id": 1, "milli": 1000}],
+    )
+    sweep = Sweep.objects.create(project=world.project, name="fuzz", created_by=world.member, parameters={"a": [1]})
+    Task.objects.filter(pk=queued.pk).update(sweep=sweep, sweep_values={"a": "1"})
     objects = {
         "tasks": queued,
+        "sweeps": sweep,
         "backend-objects": backend_object,
         "vdcs": world.vdc,
         "clusters": world.cluster,
@@ -162,24 +181,23 @@ def fuzz_world(world):
             vdc=world.vdc, name="fuzz-window", starts_at=timezone.now(), ends_at=timezone.now() + timedelta(hours=1)
         ),
     }
+    # Sequences restart at 1 (reset_sequences) under rows the migrations seeded (the GPU catalog): move each past
+    # its table's largest id, or the first create of such a row collides on PostgreSQL.
+    with connection.cursor() as cursor:
+        for statement in connection.ops.sequence_reset_sql(no_style(), django_apps.get_models()):
+            cursor.execute(statement)
     return {
         "member": {"Authorization": f"Token {Token.objects.create(user=world.member).key}"},
         "admin": {"Authorization": f"Token {Token.objects.create(user=world.admin).key}"},
-        "agent": {"Authorization": f"Agent {issue_agent_token(world.cluster, 'fuzz')}"},
+        "agent": {"Authorization": f"Agent {issue_agent_token(world.cluster, AGENT_NODE)}"},
         "ids": {f"/api/v1/{path}/": obj.pk for path, obj in objects.items()},
-    }  # fmt: skip
+    }
 
 
 # Sequences restart, so the same generated ids meet the same objects whatever ran before: reproducible.
 @pytest.mark.django_db(transaction=True, reset_sequences=True)
-@pytest.mark.parametrize(
-    ("user", "methods", "examples"),
-    [("member", ("GET", "POST", "PUT", "PATCH", "DELETE"), MEMBER_EXAMPLES),
-     ("admin", ("POST", "PUT", "PATCH", "DELETE"), ADMIN_EXAMPLES)],
-    ids=["member-every-operation", "admin-writes"],
-)  # fmt: skip
-def test_no_operation_answers_5xx_or_outside_its_schema(wsgi_app, fuzz_world, settings, capsys, user, methods,
-                                                        examples):  # fmt: skip
+@pytest.mark.parametrize(("user", "examples"), [("member", MEMBER_EXAMPLES), ("admin", ADMIN_EXAMPLES)])
+def test_no_operation_answers_5xx_or_outside_its_schema(wsgi_app, fuzz_world, settings, capsys, user, examples):
     settings.ALLOWED_HOSTS = ["localhost"]
     schema = schemathesis.openapi.from_wsgi("/api/schema/?format=json", wsgi_app)
     statuses: collections.Counter = collections.Counter()
@@ -188,8 +206,6 @@ def test_no_operation_answers_5xx_or_outside_its_schema(wsgi_app, fuzz_world, se
 
     for result in schema.get_all_operations():
         operation = result.ok()
-        if operation.method.upper() not in methods:
-            continue
         operations += 1
         headers = fuzz_world["agent" if operation.path == AGENT_REPORT else user]
         resource = operation.path.split("{id}")[0]
@@ -222,6 +238,8 @@ def _fuzz(operation, mode, examples, headers, path_parameters, statuses, failure
     )
     @hypothesis.given(case=operation.as_strategy(mode, path_parameters=path_parameters))
     def run(case):
+        if operation.path == AGENT_REPORT and isinstance(case.body, dict) and isinstance(case.body.get("node"), str):
+            case.body["node"] = AGENT_NODE
         with transaction.atomic():
             response = case.call(headers=headers)
             transaction.set_rollback(True)

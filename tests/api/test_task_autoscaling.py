@@ -13,8 +13,16 @@ TASKS = "/api/v1/tasks/"
 
 def service(world, **fields):
     fields = {"autoscale_min": 1, "autoscale_max": 2, "status": "running", **fields}
-    return TaskFactory(project=world.project, vdc=world.vdc, queue=world.high, owner=world.member, kind="inference",
-                       gpu_spec="1(A100)", port=8000, **fields)  # fmt: skip
+    return TaskFactory(
+        project=world.project,
+        vdc=world.vdc,
+        queue=world.high,
+        owner=world.member,
+        kind="inference",
+        gpu_spec="1(A100)",
+        port=8000,
+        **fields,
+    )
 
 
 def patch(world, task, user=None, **body):

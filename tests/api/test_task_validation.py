@@ -29,8 +29,10 @@ def submit(world, **fields):
         ("cpu", {"cpu": "0"}),
         ("elastic_max", {"elastic_min": 1, "elastic_max": 100_000}),
         ("autoscale_max", {"kind": "inference", "autoscale_min": 1, "autoscale_max": 100_000}),
-        ("autoscale_concurrency", {"kind": "inference", "autoscale_min": 1, "autoscale_max": 2,
-                                   "autoscale_concurrency": 20_000}),
+        (
+            "autoscale_concurrency",
+            {"kind": "inference", "autoscale_min": 1, "autoscale_max": 2, "autoscale_concurrency": 20_000},
+        ),
         ("epochs", {"epochs": 10**9}),
         ("batch_size", {"batch_size": 10**8}),
         ("max_tokens", {"kind": "inference", "max_tokens": 10**9}),
@@ -46,12 +48,31 @@ def submit(world, **fields):
         ("volumes", {"volumes": [{"name": "root", "mount_path": "/host", "host_path": "/"}]}),
         ("required_labels", {"required_labels": {"gpu": ["a100"]}}),
     ],
-    ids=["999999999-days", "negative-duration", "over-the-queue-maximum", "200000-instances-of-nothing", "zero-cpu",
-         "elastic", "autoscale", "autoscale-concurrency", "epochs", "batch-size", "max-tokens", "retries", "port",
-         "cuda-visible-devices",
-         "nvidia-visible-devices-all", "equals-in-env-name", "empty-env-name", "nul-in-env-value",
-         "volumes-not-objects", "volume-without-name", "unapproved-host-path", "label-list"],
-)  # fmt: skip
+    ids=[
+        "999999999-days",
+        "negative-duration",
+        "over-the-queue-maximum",
+        "200000-instances-of-nothing",
+        "zero-cpu",
+        "elastic",
+        "autoscale",
+        "autoscale-concurrency",
+        "epochs",
+        "batch-size",
+        "max-tokens",
+        "retries",
+        "port",
+        "cuda-visible-devices",
+        "nvidia-visible-devices-all",
+        "equals-in-env-name",
+        "empty-env-name",
+        "nul-in-env-value",
+        "volumes-not-objects",
+        "volume-without-name",
+        "unapproved-host-path",
+        "label-list",
+    ],
+)
 def test_bad_values_are_a_400_on_their_field_and_write_nothing(world, field, fields):
     response = submit(world, **fields)
     assert response.status_code == 400, response.data
@@ -75,10 +96,15 @@ def test_a_valid_submission_within_every_bound_is_accepted(world):
     world.node.cpu, world.node.memory_gib = 1024, 16384
     world.node.save()
     response = submit(
-        world, cpu="1024", memory_gib="16384", expected_duration="7 00:00:00", instances=1, epochs=1_000_000,
+        world,
+        cpu="1024",
+        memory_gib="16384",
+        expected_duration="7 00:00:00",
+        instances=1,
+        epochs=1_000_000,
         env={"EPOCHS": "3", "LD_LIBRARY_PATH": "/opt/lib"},
         volumes=[{"name": "data", "mount_path": "/data", "host_path": "/srv/data/a", "read_only": True}],
-    )  # fmt: skip
+    )
     assert response.status_code == 201, response.data
     assert response.data["volumes"][0]["host_path"] == "/srv/data/a"
 
@@ -102,8 +128,16 @@ def test_wall_time_is_bounded_by_the_queue_and_separate_from_the_expected_durati
     )
 
 
-@pytest.mark.parametrize(("text", "stored"), [("10m", "00:10:00"), ("1h30m", "01:30:00"), ("2d", "2 00:00:00"),
-                                              ("02:00:00", "02:00:00"), ("P1DT2H", "1 02:00:00")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("text", "stored"),
+    [
+        ("10m", "00:10:00"),
+        ("1h30m", "01:30:00"),
+        ("2d", "2 00:00:00"),
+        ("02:00:00", "02:00:00"),
+        ("P1DT2H", "1 02:00:00"),
+    ],
+)
 def test_the_api_takes_durations_as_the_pages_do(world, text, stored):
     response = submit(world, expected_duration=text, wall_time=text)
     assert response.status_code == 201, response.data
@@ -147,8 +181,8 @@ def test_cluster_host_path_prefixes_are_set_and_shown(world):
 
 
 def test_a_submission_that_must_wait_for_others_says_so_and_one_that_can_start_does_not(world, client):
-    # Issue 11 item 3: admitted, but it can run only after others leave: the submitter is told at once.
-    from apps.control.scheduling import run_cycle  # noqa: PLC0415
+    # Admitted, but it can run only after others leave: the submitter is told at once.
+    from apps.control.scheduling import run_cycle
 
     world.quota.limit_gpu = 16
     world.quota.save()
@@ -166,18 +200,31 @@ def test_a_submission_that_must_wait_for_others_says_so_and_one_that_can_start_d
     assert "big" not in third.data["notice"] and "second" not in third.data["notice"]  # counts, never names
     # The form says the same as a warning on the task's page.
     client.force_login(world.member)
-    response = client.post("/training-jobs/new/", {
-        "name": "fourth", "project": world.project.pk, "vdc": world.vdc.pk, "queue": world.low.pk, "cpu": "1",
-        "memory_gib": "1", "gpu_spec": "4(A100)", "instances": "1", "command": "sleep 1", "framework": "pytorch",
-        "max_retries": "0", "kind": "training",
-    }, follow=True)  # fmt: skip
+    response = client.post(
+        "/training-jobs/new/",
+        {
+            "name": "fourth",
+            "project": world.project.pk,
+            "vdc": world.vdc.pk,
+            "queue": world.low.pk,
+            "cpu": "1",
+            "memory_gib": "1",
+            "gpu_spec": "4(A100)",
+            "instances": "1",
+            "command": "sleep 1",
+            "framework": "pytorch",
+            "max_retries": "0",
+            "kind": "training",
+        },
+        follow=True,
+    )
     assert response.redirect_chain, response.context["form"].errors
     shown = [str(m) for m in response.context["messages"]]
     assert any(m.startswith("It can start only after others leave: 2 tasks wait ahead of it") for m in shown), shown
 
 
 def test_a_mistyped_model_is_answered_with_the_models_the_vdc_has(world):
-    # Issue 11 item 3: the hint named catalog models the VDC does not have (A10, A30 ... for "A10O").
+    # The hint named catalog models the VDC does not have (A10, A30 ... for "A10O").
     answer = submit(world, gpu_spec="1(A10O)")
     assert answer.status_code == 400
     message = answer.data["gpu_spec"][0]

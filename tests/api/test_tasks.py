@@ -10,8 +10,18 @@ from tests.api.base import client_for
 from tests.factories import ClusterFactory, TaskFactory, node_with_every_model
 
 TASKS = "/api/v1/tasks/"
-GRAMMAR_EXAMPLES = ["2(V100)", "1(A100|H100)", "4(ascend910b)", "0.5(vgpu)", "0.5(T4)", "1(16G,50%)",
-                    "vram=16Gi,tflops-fp16=100", "1", "0", ""]  # fmt: skip
+GRAMMAR_EXAMPLES = [
+    "2(V100)",
+    "1(A100|H100)",
+    "4(ascend910b)",
+    "0.5(vgpu)",
+    "0.5(T4)",
+    "1(16G,50%)",
+    "vram=16Gi,tflops-fp16=100",
+    "1",
+    "0",
+    "",
+]
 
 
 def submit(world, user=None, **fields):
@@ -32,8 +42,11 @@ def test_every_grammar_example_is_accepted(world, spec):
 def test_submission_reports_the_queue_class_and_defaults_to_the_default_vdc(world):
     data = submit(world, queue="medium", expected_duration="02:00:00").data
     assert (data["vdc"], data["vdc_name"], data["queue"], data["priority_class"]) == (
-        world.vdc.pk, "main", world.medium.pk, "medium"
-    )  # fmt: skip
+        world.vdc.pk,
+        "main",
+        world.medium.pk,
+        "medium",
+    )
     assert data["owner"] == "max" and data["project_name"] == "alpha"
 
 
@@ -105,8 +118,13 @@ def test_bad_shapes_are_rejected_by_the_serializer(world):
 
 
 def test_state_fields_are_read_only(world):
+    """A submission that tries to set what the portal sets is refused, each field named, and writes nothing."""
     response = submit(world, status="running", queue_position=1, external_id="x", attempt=9)
-    assert response.status_code == 201
+    assert response.status_code == 400
+    assert set(response.data) == {"status", "queue_position", "external_id", "attempt"}
+    assert str(response.data["status"][0]) == "Read-only: the portal sets it; a submission may not."
+    assert not Task.objects.exists()
+    response = submit(world)
     assert (response.data["status"], response.data["queue_position"], response.data["attempt"]) == ("queued", None, 0)
     assert response.data["external_id"] == ""
 

@@ -16,9 +16,15 @@ VDCS = "/api/v1/vdcs/"
 
 def running(world, **fields):
     defaults = {
-        "project": world.project, "vdc": world.vdc, "queue": world.high, "cluster": world.cluster,
-        "status": "running", "cpu": Decimal(4), "memory_gib": Decimal(32), "allocated_gpu": Decimal(2),
-    }  # fmt: skip
+        "project": world.project,
+        "vdc": world.vdc,
+        "queue": world.high,
+        "cluster": world.cluster,
+        "status": "running",
+        "cpu": Decimal(4),
+        "memory_gib": Decimal(32),
+        "allocated_gpu": Decimal(2),
+    }
     return TaskFactory(**{**defaults, **fields})
 
 
@@ -150,7 +156,7 @@ def test_queue_counts_use_the_task_status_groups():
 
 
 def test_a_new_vdc_gets_its_class_queues_ordered_by_its_default_policy(world):
-    # Issue 14: a new VDC had no queues, so its users saw an empty queue list.
+    # A new VDC had no queues, so its users saw an empty queue list.
     admin = client_for(world.admin)
     made = admin.post("/api/v1/vdcs/", {"name": "east", "default_queue_policy": "drf"}, format="json")
     assert made.status_code == 201, made.data

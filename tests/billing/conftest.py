@@ -42,8 +42,16 @@ def start_task(world, gpu_spec="2(A100)", cpu="4", memory_gib="16", started=T0, 
     """Submit a task and let the scheduler place it; its run starts at ``started``."""
     fields.setdefault("kind", "training")
     fields.setdefault("name", "job")
-    task = submit_task(world.member, project=world.project, queue=fields.pop("queue", "high"), command="sleep 1",
-                       gpu_spec=gpu_spec, cpu=Decimal(cpu), memory_gib=Decimal(memory_gib), **fields)  # fmt: skip
+    task = submit_task(
+        world.member,
+        project=world.project,
+        queue=fields.pop("queue", "high"),
+        command="sleep 1",
+        gpu_spec=gpu_spec,
+        cpu=Decimal(cpu),
+        memory_gib=Decimal(memory_gib),
+        **fields,
+    )
     run_cycle(world.vdc.pk)
     task.refresh_from_db()
     assert task.status == "scheduled", task.pending_message

@@ -13,8 +13,15 @@ from apps.tasks.services import submit_task
 
 
 def submit(world, name, gpu_spec="1(A100)"):
-    return submit_task(world.member, project=world.project, queue="high", kind="training", name=name,
-                       gpu_spec=gpu_spec, command="sleep 1")  # fmt: skip
+    return submit_task(
+        world.member,
+        project=world.project,
+        queue="high",
+        kind="training",
+        name=name,
+        gpu_spec=gpu_spec,
+        command="sleep 1",
+    )
 
 
 def test_exhausted_budget_blocks_new_starts_but_keeps_running_tasks(world, prices):
@@ -41,8 +48,15 @@ def test_exhausted_budget_blocks_new_starts_but_keeps_running_tasks(world, price
     assert running.status == "running"  # never killed for money
 
     # Another project in the same VDC is not affected.
-    other = submit_task(world.outsider, project=world.other_project, queue="high", kind="training", name="other",
-                        gpu_spec="1(A100)", command="sleep 1")  # fmt: skip
+    other = submit_task(
+        world.outsider,
+        project=world.other_project,
+        queue="high",
+        kind="training",
+        name="other",
+        gpu_spec="1(A100)",
+        command="sleep 1",
+    )
     run_cycle(world.vdc.pk)
     other.refresh_from_db()
     assert other.status == "scheduled"

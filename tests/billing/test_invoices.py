@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import time
 from decimal import Decimal
 
 import pytest
@@ -35,7 +36,7 @@ def test_invoice_total_is_the_sum_of_its_records_and_lines(world, account, meter
     assert invoice.total == sum(r.cost for r in records) == sum(line.amount for line in invoice.lines.all())
     a100 = GPUModel.objects.get(name="A100-80G").pk
     lines = {(line.resource_type, line.gpu_model_id): line for line in invoice.lines.all()}
-    # Issue 11 item 9: the A100 is priced per card, so its use is billed once, in card-hours; the free
+    # The A100 is priced per card, so its use is billed once, in card-hours; the free
     # GPU-equivalents twin of the same hours is not a line next to it.
     assert set(lines) == {("cpu", None), ("memory", None), ("gpu", a100)}
     assert lines[("gpu", a100)].quantity == D("2") * 5 + D("1") * 3  # card-hours of both tasks
@@ -112,25 +113,42 @@ def test_add_credit_writes_the_ledger(world, account):
         services.add_credit(account, D("-5"))
 
 
-def test_admin_actions_add_credit_and_issue_invoices(client, world, account, metered, monkeypatch,
-                                                      django_capture_on_commit_callbacks):  # fmt: skip
-    from celery_app.app import app as celery  # noqa: PLC0415
+def test_admin_actions_add_credit_and_issue_invoices(
+    client, world, account, metered, monkeypatch, django_capture_on_commit_callbacks
+):
+    from celery_app.app import app as celery
 
     monkeypatch.setitem(celery.conf, "task_always_eager", True)  # the worker's part, run here
     client.force_login(world.admin)
     url = "/admin/billing/account/"
     page = client.post(url, {"action": "add_credit", "_selected_action": [account.pk]})
     assert page.status_code == 200 and b"amount" in page.content
-    done = client.post(url, {"action": "add_credit", "_selected_action": [account.pk], "apply": "1",
-                             "amount": "25", "description": "grant"})  # fmt: skip
+    done = client.post(
+        url,
+        {
+            "action": "add_credit",
+            "_selected_action": [account.pk],
+            "apply": "1",
+            "amount": "25",
+            "description": "grant",
+        },
+    )
     assert done.status_code == 302
     account.refresh_from_db()
     assert Transaction.objects.filter(kind="credit", amount=D("25"), created_by=world.admin).exists()
     assert [str(m) for m in client.get(url).context["messages"]] == ["Added 25.00 CNY to each of 1 account(s)."]
-    # Issue 14: invoice runs are a worker's job with progress, not a request that may time out half-way.
+    # Invoice runs are a worker's job with progress, not a request that may time out half-way.
     with django_capture_on_commit_callbacks(execute=True):
-        done = client.post(url, {"action": "generate_invoices", "_selected_action": [account.pk], "apply": "1",
-                                 "first_day": "2026-01-05", "last_day": "2026-01-05"})  # fmt: skip
+        done = client.post(
+            url,
+            {
+                "action": "generate_invoices",
+                "_selected_action": [account.pk],
+                "apply": "1",
+                "first_day": "2026-01-05",
+                "last_day": "2026-01-05",
+            },
+        )
     assert done.status_code == 302
     run = InvoiceRun.objects.get()
     shown = [str(m) for m in client.get(url).context["messages"]]
@@ -148,8 +166,9 @@ def test_admin_actions_add_credit_and_issue_invoices(client, world, account, met
     assert invoice.total == sum(r.cost for r in UsageRecord.objects.all())
 
 
-def test_an_invoice_run_names_the_accounts_it_could_not_invoice_and_invoices_the_others(world, account, metered,
-                                                                                         monkeypatch):  # fmt: skip
+def test_an_invoice_run_names_the_accounts_it_could_not_invoice_and_invoices_the_others(
+    world, account, metered, monkeypatch
+):
     other = Account.objects.create(project=world.other_project)
     run = InvoiceRun.objects.create(period_start=T0, period_end=at(days=1), accounts=[other.pk, 999999, account.pk])
     real = services.generate_invoice
@@ -181,7 +200,7 @@ def test_invoice_csv_totals(client, world, account, metered):
 
 
 def test_each_gpu_models_use_is_billed_once_in_the_unit_it_is_priced_in():
-    # Issue 11 item 9: card-hours and GPU-equivalent hours of the same use never stand side by side.
+    # Card-hours and GPU-equivalent hours of the same use never stand side by side.
     rows = [
         {"resource_type": "cpu", "gpu_model": None, "amount": D("1")},
         {"resource_type": "gpu", "gpu_model": 1, "amount": D("12.96")},  # A100: priced per card
@@ -196,9 +215,32 @@ def test_each_gpu_models_use_is_billed_once_in_the_unit_it_is_priced_in():
 
 
 def test_money_is_formatted_with_cents_grouping_and_currency_and_totals_per_currency():
-    from apps.billing.pricing import format_money, format_totals  # noqa: PLC0415
+    from apps.billing.pricing import format_money, format_totals
 
     assert format_money(D("19.82270000000000000"), "CNY") == "19.82 CNY"
     assert format_money(D("1234567.005"), "EUR") == "1,234,567.01 EUR"
     assert format_totals([(D("1.5"), "CNY"), (D("2"), "EUR"), (D("0.25"), "CNY")]) == "1.75 CNY + 2.00 EUR"
     assert format_totals([]) == "nothing"
+
+
+def test_an_invoice_run_the_job_queue_cannot_take_says_so_at_once(
+    client, world, account, settings, django_capture_on_commit_callbacks
+):
+    settings.CELERY_BROKER_URL = "redis://127.0.0.1:1/0"  # nothing listens there: Redis is down
+    client.force_login(world.admin)
+    began = time.monotonic()
+    with django_capture_on_commit_callbacks(execute=True):
+        done = client.post(
+            "/admin/billing/account/",
+            {
+                "action": "generate_invoices",
+                "_selected_action": [account.pk],
+                "apply": "1",
+                "first_day": "2026-01-05",
+                "last_day": "2026-01-05",
+            },
+        )
+    assert done.status_code == 302 and time.monotonic() - began < 5
+    run = InvoiceRun.objects.get()
+    assert (run.status, run.done) == ("failed", 0)
+    assert run.message == "Not started: the job queue (Redis) did not answer. Issue the invoices again."

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from datetime import timedelta
 from decimal import Decimal
@@ -15,8 +16,8 @@ from apps.billing.models import Account, PriceRule, Transaction, UsageMeter, Usa
 from apps.control.scheduling import run_cycle
 from apps.tasks.models import Task
 from apps.tasks.services import requeue_task, stop_task, submit_task
+from hcsportal import redis_guard
 from tests.billing.conftest import T0, at, start_task
-from tests.services import requires_postgres
 
 D = Decimal
 
@@ -93,9 +94,14 @@ def test_a_duplicate_interval_is_refused_whole_by_the_unique_constraint(world, p
     services.accrue_task(task.pk, now=at(minutes=1))
     # Another worker (with a watermark we did not see) already wrote the next cpu interval.
     UsageRecord.objects.create(
-        task=task, project=world.project, vdc=world.vdc, resource_type="cpu",
-        period_start=at(minutes=1), period_end=at(minutes=2), quantity=D("0.066667"),
-    )  # fmt: skip
+        task=task,
+        project=world.project,
+        vdc=world.vdc,
+        resource_type="cpu",
+        period_start=at(minutes=1),
+        period_end=at(minutes=2),
+        quantity=D("0.066667"),
+    )
     balance = Account.objects.get(pk=account.pk).balance
     assert services.accrue_task(task.pk, now=at(minutes=2)) == 0
     assert UsageRecord.objects.filter(task=task, period_start=at(minutes=1)).count() == 1
@@ -124,8 +130,15 @@ def test_preempted_run_is_billed_up_to_the_preemption_with_what_it_held(world, p
     world.quota.save()
     low = start_task(world, gpu_spec="8(A100)", queue="low", name="batch")
     services.accrue_task(low.pk, now=at(minutes=1))
-    submit_task(world.member, project=world.project, queue="high", kind="training", name="urgent",
-                gpu_spec="4(A100)", command="sleep 1")  # fmt: skip
+    submit_task(
+        world.member,
+        project=world.project,
+        queue="high",
+        kind="training",
+        name="urgent",
+        gpu_spec="4(A100)",
+        command="sleep 1",
+    )
     run_cycle(world.vdc.pk)
     low.refresh_from_db()
     assert low.status == "suspended" and low.placement == []
@@ -139,16 +152,19 @@ def test_preempted_run_is_billed_up_to_the_preemption_with_what_it_held(world, p
     assert services.accrue_task(low.pk) == 0
 
 
-def test_stop_queues_the_final_accrual(world, prices, account, monkeypatch, django_capture_on_commit_callbacks):
-    from apps.billing import jobs as billing_jobs
+def queued_accruals() -> list[str]:
+    """The arguments of the accrual jobs waiting on the broker's queue (the real Redis of the tests)."""
+    messages = (json.loads(raw) for raw in redis_guard.client().lrange("celery", 0, -1))
+    return [m["headers"]["argsrepr"] for m in messages if m["headers"]["task"] == "apps.billing.jobs.accrue_task"]
 
-    queued = []
-    monkeypatch.setattr(billing_jobs.accrue_task, "delay", lambda task_id: queued.append(task_id))
+
+def test_stop_queues_the_final_accrual(world, prices, account, django_capture_on_commit_callbacks):
     task = start_task(world)
     services.accrue_task(task.pk, now=at(minutes=1))
+    before = queued_accruals().count(f"({task.pk},)")
     with django_capture_on_commit_callbacks(execute=True):
         stop_task(task, world.member)
-    assert queued == [task.pk]
+    assert queued_accruals().count(f"({task.pk},)") == before + 1
     task.refresh_from_db()
     services.accrue_task(task.pk)
     last = UsageRecord.objects.filter(task=task, resource_type="cpu").order_by("period_start").last()
@@ -159,15 +175,22 @@ def test_stop_queues_the_final_accrual(world, prices, account, monkeypatch, djan
         from apps.tasks.signals import task_changed
 
         task_changed.send(sender=Task, task_ids=[task.pk])
-    assert queued == [task.pk]
+    assert queued_accruals().count(f"({task.pk},)") == before + 1
 
 
 def test_a_run_the_meter_never_saw_is_billed_from_the_timeline(world, prices, account):
     world.quota.limit_gpu = 16
     world.quota.save()
     low = start_task(world, gpu_spec="8(A100)", queue="low", name="batch")
-    submit_task(world.member, project=world.project, queue="high", kind="training", name="urgent",
-                gpu_spec="4(A100)", command="sleep 1")  # fmt: skip
+    submit_task(
+        world.member,
+        project=world.project,
+        queue="high",
+        kind="training",
+        name="urgent",
+        gpu_spec="4(A100)",
+        command="sleep 1",
+    )
     run_cycle(world.vdc.pk)
     low.refresh_from_db()
     assert low.status == "suspended"
@@ -237,7 +260,7 @@ def test_accounts_are_opened_on_first_charge(world, prices):
     assert Account.objects.get(project=world.project).balance == -D("10.56")
 
 
-@requires_postgres
+@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_two_concurrent_metering_runs_write_what_one_would(world, prices):
     Account.objects.create(project=world.project, balance=D("1000"))
@@ -254,7 +277,7 @@ def test_two_concurrent_metering_runs_write_what_one_would(world, prices):
                 barrier.wait()
                 result = services.meter_usage(now=now)
                 assert result.errors == 0
-        except Exception as exc:  # noqa: BLE001 - surfaced by the assertion below
+        except Exception as exc:  # surfaced by the assertion below
             errors.append(exc)
         finally:
             connection.close()

@@ -36,7 +36,7 @@ def test_project_members_see_their_costs(client, world, invoice, role):
 
 
 def test_billing_is_in_the_menu_and_lists_only_the_users_projects(client, world, invoice):
-    # Issue 11 item 9: /billing/ was a 404 and no menu entry led to the costs.
+    # /billing/ was a 404 and no menu entry led to the costs.
     client.force_login(world.member)
     dashboard = client.get("/").content.decode()
     assert 'href="/billing/"' in dashboard

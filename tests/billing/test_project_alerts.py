@@ -1,4 +1,5 @@
-"""Alerts for project members (issue 16): each rule with its threshold and hold time, escalation, resolution, the
+"""Alerts for project members (docs/rules.md#monitoring-and-alerts): each rule with its threshold and hold time,
+escalation, resolution, the
 push to members' live pages over the real channel layer, the API and the dashboard."""
 
 from __future__ import annotations
@@ -25,8 +26,15 @@ pytestmark = pytest.mark.django_db
 def running(world, gpu: str, **fields) -> object:
     """A task holding ``gpu`` GPU-equivalents of the world's project (made directly, as the scheduler leaves it)."""
     fields.setdefault("status", "running")
-    return TaskFactory(project=world.project, owner=world.member, vdc=world.vdc, queue=world.high,
-                       allocated_gpu=Decimal(gpu), replicas=1, **fields)  # fmt: skip
+    return TaskFactory(
+        project=world.project,
+        owner=world.member,
+        vdc=world.vdc,
+        queue=world.high,
+        allocated_gpu=Decimal(gpu),
+        replicas=1,
+        **fields,
+    )
 
 
 def open_alert(world, key: str) -> ProjectAlert | None:
@@ -117,6 +125,22 @@ def test_a_service_short_of_replicas_fires_after_its_hold_time(world):
     assert alert.fired_at is not None and "serves with 1 of 2 replicas" in alert.message
 
 
+def test_replicas_its_autoscaler_asks_for_and_cannot_get_alert_the_project_after_the_hold_time(world):
+    task = running(world, "2", kind="inference", autoscale_min=1, autoscale_max=6, autoscale_desired=5)
+    task.replicas = 2
+    task.save()
+    now = timezone.now()
+    project_alerts.refresh(now)
+    assert open_alert(world, f"service-grant:{task.pk}").fired_at is None  # not before it held
+    project_alerts.refresh(now + timedelta(minutes=11))
+    alert = open_alert(world, f"service-grant:{task.pk}")
+    assert alert.fired_at is not None and "runs 2 of the 5 replicas its autoscaler asks for" in alert.message
+    task.replicas = 5
+    task.save()
+    project_alerts.refresh(now + timedelta(minutes=12))
+    assert open_alert(world, f"service-grant:{task.pk}") is None  # granted: resolved
+
+
 def test_repeated_failures_in_the_last_hour(world):
     for _ in range(2):
         TaskEvent.objects.create(task=running(world, "0", status="failed"), kind="failed", message="exit 1")
@@ -178,7 +202,7 @@ def test_the_dashboard_lists_open_alerts(world, client):
 
 
 def test_a_redis_outage_costs_only_the_push_never_the_alert(world, django_capture_on_commit_callbacks, monkeypatch):
-    from redis.exceptions import ConnectionError as RedisConnectionError  # noqa: PLC0415
+    from redis.exceptions import ConnectionError as RedisConnectionError
 
     def down(_messages):
         raise RedisConnectionError("Connection refused")

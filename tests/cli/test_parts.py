@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import stat
+import uuid
 from datetime import UTC, datetime
 
 import pytest
 
-from hcs_cli import config
-from hcs_cli.client import ApiError
+from hcs_cli import commands, config
+from hcs_cli.client import ApiError, ConnectionFailed
 from hcs_cli.output import relative, table, when
 
 
@@ -42,6 +44,78 @@ def test_a_broken_login_file_says_how_to_mend_it(config_home):
         config.load()
 
 
+def test_the_login_file_is_never_written_or_read_through_a_link(config_home, tmp_path):
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text("")
+    path = config.config_path()
+    path.parent.mkdir(mode=0o700)
+    path.symlink_to(elsewhere)
+    with pytest.raises(config.ConfigError, match="config.json: it is a symbolic link"):
+        config.save(config.Config("https://portal.example", "t0k3n"))
+    assert elsewhere.read_text() == "" and path.is_symlink()
+    elsewhere.write_text('{"url": "https://evil.example", "token": "planted"}')
+    elsewhere.chmod(0o600)
+    with pytest.raises(config.ConfigError, match="it is a symbolic link .remove it."):
+        config.load()
+    assert not list(path.parent.glob(".config.json.*")), "no temporary file is left behind"
+
+
+def test_a_linked_or_shared_login_directory_is_refused(config_home, tmp_path):
+    other = tmp_path / "other-dir"
+    other.mkdir(mode=0o700)
+    config.config_path().parent.symlink_to(other, target_is_directory=True)
+    with pytest.raises(config.ConfigError, match="hcs: it is a symbolic link or not a directory"):
+        config.save(config.Config("https://portal.example", "t0k3n"))
+    assert not list(other.iterdir())
+    config.config_path().parent.unlink()
+    config.config_path().parent.mkdir()
+    config.config_path().parent.chmod(0o777)
+    with pytest.raises(config.ConfigError, match=r"others may write to it \(mode 0777; chmod 700 it\)"):
+        config.save(config.Config("https://portal.example", "t0k3n"))
+    assert not config.config_path().exists()
+
+
+def test_a_login_file_others_may_read_or_of_another_user_is_refused(config_home, monkeypatch):
+    config.save(config.Config("https://portal.example", "t0k3n", "alice"))
+    path = config.config_path()
+    path.chmod(0o640)
+    with pytest.raises(config.ConfigError, match="others may read or write it .mode 0640, expected 0600."):
+        config.load()
+    path.chmod(0o600)
+    assert config.load().token == "t0k3n"
+    mine = os.getuid()
+    monkeypatch.setattr(config.os, "getuid", lambda: mine + 1)
+    with pytest.raises(config.ConfigError, match=f"it belongs to uid {mine}, not to you"):
+        config.load()
+
+
+def test_a_submit_that_got_no_answer_is_sent_again_under_the_same_key(monkeypatch, capsys):
+    monkeypatch.setattr(commands, "SUBMIT_RETRY_DELAY_S", 0)
+    sent = []
+
+    class FlakyApi:
+        def post(self, path, json=None, headers=None):
+            sent.append(headers["Idempotency-Key"])
+            if len(sent) < 3:
+                raise ConnectionFailed("Cannot reach the portal: connection reset")
+            return {"id": 7}
+
+    assert commands._post_once("tasks/", {}, FlakyApi()) == {"id": 7}
+    assert len(sent) == 3 and len(set(sent)) == 1 and uuid.UUID(sent[0]).version == 4
+    assert capsys.readouterr().err.count("retrying with the same Idempotency-Key") == 2
+    first_key = sent[0]
+    sent.clear()
+    commands._post_once("tasks/", {}, FlakyApi())
+    assert sent[0] != first_key, "each submit has its own key"
+
+    class DeadApi:
+        def post(self, path, json=None, headers=None):
+            raise ConnectionFailed("Cannot reach the portal")
+
+    with pytest.raises(ConnectionFailed):
+        commands._post_once("tasks/", {}, DeadApi())
+
+
 def test_api_errors_print_one_message_a_line_with_their_field():
     body = {"gpu_spec": ["expected a count"], "non_field_errors": ["too big"], "volumes": [{"name": ["bad"]}]}
     assert ApiError(400, body).lines() == ["gpu_spec: expected a count", "too big", "volumes.name: bad"]
@@ -52,8 +126,13 @@ def test_api_errors_print_one_message_a_line_with_their_field():
 def test_tables_align_columns_and_times_say_how_far_away_they_are():
     assert table(["ID", "NAME"], [[1, "bert"], [12, None]]) == "ID  NAME\n1   bert\n12  -"
     assert [relative(s) for s in (0, 30, -30, 180, -7200, 2 * 86400)] == [
-        "now", "in a few s", "a few s ago", "in 3 min", "2 h ago", "in 2 d",
-    ]  # fmt: skip
+        "now",
+        "in a few s",
+        "a few s ago",
+        "in 3 min",
+        "2 h ago",
+        "in 2 d",
+    ]
     now = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
     shown = when("2026-11-23T12:03:00Z", now=now)
     assert shown.endswith("(in 3 min)") and shown[:4] == "2026"

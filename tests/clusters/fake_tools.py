@@ -34,10 +34,11 @@ def install(bin_dir: Path, name: str, answers: dict[str, dict | str]) -> Path:
     fixture file name or a dict of ``file``/``text``/``stderr``/``exit``/``sleep``."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     resolved = {
-        args: {"file": str(FIXTURES / reply)} if isinstance(reply, str) else
-        {**reply, **({"file": str(FIXTURES / reply["file"])} if "file" in reply else {})}
+        args: {"file": str(FIXTURES / reply)}
+        if isinstance(reply, str)
+        else {**reply, **({"file": str(FIXTURES / reply["file"])} if "file" in reply else {})}
         for args, reply in answers.items()
-    }  # fmt: skip
+    }
     path = bin_dir / name
     path.write_text(_SCRIPT.format(python=sys.executable, answers=json.dumps(resolved)))
     path.chmod(0o755)
@@ -59,8 +60,9 @@ AMD_SMI = {
     "topology --json": "amd-smi-topology.json",
     "version --json": "amd-smi-version.json",
 }
-ROCM_SMI_ARGS = ("--showproductname --showmeminfo vram --showuse --showtemp --showbus --showuniqueid "
-                 "--showdriverversion --json")  # fmt: skip
+ROCM_SMI_ARGS = (
+    "--showproductname --showmeminfo vram --showuse --showtemp --showbus --showuniqueid --showdriverversion --json"
+)
 ROCM_SMI = {ROCM_SMI_ARGS: "rocm-smi.json"}
 HY_SMI = {ROCM_SMI_ARGS: "hy-smi.txt"}
 CNMON = {"info": "cnmon-info.txt"}

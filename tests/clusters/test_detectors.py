@@ -49,8 +49,13 @@ def test_ascend_npu_smi_table_ecc_and_hccs_topology(tools):
     assert (report.driver, report.runtime) == ("23.0.rc3", "7.0.0")
     d0, d1, d2, d3 = report.devices
     assert (d0.name, d0.vendor, d0.vram_total_gib, d0.vram_used_gib, d0.utilization, d0.temperature_c) == (
-        "Ascend 910B3", "huawei", 64.0, 3.09, 37, 40
-    )  # fmt: skip
+        "Ascend 910B3",
+        "huawei",
+        64.0,
+        3.09,
+        37,
+        40,
+    )
     assert d0.pci_bus_id == "0000:C1:00.0" and d0.health_score == 100 and d0.health_status == "ok"
     assert d0.links == [{"peer": 1, "type": "hccs"}, {"peer": 2, "type": "hccs"}] and d3.links == []
     # NPU 1: two double-bit (uncorrectable) HBM errors; the aggregate lifetime counter is not added again.
@@ -76,8 +81,13 @@ def test_amd_smi_json_static_metric_list_topology_version(tools):
     assert report.message == "" and (report.driver, report.runtime) == ("6.7.0", "6.2.1")
     d0, d1 = report.devices
     assert (d0.name, d0.vendor, d0.vram_total_gib, d0.vram_used_gib, d0.utilization, d0.temperature_c) == (
-        "AMD Instinct MI300X", "amd", 191.98, 147.5, 87, 71
-    )  # fmt: skip
+        "AMD Instinct MI300X",
+        "amd",
+        191.98,
+        147.5,
+        87,
+        71,
+    )
     assert d0.uuid == "a4ff74a1-0000-1000-80f1-c6a0b7942a8e" and d0.pci_bus_id == "0000:0C:00.0"
     assert d0.numa_node == 0 and d0.links == [{"peer": 1, "type": "xgmi"}]
     assert (d0.ecc_corrected, d0.health_score) == (3, 100)
@@ -92,8 +102,12 @@ def test_amd_falls_back_to_rocm_smi_json_without_amd_smi(tools):
     assert report.message == "" and (report.driver, report.runtime) == ("6.3.6", "6.0.2-115")
     d0, d1 = report.devices
     assert (d0.name, d0.vram_total_gib, d0.vram_used_gib, d0.utilization, d0.temperature_c) == (
-        "AMD Instinct MI250X", 128.0, 10.0, 12, 36
-    )  # fmt: skip
+        "AMD Instinct MI250X",
+        128.0,
+        10.0,
+        12,
+        36,
+    )
     assert d0.uuid == "0x1b3f2ab7e4c9d5a1" and d0.pci_bus_id == "0000:C1:00.0" and d1.vram_total_gib == 63.98
 
 
@@ -106,8 +120,13 @@ def test_hygon_hy_smi_json_between_banner_lines(tools):
     assert report.message == "" and report.driver == "5.16.29"
     d0, d1 = report.devices
     assert (d0.name, d0.vendor, d0.vram_total_gib, d0.vram_used_gib, d0.utilization, d0.temperature_c) == (
-        "Z100L", "hygon", 31.98, 19.2, 63, 45
-    )  # fmt: skip
+        "Z100L",
+        "hygon",
+        31.98,
+        19.2,
+        63,
+        45,
+    )
     assert d1.name == "Z100" and d1.pci_bus_id == "0000:3E:00.0"
 
 
@@ -117,8 +136,13 @@ def test_cambricon_cnmon_sections_by_indentation(tools):
     assert report.message == "" and report.driver == "4.20.18"
     d0, d1 = report.devices
     assert (d0.name, d0.vendor, d0.vram_total_gib, d0.vram_used_gib, d0.utilization, d0.temperature_c) == (
-        "MLU370-X8", "cambricon", 48.0, 1.17, 42, 34
-    )  # fmt: skip
+        "MLU370-X8",
+        "cambricon",
+        48.0,
+        1.17,
+        42,
+        34,
+    )
     assert d0.uuid == "MLU-20005012-1916-0000-0000-000000000000" and d0.pci_bus_id == "0000:1A:00.0"
     assert d0.health_status == "ok" and d0.health_score == 100
     # Card 1: Warning, one uncorrected and seven corrected ECC errors.
@@ -147,13 +171,15 @@ def test_no_tool_at_all_reports_no_devices_and_says_why(tools):
 @pytest.mark.parametrize(
     ("answers", "expected"),
     [
-        ({"*": {"exit": 9, "stderr": "dcmi module initialize failed. ret is -8005"}},
-         "npu-smi info exited with 9: dcmi module initialize failed"),
+        (
+            {"*": {"exit": 9, "stderr": "dcmi module initialize failed. ret is -8005"}},
+            "npu-smi info exited with 9: dcmi module initialize failed",
+        ),
         ({"*": {"sleep": 5}}, "npu-smi info did not answer within 0.3 s"),
         ({"*": {"text": "+----+\n| nothing here |\n"}}, "npu-smi info listed no NPU"),
     ],
     ids=["tool-fails", "tool-hangs", "tool-prints-no-table"],
-)  # fmt: skip
+)
 def test_a_failing_tool_gives_a_clear_error_in_the_report_never_a_crash(tools, monkeypatch, answers, expected):
     monkeypatch.setattr(base, "TOOL_TIMEOUT_S", 0.3)
     tools("npu-smi", answers)

@@ -21,11 +21,25 @@ from tests.clusters.test_node_agent import GPUS, FakeNVML
 D = Decimal
 CATALOG = Catalog.default()
 # A catalog with time-sliced rows as an admin's declarations create them (4 and 2 replicas of an A100-80G).
-WITH_TS = Catalog([
-    *GPU_CATALOG, *MIG_CATALOG,
-    *({"name": f"A100-80G-ts{n}", "vendor": "nvidia", "aliases": ["A100-80G-ts", "a100-ts"], "vram_gib": 80,
-       "exchange_rate": 1 / n, "partition": "time_slice", "parent": "A100-80G", "replicas": n} for n in (2, 4)),
-])  # fmt: skip
+WITH_TS = Catalog(
+    [
+        *GPU_CATALOG,
+        *MIG_CATALOG,
+        *(
+            {
+                "name": f"A100-80G-ts{n}",
+                "vendor": "nvidia",
+                "aliases": ["A100-80G-ts", "a100-ts"],
+                "vram_gib": 80,
+                "exchange_rate": 1 / n,
+                "partition": "time_slice",
+                "parent": "A100-80G",
+                "replicas": n,
+            }
+            for n in (2, 4)
+        ),
+    ]
+)
 
 
 def parse(text, catalog=CATALOG):
@@ -37,10 +51,14 @@ def parse(text, catalog=CATALOG):
 
 @pytest.mark.parametrize(
     ("text", "models", "count"),
-    [("1(A100-80G-1g.10gb)", ("A100-80G-1g.10gb",), 1), ("2(a100-3g.40gb)", ("A100-80G-3g.40gb",), 2),
-     ("1(H100_1g.10gb)", ("H100-1g.10gb",), 1), ("1(a100-sxm4-80gb-7g.80gb)", ("A100-80G-7g.80gb",), 1),
-     ("1(A100-80G-1g.10gb|H100-1g.10gb)", ("A100-80G-1g.10gb", "H100-1g.10gb"), 1)],
-)  # fmt: skip
+    [
+        ("1(A100-80G-1g.10gb)", ("A100-80G-1g.10gb",), 1),
+        ("2(a100-3g.40gb)", ("A100-80G-3g.40gb",), 2),
+        ("1(H100_1g.10gb)", ("H100-1g.10gb",), 1),
+        ("1(a100-sxm4-80gb-7g.80gb)", ("A100-80G-7g.80gb",), 1),
+        ("1(A100-80G-1g.10gb|H100-1g.10gb)", ("A100-80G-1g.10gb", "H100-1g.10gb"), 1),
+    ],
+)
 def test_a_mig_profile_is_named_card_dash_profile_through_any_card_alias(text, models, count):
     req = parse(text)
     assert req == GPURequest(count=D(count), models=models)
@@ -58,16 +76,21 @@ def test_a_time_sliced_replica_is_card_dash_ts_and_means_any_declared_replica_co
 
 @pytest.mark.parametrize(
     ("text", "message"),
-    [("1(A100-80G-5g.50gb)", "unknown MIG profile '5g.50gb' of A100-80G .*; its profiles: 1g.10gb, 1g.20gb, "
-                             "2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb"),
-     ("1(T4-1g.10gb)", "T4 has no MIG profiles in the catalog"),
-     ("1(A100-80G-ts)", "no A100-80G card is declared time-sliced"),
-     ("0.5(A100-80G-1g.10gb)", "a MIG instance cannot be split further"),
-     ("1(A100-80G-1g.10gb,5G)", "a MIG instance cannot be split further"),
-     ("1(A100-80G-1g.10gb,vgpu)", "a MIG instance cannot be split further"),
-     ("1(Z999-1g.10gb)", "unknown GPU model 'Z999-1g.10gb'"),
-     ("1(A100-80G-1g.10gb", "expected '\\)' to close")],
-)  # fmt: skip
+    [
+        (
+            "1(A100-80G-5g.50gb)",
+            "unknown MIG profile '5g.50gb' of A100-80G .*; its profiles: 1g.10gb, 1g.20gb, "
+            "2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb",
+        ),
+        ("1(T4-1g.10gb)", "T4 has no MIG profiles in the catalog"),
+        ("1(A100-80G-ts)", "no A100-80G card is declared time-sliced"),
+        ("0.5(A100-80G-1g.10gb)", "a MIG instance cannot be split further"),
+        ("1(A100-80G-1g.10gb,5G)", "a MIG instance cannot be split further"),
+        ("1(A100-80G-1g.10gb,vgpu)", "a MIG instance cannot be split further"),
+        ("1(Z999-1g.10gb)", "unknown GPU model 'Z999-1g.10gb'"),
+        ("1(A100-80G-1g.10gb", "expected '\\)' to close"),
+    ],
+)
 def test_bad_mig_requests_say_what_was_expected(text, message):
     with pytest.raises(GPUSpecError, match=message):
         parse(text)
@@ -75,9 +98,12 @@ def test_bad_mig_requests_say_what_was_expected(text, message):
 
 @pytest.mark.parametrize(
     ("text", "message"),
-    [("2(A100-ts)", "a count of 1 for a time-sliced replica"), ("0.5(A100-ts)", "cannot be split further"),
-     ("1(A100-80G-ts8)", "declared: A100-80G-ts2, A100-80G-ts4")],
-)  # fmt: skip
+    [
+        ("2(A100-ts)", "a count of 1 for a time-sliced replica"),
+        ("0.5(A100-ts)", "cannot be split further"),
+        ("1(A100-80G-ts8)", "declared: A100-80G-ts2, A100-80G-ts4"),
+    ],
+)
 def test_bad_time_slice_requests_say_what_was_expected(text, message):
     with pytest.raises(GPUSpecError, match=message):
         parse(text, WITH_TS)
@@ -111,8 +137,11 @@ def test_the_migration_seeds_a_row_per_mig_profile_under_its_card(db):
     rows = GPUModel.objects.filter(partition="mig").select_related("parent_model")
     assert rows.count() == len(MIG_CATALOG)
     row = rows.get(name="A100-80G-2g.20gb")
-    assert (row.parent_model.name, row.exchange_rate, row.resource_name) == ("A100-80G", D("0.286"),
-                                                                           "nvidia.com/mig-2g.20gb")  # fmt: skip
+    assert (row.parent_model.name, row.exchange_rate, row.resource_name) == (
+        "A100-80G",
+        D("0.286"),
+        "nvidia.com/mig-2g.20gb",
+    )
     assert row.as_catalog_entry()["partition"] == "mig" and row.as_catalog_entry()["parent"] == "A100-80G"
 
 
@@ -166,18 +195,21 @@ def test_the_nvml_detector_reports_mig_mode_and_instances():
     assert collector.start()
     devices = collector.collect().devices
     assert [d.mig_mode for d in devices] == [False, True, False, False]
-    assert devices[1].mig == [{"profile": "3g.40gb", "uuid": "MIG-1-0", "gpu_instance_id": 1},
-                              {"profile": "1g.10gb", "uuid": "MIG-1-1", "gpu_instance_id": 2}]  # fmt: skip
+    assert devices[1].mig == [
+        {"profile": "3g.40gb", "uuid": "MIG-1-0", "gpu_instance_id": 1},
+        {"profile": "1g.10gb", "uuid": "MIG-1-1", "gpu_instance_id": 2},
+    ]
     assert devices[1].utilization == 0 and devices[0].utilization == 55
 
 
 def _post(client, secret, collector):
-    return client.post("/api/v1/agent/report/", collector.collect().as_dict(), format="json",
-                       HTTP_AUTHORIZATION=f"Agent {secret}")  # fmt: skip
+    return client.post(
+        "/api/v1/agent/report/", collector.collect().as_dict(), format="json", HTTP_AUTHORIZATION=f"Agent {secret}"
+    )
 
 
 def test_the_agent_report_keeps_the_cards_mig_layout_in_step(world):
-    secret = issue_agent_token(world.cluster, "rack-1")
+    secret = issue_agent_token(world.cluster, "gpu-m")
     client = APIClient()
     collector = Collector(FakeMigNVML(GPUS[:2], {0: ["3g.40gb", "1g.10gb", "1g.10gb"]}), node_name="gpu-m")
     collector.start()
@@ -187,8 +219,11 @@ def test_the_agent_report_keeps_the_cards_mig_layout_in_step(world):
     card = Device.objects.get(node__name="gpu-m", index=0, parent=None)
     assert card.sharing == Sharing.MIG
     units = list(card.units.order_by("slot").values_list("slot", "uuid", "gpu_model__name"))
-    assert units == [(1, "MIG-0-0", "A100-80G-3g.40gb"), (2, "MIG-0-1", "A100-80G-1g.10gb"),
-                     (3, "MIG-0-2", "A100-80G-1g.10gb")]  # fmt: skip
+    assert units == [
+        (1, "MIG-0-0", "A100-80G-3g.40gb"),
+        (2, "MIG-0-1", "A100-80G-1g.10gb"),
+        (3, "MIG-0-2", "A100-80G-1g.10gb"),
+    ]
     # The same layout again changes nothing, and takes no VDC lock (a scheduling cycle would skip the VDC);
     # MIG mode turned off gives the whole card back.
     ids = set(card.units.values_list("pk", flat=True))
@@ -203,7 +238,7 @@ def test_the_agent_report_keeps_the_cards_mig_layout_in_step(world):
 
 
 def test_an_agent_report_with_a_bad_mig_layout_is_a_note_or_a_400_and_changes_nothing(world):
-    secret = issue_agent_token(world.cluster, "rack-1")
+    secret = issue_agent_token(world.cluster, "gpu-x")
     client = APIClient()
     collector = Collector(FakeMigNVML(GPUS[:1], {0: ["4g.40gb", "4g.40gb"]}), node_name="gpu-x")
     collector.start()
@@ -218,9 +253,9 @@ def test_an_agent_report_with_a_bad_mig_layout_is_a_note_or_a_400_and_changes_no
 
 
 def test_time_sliced_replicas_show_their_cards_figures_after_each_report(world):
-    from apps.clusters.partitions import set_device_sharing  # noqa: PLC0415
+    from apps.clusters.partitions import set_device_sharing
 
-    secret = issue_agent_token(world.cluster, "rack-1")
+    secret = issue_agent_token(world.cluster, "gpu-t")
     client = APIClient()
     collector = Collector(FakeMigNVML(GPUS[:1], {}), node_name="gpu-t")
     collector.start()
@@ -234,11 +269,12 @@ def test_time_sliced_replicas_show_their_cards_figures_after_each_report(world):
 
 
 def test_a_mig_job_on_a_local_cluster_needs_the_instance_uuid():
-    from apps.clusters.executors.base import DeviceSlot, ExecutorError, GPUModelSpec, JobSpec  # noqa: PLC0415
-    from apps.clusters.executors.local import _visible_id  # noqa: PLC0415
+    from apps.clusters.executors.base import DeviceSlot, ExecutorError, GPUModelSpec, JobSpec
+    from apps.clusters.executors.local import _visible_id
 
-    model = GPUModelSpec("A100-80G-1g.10gb", "nvidia", "nvidia.com/mig-1g.10gb", "NVIDIA_VISIBLE_DEVICES",
-                         partition="mig")  # fmt: skip
+    model = GPUModelSpec(
+        "A100-80G-1g.10gb", "nvidia", "nvidia.com/mig-1g.10gb", "NVIDIA_VISIBLE_DEVICES", partition="mig"
+    )
     spec = JobSpec(task_id=1, attempt=1, name="j", project="p", owner="o", kind="training", gpu_model=model)
     assert _visible_id(spec, DeviceSlot(index=2, uuid="MIG-1234")) == "MIG-1234"
     with pytest.raises(ExecutorError, match="MIG instance on card 2 has no uuid: run the node agent"):

@@ -22,7 +22,7 @@ from tests.clusters.test_node_agent import GPUS, FakeNVML
 
 
 def _post(world, report: dict):
-    secret = issue_agent_token(world.cluster, "rack-1")
+    secret = issue_agent_token(world.cluster, report["node"])
     response = APIClient().post("/api/v1/agent/report/", report, format="json", HTTP_AUTHORIZATION=f"Agent {secret}")
     assert response.status_code == 202, response.content
     return response.json()
@@ -45,8 +45,10 @@ def test_a_card_reporting_less_memory_than_its_model_loses_health_with_a_reason(
     assert Node.objects.get(name="gpu-m").health_score == 60
     # The fingerprint: catalog figures for compute and bandwidth, the link kind, the driver the agent saw.
     assert (good.memory_bandwidth_gbps, good.tflops_fp16, good.tflops_fp32) == (
-        Decimal("2039.0"), Decimal("312.00"), Decimal("19.50")
-    )  # fmt: skip
+        Decimal("2039.0"),
+        Decimal("312.00"),
+        Decimal("19.50"),
+    )
     assert (good.figures_source, good.interconnect, good.driver_version) == ("catalog", "nvlink", "550.54.15")
     assert good.reported_name == "NVIDIA A100-SXM4-80GB"
 
@@ -101,8 +103,14 @@ def test_an_unknown_model_waits_unrated_and_unscheduled_until_an_admin_rates_it(
 
 
 def test_the_gpu_model_api_refuses_an_enabled_model_without_a_rate(world):
-    body = {"name": "K100-AI", "vendor": "hygon", "vram_gib": "64", "resource_name": "hygon.com/dcu",
-            "visible_devices_env": "HIP_VISIBLE_DEVICES", "enabled": True}  # fmt: skip
+    body = {
+        "name": "K100-AI",
+        "vendor": "hygon",
+        "vram_gib": "64",
+        "resource_name": "hygon.com/dcu",
+        "visible_devices_env": "HIP_VISIBLE_DEVICES",
+        "enabled": True,
+    }
     response = client_for(world.admin).post("/api/v1/gpu-models/", body, format="json")
     assert response.status_code == 400 and "exchange rate" in str(response.json())
     assert not GPUModel.objects.filter(name="K100-AI").exists()
@@ -119,8 +127,11 @@ def test_ascend_report_through_the_api_matches_910b3_and_flags_910b4_as_new(worl
     assert [d.gpu_model.name for d in devices] == ["Ascend910B"] * 3
     d0, d1, d2 = devices
     assert (d0.interconnect, d0.driver_version, d0.tflops_fp16, d0.memory_bandwidth_gbps) == (
-        "hccs", "23.0.rc3", Decimal("280.00"), None  # Huawei publishes no bandwidth for the 910B
-    )  # fmt: skip
+        "hccs",
+        "23.0.rc3",
+        Decimal("280.00"),
+        None,  # Huawei publishes no bandwidth for the 910B
+    )
     assert d1.health_score == 40 and "2 uncorrected ECC error(s)" in d1.health_reason
     assert d2.health_score == 60 and "the vendor tool reports health warning" in d2.health_reason
     assert GPUModel.objects.get(name="910B4").vendor == "huawei"
@@ -130,15 +141,21 @@ def test_ascend_report_through_the_api_matches_910b3_and_flags_910b4_as_new(worl
     ("device", "reasons"),
     [
         ({"vram_total_gib": 79.6}, []),
-        ({"vram_total_gib": 120.0},
-         ["reports 120 GiB of memory, more than A100-80G's 80 GiB: check the catalog match"]),
-        ({"vram_total_gib": 80.0, "memory_bandwidth_gbps": 900.0},
-         ["measured 900 GB/s memory bandwidth; A100-80G peaks at 2039.0 GB/s"]),
-        ({"vram_total_gib": 80.0, "vendor": "huawei"},
-         ["reported by the huawei detector but A100-80G is a nvidia model"]),
+        (
+            {"vram_total_gib": 120.0},
+            ["reports 120 GiB of memory, more than A100-80G's 80 GiB: check the catalog match"],
+        ),
+        (
+            {"vram_total_gib": 80.0, "memory_bandwidth_gbps": 900.0},
+            ["measured 900 GB/s memory bandwidth; A100-80G peaks at 2039.0 GB/s"],
+        ),
+        (
+            {"vram_total_gib": 80.0, "vendor": "huawei"},
+            ["reported by the huawei detector but A100-80G is a nvidia model"],
+        ),
     ],
     ids=["within-tolerance", "more-memory", "slow-memory", "other-vendor"],
-)  # fmt: skip
+)
 def test_fingerprint_mismatches(db, device, reasons):
     a100 = GPUModel.objects.get(name="A100-80G")
     fp = fingerprint({"links": [], **device}, a100, "550", "12.4")

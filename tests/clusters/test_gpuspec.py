@@ -1,4 +1,4 @@
-"""The GPU spec grammar (SPEC §3), the seed catalog, and GPU-equivalents."""
+"""The GPU spec grammar (docs/rules.md#resources-and-gpu-requests), the seed catalog, and GPU-equivalents."""
 
 from decimal import Decimal
 
@@ -27,7 +27,7 @@ def parse(text):
     return parse_gpu_spec(text, CATALOG)
 
 
-# --- the grammar examples of SPEC §3 ---------------------------------------------------------
+# --- the grammar examples of docs/rules.md ---------------------------------------------------------
 
 
 def test_whole_cards_of_an_ambiguous_alias_mean_any_of_its_models():

@@ -22,8 +22,14 @@ CLUSTERS = "/api/v1/clusters/"
 
 @pytest.fixture
 def slurm(world):
-    cluster = ClusterFactory(vdc=world.vdc, name="slurm", cluster_type="slurm", endpoint="http://127.0.0.1:9",
-                             namespace="hcs", project_isolation="per_project")  # fmt: skip
+    cluster = ClusterFactory(
+        vdc=world.vdc,
+        name="slurm",
+        cluster_type="slurm",
+        endpoint="http://127.0.0.1:9",
+        namespace="hcs",
+        project_isolation="per_project",
+    )
     node = NodeFactory(cluster=cluster, name="slurm-node")
     DeviceFactory(node=node, index=0, gpu_model=GPUModel.objects.get(name="A100-80G"))  # 1.0, shareable
     DeviceFactory(node=node, index=1, gpu_model=GPUModel.objects.get(name="V100-32G"))  # 0.4
@@ -34,9 +40,18 @@ def test_isolation_is_set_and_shown_through_the_api(world):
     admin = client_for(world.admin)
     url = f"{CLUSTERS}{world.cluster.pk}/"
     assert admin.get(url).data["project_isolation"] == "shared"
-    k8s = admin.post(CLUSTERS, {"vdc": world.vdc.pk, "name": "k8s", "cluster_type": "kubernetes",
-                                "endpoint": "https://k8s.example:6443", "project_isolation": "per_project",
-                                "isolation_prefix": "gpu-"}, format="json")  # fmt: skip
+    k8s = admin.post(
+        CLUSTERS,
+        {
+            "vdc": world.vdc.pk,
+            "name": "k8s",
+            "cluster_type": "kubernetes",
+            "endpoint": "https://k8s.example:6443",
+            "project_isolation": "per_project",
+            "isolation_prefix": "gpu-",
+        },
+        format="json",
+    )
     assert k8s.status_code == 201, k8s.data
     assert (k8s.data["project_isolation"], k8s.data["isolation_prefix"]) == ("per_project", "gpu-")
     filtered = admin.get(CLUSTERS, {"project_isolation": "per_project"}).data["results"]
@@ -45,16 +60,18 @@ def test_isolation_is_set_and_shown_through_the_api(world):
 
 @pytest.mark.parametrize("prefix", ["", "Hcs-", "1hcs-", "hcs_", "a" * 21])
 def test_a_prefix_that_cannot_start_a_dns_label_is_refused(world, prefix):
-    response = client_for(world.admin).patch(f"{CLUSTERS}{world.cluster.pk}/", {"isolation_prefix": prefix},
-                                             format="json")  # fmt: skip
+    response = client_for(world.admin).patch(
+        f"{CLUSTERS}{world.cluster.pk}/", {"isolation_prefix": prefix}, format="json"
+    )
     assert response.status_code == 400 and "isolation_prefix" in response.data
     world.cluster.refresh_from_db()
     assert world.cluster.isolation_prefix == "hcs-"
 
 
 def test_a_local_cluster_cannot_isolate_per_project(world):
-    response = client_for(world.admin).patch(f"{CLUSTERS}{world.cluster.pk}/", {"project_isolation": "per_project"},
-                                             format="json")  # fmt: skip
+    response = client_for(world.admin).patch(
+        f"{CLUSTERS}{world.cluster.pk}/", {"project_isolation": "per_project"}, format="json"
+    )
     assert response.status_code == 400 and "no namespaces or accounts" in str(response.data["project_isolation"])
     world.cluster.refresh_from_db()
     assert world.cluster.project_isolation == "shared"
@@ -62,8 +79,10 @@ def test_a_local_cluster_cannot_isolate_per_project(world):
 
 def test_slurm_mirrors_cores_up_memory_in_mb_and_any_card_by_the_lowest_rate(world, slurm):
     world.quota.limit_cpu, world.quota.limit_memory_gib, world.quota.limit_gpu = (
-        Decimal("20.5"), Decimal("100"), Decimal("3"),
-    )  # fmt: skip
+        Decimal("20.5"),
+        Decimal("100"),
+        Decimal("3"),
+    )
     world.quota.save()
     # Slurm gives a share a whole card, so the shareable A100 counts too; V100 (0.4) is the cheapest: 7 cards.
     assert slurm_isolation(slurm, world.project, "ab" * 16) == {
@@ -103,13 +122,18 @@ def test_a_quota_save_queues_a_mirror_update_only_where_a_cluster_is_per_project
     with django_capture_on_commit_callbacks(execute=True):
         world.quota.save()
     assert queued == []
-    ClusterFactory(vdc=world.vdc, name="k8s", cluster_type="kubernetes", endpoint="https://k8s:6443",
-                   project_isolation="per_project")  # fmt: skip
+    ClusterFactory(
+        vdc=world.vdc,
+        name="k8s",
+        cluster_type="kubernetes",
+        endpoint="https://k8s:6443",
+        project_isolation="per_project",
+    )
     with django_capture_on_commit_callbacks(execute=True):
         world.quota.save()
     with django_capture_on_commit_callbacks(execute=True):
         world.quota.delete()
-    expected = (jobs.sync_project_isolation, (world.project.pk, world.vdc.pk))
+    expected = (jobs.sync_project_isolation.name, (world.project.pk, world.vdc.pk))
     assert queued == [expected, expected]
 
 
@@ -117,11 +141,30 @@ def test_health_of_a_per_project_slurm_cluster_without_accounting_says_isolation
     world,
     no_accounting,  # noqa: F811
 ):
-    cluster = ClusterFactory(vdc=world.vdc, name="slurm-noacct", cluster_type="slurm", endpoint=no_accounting,
-                             namespace="hcs", project_isolation="per_project", status="unknown")  # fmt: skip
+    cluster = ClusterFactory(
+        vdc=world.vdc,
+        name="slurm-noacct",
+        cluster_type="slurm",
+        endpoint=no_accounting,
+        namespace="hcs",
+        project_isolation="per_project",
+        status="unknown",
+    )
     cluster.set_credentials({"token": "t", "user": "hcs"})
     cluster.save()
     cluster = check_cluster_health(cluster)
     assert cluster.status == "healthy"
     assert "project isolation degraded" in cluster.status_message
     assert "Jobs run under the submitting user's default account" in cluster.status_message
+
+
+def test_kubernetes_counts_the_cards_of_a_shareable_model_it_cannot_share(world):
+    # Ascend 910B is shareable in the catalog, but HAMi on Kubernetes shares NVIDIA and Hygon cards only: its
+    # shares never run there, so its cards are counted (floor(8 / 0.6) = 13), while the A100's are not.
+    kube = ClusterFactory(vdc=world.vdc, name="k8s", cluster_type="kubernetes", project_isolation="per_project")
+    node = NodeFactory(cluster=kube, name="k8s-node")
+    DeviceFactory(node=node, index=0, gpu_model=GPUModel.objects.get(name="Ascend910B"))
+    DeviceFactory(node=node, index=1, gpu_model=GPUModel.objects.get(name="A100-80G"))
+    limits = project_limits(kube, world.project)
+    assert limits.gpus == {"huawei.com/Ascend910": 13}
+    assert limits.notes == ("nvidia.com/gpu: not limited (a shareable model counts one card per share)",)

@@ -1,5 +1,7 @@
 """The node agent: NVML collection (fake NVML backend), health folding, and the report endpoint."""
 
+import hashlib
+import io
 import json
 import shutil
 import subprocess
@@ -9,10 +11,11 @@ from types import SimpleNamespace
 
 import pynvml
 import pytest
+from django.core.management import CommandError, call_command
 from rest_framework.test import APIClient
 
 from apps.clusters.agent import Collector, DeviceReport, health_score
-from apps.clusters.models import Device
+from apps.clusters.models import AgentToken, Device
 from apps.clusters.services import issue_agent_token, match_gpu_model
 
 
@@ -173,10 +176,17 @@ def test_real_nvml_reads_this_host():
         report = collector.collect()
     finally:
         collector.stop()
-    smi = subprocess.run(
-        ["nvidia-smi", "--query-gpu=name,memory.total,pci.bus_id,driver_version", "--format=csv,noheader,nounits"],
-        capture_output=True, text=True, check=True, timeout=30,
-    ).stdout.strip().splitlines()  # fmt: skip
+    smi = (
+        subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,memory.total,pci.bus_id,driver_version", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        )
+        .stdout.strip()
+        .splitlines()
+    )
     assert report.message == "" and len(report.devices) == len(smi) >= 1
     for device, line in zip(report.devices, smi, strict=True):
         name, mib, bus, driver = (part.strip() for part in line.split(","))
@@ -188,25 +198,31 @@ def test_real_nvml_reads_this_host():
 
 @pytest.mark.parametrize(
     ("name", "vram", "expected"),
-    [("NVIDIA A100-SXM4-80GB", 80, "A100-80G"), ("NVIDIA H100 80GB HBM3", 80, "H100"),
-     ("Tesla V100-SXM2-32GB", 32, "V100-32G"), ("Tesla V100-PCIE-16GB", 16, "V100-16G"), ("Tesla T4", 15, "T4"),
-     ("NVIDIA Quadro RTX 9999", 48, None)],
-)  # fmt: skip
+    [
+        ("NVIDIA A100-SXM4-80GB", 80, "A100-80G"),
+        ("NVIDIA H100 80GB HBM3", 80, "H100"),
+        ("Tesla V100-SXM2-32GB", 32, "V100-32G"),
+        ("Tesla V100-PCIE-16GB", 16, "V100-16G"),
+        ("Tesla T4", 15, "T4"),
+        ("NVIDIA Quadro RTX 9999", 48, None),
+    ],
+)
 def test_nvml_names_map_onto_the_catalog(db, name, vram, expected):
-    from apps.clusters.models import GPUModel  # noqa: PLC0415
+    from apps.clusters.models import GPUModel
 
     model = match_gpu_model(name, vram, list(GPUModel.objects.all()))
     assert (model.name if model else None) == expected
 
 
 def test_report_endpoint_upserts_the_node_and_devices_with_an_agent_token(world):
-    secret = issue_agent_token(world.cluster, "rack-1")
+    secret = issue_agent_token(world.cluster, "gpu-b")
     gpus = GPUS[:2] + [{"name": "NVIDIA Quadro RTX 9999", "vram": 48}]
     collector = Collector(FakeNVML(gpus), node_name="gpu-b")
     collector.start()
     client = APIClient()
-    response = client.post("/api/v1/agent/report/", collector.collect().as_dict(), format="json",
-                           HTTP_AUTHORIZATION=f"Agent {secret}")  # fmt: skip
+    response = client.post(
+        "/api/v1/agent/report/", collector.collect().as_dict(), format="json", HTTP_AUTHORIZATION=f"Agent {secret}"
+    )
     assert response.status_code == 202, response.content
     assert response.json()["devices"] == 2
     assert "new model Quadro-RTX-9999: set its exchange rate" in response.json()["message"]
@@ -214,27 +230,82 @@ def test_report_endpoint_upserts_the_node_and_devices_with_an_agent_token(world)
     assert [d.gpu_model.name for d in devices] == ["A100-80G", "A100-80G"]
     assert devices[0].links[0]["peer"] == 1
 
-    # The next report, without device 1, removes it; a bad token changes nothing.
+    # The next report, without device 1, marks it missing (never deleted: a task may hold it); a bad token changes
+    # nothing.
     collector.nvml.gpus = GPUS[:1]
-    again = client.post("/api/v1/agent/report/", collector.collect().as_dict(), format="json",
-                        HTTP_AUTHORIZATION=f"Agent {secret}")  # fmt: skip
+    again = client.post(
+        "/api/v1/agent/report/", collector.collect().as_dict(), format="json", HTTP_AUTHORIZATION=f"Agent {secret}"
+    )
     assert again.status_code == 202, again.content
-    assert devices.all().count() == 1
+    assert devices.all().count() == 2 and devices.all().present().count() == 1
+    assert "GPU 1 (GPU-fake-1) is no longer reported: marked missing" in again.json()["message"]
     bad = client.post("/api/v1/agent/report/", {"node": "x"}, format="json", HTTP_AUTHORIZATION="Agent nope")
     assert bad.status_code == 401
 
 
+def test_an_agent_token_reports_for_its_own_node_only(world):
+    """A host's token cannot add devices to another node, nor empty it with a report of no devices."""
+    secret = issue_agent_token(world.cluster, "gpu-c")
+    client = APIClient()
+    own = {"node": "gpu-c", "cpu": 64, "memory_gib": 512.0, "devices": [_device(0)]}
+    response = client.post("/api/v1/agent/report/", own, format="json", HTTP_AUTHORIZATION=f"Agent {secret}")
+    assert response.status_code == 202, response.content
+
+    cards = world.node.devices.count()
+    for node in (world.node.name, "gpu-new"):
+        other = {"node": node, "cpu": 1, "memory_gib": 1.0, "devices": []}
+        refused = client.post("/api/v1/agent/report/", other, format="json", HTTP_AUTHORIZATION=f"Agent {secret}")
+        assert refused.status_code == 403, refused.content
+        detail = refused.json()["detail"]
+        assert f"reports for node 'gpu-c' of cluster '{world.cluster.name}' only, not '{node}'" in detail
+        assert f"issue_agent_token {world.cluster.name} {node}" in detail
+    world.node.refresh_from_db()
+    assert world.node.devices.count() == cards and world.node.cpu == 64
+    assert not world.cluster.nodes.filter(name="gpu-new").exists()
+
+
+def test_a_cluster_wide_token_from_before_node_scoping_is_refused_with_what_to_do(world):
+    secret = "old-cluster-wide-token"
+    AgentToken.objects.create(cluster=world.cluster, name="agent", key_hash=hashlib.sha256(secret.encode()).hexdigest())
+    body = {"node": world.node.name, "cpu": 64, "memory_gib": 512.0, "devices": []}
+    response = APIClient().post("/api/v1/agent/report/", body, format="json", HTTP_AUTHORIZATION=f"Agent {secret}")
+    assert response.status_code == 403
+    assert "cluster-wide" in response.json()["detail"]
+    assert "issue_agent_token <cluster> <node>" in response.json()["detail"]
+    assert world.node.devices.count() == 8
+
+
+def test_issue_agent_token_command_binds_the_token_to_the_node(world):
+    out = io.StringIO()
+    call_command("issue_agent_token", world.cluster.name, "gpu-d", stdout=out)
+    token = AgentToken.objects.get(cluster=world.cluster, node_name="gpu-d")
+    assert token.key_hash == hashlib.sha256(out.getvalue().strip().encode()).hexdigest()
+    assert token.name == "gpu-d"
+    with pytest.raises(CommandError, match="Expected a node name of 1 to 128 characters"):
+        call_command("issue_agent_token", world.cluster.name, " ", stdout=io.StringIO())
+    with pytest.raises(CommandError, match="Expected the name of one cluster"):
+        call_command("issue_agent_token", "no-such-cluster", "gpu-d", stdout=io.StringIO())
+
+
 def test_report_with_a_malformed_body_is_rejected_and_writes_nothing(world):
-    secret = issue_agent_token(world.cluster, "rack-1")
-    response = APIClient().post("/api/v1/agent/report/", {"node": "gpu-c", "cpu": -1}, format="json",
-                                HTTP_AUTHORIZATION=f"Agent {secret}")  # fmt: skip
+    secret = issue_agent_token(world.cluster, "gpu-c")
+    response = APIClient().post(
+        "/api/v1/agent/report/", {"node": "gpu-c", "cpu": -1}, format="json", HTTP_AUTHORIZATION=f"Agent {secret}"
+    )
     assert response.status_code == 400 and "cpu" in response.json()
     assert not world.cluster.nodes.filter(name="gpu-c").exists()
 
 
 def _device(index: int, **overrides) -> dict:
-    return {"index": index, "uuid": f"GPU-{index}", "name": "NVIDIA A100-SXM4-80GB", "vram_total_gib": 80.0,
-            "vram_used_gib": 1.0, "utilization": 5, **overrides}  # fmt: skip
+    return {
+        "index": index,
+        "uuid": f"GPU-{index}",
+        "name": "NVIDIA A100-SXM4-80GB",
+        "vram_total_gib": 80.0,
+        "vram_used_gib": 1.0,
+        "utilization": 5,
+        **overrides,
+    }
 
 
 @pytest.mark.parametrize(
@@ -249,11 +320,19 @@ def _device(index: int, **overrides) -> dict:
         ("devices", {"devices": [_device(0, links=[{"peer": "x\u0000", "type": "nvlink"}])]}),
         ("devices", {"devices": [_device(0), _device(0)]}),
     ],
-    ids=["huge-cpu", "huge-memory", "huge-vram", "huge-xid-count", "hot-device", "unknown-link-type", "nul-link",
-         "duplicate-device-index"],
-)  # fmt: skip
+    ids=[
+        "huge-cpu",
+        "huge-memory",
+        "huge-vram",
+        "huge-xid-count",
+        "hot-device",
+        "unknown-link-type",
+        "nul-link",
+        "duplicate-device-index",
+    ],
+)
 def test_reports_out_of_bounds_are_a_400_and_write_nothing(world, field, report):
-    secret = issue_agent_token(world.cluster, "rack-1")
+    secret = issue_agent_token(world.cluster, "gpu-c")
     body = {"node": "gpu-c", "cpu": 64, "memory_gib": 512.0, **report}
     response = APIClient().post("/api/v1/agent/report/", body, format="json", HTTP_AUTHORIZATION=f"Agent {secret}")
     assert response.status_code == 400, response.content
@@ -262,7 +341,7 @@ def test_reports_out_of_bounds_are_a_400_and_write_nothing(world, field, report)
 
 
 def test_xid_errors_accumulate_up_to_what_the_column_holds(world):
-    secret = issue_agent_token(world.cluster, "rack-1")
+    secret = issue_agent_token(world.cluster, "gpu-c")
     body = {"node": "gpu-c", "cpu": 64, "memory_gib": 512.0, "devices": [_device(0, xid_errors=10**9)]}
     client = APIClient()
     for _ in range(3):
@@ -276,7 +355,7 @@ def test_a_report_read_off_a_real_h100_lands_as_a_healthy_h100(world):
     580.159.04, CUDA 13.0) in scripts/gpu_check.py, byte for byte: the portal matches it to the catalog's H100
     without a fingerprint complaint (79.65 GiB is within 90 % of 80) and stores what the card said."""
     report = json.loads((Path(__file__).parent / "fixtures" / "nvml-h100-report.json").read_text())
-    secret = issue_agent_token(world.cluster, "rack-1")
+    secret = issue_agent_token(world.cluster, report["node"])
     response = APIClient().post("/api/v1/agent/report/", report, format="json", HTTP_AUTHORIZATION=f"Agent {secret}")
     assert response.status_code == 202, response.content
     assert response.json()["devices"] == 1 and response.json()["message"] == ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from apps.clusters.backends import executor_for
 from apps.clusters.models import Cluster
 from apps.control import reconcile
 from apps.control.models import BackendObject, ObjectState
@@ -46,6 +47,17 @@ def run_until_running(task: Task) -> Task:
     return wait_status(task, "running")
 
 
+def wait_command_started(task: Task, marker: str, timeout: float = 30.0) -> Task:
+    """A running task once its command printed ``marker``: its sandbox is up, so a console can join it (a task is
+    running as soon as its backend accepted the job, a moment before the job's command starts)."""
+    executor, deadline = executor_for(task.cluster), time.monotonic() + timeout
+    while marker not in executor.logs(task.external_id):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"task {task.pk}'s command never printed {marker!r}")
+        time.sleep(0.1)
+    return task
+
+
 def reconcile_all() -> list[reconcile.ReconcileResult]:
     """One reconciliation of every enabled cluster (what beat runs every few seconds)."""
     return [reconcile.reconcile_cluster(pk) for pk in Cluster.objects.filter(enabled=True).values_list("pk", flat=True)]
@@ -71,8 +83,11 @@ def wait_objects_ended(cluster: Cluster, timeout: float = 30.0, step: float = 0.
     deadline = time.monotonic() + timeout
     while BackendObject.objects.filter(cluster=cluster).exclude(state=ObjectState.ENDED).exists():
         if time.monotonic() > deadline:
-            left = list(BackendObject.objects.filter(cluster=cluster).exclude(state=ObjectState.ENDED).values_list(
-                "name", "state", "message"))  # fmt: skip
+            left = list(
+                BackendObject.objects.filter(cluster=cluster)
+                .exclude(state=ObjectState.ENDED)
+                .values_list("name", "state", "message")
+            )
             raise AssertionError(f"objects still on {cluster.name}: {left}")
         reconcile.reconcile_cluster(cluster.pk)
         time.sleep(step)

@@ -12,13 +12,22 @@ from apps.control.scheduling import run_cycle
 from apps.tasks import request_rate
 from apps.tasks.models import Task
 from apps.tasks.services import submit_task
+from tests.control.drive import intent
 from tests.factories import ClusterFactory
 
 
 def service(world, queue="high", name="svc", **fields):
     fields = {"autoscale_min": 1, "autoscale_max": 3, "autoscale_rps": 10, "gpu_spec": "1(A100)", **fields}
-    task = submit_task(world.member, project=world.project, queue=queue, kind="inference", name=name,
-                       command="serve", port=8000, **fields)  # fmt: skip
+    task = submit_task(
+        world.member,
+        project=world.project,
+        queue=queue,
+        kind="inference",
+        name=name,
+        command="serve",
+        port=8000,
+        **fields,
+    )
     run_cycle(world.vdc.pk)
     Task.objects.filter(pk=task.pk).update(status="running")
     task.refresh_from_db()
@@ -103,7 +112,8 @@ def test_no_load_scales_down_only_after_the_stabilisation_window(world):
     assert o.desired == 1 and o.changed
     run_cycle(world.vdc.pk)
     svc.refresh_from_db()
-    assert len(svc.live_placement) == 1 and len(svc.releasing_placement) == 2  # billed until the backend confirms
+    # The two replicas leave its placement (and its bill) now; its job keeps their cards until the backend confirms.
+    assert len(svc.placement) == 1 and len(intent(svc).device_ids) == 3
 
 
 def test_scale_up_stops_at_the_project_quota(world):
@@ -141,7 +151,7 @@ def test_a_requeued_service_forgets_its_desired_count(world):
 
 
 def test_a_backend_that_refuses_new_autoscaling_settings_says_so_on_the_timeline(world, monkeypatch):
-    from apps.clusters.executors.base import ExecutorError  # noqa: PLC0415
+    from apps.clusters.executors.base import ExecutorError
 
     class Refusing:
         def update_autoscaling(self, external_id, spec):

@@ -13,7 +13,7 @@ from apps.control.reconcile import installation_label
 from apps.control.scheduling import run_cycle
 from apps.tasks import request_rate
 from apps.tasks.services import stop_task, submit_task
-from tests.control.drive import reconcile_all, run_until_running, wait_status
+from tests.control.drive import intent, reconcile_all, run_until_running, wait_status
 
 pytestmark = pytest.mark.slurm
 
@@ -30,10 +30,11 @@ def slurm_jobs(task) -> list[dict]:
     body, errors = executor_for(task.cluster)._call("GET", "jobs")
     assert not errors, errors
     return [
-        job for job in body["jobs"]
+        job
+        for job in body["jobs"]
         if json.loads(job.get("comment") or "{}").get("hcs.io/task-uid") == task.uid.hex
         and job["job_state"].split("+")[0] in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING")
-    ]  # fmt: skip
+    ]
 
 
 def wait_replicas(task, n, results, timeout=60.0):
@@ -43,7 +44,8 @@ def wait_replicas(task, n, results, timeout=60.0):
         results += reconcile_all()
         task.refresh_from_db()
         running = executor_for(task.cluster).status(task.external_id).replicas
-        if running == n and len(task.placement) == n and not task.releasing_placement and len(slurm_jobs(task)) == n:
+        settled = len(task.placement) == n and len(intent(task).device_ids) == n
+        if running == n and settled and len(slurm_jobs(task)) == n:
             return task
         if time.monotonic() > deadline:
             events = list(task.events.values_list("kind", "message"))
@@ -54,9 +56,19 @@ def wait_replicas(task, n, results, timeout=60.0):
 def test_a_service_on_slurm_grows_to_two_jobs_shrinks_to_one_and_stopping_it_cancels_all(slurm_world):
     world = slurm_world
     assert can_scale_services(world.slurm_cluster)
-    svc = submit_task(world.member, project=world.project, queue="high", name="svc", kind="inference",
-                      command="sleep 600", gpu_spec="1(A100)", port=8000, autoscale_min=1, autoscale_max=2,
-                      autoscale_rps=5)  # fmt: skip
+    svc = submit_task(
+        world.member,
+        project=world.project,
+        queue="high",
+        name="svc",
+        kind="inference",
+        command="sleep 600",
+        gpu_spec="1(A100)",
+        port=8000,
+        autoscale_min=1,
+        autoscale_max=2,
+        autoscale_rps=5,
+    )
     svc = run_until_running(svc)
     assert svc.cluster == world.slurm_cluster
     request_rate.forget(svc.pk)
@@ -76,8 +88,11 @@ def test_a_service_on_slurm_grows_to_two_jobs_shrinks_to_one_and_stopping_it_can
         assert sum(r.cancelled + r.untracked for r in results) == 0, results
         assert {str(j["job_id"]) for j in slurm_jobs(svc)} == {str(j["job_id"]) for j in jobs}
         # The reconciler sees one job for the attempt, the service's own, with its replica counted in it.
-        [state] = [s for s in executor_for(svc.cluster).list_by_owner(installation_label())
-                   if s.labels.get("hcs.io/task-uid") == svc.uid.hex]  # fmt: skip
+        [state] = [
+            s
+            for s in executor_for(svc.cluster).list_by_owner(installation_label())
+            if s.labels.get("hcs.io/task-uid") == svc.uid.hex
+        ]
         assert (state.external_id, state.replicas, state.desired_replicas) == (svc.external_id, 2, 2)
         assert [o.external_id for o in svc.backend_objects.all()] == [svc.external_id]
         assert "resized" in list(svc.events.values_list("kind", flat=True))
@@ -90,7 +105,7 @@ def test_a_service_on_slurm_grows_to_two_jobs_shrinks_to_one_and_stopping_it_can
         assert outcomes and outcomes[0].desired == 1
         run_cycle(world.vdc.pk)
         svc.refresh_from_db()
-        assert len(svc.releasing_placement) == 1  # billed until Slurm confirms the replica job gone
+        assert len(svc.placement) == 1 and len(intent(svc).device_ids) == 2  # held by the job until Slurm confirms
         svc = wait_replicas(svc, 1, results)
         assert [str(j["job_id"]) for j in slurm_jobs(svc)] == [svc.external_id]
 

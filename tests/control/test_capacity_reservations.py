@@ -13,14 +13,14 @@ from apps.tasks.services import submit_task
 def submit(world, queue="high", user=None, project=None, **fields):
     fields.setdefault("kind", "training")
     fields.setdefault("name", "job")
-    return submit_task(user or world.member, project=project or world.project, queue=queue, command="sleep 1",
-                       **fields)  # fmt: skip
+    return submit_task(user or world.member, project=project or world.project, queue=queue, command="sleep 1", **fields)
 
 
 def reserve(world, start=timedelta(minutes=-1), end=timedelta(hours=2), projects=(), **fields):
     now = timezone.now()
-    r = CapacityReservation.objects.create(vdc=world.vdc, name=fields.pop("name", "firmware"), starts_at=now + start,
-                                           ends_at=now + end, **fields)  # fmt: skip
+    r = CapacityReservation.objects.create(
+        vdc=world.vdc, name=fields.pop("name", "firmware"), starts_at=now + start, ends_at=now + end, **fields
+    )
     r.projects.set(projects)
     return r
 
@@ -63,8 +63,9 @@ def test_before_the_window_only_work_that_ends_in_time_is_placed(world):
     reserve(world, start=timedelta(minutes=30), end=timedelta(hours=3))
     long_ = submit(world, gpu_spec="1(A100)", name="long", expected_duration=timedelta(hours=2))
     short = submit(world, gpu_spec="1(A100)", name="short", expected_duration=timedelta(minutes=10))
-    bounded = submit(world, gpu_spec="1(A100)", name="bounded", expected_duration=timedelta(hours=2),
-                     wall_time=timedelta(minutes=20))  # fmt: skip
+    bounded = submit(
+        world, gpu_spec="1(A100)", name="bounded", expected_duration=timedelta(hours=2), wall_time=timedelta(minutes=20)
+    )
     run_cycle(world.vdc.pk)
     for t in (long_, short, bounded):
         t.refresh_from_db()

@@ -23,8 +23,9 @@ D = Decimal
 
 
 def submit(world, spec, name="job", queue="high"):
-    return submit_task(world.member, project=world.project, queue=queue, kind="training", name=name,
-                       command="sleep 1", gpu_spec=spec)  # fmt: skip
+    return submit_task(
+        world.member, project=world.project, queue=queue, kind="training", name=name, command="sleep 1", gpu_spec=spec
+    )
 
 
 def card(world, index=0):
@@ -104,8 +105,13 @@ def test_backends_get_the_mig_resource_name_gres_type_and_instance_uuid(world):
     task = submit(world, "1(A100-80G-1g.10gb)")
     run_cycle(world.vdc.pk)
     task.refresh_from_db()
-    assert task.placement[0]["devices"][0] | {"id": 0} == {"id": 0, "index": 0, "milli": 1000, "slot": 9,
-                                                          "uuid": "MIG-aaaa"}  # fmt: skip
+    assert task.placement[0]["devices"][0] | {"id": 0} == {
+        "id": 0,
+        "index": 0,
+        "milli": 1000,
+        "slot": 9,
+        "uuid": "MIG-aaaa",
+    }
     spec = job_spec(task, "i" * 32)
     assert spec.gpu_model.partition == "mig" and spec.gpus_per_instance == 1
     injection = accelerator_injection(spec)
@@ -124,8 +130,12 @@ def test_a_held_card_keeps_its_sharing_and_a_bad_layout_changes_nothing(world):
         mig(world)
     assert card(world).sharing == Sharing.WHOLE and not Device.objects.filter(parent__isnull=False).exists()
     free = DeviceFactory(node=NodeFactory(cluster=world.cluster, name="n2"), index=0)
-    for layout, message in [("4g.40gb, 4g.40gb", "7 compute slices"), ("9g.90gb", "unknown MIG profile '9g.90gb'"),
-                            ("1g.10gb x9", "repeat count"), ("", "at least one MIG profile")]:  # fmt: skip
+    for layout, message in [
+        ("4g.40gb, 4g.40gb", "7 compute slices"),
+        ("9g.90gb", "unknown MIG profile '9g.90gb'"),
+        ("1g.10gb x9", "repeat count"),
+        ("", "at least one MIG profile"),
+    ]:
         with pytest.raises(SharingError, match=message):
             set_device_sharing(free, Sharing.MIG, mig=parse_mig_layout(layout))
     with pytest.raises(SharingError, match="2 to 64"):
@@ -164,9 +174,16 @@ def test_submitting_an_unknown_mig_profile_is_refused_with_the_profiles_offered(
 
 def test_a_card_model_added_after_the_seed_gets_its_mig_profile_rows_when_first_partitioned(world):
     a100_40 = GPUModel.objects.create(
-        name="A100-40G", vendor="nvidia", aliases=["a100-40g"], vram_gib=40, tflops_fp16=312, tflops_fp32=19.5,
-        exchange_rate=D("0.9"), resource_name="nvidia.com/gpu", visible_devices_env="NVIDIA_VISIBLE_DEVICES",
-    )  # fmt: skip
+        name="A100-40G",
+        vendor="nvidia",
+        aliases=["a100-40g"],
+        vram_gib=40,
+        tflops_fp16=312,
+        tflops_fp32=19.5,
+        exchange_rate=D("0.9"),
+        resource_name="nvidia.com/gpu",
+        visible_devices_env="NVIDIA_VISIBLE_DEVICES",
+    )
     device = DeviceFactory(node=world.node, index=8, gpu_model=a100_40)
     with pytest.raises(SharingError, match="unknown MIG profile '1g.20gb' of A100-40G; its profiles: 1g.10gb, 1g.5gb"):
         set_device_sharing(device, Sharing.MIG, mig=parse_mig_layout("1g.20gb"))
@@ -180,9 +197,9 @@ def test_a_card_model_added_after_the_seed_gets_its_mig_profile_rows_when_first_
 
 
 def test_idle_gpu_alerts_skip_mig_instances_whose_utilisation_nvml_does_not_give(world):
-    from django.utils import timezone  # noqa: PLC0415
+    from django.utils import timezone
 
-    from apps.billing.project_alerts import _idle  # noqa: PLC0415
+    from apps.billing.project_alerts import _idle
 
     world.node.last_report = timezone.now()
     world.node.save()

@@ -31,8 +31,15 @@ def local_jobs_dir(settings, tmp_path):
 
 def scheduled(world, command, **fields):
     fields.setdefault("name", "job")
-    task = submit_task(world.member, project=world.project, queue="high", kind="training",
-                       command=command, gpu_spec=fields.pop("gpu_spec", "1(A100)"), **fields)  # fmt: skip
+    task = submit_task(
+        world.member,
+        project=world.project,
+        queue="high",
+        kind="training",
+        command=command,
+        gpu_spec=fields.pop("gpu_spec", "1(A100)"),
+        **fields,
+    )
     run_cycle(world.vdc.pk)
     task.refresh_from_db()
     assert task.status == "scheduled"
@@ -56,7 +63,7 @@ def test_a_placement_writes_its_launch_intent_in_the_same_transaction(world):
     task = scheduled(world, "echo hi")
     obj = intent(task)
     assert (obj.state, obj.cluster_id, obj.task_uid, obj.external_id) == ("pending", world.cluster.pk, task.uid, "")
-    assert obj.devices == [task.placement[0]["devices"][0]["id"]]
+    assert obj.shares == [{"id": task.placement[0]["devices"][0]["id"], "milli": 1000}]
 
 
 def test_the_reconciler_launches_a_placement_whose_launch_job_was_lost(world):
@@ -79,11 +86,13 @@ def test_failing_command_marks_the_task_failed_with_its_exit_code(world, client)
     page = client.get(f"/task-monitoring/{task.pk}/").content.decode()
     assert '<dd data-field="exit_code">3</dd>' in page
     assert '<dd data-field="failure_reason">Its command exited with an error</dd>' in page
-    with transaction.atomic():
-        requeue_task(Task.objects.select_for_update().get(pk=task.pk), "a new run (test)")
+    # A task with a retry left is requeued after such a run; its next run has no exit code yet.
+    retried = scheduled(world, "exit 3", name="retried", max_retries=1)
+    launch(retried)
+    retried = wait_status(retried, "queued")
     run_cycle(world.vdc.pk)
-    task.refresh_from_db()
-    assert task.attempt == 2 and task.exit_code is None and task.failure_reason == ""  # a new run: none yet
+    retried.refresh_from_db()
+    assert retried.attempt == 2 and retried.exit_code is None and retried.failure_reason == ""
 
 
 def test_an_expected_duration_is_an_estimate_and_never_stops_the_job(world):
@@ -177,7 +186,7 @@ def test_stop_of_a_running_task_is_carried_out_by_the_reconciler(world, django_c
 
 
 def test_stop_during_a_redis_outage_is_carried_out_once_the_loops_run_again(world, settings):
-    """Issue 10 #5: the status commits, the hand-off is lost, and the job must still end."""
+    """The status commits, the hand-off is lost, and the job must still end."""
     task = scheduled(world, "sleep 60")
     launch(task)
     wait_status(task, {"running", "starting"})
@@ -186,13 +195,23 @@ def test_stop_during_a_redis_outage_is_carried_out_once_the_loops_run_again(worl
     stop_task(task, world.member)
     assert time.monotonic() - began < 5
     assert executor_for(world.cluster).status(task.external_id).phase == JobPhase.RUNNING
-    # Meanwhile the scheduler gives the card to someone else; that launch waits for the old job to go.
-    other = scheduled(world, "echo next", gpu_spec="8(A100)")
-    assert launch(other) is None
+    # Meanwhile the scheduler keeps the card from anyone else until the old job is confirmed gone.
+    other = submit_task(
+        world.member,
+        project=world.project,
+        queue="high",
+        kind="training",
+        name="next",
+        command="echo next",
+        gpu_spec="8(A100)",
+    )
+    run_cycle(world.vdc.pk)
     other.refresh_from_db()
-    assert other.status == "scheduled" and "release its devices" in other.status_message
+    assert other.status == "queued" and other.pending_reason == "insufficient_capacity"
     wait_objects_ended(world.cluster, timeout=20)  # what beat does once Redis is back
     assert executor_for(world.cluster).status(task.external_id).phase == JobPhase.CANCELLED
+    run_cycle(world.vdc.pk)
+    assert launch(other) == world.cluster.pk
     wait_status(other, "completed")
 
 
@@ -203,7 +222,7 @@ def test_health_check_keeps_a_local_cluster_healthy(world):
 
 
 def test_api_health_check_is_for_admins_and_updates_the_status(world):
-    from rest_framework.test import APIClient  # noqa: PLC0415
+    from rest_framework.test import APIClient
 
     client = APIClient()
     client.force_authenticate(world.member)
@@ -241,7 +260,7 @@ def test_unavailable_cluster_requeues_its_tasks_and_cancels_their_jobs_when_it_i
 
 
 def test_retryable_backend_errors_keep_the_task_waiting_with_the_reason(world, monkeypatch):
-    """Issue 9 #2: a transient outage never fails a submission; it waits and runs when the backend is back."""
+    """A transient outage never fails a submission; it waits and runs when the backend is back."""
     task = scheduled(world, "echo hi")
     executor = executor_for(world.cluster)
     real_submit = executor.submit
@@ -305,16 +324,20 @@ def test_worker_crash_between_submit_and_write_is_adopted_without_a_duplicate(wo
 
 
 def test_a_foreign_job_with_the_same_task_id_and_attempt_is_never_adopted(world, monkeypatch):
-    """Issue 9 #3: another portal (or an older database) ran a job labelled like ours: match on identity."""
-    from dataclasses import replace  # noqa: PLC0415
+    """Another portal (or an older database) ran a job labelled like ours: match on identity."""
+    from dataclasses import replace
 
-    from apps.control.jobspec import job_spec  # noqa: PLC0415
+    from apps.control.jobspec import job_spec
 
     task = scheduled(world, "sleep 30")
     executor = executor_for(task.cluster)
     foreign = job_spec(task, "f" * 32)
-    foreign = replace(foreign, name=f"{foreign.name}-other", command="sleep 60",
-                      labels={**foreign.labels, "hcs.io/task-uid": "a" * 32})  # fmt: skip
+    foreign = replace(
+        foreign,
+        name=f"{foreign.name}-other",
+        command="sleep 60",
+        labels={**foreign.labels, "hcs.io/task-uid": "a" * 32},
+    )
     executor.submit(foreign)
 
     result = reconcile.reconcile_cluster(world.cluster.pk)
@@ -404,7 +427,7 @@ def test_following_a_cluster_sees_its_fresh_jobs_start_with_status_calls_or_one_
 
 
 def test_check_backends_reports_what_breaks_the_invariants(world, capsys):
-    from django.core.management import CommandError, call_command  # noqa: PLC0415
+    from django.core.management import CommandError, call_command
 
     task = scheduled(world, "sleep 60")
     launch(task)
@@ -421,7 +444,7 @@ def test_check_backends_reports_what_breaks_the_invariants(world, capsys):
 
 
 def test_jobs_on_a_cluster_disabled_meanwhile_are_still_followed(world, monkeypatch):
-    from apps.control import jobs  # noqa: PLC0415
+    from apps.control import jobs
 
     task = scheduled(world, "sleep 60")
     launch(task)
@@ -437,8 +460,15 @@ def test_jobs_on_a_cluster_disabled_meanwhile_are_still_followed(world, monkeypa
 
 def test_a_log_follower_reads_every_line_once_from_before_the_start_to_the_end(world):
     command = 'for n in 1 2 3 4 5 6; do echo "line $n"; sleep 0.6; done'
-    task = submit_task(world.member, project=world.project, queue="high", kind="training", name="counter",
-                       command=command, gpu_spec="1(A100)")  # fmt: skip
+    task = submit_task(
+        world.member,
+        project=world.project,
+        queue="high",
+        kind="training",
+        name="counter",
+        command=command,
+        gpu_spec="1(A100)",
+    )
     api = client_for(world.viewer)
     url = f"/api/v1/tasks/{task.pk}/logs/"
     body = api.get(url).data
@@ -479,7 +509,7 @@ def test_a_log_cursor_is_checked(world):
 
 
 def test_a_failed_run_is_retried_as_a_new_attempt_by_the_tasks_retry_setting(world, client):
-    # Issue 16: only Kubernetes/Volcano retried failed jobs (the backend does it); local and Slurm tasks failed at once.
+    # Only Kubernetes/Volcano retried failed jobs (the backend does it); local and Slurm tasks failed at once.
     task = scheduled(world, 'echo "run $HCS_ATTEMPT"; exit 3', max_retries=1)
     launch(task)
     task = wait_status(task, "queued")
@@ -506,3 +536,41 @@ def test_a_task_without_retries_fails_on_the_first_failed_run(world):
     launch(task)
     task = wait_status(task, "failed")
     assert task.attempt == 1 and not task.events.filter(kind="requeued").exists()
+
+
+def test_a_dev_environment_whose_ide_is_not_installed_fails_at_once_and_stops_billing(world, client):
+    """The default Jupyter dev environment on a host without Jupyter: the task fails with a message saying what is
+    missing and how an admin installs it, it is final, and metering an hour later accrues nothing more."""
+    from apps.billing.models import UsageRecord
+    from apps.billing.services import meter_usage, seed_demo_prices
+
+    seed_demo_prices()
+    task = submit_task(
+        world.member,
+        project=world.project,
+        queue="high",
+        kind="dev_env",
+        name="notebook",
+        command="",
+        gpu_spec="1(A100)",
+        env={"PATH": "/nonexistent:/usr/bin:/bin"},  # no jupyter on this PATH, whatever the host has
+    )
+    run_cycle(world.vdc.pk)
+    launch(task)
+    task = wait_status(task, "failed")
+    assert task.failure_reason == "launch_failed"
+    assert task.status_message.startswith("jupyter is not installed on the cluster's host"), task.status_message
+    assert "python3 -m pip install jupyterlab" in task.status_message
+    assert intent(task).state == ObjectState.ENDED
+
+    meter_usage()
+    billed = sorted(UsageRecord.objects.filter(task=task).values_list("quantity", flat=True))
+    meter_usage(timezone.now() + timedelta(hours=1))
+    assert sorted(UsageRecord.objects.filter(task=task).values_list("quantity", flat=True)) == billed
+    task.meter.refresh_from_db()
+    assert task.meter.closed  # the run's final accrual is done: nothing accrues after it
+
+    client.force_login(world.member)
+    page = client.get(f"/task-monitoring/{task.pk}/").content.decode().replace("&#x27;", "'")
+    assert "jupyter is not installed on the cluster's host" in page
+    assert "data-connect" not in page

@@ -1,4 +1,4 @@
-"""Fault injection against the real dev Slurm cluster (issue 9): slurmrestd killed during a launch and under
+"""Fault injection against the real dev Slurm cluster: slurmrestd killed during a launch and under
 a running task, a slurmd killed under a running task, a node marked down, a worker dying between submit and
 write, a foreign job with the same labels. After each, the invariant checker compares Slurm and the database.
 
@@ -7,7 +7,6 @@ The loops are driven by hand (what beat and the worker do), so every step is vis
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import replace
 
@@ -25,7 +24,6 @@ from apps.tasks.models import Task
 from tests.control import drive
 from tests.control.conftest import api_submit
 from tests.executors.slurm_cluster import (
-    SlurmClusterError,
     forget_all_jobs,
     kill_daemon,
     scontrol,
@@ -33,22 +31,6 @@ from tests.executors.slurm_cluster import (
 )
 
 pytestmark = pytest.mark.slurm
-
-
-@pytest.fixture
-def restore_cluster():
-    """Whatever a test kills or marks down, the dev cluster is whole again afterwards."""
-    touched_nodes: list[str] = []
-    yield touched_nodes
-    start_dev_cluster()
-    for node in touched_nodes:
-        for _ in range(60):
-            with contextlib.suppress(SlurmClusterError):  # "already idle", or not registered yet: look again
-                scontrol("update", f"nodename={node}", "state=resume")
-            shown = scontrol("show", "node", node)
-            if "State=IDLE" in shown and "NOT_RESPONDING" not in shown:
-                break
-            time.sleep(1)
 
 
 def slurm_jobs_of(cluster, task: Task) -> list:
@@ -86,7 +68,7 @@ def declare_unavailable(world) -> None:
 
 
 def test_slurmrestd_down_under_a_running_task_leaves_one_job_for_the_task(slurm_world, restore_cluster):
-    """Issue 9 #1: the task is requeued, its job cancelled once Slurm answers, and only then a new attempt runs."""
+    """The task is requeued, its job cancelled once Slurm answers, and only then a new attempt runs."""
     world = slurm_world
     task = running_task(world)
     first_job = task.external_id
@@ -119,7 +101,7 @@ def test_slurmrestd_down_under_a_running_task_leaves_one_job_for_the_task(slurm_
 
 
 def test_a_task_submitted_during_an_outage_waits_and_runs_when_slurm_is_back(slurm_world, restore_cluster):
-    """Issue 9 #2: no 'Backend error after 5 retries': the submission waits with the reason and then runs."""
+    """No 'Backend error after 5 retries': the submission waits with the reason and then runs."""
     world = slurm_world
     kill_daemon("slurmrestd")
     task = api_submit(world, name="early", queue="high", gpu_spec="1(A100)", command="echo made it")
@@ -150,7 +132,7 @@ def test_a_task_submitted_during_an_outage_waits_and_runs_when_slurm_is_back(slu
 
 
 def test_a_slurmd_killed_under_a_running_task_requeues_it_by_the_portals_rules(slurm_world, restore_cluster):
-    """Issue 9 #4 and #5: Slurm restarts the job by itself and marks the node down; the portal requeues the
+    """Slurm restarts the job by itself and marks the node down; the portal requeues the
     task as a new attempt elsewhere, the restarted job is cancelled and the first run's log stays."""
     world = slurm_world
     task = running_task(world, command='echo "run ${SLURM_RESTART_COUNT:-0} started"; sleep 600')
@@ -183,7 +165,7 @@ def test_a_slurmd_killed_under_a_running_task_requeues_it_by_the_portals_rules(s
 
 
 def test_a_node_marked_down_takes_no_placements_and_requeues_its_tasks(slurm_world, restore_cluster):
-    """Issue 9 #5: node state flows into the snapshot at every health check."""
+    """Node state flows into the snapshot at every health check."""
     world = slurm_world
     task = running_task(world)
     node = task.placement[0]["node_name"]
@@ -214,8 +196,9 @@ def test_a_node_marked_down_takes_no_placements_and_requeues_its_tasks(slurm_wor
     status = (cluster.status, cluster.status_message, f"{checks} health checks")
     assert task.status == "preempted" and f"Node {node}" in task.status_message, status
     assert "hcs-fault-test" in task.status_message
-    fresh = [api_submit(world, name=f"after-{i}", queue="high", gpu_spec="8(A100)", command="sleep 1")
-             for i in range(2)]  # fmt: skip
+    fresh = [
+        api_submit(world, name=f"after-{i}", queue="high", gpu_spec="8(A100)", command="sleep 1") for i in range(2)
+    ]
     run_cycle(world.vdc.pk)
     placed = [Task.objects.get(pk=t.pk) for t in (*fresh, task)]
     nodes = [t.placement[0]["node_name"] for t in placed if t.status == "scheduled"]
@@ -225,7 +208,7 @@ def test_a_node_marked_down_takes_no_placements_and_requeues_its_tasks(slurm_wor
 
 
 def test_worker_death_between_submit_and_write_is_adopted_and_a_foreign_job_is_not(slurm_world, monkeypatch):
-    """Issue 9 #3: the reconciler matches on installation, task uid and attempt, never on task id alone."""
+    """The reconciler matches on installation, task uid and attempt, never on task id alone."""
     world = slurm_world
     task = api_submit(world, name="crashy", queue="high", gpu_spec="1(A100)", command="sleep 600")
     run_cycle(world.vdc.pk)

@@ -1,5 +1,5 @@
 """A project member's job on the local cluster cannot reach the portal: its files, processes, environment,
-database, Redis or web server (SPEC §6, §11).
+database, Redis or web server (docs/rules.md#security).
 
 The job below is what an attacker with a member account submitted: it tries each read and prints LEAK or
 safe per probe; a control line proves that the probes ran and that the job can use its own directory.
@@ -84,8 +84,15 @@ def _service_endpoints() -> dict[str, str]:
 
 def _run_job(world, command: str, monkeypatch) -> tuple[object, str]:
     monkeypatch.setenv("HCS_CANARY", CANARY)  # the portal's own environment, as DATABASE_URL would be
-    task = submit_task(world.member, project=world.project, queue="high", name="attack", kind="training",
-                       command=command, gpu_spec="1(A100)")  # fmt: skip
+    task = submit_task(
+        world.member,
+        project=world.project,
+        queue="high",
+        name="attack",
+        kind="training",
+        command=command,
+        gpu_spec="1(A100)",
+    )
     schedule_and_launch(world.vdc.pk, task)
     task = wait_status(task, {"completed", "failed", "stopped"})
     assert task.status == "completed", task.status_message
@@ -119,10 +126,11 @@ def test_the_probe_does_reach_a_listening_socket_when_jobs_share_the_hosts_netwo
     world, monkeypatch, listening_portal, settings
 ):
     """Control for the test above: the same TCP probe connects once jobs are given the host's network."""
-    from apps.clusters import backends  # noqa: PLC0415
+    from apps.clusters import backends
 
     settings.HCS_LOCAL_JOB_NETWORK = "host"
     monkeypatch.setattr(backends, "_local_executors", {})
-    _task, log = _run_job(world, _probe_script({"portal_web_on_loopback": _tcp_probe("127.0.0.1", listening_portal)}),
-                          monkeypatch)  # fmt: skip
+    _task, log = _run_job(
+        world, _probe_script({"portal_web_on_loopback": _tcp_probe("127.0.0.1", listening_portal)}), monkeypatch
+    )
     assert "LEAK portal_web_on_loopback" in log

@@ -1,6 +1,6 @@
 """The control plane against the Kubernetes API emulator (kmock over HTTP, the official client):
 elastic shrink and grow carried to the backend, devices free only once it confirms, HPA replicas read back
-into quotas and billing, node conditions and cordons into the snapshot (issue 9 #5, #6, #7).
+into quotas and billing, node conditions and cordons into the snapshot.
 
 The emulator stores objects but runs no controllers: ``controller()`` plays the Job / Deployment
 controller (pods follow parallelism / replicas) and the tests play the HPA.
@@ -11,6 +11,8 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
+from django.contrib.admin.sites import site as admin_site
+from django.test import RequestFactory
 
 from apps.clusters.models import GPUModel
 from apps.control import invariants
@@ -20,6 +22,7 @@ from apps.control.reconcile import reconcile_cluster
 from apps.control.scheduling import run_cycle
 from apps.tasks.models import Task
 from apps.tasks.services import submit_task, update_autoscaling
+from apps.vdc.models import ProjectQuota
 from tests.api.base import client_for
 from tests.control.drive import intent, launch
 from tests.executors_k8s.conftest import emulator  # noqa: F401 - the kmock fixture
@@ -35,8 +38,9 @@ def k8s(world, emulator):  # noqa: F811
     """The world's VDC with one Kubernetes cluster (the emulator): one node of 4 x A100."""
     world.cluster.enabled = False
     world.cluster.save()
-    cluster = ClusterFactory(vdc=world.vdc, name="k8s", cluster_type="kubernetes",
-                             endpoint=str(emulator.url).rstrip("/"), namespace=NS)  # fmt: skip
+    cluster = ClusterFactory(
+        vdc=world.vdc, name="k8s", cluster_type="kubernetes", endpoint=str(emulator.url).rstrip("/"), namespace=NS
+    )
     cluster.set_credentials({"token": "emulated"})
     cluster.save()
     node = NodeFactory(cluster=cluster, name="k8s-node-1", cpu=Decimal(64), memory_gib=Decimal(512))
@@ -44,9 +48,11 @@ def k8s(world, emulator):  # noqa: F811
         DeviceFactory(node=node, index=index, gpu_model=GPUModel.objects.get(name="A100-80G"))
     for name in ("k8s-node-1",):
         emulator.objects["v1/nodes", None, name] = {
-            "apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name},
             "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-        }  # fmt: skip
+        }
     world.k8s_cluster, world.k8s_node, world.emulator = cluster, node, emulator
     return world
 
@@ -65,11 +71,12 @@ def controller(emulator, name: str, node: str = "k8s-node-1") -> int:  # noqa: F
         key = (PODS, NS, f"{name}-{index}")
         if key not in emulator.objects or emulator.objects[key].deleted:
             emulator.objects[key] = {
-                "apiVersion": "v1", "kind": "Pod",
+                "apiVersion": "v1",
+                "kind": "Pod",
                 "metadata": {"name": f"{name}-{index}", "namespace": NS, "labels": labels},
                 "spec": {"containers": [{"name": "main", "image": "busybox"}], "nodeName": node},
                 "status": {"phase": "Running"},
-            }  # fmt: skip
+            }
     if job:
         emulator.objects[JOBS, NS, name].patch({"status": {"active": wanted}})
     else:
@@ -96,10 +103,10 @@ def run(world, task: Task) -> Task:
 
 def assert_allocation_agrees(world, cpu: float, gpu: float) -> None:
     """What the cluster holds, as the API stats, /metrics and the admin compute it."""
-    from django.utils import timezone  # noqa: PLC0415
+    from django.utils import timezone
 
-    from apps.billing.monitoring import read_state  # noqa: PLC0415
-    from apps.tasks.api.stats import allocated  # noqa: PLC0415
+    from apps.billing.monitoring import read_state
+    from apps.tasks.api.stats import allocated
 
     api = allocated(Task.objects.filter(cluster=world.k8s_cluster))
     metrics = next(c for c in read_state(timezone.now()).clusters if c.name == "k8s").allocated
@@ -109,7 +116,7 @@ def assert_allocation_agrees(world, cpu: float, gpu: float) -> None:
 
 def billed_cards(task: Task) -> float:
     """Cards the metering would charge the task for now."""
-    from apps.billing.services import _models_for, holdings  # noqa: PLC0415
+    from apps.billing.services import _models_for, holdings
 
     models = _models_for([task.placement])
     return float(sum(h.units for h in holdings(task, task.placement, models) if h.resource_type == "gpu"))
@@ -118,6 +125,37 @@ def billed_cards(task: Task) -> float:
 def assert_consistent(world):
     problems = invariants.check([world.k8s_cluster])
     assert problems == [], [str(p) for p in problems]
+
+
+def test_a_grown_elastic_task_holds_the_same_everywhere(k8s, client, settings):
+    # The API, /metrics, the quota admin and the dashboard once computed a grown task's cpu three ways (32, 32, 16).
+    world = k8s
+    world.quota.limit_cpu = 64
+    world.quota.save()
+    elastic = run(
+        world,
+        submit(
+            world, name="grown", queue="low", gpu_spec="1(A100)", cpu=8, memory_gib=16, elastic_min=2, elastic_max=4
+        ),
+    )
+    assert elastic.replicas == 4
+    held = {"cpu": Decimal(32), "memory_gib": Decimal(64), "gpu": Decimal(4)}
+    assert (elastic.held_cpu, elastic.held_memory_gib, elastic.allocated_gpu) == tuple(held.values())
+
+    api = client_for(world.member).get(f"/api/v1/vdcs/{world.vdc.pk}/resources/").data["allocated"]
+    assert {k: Decimal(api[k]) for k in held} == held
+    settings.METRICS_TOKEN = "grown"
+    metrics = client.get("/metrics", HTTP_AUTHORIZATION="Bearer grown").content.decode()
+    for resource, value in held.items():
+        line = f'hcs_project_allocated{{project="{world.project.name}",resource="{resource}",vdc="{world.vdc.name}"}}'
+        assert f"{line} {float(value)}" in metrics
+    request = RequestFactory().get("/admin/vdc/projectquota/")
+    request.user = world.admin
+    quota = admin_site._registry[ProjectQuota].get_queryset(request).get(pk=world.quota.pk)
+    assert (quota.used_cpu, quota.used_memory, quota.used_gpu) == tuple(held.values())
+    client.force_login(world.member)
+    row = next(r for r in client.get("/").context["quota_rows"] if r["quota"].pk == world.quota.pk)
+    assert [meter["used"] for meter in row["resources"]] == list(held.values())
 
 
 def test_elastic_shrink_reaches_the_backend_and_frees_devices_only_once_it_confirms(k8s):
@@ -132,10 +170,11 @@ def test_elastic_shrink_reaches_the_backend_and_frees_devices_only_once_it_confi
     elastic.refresh_from_db()
     high.refresh_from_db()
     assert high.status == "scheduled"
-    assert len(elastic.live_placement) == 2 and len(elastic.releasing_placement) == 2
-    assert float(elastic.allocated_gpu) == 4.0 and elastic.replicas == 4  # held (and billed) until the backend lets go
-    assert_allocation_agrees(world, cpu=4 + 1, gpu=4 + 2)  # /metrics and the API count the same
-    assert billed_cards(elastic) == 4  # metering charges what the backend still holds
+    # What it gives back leaves its placement and its bill at once, as a preemption's would: no card is counted twice.
+    assert len(elastic.placement) == 2 and float(elastic.allocated_gpu) == 2.0 and elastic.replicas == 2
+    assert_allocation_agrees(world, cpu=2 + 1, gpu=2 + 2)  # /metrics and the API count the same
+    assert billed_cards(elastic) == 2
+    assert len(intent(elastic).device_ids) == 4  # its job still holds all four until the backend lets go
 
     assert launch(high) is None  # its devices are still in use on the backend
     high.refresh_from_db()
@@ -148,9 +187,8 @@ def test_elastic_shrink_reaches_the_backend_and_frees_devices_only_once_it_confi
     controller(world.emulator, name)  # the Job controller removes indexes 2 and 3
     reconcile_cluster(world.k8s_cluster.pk)
     elastic.refresh_from_db()
-    assert elastic.releasing_placement == [] and float(elastic.allocated_gpu) == 2.0 and elastic.replicas == 2
-    assert billed_cards(elastic) == 2
-    assert "released devices are free" in elastic.events.filter(kind="resized").last().message
+    assert float(elastic.allocated_gpu) == 2.0 and elastic.replicas == 2 and len(intent(elastic).device_ids) == 2
+    assert "the cards it gave back are free" in elastic.events.filter(kind="resized").last().message
     assert launch(high) == world.k8s_cluster.pk  # now it may run on them
     high.refresh_from_db()
     controller(world.emulator, high.external_id.split("/")[-1])
@@ -166,7 +204,7 @@ def test_elastic_shrink_reaches_the_backend_and_frees_devices_only_once_it_confi
     assert high.status == "completed"
     run_cycle(world.vdc.pk)
     elastic.refresh_from_db()
-    assert len(elastic.live_placement) == 4
+    assert len(elastic.placement) == 4
     reconcile_cluster(world.k8s_cluster.pk)
     assert stored(world.emulator, JOBS, NS)[name]["spec"]["parallelism"] == 4
     controller(world.emulator, name)
@@ -175,8 +213,19 @@ def test_elastic_shrink_reaches_the_backend_and_frees_devices_only_once_it_confi
 
 def test_replicas_an_hpa_adds_or_removes_are_read_back_into_quotas_and_billing(k8s):
     world = k8s
-    service = run(world, submit(world, name="serve", kind="inference", queue="high", gpu_spec="1(A100)",
-                                port=8080, autoscale_min=1, autoscale_max=3))  # fmt: skip
+    service = run(
+        world,
+        submit(
+            world,
+            name="serve",
+            kind="inference",
+            queue="high",
+            gpu_spec="1(A100)",
+            port=8080,
+            autoscale_min=1,
+            autoscale_max=3,
+        ),
+    )
     name = service.external_id.split("/")[-1]
     assert service.replicas == 1 and float(service.allocated_gpu) == 1.0
 
@@ -190,7 +239,7 @@ def test_replicas_an_hpa_adds_or_removes_are_read_back_into_quotas_and_billing(k
     assert len(set(devices)) == 3  # three distinct cards of the node
     event = service.events.filter(kind="resized").last()
     assert "runs 3 replicas (was 1)" in event.message and event.data["by"] == "backend"
-    assert sorted(intent(service).devices) == sorted(devices)
+    assert sorted(intent(service).device_ids) == sorted(devices)
     assert_consistent(world)
     other = submit(world, name="other", queue="high", gpu_spec="2(A100)")
     run_cycle(world.vdc.pk)
@@ -240,30 +289,38 @@ def test_node_conditions_and_cordons_reach_the_snapshot(k8s):
 
 
 def test_discover_nodes_reads_nodes_cores_memory_and_cards_from_the_api(k8s):
-    # Issue 14: Kubernetes clusters had no node discovery; their nodes and cards were typed in by hand.
-    from apps.clusters.services import discover_nodes  # noqa: PLC0415
+    # Kubernetes clusters had no node discovery; their nodes and cards were typed in by hand.
+    from apps.clusters.services import discover_nodes
 
     k8s.emulator.objects["v1/nodes", None, "k8s-node-2"] = {
-        "apiVersion": "v1", "kind": "Node",
+        "apiVersion": "v1",
+        "kind": "Node",
         "metadata": {"name": "k8s-node-2", "labels": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}},
         "status": {
             "conditions": [{"type": "Ready", "status": "True"}],
             "allocatable": {"cpu": "63500m", "memory": "515437416Ki", "nvidia.com/gpu": "8", "pods": "110"},
             "addresses": [{"type": "InternalIP", "address": "10.0.0.12"}],
         },
-    }  # fmt: skip
+    }
     k8s.emulator.objects["v1/nodes", None, "k8s-node-3"] = {
-        "apiVersion": "v1", "kind": "Node", "metadata": {"name": "k8s-node-3"},
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "k8s-node-3"},
         "status": {"allocatable": {"cpu": "32", "memory": "128Gi", "example.com/npu-x": "4"}},
-    }  # fmt: skip
+    }
     found = discover_nodes(k8s.k8s_cluster)
     nodes = {n.name: n for n in found.nodes}
     assert set(nodes) == {"k8s-node-1", "k8s-node-2", "k8s-node-3"} and found.created == 2
     new = nodes["k8s-node-2"]
     assert (new.cpu, round(new.memory_gib)) == (Decimal("63.5"), 492)
     assert [d.gpu_model.name for d in new.devices.order_by("index")] == ["A100-80G"] * 8
-    assert found.notes == ["k8s-node-3: 4 x example.com/npu-x of a model the catalog does not name "
-                           "(new model: add it to the GPU catalog or label the cluster)"]  # fmt: skip
+    # k8s-node-1 reports no cards any more: its four are marked missing, not deleted.
+    missing = [f"k8s-node-1#{i}: not reported by the backend any more: marked missing" for i in range(4)]
+    assert found.notes == [
+        *missing,
+        "k8s-node-3: 4 x example.com/npu-x of a model the catalog does not name "
+        "(new model: add it to the GPU catalog or label the cluster)",
+    ]
     assert not nodes["k8s-node-3"].devices.exists()
     # Discovered cards take work: an 8-card task fits only on the new node.
     k8s.quota.limit_gpu = 16
@@ -274,44 +331,64 @@ def test_discover_nodes_reads_nodes_cores_memory_and_cards_from_the_api(k8s):
     assert task.status == "scheduled" and task.placement[0]["node_name"] == "k8s-node-2"
 
 
-def test_discovery_keeps_cards_a_running_job_holds_when_the_backend_reports_fewer(k8s):
-    # A node reporting fewer cards must not delete the rows of cards a job holds: a card that comes back would get a
-    # new id, the engine would see it free while the job still uses it, and it would be held twice.
-    from apps.clusters.services import discover_nodes  # noqa: PLC0415
+def test_discovery_marks_cards_the_backend_no_longer_reports_missing_and_keeps_their_rows(k8s):
+    # A node reporting fewer cards must not delete card rows: a card that comes back would get a new id, the engine
+    # would see it free while a job still uses it, and it would be held twice.
+    from apps.clusters.services import discover_nodes
 
     task = submit(k8s, gpu_spec="2(A100)", name="holder", queue="high")
     run_cycle(k8s.vdc.pk)
     task.refresh_from_db()
     held = {d["id"] for p in task.placement for d in p["devices"]}
     assert task.status == "scheduled" and len(held) == 2
+    rows = dict(k8s.k8s_node.devices.values_list("index", "pk"))
     node = k8s.emulator.objects["v1/nodes", None, "k8s-node-1"]
     labels = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
     status = {"conditions": [{"type": "Ready", "status": "True"}], "allocatable": {"cpu": "64", "memory": "512Gi"}}
     no_cards = {**status["allocatable"], "nvidia.com/gpu": "0"}
     node.patch({"metadata": {"labels": labels}, "status": {**status, "allocatable": no_cards}})
     found = discover_nodes(k8s.k8s_cluster)
-    left = set(k8s.k8s_node.devices.values_list("pk", flat=True))
-    assert left == held
+    assert dict(k8s.k8s_node.devices.values_list("index", "pk")) == rows
+    assert not k8s.k8s_node.devices.present().exists()
     assert sorted(found.notes) == sorted(
-        f"k8s-node-1#{i}: not reported by the backend but held by a running job; kept until it ends"
-        for i in k8s.k8s_node.devices.values_list("index", flat=True)
+        f"k8s-node-1#{i}: not reported by the backend any more: marked missing" for i in rows
     )
+    task.refresh_from_db()
+    assert task.status == "scheduled" and {d["id"] for p in task.placement for d in p["devices"]} == held
+
     node.patch({"status": {"allocatable": {**status["allocatable"], "nvidia.com/gpu": "4"}}})
     discover_nodes(k8s.k8s_cluster)
-    assert held <= set(k8s.k8s_node.devices.values_list("pk", flat=True)) and k8s.k8s_node.devices.count() == 4
-    other = submit(k8s, gpu_spec="4(A100)", name="whole-node", queue="high")
+    assert dict(k8s.k8s_node.devices.values_list("index", "pk")) == rows
+    present = set(k8s.k8s_node.devices.present().values_list("pk", flat=True))
+    assert present == {rows[i] for i in range(4)}
+    other = submit(k8s, gpu_spec="2(A100)", name="beside", queue="high")
     run_cycle(k8s.vdc.pk)
     other.refresh_from_db()
-    assert other.status == "queued"  # two of the four cards are still the holder's
+    got = {d["id"] for p in other.placement for d in p["devices"]}
+    # Two free present cards are enough; the holder's cards are never given out again.
+    assert (other.status == "scheduled" and got <= present - held) if len(present - held) >= 2 else not got
+    assert not got & held
 
 
 def test_an_inference_services_autoscaling_reaches_its_hpa_with_the_users_numbers(k8s):
-    # Issue 12: a service asked for 1-4 replicas at cpu 60 / gpu 70 got an HPA with min = max = 1 and cpu 80 (the
+    # A service asked for 1-4 replicas at cpu 60 / gpu 70 got an HPA with min = max = 1 and cpu 80 (the
     # execution service wrote autoscale_* keys, the manifest builder read min_replicas / target_*_utilization).
     world = k8s
-    service = run(world, submit(world, name="serve", kind="inference", queue="high", gpu_spec="1(A100)", port=8080,
-                                autoscale_min=1, autoscale_max=4, autoscale_cpu_percent=60,
-                                autoscale_gpu_percent=70))  # fmt: skip
+    service = run(
+        world,
+        submit(
+            world,
+            name="serve",
+            kind="inference",
+            queue="high",
+            gpu_spec="1(A100)",
+            port=8080,
+            autoscale_min=1,
+            autoscale_max=4,
+            autoscale_cpu_percent=60,
+            autoscale_gpu_percent=70,
+        ),
+    )
     name = service.external_id.split("/")[-1]
     hpa = world.emulator.objects["autoscaling/v2/horizontalpodautoscalers", NS, name]
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (1, 4)
@@ -326,19 +403,32 @@ def test_an_inference_services_autoscaling_reaches_its_hpa_with_the_users_number
 def test_autoscaling_edited_while_the_service_runs_patches_its_hpa(
     k8s, settings, monkeypatch, django_capture_on_commit_callbacks
 ):
-    from celery_app.app import app as celery  # noqa: PLC0415
+    from celery_app.app import app as celery
 
     # The job the edit queues on commit runs at once. Set on the Celery app itself: once an earlier test of the
     # session set (and restored) the key there, the Django setting is no longer read.
     monkeypatch.setitem(celery.conf, "task_always_eager", True)
     settings.CELERY_TASK_ALWAYS_EAGER = True
     world = k8s
-    service = run(world, submit(world, name="serve", kind="inference", queue="high", gpu_spec="1(A100)", port=8080,
-                                autoscale_min=1, autoscale_max=2, autoscale_gpu_percent=70))  # fmt: skip
+    service = run(
+        world,
+        submit(
+            world,
+            name="serve",
+            kind="inference",
+            queue="high",
+            gpu_spec="1(A100)",
+            port=8080,
+            autoscale_min=1,
+            autoscale_max=2,
+            autoscale_gpu_percent=70,
+        ),
+    )
     with django_capture_on_commit_callbacks(execute=True):
         update_autoscaling(service, world.member, autoscale_min=2, autoscale_max=3, autoscale_rps=40)
     hpa = world.emulator.objects["autoscaling/v2/horizontalpodautoscalers", NS, service.external_id.split("/")[-1]]
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 3)
+    assert hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 300
     names = {m["pods"]["metric"]["name"] for m in hpa["spec"]["metrics"] if m["type"] == "Pods"}
     assert names == {"DCGM_FI_DEV_GPU_UTIL", "http_requests_per_second"}
     assert not service.events.filter(kind="backend_error").exists()
@@ -347,15 +437,29 @@ def test_autoscaling_edited_while_the_service_runs_patches_its_hpa(
         update_autoscaling(service, world.member, autoscale_gpu_percent=None, autoscale_concurrency=12)
     hpa = world.emulator.objects["autoscaling/v2/horizontalpodautoscalers", NS, service.external_id.split("/")[-1]]
     pods = {m["pods"]["metric"]["name"]: m["pods"]["target"] for m in hpa["spec"]["metrics"] if m["type"] == "Pods"}
-    assert pods == {"http_requests_per_second": {"type": "AverageValue", "averageValue": "40"},
-                    "http_requests_in_flight": {"type": "AverageValue", "averageValue": "12"}}  # fmt: skip
+    assert pods == {
+        "http_requests_per_second": {"type": "AverageValue", "averageValue": "40"},
+        "http_requests_in_flight": {"type": "AverageValue", "averageValue": "12"},
+    }
 
 
 def test_a_readiness_path_becomes_the_probe_and_ready_replicas_follow_the_backend(k8s, client):
-    # Issue 16: the inference readiness probe had no field feeding it, so every replica counted as ready at once.
+    # The inference readiness probe had no field feeding it, so every replica counted as ready at once.
     world = k8s
-    service = run(world, submit(world, name="serve", kind="inference", queue="high", gpu_spec="1(A100)", port=8080,
-                                instances=2, readiness_path="/health?full=1", autoscale_memory_percent=75))  # fmt: skip
+    service = run(
+        world,
+        submit(
+            world,
+            name="serve",
+            kind="inference",
+            queue="high",
+            gpu_spec="1(A100)",
+            port=8080,
+            instances=2,
+            readiness_path="/health?full=1",
+            autoscale_memory_percent=75,
+        ),
+    )
     name = service.external_id.split("/")[-1]
     deployment = world.emulator.objects[DEPLOYMENTS, NS, name]
     probe = deployment["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]
@@ -379,10 +483,21 @@ def test_a_readiness_path_becomes_the_probe_and_ready_replicas_follow_the_backen
 
 
 def test_a_malformed_readiness_path_is_refused_with_what_was_expected(k8s):
-    response = client_for(k8s.member).post("/api/v1/tasks/", {
-        "project": k8s.project.pk, "queue": "high", "name": "serve", "kind": "inference", "gpu_spec": "1(A100)",
-        "image": "busybox:1.36", "command": "serve", "port": 8080, "readiness_path": "http://evil/health",
-    }, format="json")  # fmt: skip
+    response = client_for(k8s.member).post(
+        "/api/v1/tasks/",
+        {
+            "project": k8s.project.pk,
+            "queue": "high",
+            "name": "serve",
+            "kind": "inference",
+            "gpu_spec": "1(A100)",
+            "image": "busybox:1.36",
+            "command": "serve",
+            "port": 8080,
+            "readiness_path": "http://evil/health",
+        },
+        format="json",
+    )
     assert response.status_code == 400
     assert "Expected an HTTP path starting with / (e.g. /health)" in str(response.data["readiness_path"])
     assert not Task.objects.filter(name="serve").exists()

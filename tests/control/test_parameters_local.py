@@ -50,14 +50,24 @@ def wait_log(task: Task, text: str, timeout: float = 30.0) -> str:
 
 def test_every_declared_training_parameter_reaches_the_job_as_a_variable(world):
     task = started(
-        world, "high", name="params", framework="pytorch", model_path="/models/llama-7b", epochs=3, batch_size=64,
-        tensorboard_dir="/hcs/checkpoint/tb", command='env | grep "^HCS_" | sort; echo "cwd=$(pwd)"',
-    )  # fmt: skip
+        world,
+        "high",
+        name="params",
+        framework="pytorch",
+        model_path="/models/llama-7b",
+        epochs=3,
+        batch_size=64,
+        tensorboard_dir="/hcs/checkpoint/tb",
+        command='env | grep "^HCS_" | sort; echo "cwd=$(pwd)"',
+    )
     wait_status(task, "completed")
     variables = dict(line.split("=", 1) for line in log_of(task).splitlines() if line.startswith("HCS_"))
     assert {k: variables.get(k) for k in ("HCS_FRAMEWORK", "HCS_MODEL_PATH", "HCS_EPOCHS", "HCS_BATCH_SIZE")} == {
-        "HCS_FRAMEWORK": "pytorch", "HCS_MODEL_PATH": "/models/llama-7b", "HCS_EPOCHS": "3", "HCS_BATCH_SIZE": "64",
-    }  # fmt: skip
+        "HCS_FRAMEWORK": "pytorch",
+        "HCS_MODEL_PATH": "/models/llama-7b",
+        "HCS_EPOCHS": "3",
+        "HCS_BATCH_SIZE": "64",
+    }
     assert variables["HCS_CHECKPOINT_DIR"] == "/hcs/checkpoint"
     assert (variables["HCS_TENSORBOARD_DIR"], variables["HCS_TENSORBOARD_PORT"]) == ("/hcs/checkpoint/tb", "6006")
     # Only what is set: a training task has no port, token limit or temperature.
@@ -68,9 +78,16 @@ def test_every_declared_training_parameter_reaches_the_job_as_a_variable(world):
 
 def test_inference_parameters_reach_the_job(world):
     task = started(
-        world, "high", name="serve", kind="inference", model_path="/models/qwen", port=9000, max_tokens=512,
-        temperature="0.30", command='env | grep "^HCS_" | sort',
-    )  # fmt: skip
+        world,
+        "high",
+        name="serve",
+        kind="inference",
+        model_path="/models/qwen",
+        port=9000,
+        max_tokens=512,
+        temperature="0.30",
+        command='env | grep "^HCS_" | sort',
+    )
     wait_status(task, "completed")
     log = log_of(task)
     for line in ("HCS_MODEL_PATH=/models/qwen", "HCS_PORT=9000", "HCS_MAX_TOKENS=512", "HCS_TEMPERATURE=0.3"):
@@ -103,8 +120,15 @@ def test_a_preempted_training_task_resumes_from_its_checkpoint_directory(world):
     if os.geteuid() == 0:  # the job runs as the unprivileged job user, who owns its checkpoint directory
         assert kept.stat().st_uid != 0 and kept.stat().st_mode & 0o777 == 0o700
 
-    high = submit_task(world.outsider, project=world.other_project, queue="high", kind="training", name="urgent",
-                       gpu_spec="8(A100)", command="sleep 60")  # fmt: skip
+    high = submit_task(
+        world.outsider,
+        project=world.other_project,
+        queue="high",
+        kind="training",
+        name="urgent",
+        gpu_spec="8(A100)",
+        command="sleep 60",
+    )
     run_cycle(world.vdc.pk)  # the high task takes the node: the low one is suspended, its job cancelled
     low.refresh_from_db()
     assert low.status == "suspended"
@@ -149,11 +173,33 @@ def test_the_checkpoint_directory_goes_when_the_task_is_deleted_and_not_before(w
 
 
 def test_a_checkpoint_path_names_where_the_job_finds_the_directory(world):
-    task = started(world, "high", name="custom", checkpoint_path="/workspace/ckpt",
-                   command='echo "dir=$HCS_CHECKPOINT_DIR"; echo saved > "$HCS_CHECKPOINT_DIR/state"')  # fmt: skip
+    task = started(
+        world,
+        "high",
+        name="custom",
+        checkpoint_path="/workspace/ckpt",
+        command='echo "dir=$HCS_CHECKPOINT_DIR"; echo saved > "$HCS_CHECKPOINT_DIR/state"',
+    )
     wait_status(task, "completed")
     assert "dir=/workspace/ckpt" in log_of(task)
     assert (executor_for(world.cluster).checkpoint_dir(task.uid.hex) / "state").read_text() == "saved\n"
+
+
+@pytest.mark.parametrize(("logdir", "kept"), [("/hcs/tb", False), ("/hcs/checkpoint/tb", True), ("runs/tb", False)])
+def test_a_tensorboard_log_dir_is_writable_wherever_the_task_puts_it(world, logdir, kept):
+    """The sandbox's root is read-only: an absolute log dir outside the checkpoint directory is a directory of the
+    job's own mounted there; inside the checkpoint directory it is kept with the checkpoints."""
+    task = started(
+        world,
+        "high",
+        name="tb",
+        tensorboard_dir=logdir,
+        command='mkdir -p "$HCS_TENSORBOARD_DIR" && echo event > "$HCS_TENSORBOARD_DIR/events.out" && echo wrote',
+    )
+    task = wait_status(task, "completed")
+    assert "wrote" in log_of(task)
+    checkpoints = executor_for(world.cluster).checkpoint_dir(task.uid.hex)
+    assert (checkpoints / "tb" / "events.out").exists() is kept
 
 
 def test_a_failed_removal_is_kept_on_the_store_and_tried_again_a_minute_later(world, monkeypatch):

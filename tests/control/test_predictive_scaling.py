@@ -33,6 +33,20 @@ def seed_history(task, now: float, days: float, rate=daily_rate):
     ServiceLoadSample.objects.bulk_create(rows)
 
 
+def seed_forecasts(task, now: float, days: float, rate, error: float = 0.0):
+    """Forecasts for the buckets of the last ``days`` before ``now``: what ``rate`` gives, off by ``error``."""
+    first = autoscaling.bucket_start(now) - timedelta(days=days)
+    for row in ServiceLoadSample.objects.filter(task=task, start__gte=first, start__lt=autoscaling.bucket_start(now)):
+        row.forecast_rps = rate(row.start) * (1 + error)
+        row.forecast_method = "holt-winters"
+        row.save(update_fields=["forecast_rps", "forecast_method"])
+
+
+def varying(shape, factors=(0.8, 1.2, 0.9, 1.1)):
+    """A load of the daily ``shape`` whose level changes from day to day (so "same time yesterday" misses)."""
+    return lambda at: shape(at) * factors[at.toordinal() % len(factors)]
+
+
 def morning(hour: float) -> float:
     """An epoch second at ``hour`` UTC today, rounded to a bucket start plus 20 s."""
     day = int(time.time()) // 86400 * 86400
@@ -56,19 +70,66 @@ def test_a_predictive_service_scales_ahead_of_the_forecast_with_the_reason(world
     svc = service(world, autoscale_max=8, autoscale_predictive=True)
     # Every morning the load jumps from 5 to 40 requests/s at 04:10; it is 04:00 and the service runs 1 replica.
     now = morning(4)
-    seed_history(svc, now, days=3, rate=lambda at: 40.0 if (4, 10) <= (at.hour, at.minute) < (6, 0) else 5.0)
+    rate = varying(lambda at: 40.0 if (4, 10) <= (at.hour, at.minute) < (6, 0) else 5.0)
+    seed_history(svc, now, days=3, rate=rate)
+    seed_forecasts(svc, now, days=1, rate=rate, error=0.02)  # its forecasts were right within 2 %
     load(svc, 5, now)
+    [backtest] = autoscaling.refit_forecasts(now).values()
+    assert backtest.earns_place, backtest.describe()
     [outcome] = autoscaling.run_autoscaler(now)
     ahead = ServiceLoadSample.objects.filter(task=svc, start__gt=autoscaling.bucket_start(now))
     assert ahead.count() == autoscaling.HORIZON_BUCKETS
     assert {r.forecast_method for r in ahead} == {"holt-winters"}
     assert all(r.rps is None for r in ahead)
     peak = max(r.forecast_rps for r in ahead if r.start.timestamp() <= now + autoscaling.LEAD_S)
-    assert 35.0 < peak < 45.0
+    assert 25.0 < peak < 60.0
     assert outcome.desired == min(math.ceil(peak / 10 - 1e-9), 5)  # at most n + 4 in one decision
     assert f"forecast {peak:.1f} req/s" in outcome.reason
     event = svc.events.filter(kind="autoscaled").last()
     assert event.data["metric"] == "forecast"
+
+
+def test_a_forecast_that_does_not_beat_the_naive_rules_is_not_used_and_the_page_says_so(world, client):
+    svc = service(world, autoscale_max=8, autoscale_predictive=True)
+    now = morning(4)
+    rate = varying(lambda at: 40.0 if (4, 10) <= (at.hour, at.minute) < (6, 0) else 5.0)
+    seed_history(svc, now, days=3, rate=rate)
+    seed_forecasts(svc, now, days=1, rate=rate, error=0.6)  # 60 % off: "last value" does better
+    load(svc, 5, now)
+    [backtest] = autoscaling.refit_forecasts(now).values()
+    assert not backtest.earns_place
+    assert backtest.forecast_error > backtest.last_value_error
+    [outcome] = autoscaling.run_autoscaler(now)
+    assert outcome.desired == 1  # reactive: 5 requests/s for a target of 10
+    client.force_login(world.member)
+    page = client.get(reverse("portal:task-monitoring", args=[svc.pk])).content.decode()
+    assert "forecast not used (reactive)" in page
+
+
+def test_a_fresh_service_has_no_backtest_and_scales_reactively(world):
+    svc = service(world, autoscale_max=8, autoscale_predictive=True)
+    now = morning(4)
+    seed_history(svc, now, days=3, rate=lambda at: 40.0 if (4, 10) <= (at.hour, at.minute) < (6, 0) else 5.0)
+    load(svc, 5, now)
+    [backtest] = autoscaling.refit_forecasts(now).values()
+    assert backtest.buckets == 0 and not backtest.earns_place
+    [outcome] = autoscaling.run_autoscaler(now)
+    assert outcome.desired == 1
+
+
+def test_the_decision_loop_never_fits_a_forecast(world, monkeypatch):
+    svc = service(world, autoscale_max=8, autoscale_predictive=True)
+    now = morning(4)
+    seed_history(svc, now, days=3)
+
+    def fit(*args):
+        raise AssertionError("a forecast was fitted inside the decision loop")
+
+    monkeypatch.setattr(autoscaling, "refresh_forecast", fit)
+    monkeypatch.setattr(autoscaling.forecasting, "forecast", fit)
+    load(svc, 15, now)
+    [outcome] = autoscaling.run_autoscaler(now)
+    assert outcome.desired == 2
 
 
 def test_without_the_switch_the_same_history_changes_nothing(world):
@@ -86,6 +147,7 @@ def test_a_low_forecast_never_scales_a_busy_service_down(world):
     now = morning(4)
     seed_history(svc, now, days=3, rate=lambda at: 1.0)
     load(svc, 30, now)
+    autoscaling.refit_forecasts(now)
     [outcome] = autoscaling.run_autoscaler(now)
     assert outcome.desired == 3
     assert "30.0 requests/s" in outcome.reason
@@ -96,9 +158,10 @@ def test_short_history_forecasts_with_seasonal_naive(world):
     now = morning(4)
     seed_history(svc, now, days=1.5)
     load(svc, 15, now)
-    autoscaling.run_autoscaler(now)
-    methods = set(ServiceLoadSample.objects.filter(task=svc).exclude(forecast_method="").values_list(
-        "forecast_method", flat=True))  # fmt: skip
+    autoscaling.refit_forecasts(now)
+    methods = set(
+        ServiceLoadSample.objects.filter(task=svc).exclude(forecast_method="").values_list("forecast_method", flat=True)
+    )
     assert methods == {"seasonal naive"}
 
 
@@ -110,6 +173,7 @@ def test_the_forecast_is_refitted_once_per_bucket(world, monkeypatch):
     monkeypatch.setattr(autoscaling, "refresh_forecast", lambda task, at: calls.append(at) or real(task, at))
     for step in range(0, autoscaling.BUCKET_S + 1, 15):
         autoscaling.run_autoscaler(now + step)
+        autoscaling.refit_forecasts(now + step)
     assert len(calls) == 2  # the bucket of ``now`` and the next one
 
 
@@ -148,7 +212,7 @@ def test_load_api_and_page_show_measured_and_forecast(world, api, client):
     now = time.time()
     seed_history(svc, now, days=3)
     load(svc, 15, now)
-    autoscaling.run_autoscaler(now)
+    autoscaling.refit_forecasts(now)
     api.force_authenticate(world.member)
     points = api.get(f"/api/v1/tasks/{svc.pk}/load/").json()
     assert len(points) >= 24 * 12
@@ -161,14 +225,14 @@ def test_load_api_and_page_show_measured_and_forecast(world, api, client):
     page = client.get(reverse("portal:task-monitoring", args=[svc.pk])).content.decode()
     assert 'data-field="load-chart"' in page
     assert "Forecast" in page and "forecast: holt-winters" in page
+    assert 'data-field="backtest"' in page and "buckets backtested" in page
 
 
 def test_the_page_form_turns_the_switch_on_and_off(world, client):
     svc = service(world)
     client.force_login(world.member)
     url = reverse("portal:task-autoscaling", args=[svc.pk])
-    client.post(url, {"autoscale_min": "1", "autoscale_max": "3", "autoscale_rps": "10",
-                      "autoscale_predictive": "on"})  # fmt: skip
+    client.post(url, {"autoscale_min": "1", "autoscale_max": "3", "autoscale_rps": "10", "autoscale_predictive": "on"})
     assert Task.objects.get(pk=svc.pk).autoscale_predictive
     client.post(url, {"autoscale_min": "1", "autoscale_max": "3", "autoscale_rps": "10"})
     assert not Task.objects.get(pk=svc.pk).autoscale_predictive
@@ -176,6 +240,6 @@ def test_the_page_form_turns_the_switch_on_and_off(world, client):
 
 @pytest.fixture
 def api():
-    from rest_framework.test import APIClient  # noqa: PLC0415
+    from rest_framework.test import APIClient
 
     return APIClient()

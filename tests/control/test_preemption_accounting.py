@@ -1,4 +1,5 @@
-"""Issue 13 B on the Django side: queue rules reach the engine; preemptions are counted with the work they lose."""
+"""Anti-churn (docs/rules.md#scheduling-quality) on the Django side: queue rules reach the engine; preemptions are
+counted with the work they lose."""
 
 from __future__ import annotations
 
@@ -16,8 +17,7 @@ from tests.api.base import client_for
 def submit(world, queue="high", project=None, user=None, **fields):
     fields.setdefault("kind", "training")
     fields.setdefault("name", "job")
-    return submit_task(user or world.member, project=project or world.project, queue=queue, command="sleep 1",
-                       **fields)  # fmt: skip
+    return submit_task(user or world.member, project=project or world.project, queue=queue, command="sleep 1", **fields)
 
 
 def test_queue_reservation_threshold_and_minimum_run_reach_the_engine(world):

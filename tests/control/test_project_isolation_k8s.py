@@ -1,7 +1,7 @@
 """Per-project namespaces through the control plane, against the Kubernetes API emulator: a task of a project
 lands in that project's namespace, made and labelled by the portal with a ResourceQuota mirroring the project's
 quota; quota changes are carried over; a backend failure while ensuring the namespace keeps the task queued with
-a backend error on its timeline (issue 16, per-project backend isolation)."""
+a backend error on its timeline."""
 
 from __future__ import annotations
 
@@ -64,11 +64,12 @@ def test_task_runs_in_its_project_namespace_under_the_mirrored_quota(per_project
     # The job's pods in the project namespace are followed like any other.
     template_labels = stored(api, "batch/v1/jobs", PROJECT_NS)[name]["spec"]["template"]["metadata"]["labels"]
     api.objects["v1/pods", PROJECT_NS, f"{name}-0"] = {
-        "apiVersion": "v1", "kind": "Pod",
+        "apiVersion": "v1",
+        "kind": "Pod",
         "metadata": {"name": f"{name}-0", "namespace": PROJECT_NS, "labels": template_labels},
         "spec": {"containers": [{"name": "main", "image": "busybox"}], "nodeName": "k8s-node-1"},
         "status": {"phase": "Running"},
-    }  # fmt: skip
+    }
     api.objects["batch/v1/jobs", PROJECT_NS, name].patch({"status": {"active": 1}})
     result = reconcile_cluster(world.k8s_cluster.pk)
     assert result.reachable and not result.untracked, result
@@ -89,9 +90,14 @@ def test_cards_mirrored_per_resource_by_the_lowest_exchange_rate(per_project):
     world = per_project
     node = NodeFactory(cluster=world.k8s_cluster, name="mlu-node")
     mlu370 = GPUModel.objects.get(name="MLU370")  # 0.35, not shareable
-    older = GPUModel.objects.create(name="MLU290", vendor="cambricon", vram_gib=Decimal(32),
-                                    exchange_rate=Decimal("0.2"), resource_name="cambricon.com/mlu",
-                                    visible_devices_env="MLU_VISIBLE_DEVICES")  # fmt: skip
+    older = GPUModel.objects.create(
+        name="MLU290",
+        vendor="cambricon",
+        vram_gib=Decimal(32),
+        exchange_rate=Decimal("0.2"),
+        resource_name="cambricon.com/mlu",
+        visible_devices_env="MLU_VISIBLE_DEVICES",
+    )
     DeviceFactory(node=node, index=0, gpu_model=mlu370)
     DeviceFactory(node=node, index=1, gpu_model=older)
     DeviceFactory(node=node, index=2, gpu_model=GPUModel.objects.get(name="DCU-Z100"))  # 0.4
@@ -118,11 +124,13 @@ def test_quota_changes_are_carried_to_the_namespace(per_project, monkeypatch, dj
     quota.limit_cpu, quota.limit_memory_gib, quota.limit_gpu = Decimal("32.5"), Decimal("100"), Decimal("4")
     with django_capture_on_commit_callbacks(execute=True):
         quota.save()
-    assert queued == [(jobs.sync_project_isolation, (world.project.pk, world.vdc.pk))]
+    assert queued == [(jobs.sync_project_isolation.name, (world.project.pk, world.vdc.pk))]
     jobs.sync_project_isolation(world.project.pk, world.vdc.pk)
     assert quota_hard(api) == {
-        "requests.cpu": "32500m", "requests.memory": "100Gi", "requests.hygon.com/dcu": "10",
-    }  # fmt: skip
+        "requests.cpu": "32500m",
+        "requests.memory": "100Gi",
+        "requests.hygon.com/dcu": "10",
+    }
 
     quota.enforce = False  # advisory: the portal limits nothing, so neither does the namespace
     with django_capture_on_commit_callbacks(execute=True):

@@ -1,6 +1,6 @@
 """Per-project accounts end to end on the real dev Slurm cluster (slurmdbd on the local MariaDB): a task of a
 per-project cluster runs under its project's account, made by the portal with GrpTRES mirroring the quota, and a
-quota save carries the new limit to Slurm (issue 16, per-project backend isolation)."""
+quota save carries the new limit to Slurm."""
 
 from __future__ import annotations
 
@@ -31,15 +31,22 @@ def per_project(slurm_world, slurm):
     yield slurm_world
     subprocess.run(["scancel", "-A", slurm_world.account], capture_output=True, env=slurm_world.slurm_env, check=False)
     time.sleep(1)
-    subprocess.run(["sacctmgr", "-i", "delete", "account", slurm_world.account], capture_output=True,
-                   env=slurm_world.slurm_env, check=False)  # fmt: skip
+    subprocess.run(
+        ["sacctmgr", "-i", "delete", "account", slurm_world.account],
+        capture_output=True,
+        env=slurm_world.slurm_env,
+        check=False,
+    )
 
 
 def grp_tres(world) -> str:
     rows = subprocess.run(
         ["sacctmgr", "-n", "-P", "show", "assoc", f"account={world.account}", "user=hcs", "format=user,grptres"],
-        capture_output=True, text=True, env=world.slurm_env, check=True,
-    ).stdout  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=world.slurm_env,
+        check=True,
+    ).stdout
     return next(line.split("|")[1] for line in rows.splitlines() if line.startswith("hcs|"))
 
 
@@ -52,8 +59,13 @@ def test_task_runs_under_its_project_account_with_the_quota_as_grp_tres(
     drive.wait_status(task, {"completed"}, timeout=90, step=0.5)
     record = executor_for(task.cluster)._record(task.external_id)
     assert record["account"] == world.account
-    sacct = subprocess.run(["sacct", "-n", "-P", "-X", "-j", task.external_id, "-o", "account"],
-                           capture_output=True, text=True, env=world.slurm_env, check=True).stdout  # fmt: skip
+    sacct = subprocess.run(
+        ["sacct", "-n", "-P", "-X", "-j", task.external_id, "-o", "account"],
+        capture_output=True,
+        text=True,
+        env=world.slurm_env,
+        check=True,
+    ).stdout
     assert sacct.split() == [world.account]
     # The world's quota: 16 cores, 256 GiB, 32 GPU-equivalents = 80 cards at V100's 0.4 (the lowest rate here).
     assert grp_tres(world) == "cpu=16,gres/gpu=80,mem=256G"

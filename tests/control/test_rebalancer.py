@@ -17,8 +17,16 @@ from apps.vdc.models import CapacityLoan, Membership, Project, ProjectQuota, Reb
 
 
 def submit(user, project, gpu_spec, name):
-    return submit_task(user, project=project, queue="medium", kind="training", name=name, command="sleep 1",
-                       gpu_spec=gpu_spec, expected_duration=timedelta(minutes=10))  # fmt: skip
+    return submit_task(
+        user,
+        project=project,
+        queue="medium",
+        kind="training",
+        name=name,
+        command="sleep 1",
+        gpu_spec=gpu_spec,
+        expected_duration=timedelta(minutes=10),
+    )
 
 
 @pytest.fixture
@@ -130,10 +138,15 @@ def test_admin_return_settles_by_billing_mode(two_projects):
     PriceRule.objects.create(resource_type="gpu_eq", price_per_hour=Decimal("10"))
     RebalancerSettings.objects.update(loan_billing="lender_credited")
     loan = CapacityLoan.objects.create(
-        vdc=w.vdc, lender=w.other_project, borrower=w.project, gpu=Decimal(2), reason="test",
-        started_at=timezone.now() - timedelta(hours=1), expires_at=timezone.now() + timedelta(hours=1),
+        vdc=w.vdc,
+        lender=w.other_project,
+        borrower=w.project,
+        gpu=Decimal(2),
+        reason="test",
+        started_at=timezone.now() - timedelta(hours=1),
+        expires_at=timezone.now() + timedelta(hours=1),
         used_gpu_hours=Decimal("1.5"),
-    )  # fmt: skip
+    )
     loan = return_loan(loan.pk, user=w.admin)
     assert loan.return_reason == "admin" and loan.settlement.startswith("lender credited 15.00")
     credit = Transaction.objects.get()
@@ -150,8 +163,9 @@ def test_with_loans_for_low_class_work_only_medium_work_gets_no_loan_and_low_wor
     jobs.rebalance_capacity()
     assert not CapacityLoan.objects.exists()  # only medium work waits: a loan would not help it
 
-    low = submit_task(w.member, project=w.project, queue="low", kind="training", name="low", command="sleep 1",
-                      gpu_spec="2(A100)")  # fmt: skip
+    low = submit_task(
+        w.member, project=w.project, queue="low", kind="training", name="low", command="sleep 1", gpu_spec="2(A100)"
+    )
     run_cycle(w.vdc.pk)
     RebalancerSettings.objects.update(last_run_at=None)
     jobs.rebalance_capacity()
@@ -175,21 +189,37 @@ def test_fair_share_follows_the_loan_billing_through_the_scheduling_service(two_
     w = two_projects
     RebalancerSettings.objects.update(enabled=False, loan_billing=billing)
     now = timezone.now()
-    CapacityLoan.objects.create(vdc=w.vdc, lender=w.other_project, borrower=w.project, gpu=Decimal(4), reason="test",
-                                started_at=now, expires_at=now + timedelta(hours=1))  # fmt: skip
-    gamma = ProjectQuota.objects.create(project=Project.objects.create(name="gamma"), vdc=w.vdc,
-                                        limit_cpu=Decimal(64), limit_memory_gib=Decimal(512),
-                                        limit_gpu=Decimal(8)).project  # fmt: skip
+    CapacityLoan.objects.create(
+        vdc=w.vdc,
+        lender=w.other_project,
+        borrower=w.project,
+        gpu=Decimal(4),
+        reason="test",
+        started_at=now,
+        expires_at=now + timedelta(hours=1),
+    )
+    gamma = ProjectQuota.objects.create(
+        project=Project.objects.create(name="gamma"),
+        vdc=w.vdc,
+        limit_cpu=Decimal(64),
+        limit_memory_gib=Decimal(512),
+        limit_gpu=Decimal(8),
+    ).project
     Membership.objects.create(project=gamma, user=w.outsider, role="owner")
     for spec in ("4(A100)", "3(A100)"):
-        submit_task(w.member, project=w.project, queue="high", kind="training", name=spec, command="sleep 1",
-                    gpu_spec=spec)  # fmt: skip
+        submit_task(
+            w.member, project=w.project, queue="high", kind="training", name=spec, command="sleep 1", gpu_spec=spec
+        )
     submit_task(w.outsider, project=gamma, queue="high", kind="training", name="cpu", command="sleep 1", cpu=40)
     run_cycle(w.vdc.pk)
     assert Task.objects.filter(status="scheduled").count() == 3
     fair = TaskQueue.objects.create(vdc=w.vdc, name="fair", priority_class="high", policy="drf")
-    wants = {p: submit_task(u, project=p, queue=fair, kind="training", name=f"{p.name}-more", command="sleep 1",
-                            gpu_spec="1(A100)") for p, u in ((w.project, w.member), (gamma, w.outsider))}  # fmt: skip
+    wants = {
+        p: submit_task(
+            u, project=p, queue=fair, kind="training", name=f"{p.name}-more", command="sleep 1", gpu_spec="1(A100)"
+        )
+        for p, u in ((w.project, w.member), (gamma, w.outsider))
+    }
     run_cycle(w.vdc.pk)
     ran = {p.name for p, t in wants.items() if Task.objects.get(pk=t.pk).status == "scheduled"}
     assert ran == {first}

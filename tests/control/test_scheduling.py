@@ -6,6 +6,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from apps.control.models import BackendObject
 from apps.control.scheduling import SnapshotLoader, run_cycle
 from apps.queues.engine.model import Link
 from apps.tasks.models import Task
@@ -47,8 +48,15 @@ def test_task_that_does_not_fit_gets_a_position_and_a_reason(world):
 def test_a_task_of_another_project_that_preempts_stays_anonymous(world):
     low = submit(world, gpu_spec="8(A100)", queue="low", name="batch")
     run_cycle(world.vdc.pk)
-    other = submit_task(world.outsider, project=world.other_project, queue="high", kind="training",
-                        name="secret-project-run", gpu_spec="4(A100)", command="sleep 1")  # fmt: skip
+    other = submit_task(
+        world.outsider,
+        project=world.other_project,
+        queue="high",
+        kind="training",
+        name="secret-project-run",
+        gpu_spec="4(A100)",
+        command="sleep 1",
+    )
     run_cycle(world.vdc.pk)
     low.refresh_from_db()
     assert low.status == "suspended"
@@ -70,7 +78,7 @@ def test_high_task_preempts_low_task_and_low_is_suspended(world):
     assert low.status == "suspended"
     event = low.events.get(kind="suspended")
     assert event.data["by_task"] == high.pk
-    # Issue 11: who took the resources, why, and what happens next; not a bare id.
+    # Who took the resources, why, and what happens next; not a bare id.
     assert (
         event.message
         == low.status_message
@@ -87,8 +95,9 @@ def test_high_task_preempts_low_task_and_low_is_suspended(world):
 def test_snapshot_queries_do_not_grow_with_tasks(world):
     def queries_for(n):
         Task.objects.all().delete()
-        TaskFactory.create_batch(n, project=world.project, owner=world.member, vdc=world.vdc, queue=world.low,
-                                 gpu_spec="8(A100)")  # fmt: skip
+        TaskFactory.create_batch(
+            n, project=world.project, owner=world.member, vdc=world.vdc, queue=world.low, gpu_spec="8(A100)"
+        )
         with CaptureQueriesContext(connection) as load:
             SnapshotLoader(world.vdc).load(timezone.now())
         with CaptureQueriesContext(connection) as cycle:
@@ -110,6 +119,8 @@ def test_naming_the_running_tasks_waiting_work_waits_for_costs_no_query_per_task
     world.high.save()
 
     def cycle_with(waiting_count):
+        # Gone from the backend too: a job of a deleted task would keep its card until its backend confirms it gone.
+        BackendObject.objects.all().delete()
         Task.objects.all().delete()
         for k in range(8):  # fill the node's eight cards, ending one hour apart
             submit(world, gpu_spec="1(A100)", name=f"running-{k}", expected_duration=timedelta(hours=k + 1))
@@ -134,7 +145,7 @@ def test_cycle_of_a_disabled_vdc_is_skipped(world):
 
 
 def test_a_task_the_engine_cannot_take_is_set_aside_and_the_cycle_goes_on(world):
-    """Issue 10 #2/#3: list-valued labels and absurd durations once made every cycle of the VDC fail."""
+    """List-valued labels and absurd durations once made every cycle of the VDC fail."""
     bad_labels = submit(world, gpu_spec="1(A100)", name="labels")
     Task.objects.filter(pk=bad_labels.pk).update(required_labels={"gpu": ["a100"]})  # got past the doors
     bad_duration = submit(world, gpu_spec="1(A100)", name="forever")
@@ -153,7 +164,7 @@ def test_a_task_the_engine_cannot_take_is_set_aside_and_the_cycle_goes_on(world)
 
 
 def test_a_task_that_makes_the_engine_fail_is_found_and_set_aside(world, monkeypatch):
-    from apps.queues import engine  # noqa: PLC0415
+    from apps.queues import engine
 
     culprit = submit(world, gpu_spec="1(A100)", name="culprit")
     others = [submit(world, gpu_spec="1(A100)", name=f"ok-{i}") for i in range(5)]
@@ -174,8 +185,8 @@ def test_a_task_that_makes_the_engine_fail_is_found_and_set_aside(world, monkeyp
 
 
 def test_one_vdcs_failing_cycle_does_not_stop_the_others(world, monkeypatch):
-    from apps.control import scheduling  # noqa: PLC0415
-    from tests.factories import ClusterFactory, DeviceFactory, NodeFactory, TaskQueueFactory, VDCFactory  # noqa: PLC0415
+    from apps.control import scheduling
+    from tests.factories import ClusterFactory, DeviceFactory, NodeFactory, TaskQueueFactory, VDCFactory
 
     broken = VDCFactory(name="broken")
     node = NodeFactory(cluster=ClusterFactory(vdc=broken, name="c-broken"))
@@ -216,7 +227,7 @@ def _clock(when, now):
 
 
 def test_a_waiting_task_is_told_which_running_task_it_waits_for_and_until_when(world):
-    # Issue 11 item 7: not just "not enough free capacity".
+    # Not just "not enough free capacity".
     world.quota.limit_gpu = 16
     world.quota.save()
     running = submit(world, gpu_spec="8(A100)", name="pretrain", expected_duration=timedelta(minutes=30))
@@ -258,9 +269,16 @@ def test_a_high_task_waits_for_a_medium_tasks_guaranteed_window_not_its_end(worl
 
 
 def test_the_running_task_waited_for_stays_anonymous_across_projects(world):
-    other = submit_task(world.outsider, project=world.other_project, queue="high", kind="training",
-                        name="secret-project-run", gpu_spec="8(A100)", command="sleep 1",
-                        expected_duration=timedelta(minutes=20))  # fmt: skip
+    other = submit_task(
+        world.outsider,
+        project=world.other_project,
+        queue="high",
+        kind="training",
+        name="secret-project-run",
+        gpu_spec="8(A100)",
+        command="sleep 1",
+        expected_duration=timedelta(minutes=20),
+    )
     run_cycle(world.vdc.pk)
     waiting = submit(world, gpu_spec="2(A100)", name="mine", queue="low")
     run_cycle(world.vdc.pk)
@@ -270,13 +288,20 @@ def test_the_running_task_waited_for_stays_anonymous_across_projects(world):
 
 
 def test_a_projects_quota_priority_reaches_the_engine(world):
-    # Issue 14: the admin's quota priority changed nothing.
-    from apps.vdc.models import ProjectQuota  # noqa: PLC0415
+    # The admin's quota priority changed nothing.
+    from apps.vdc.models import ProjectQuota
 
     mine = submit(world, gpu_spec="8(A100)", name="mine", queue="low")
     ProjectQuota.objects.filter(project=world.other_project).update(priority=10)
-    theirs = submit_task(world.outsider, project=world.other_project, queue="low", kind="training",
-                         name="theirs", gpu_spec="8(A100)", command="sleep 1")  # fmt: skip
+    theirs = submit_task(
+        world.outsider,
+        project=world.other_project,
+        queue="low",
+        kind="training",
+        name="theirs",
+        gpu_spec="8(A100)",
+        command="sleep 1",
+    )
     run_cycle(world.vdc.pk)
     mine.refresh_from_db()
     theirs.refresh_from_db()
@@ -284,10 +309,10 @@ def test_a_projects_quota_priority_reaches_the_engine(world):
 
 
 def test_card_links_reach_the_snapshot_parsed_once_per_distinct_json(world):
-    from django.db.models import JSONField, Value  # noqa: PLC0415
+    from django.db.models import JSONField, Value
 
-    from apps.clusters.models import Device  # noqa: PLC0415
-    from tests.factories import DeviceFactory, NodeFactory  # noqa: PLC0415
+    from apps.clusters.models import Device
+    from tests.factories import DeviceFactory, NodeFactory
 
     nvlink = [{"peer": 1, "type": "nvlink", "bandwidth_gbps": 600}, {"peer": "x"}, "junk", {"type": "pcie"}]
     first = world.node.devices.order_by("index")
@@ -303,3 +328,23 @@ def test_card_links_reach_the_snapshot_parsed_once_per_distinct_json(world):
     assert cards[(world.node.pk, 0)] is cards[(twin.pk, 0)]  # one parse for the same JSON
     assert cards[(world.node.pk, 1)] == (Link(peer_index=0, kind="pcie", bandwidth_gbps=0),)
     assert cards[(world.node.pk, 2)] == () and cards[(world.node.pk, 3)] == ()
+
+
+def test_a_task_held_by_its_projects_quota_waits_for_the_projects_own_task_that_ends_first(world):
+    world.quota.limit_gpu = 2
+    world.quota.save()
+    first = submit(world, gpu_spec="1(A100)", name="first", expected_duration=timedelta(hours=1))
+    submit(world, gpu_spec="1(A100)", name="second")
+    run_cycle(world.vdc.pk)
+    third = submit(world, gpu_spec="1(A100)", name="third")
+    run_cycle(world.vdc.pk)
+    third.refresh_from_db()
+    first.refresh_from_db()
+    assert third.pending_reason == "quota_exceeded"
+    # Free cards are there now; the quota frees one GPU when "first" is expected to end.
+    assert third.estimated_start is not None
+    assert third.estimated_start >= timezone.now() + timedelta(minutes=55)
+    assert third.pending_message.startswith(
+        f"the project's quota limit would be exceeded; enough of it frees up when task #{first.pk} “first” "
+        "(high class) is expected to end, "
+    )

@@ -8,14 +8,20 @@ from django.db import connection
 from apps.control.scheduling import run_cycle
 from apps.tasks.models import Task, TaskEvent
 from tests.factories import TaskFactory
-from tests.services import requires_postgres
 
 
-@requires_postgres
+@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_two_concurrent_cycles_never_double_place_a_task(world):
-    TaskFactory.create_batch(40, project=world.project, owner=world.member, vdc=world.vdc, queue=world.high,
-                             gpu_spec="1(A100)", status="queued")  # fmt: skip
+    TaskFactory.create_batch(
+        40,
+        project=world.project,
+        owner=world.member,
+        vdc=world.vdc,
+        queue=world.high,
+        gpu_spec="1(A100)",
+        status="queued",
+    )
     world.quota.limit_gpu = 100
     world.quota.save()
     barrier = threading.Barrier(2)
@@ -25,7 +31,7 @@ def test_two_concurrent_cycles_never_double_place_a_task(world):
         try:
             barrier.wait()
             results.append(run_cycle(world.vdc.pk))
-        except Exception as exc:  # noqa: BLE001 - surfaced by the assertion below
+        except Exception as exc:  # surfaced by the assertion below
             errors.append(exc)
         finally:
             connection.close()

@@ -1,4 +1,5 @@
-"""Issue 13 D through the Django service: new queue policies, quota weights and attained service reach the engine."""
+"""Queue policies through the Django service: new queue policies, quota weights and attained service reach the
+engine."""
 
 from datetime import timedelta
 from decimal import Decimal
@@ -12,11 +13,19 @@ from apps.control.scheduling import SnapshotLoader, run_cycle
 from apps.queues.services import set_queue_policy
 from apps.tasks.services import submit_task
 from apps.vdc.models import ProjectQuota
+from tests.factories import TaskFactory
 
 
 def submit(world, name, queue="low", gpu_spec="8(A100)"):
-    return submit_task(world.member, project=world.project, queue=queue, kind="training", name=name,
-                       command="sleep 1", gpu_spec=gpu_spec)  # fmt: skip
+    return submit_task(
+        world.member,
+        project=world.project,
+        queue=queue,
+        kind="training",
+        name=name,
+        command="sleep 1",
+        gpu_spec=gpu_spec,
+    )
 
 
 def _gpu_usage(world, task, hours):
@@ -85,3 +94,60 @@ def test_preemption_count_reaches_the_engine(world):
     type(again).objects.filter(pk=again.pk).update(preemption_count=3)
     snapshot = SnapshotLoader(world.vdc).load(timezone.now())
     assert {t.id: t.preemptions for t in snapshot.queued} == {fresh.pk: 0, again.pk: 3}
+
+
+def test_a_queues_las_thresholds_and_a_tasks_speed_up_curve_reach_the_engine(world):
+    world.low.las_thresholds_gpu_s = [600, 7200]
+    world.low.full_clean()
+    world.low.save()
+    # Made directly: the world's local cluster runs no elastic task, and admission is not the question here.
+    task = TaskFactory(
+        project=world.project,
+        owner=world.member,
+        vdc=world.vdc,
+        queue=world.low,
+        status="queued",
+        gpu_spec="1(A100)",
+        elastic_min=1,
+        elastic_max=4,
+        scaling=0.6,
+    )
+    snapshot = SnapshotLoader(world.vdc).load(timezone.now())
+    [queue] = [q for q in snapshot.queues if q.id == world.low.pk]
+    assert queue.las_thresholds_gpu_s == (600.0, 7200.0)
+    [engine_task] = [t for t in snapshot.queued if t.id == task.pk]
+    assert engine_task.scaling == 0.6
+
+
+@pytest.mark.parametrize("thresholds", [[7200, 600], [0, 10], ["1h"], [], [True, 5], 3600])
+def test_las_thresholds_must_be_ascending_positive_numbers(world, thresholds):
+    world.low.las_thresholds_gpu_s = thresholds
+    with pytest.raises(ValidationError, match="ascending positive GPU-second thresholds"):
+        world.low.full_clean()
+
+
+def test_a_speed_up_curve_needs_an_elastic_task_and_a_fraction(world):
+    with pytest.raises(ValidationError, match="applies to elastic tasks"):
+        submit_task(
+            world.member,
+            project=world.project,
+            queue="low",
+            kind="training",
+            name="fixed",
+            command="sleep 1",
+            gpu_spec="1(A100)",
+            scaling=0.9,
+        )
+    with pytest.raises(ValidationError, match="from 0 to 1"):
+        submit_task(
+            world.member,
+            project=world.project,
+            queue="low",
+            kind="training",
+            name="odd",
+            command="sleep 1",
+            gpu_spec="1(A100)",
+            elastic_min=1,
+            elastic_max=2,
+            scaling=1.5,
+        )

@@ -22,8 +22,13 @@ def schedule_and_launch(world, task):
 
 
 def test_api_submission_runs_as_a_slurm_job_and_completes(slurm_world):
-    task = api_submit(slurm_world, name="hello", queue="high", gpu_spec="2(A100)",
-                      command='echo "gpus=$CUDA_VISIBLE_DEVICES"; echo done')  # fmt: skip
+    task = api_submit(
+        slurm_world,
+        name="hello",
+        queue="high",
+        gpu_spec="2(A100)",
+        command='echo "gpus=$CUDA_VISIBLE_DEVICES"; echo done',
+    )
     task = schedule_and_launch(slurm_world, task)
     assert task.cluster == slurm_world.slurm_cluster and task.external_id
     assert task.placement[0]["node_name"] in ("hcs-node-1", "hcs-node-2")
@@ -71,7 +76,7 @@ def test_bad_partition_fails_with_slurms_message_and_keeps_the_task(slurm_world)
 
 
 def test_nodes_and_gpus_are_imported_from_slurmrestd(slurm_world):
-    from apps.clusters.services import import_slurm_nodes  # noqa: PLC0415
+    from apps.clusters.services import import_slurm_nodes
 
     cluster = slurm_world.slurm_cluster
     cluster.nodes.all().delete()
@@ -82,9 +87,15 @@ def test_nodes_and_gpus_are_imported_from_slurmrestd(slurm_world):
 
 
 def test_a_failed_slurm_job_is_retried_as_a_new_attempt_by_the_tasks_retry_setting(slurm_world):
-    # Issue 16: only Kubernetes/Volcano retried failed jobs; a Slurm task failed at its first failed run.
-    task = api_submit(slurm_world, name="flaky", queue="high", gpu_spec="1(A100)", max_retries=1,
-                      command='echo "attempt $HCS_ATTEMPT"; exit 7')  # fmt: skip
+    # Only Kubernetes/Volcano retried failed jobs; a Slurm task failed at its first failed run.
+    task = api_submit(
+        slurm_world,
+        name="flaky",
+        queue="high",
+        gpu_spec="1(A100)",
+        max_retries=1,
+        command='echo "attempt $HCS_ATTEMPT"; exit 7',
+    )
     task = schedule_and_launch(slurm_world, task)
     first_job = task.external_id
     wait_status(task, {"queued"})

@@ -15,7 +15,7 @@ from apps.control import jobs, triggers
 @pytest.fixture
 def queued(monkeypatch):
     calls = []
-    monkeypatch.setattr(triggers, "enqueue", lambda job, *args, **kw: calls.append((job.name, args, kw)))
+    monkeypatch.setattr(triggers, "enqueue", lambda job, *args, **kw: calls.append((job, args, kw)))
     client = redis.Redis.from_url(settings.REDIS_URL)
     keys = [
         triggers.CYCLE_REQUESTED_KEY,

@@ -190,3 +190,26 @@ def test_any_reading_gives_a_count_in_bounds_that_steps_up_at_most_the_hpa_step(
     if d.desired > max(current, low):  # only a reading above its target asks for more
         assert d.metric in (RPS, CONCURRENCY)
         assert d.value > d.target * current * 1.1 - 1e-9
+
+
+def test_a_forecast_within_the_tolerance_asks_for_no_change():
+    """479 replicas serve the load and the forecast is 1.6 % above it: the band holds, as for a metric."""
+    big = Targets(min_replicas=1, max_replicas=600, rps_per_replica=10)
+    d = decide(big, 479, Metrics(rps=4790.0), (), 0.0, forecast_rps=4790.0 * 1.016)
+    assert d.desired == 479
+
+
+def test_a_forecast_scale_up_whose_load_does_not_come_is_undone_after_the_down_window():
+    svc = Targets(min_replicas=1, max_replicas=10, rps_per_replica=10)
+    history: tuple = ()
+    d = decide(svc, 2, Metrics(rps=20.0), history, 0.0, forecast_rps=60.0)
+    assert (d.desired, d.metric) == (6, "forecast")
+    replicas, history = d.desired, d.history
+    counts = []
+    for i in range(1, 60):  # the load stays at 20 requests/s; the forecast no longer says more
+        d = decide(svc, replicas, Metrics(rps=20.0), history, i * 15.0)
+        replicas, history = d.desired, d.history
+        counts.append(replicas)
+    assert counts[0] == 6  # not at once: the down window holds it
+    assert counts[-1] == 2  # undone once 300 s of lower recommendations passed
+    assert counts.index(2) * 15.0 >= DEFAULT.down_window_s - 15.0

@@ -1,4 +1,5 @@
-"""The engine grants what an autoscaled service asks for (SPEC §4, §7): quota, class and placement rules."""
+"""The engine grants what an autoscaled service asks for (docs/rules.md#autoscaling): quota, class and placement
+rules."""
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -29,8 +30,9 @@ def test_on_slurm_each_replica_of_a_service_gets_a_node_of_its_own():
     # Replica jobs share their node's network on Slurm: two on one node would both listen on the service's port.
     svc = service("svc", "high", desired=3)
     slurm = (Cluster("c1", type="slurm"),)
-    d = schedule(snap([node("n1", cards=8), node("n2", cards=8)], running=[running(svc, [("n1", [0])])],
-                      clusters=slurm))  # fmt: skip
+    d = schedule(
+        snap([node("n1", cards=8), node("n2", cards=8)], running=[running(svc, [("n1", [0])])], clusters=slurm)
+    )
     r = resize_of(d, "svc")
     assert r.replicas == 2 and [p.node_id for p in r.added] == ["n2"]  # not a third: no node left without one
     # The same service on a local cluster packs its replicas (each has a network of its own there).

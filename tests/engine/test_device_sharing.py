@@ -44,8 +44,9 @@ def partitioned_node(nid: str, layout: list[list[str]], whole: int = 0) -> Node:
 
 def sharing_snap(nodes, queued=(), running_=(), quotas=()):
     base = snap(nodes, queued, running_, quotas)
-    return type(base)(base.now, base.clusters, base.nodes, CATALOG, base.queues, base.quotas, base.running,
-                      base.queued, base.settings)  # fmt: skip
+    return type(base)(
+        base.now, base.clusters, base.nodes, CATALOG, base.queues, base.quotas, base.running, base.queued, base.settings
+    )
 
 
 def unit_task(tid, model, count=1, **kw):
@@ -70,8 +71,11 @@ def test_a_mig_request_lands_only_on_a_free_instance_of_its_profile():
 
 def test_whole_card_and_any_gpu_requests_never_take_a_mig_instance_or_replica():
     nodes = [partitioned_node("n1", [[MIG_3G, MIG_3G], [TS4] * 4], whole=1)]
-    queued = [task("any", gpu=1, submit_time=0), task("a100", gpu=1, models=("A100-80G",), submit_time=1),
-              task("two", gpu=2, submit_time=2)]  # fmt: skip
+    queued = [
+        task("any", gpu=1, submit_time=0),
+        task("a100", gpu=1, models=("A100-80G",), submit_time=1),
+        task("two", gpu=2, submit_time=2),
+    ]
     decisions = schedule(sharing_snap(nodes, queued))
     assert started(decisions) == ["any"]
     assert device_models(decisions, nodes) == {"any": ["A100-80G"]}
@@ -150,7 +154,7 @@ def test_units_are_never_overcommitted_and_match_the_request(layouts, whole, req
 
 def test_engine_requests_name_units_through_the_gpu_spec():
     """A parsed spec ("1(a100-1g.10gb)") reaches the engine as the unit's canonical name."""
-    from apps.clusters.gpuspec import Catalog, parse_gpu_spec  # noqa: PLC0415
+    from apps.clusters.gpuspec import Catalog, parse_gpu_spec
 
     req = parse_gpu_spec("1(a100-1g.10gb)", Catalog.default())
     nodes = [partitioned_node("n1", [[MIG_1G]])]

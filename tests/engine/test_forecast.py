@@ -110,3 +110,27 @@ def test_forecast_stays_within_max_and_quota():
 def test_forecast_needs_a_request_rate_target():
     gpu_only = Targets(min_replicas=1, max_replicas=8, gpu_percent=70)
     assert decide(gpu_only, 2, Metrics(gpu_percent=70.0), (), 0.0, forecast_rps=500.0).desired == 2
+
+
+def test_backtest_judges_the_forecasts_against_last_value_and_yesterday_on_the_same_buckets():
+    from apps.queues.engine.forecast import MIN_BACKTEST, backtest
+
+    season = 24
+    # Two days; the second day runs 20 % above the first, with a step at bucket 10 each day.
+    day1 = [10.0 if i < 10 else 30.0 for i in range(season)]
+    day2 = [v * 1.2 for v in day1]
+    measured = day1 + day2
+    good = [None] * season + [v * 1.01 for v in day2]  # right within 1 %
+    result = backtest(measured, good, season)
+    assert result.buckets == season - 0  # every bucket of day two has all four values
+    assert result.forecast_error == pytest.approx(0.01, rel=1e-6)
+    assert result.yesterday_error == pytest.approx(0.2 / 1.2, rel=1e-6)
+    assert result.last_value_error > 0  # the step at bucket 10 (and the day boundary)
+    assert result.earns_place and "forecast used" in result.describe()
+    flat = backtest(measured, [None] * season + [20.0] * season, season)
+    assert not flat.earns_place and "reactive" in flat.describe()
+    few = backtest(measured[: season + MIN_BACKTEST - 1], good[: season + MIN_BACKTEST - 1], season)
+    assert few.buckets == MIN_BACKTEST - 1 and not few.earns_place
+    assert "buckets backtested" in few.describe()
+    with pytest.raises(ValueError, match="aligned"):
+        backtest(measured, good[:-1], season)

@@ -80,7 +80,7 @@ def test_fgd_breaks_score_ties_by_node_order():
 
 
 def test_fgd_without_a_workload_or_tasks_still_keeps_the_only_8_card_node_whole():
-    # Issue 13 C: a Scheduler started empty had no target workload, so FGD tied everywhere and placed
+    # A Scheduler started empty had no target workload, so FGD tied everywhere and placed
     # first-fit: the 1-card task took a card of n1, the only node an 8-card task could ever use.
     s = Scheduler(snap([node("n1", cards=8), node("n2", cards=4)], [], node_scorer="fgd"))
     s.submit(task("small", gpu=1))

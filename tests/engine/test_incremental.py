@@ -314,3 +314,121 @@ def test_a_low_task_is_not_remembered_past_a_start_that_uses_up_a_clusters_task_
     w = waiting(d)
     assert w["a"].reason == Reason.INSUFFICIENT_CAPACITY
     assert w["b"].reason == Reason.NO_ELIGIBLE_CLUSTER
+
+
+def test_victim_units_kept_for_the_cycle_decide_as_if_rebuilt_for_every_plan(monkeypatch):
+    """Class-preemption victim units are built once per cycle and (class, cluster, models, excluded nodes) and only
+    filtered for runs gone since (``preemption._units``, and by node in ``preemption._cheapest_nodes``); the decisions
+    equal those of a scheduler that rebuilds them for every plan. Crowded clusters and many high / medium arrivals,
+    so plans meet evicted and shrunk runs."""
+    from apps.queues.engine import engine
+
+    lookups = {"found": 0, "shrinks": 0, "nodes": 0}
+
+    class CountingUnits(dict):
+        def get(self, key, default=None):
+            value = super().get(key, default)
+            lookups["found"] += value is not None
+            return value
+
+    class NoUnits(dict):
+        def get(self, key, default=None):
+            return None
+
+    real_cycle_init = engine.Cycle.__init__
+    kept_units = {"on": True}
+
+    def cycle_init(self, now):
+        real_cycle_init(self, now)
+        self.units = CountingUnits() if kept_units["on"] else NoUnits()
+        if not kept_units["on"]:
+            self.unit_nodes = NoUnits()
+
+    def elastic(t):
+        """Elastic low or medium work, which grows into idle cards and whose replicas plans shrink first."""
+        gpu = GpuRequest(rnd.choice([1, 2]), ())
+        queue = rnd.choice(["low", "low2", "medium"])
+        return replace(
+            t, queue_id=queue, gpu=gpu, instances=1, min_replicas=1, max_replicas=6, expected_duration_s=500.0
+        )
+
+    from apps.queues.engine import preemption
+
+    real_cheapest = preemption._cheapest_nodes
+
+    def checked_cheapest(sched, cv, d, alts, units, ckey, cyc):
+        got = real_cheapest(sched, cv, d, alts, units, ckey, cyc)
+        if ckey is not None:
+            # Walked from the kept list and node table: the same nodes, in the same order, as from a fresh list.
+            live = [u for u in units if sched.running.get(u[2].task.id) is u[2]]
+            assert got == real_cheapest(sched, cv, d, alts, live, None, cyc)
+            lookups["nodes"] += 1
+        return got
+
+    monkeypatch.setattr(preemption, "_cheapest_nodes", checked_cheapest)
+    monkeypatch.setattr(engine.Cycle, "__init__", cycle_init)
+    for seed in range(30):
+        rnd = random.Random(2000 + seed)
+        clusters, nodes, quotas, settings = _config(rnd)
+        if rnd.random() < 0.5:
+            quotas = ()  # no guarantees: every plan is class preemption alone
+        now = 1000.0
+        initial = [_task(rnd, f"t{i}", now - 100) for i in range(rnd.randint(5, 30))]
+        initial = [elastic(t) if rnd.random() < 0.4 else t for t in initial]
+        snap = Snapshot(now, clusters, nodes, MODELS, QUEUES, quotas, (), tuple(initial), settings)
+        kept, rebuilt = Scheduler(snap), Scheduler(snap)
+        n = len(initial)
+        for _cycle in range(12):
+            kept_units["on"] = True
+            got = kept.cycle(now)
+            kept_units["on"] = False
+            expected = rebuilt.cycle(now)
+            assert _decisions(got) == _decisions(expected), (seed, _cycle)
+            lookups["shrinks"] += sum("gives replicas back" in r.message for r in got.resizes)
+            now += rnd.choice([1.0, 30.0, 300.0, 2000.0])
+            for _ in range(rnd.choice([2, 5, 10])):
+                t = _task(rnd, f"t{n}", now)
+                if rnd.random() < 0.4:
+                    t = replace(t, queue_id=rnd.choice(["high", "high-bf", "medium"]))
+                    if not t.expected_duration_s:
+                        t = replace(t, expected_duration_s=100.0)
+                elif rnd.random() < 0.5:
+                    t = elastic(t)
+                kept.submit(t)
+                rebuilt.submit(t)
+                n += 1
+            for tid in sorted(kept.running):
+                if rnd.random() < 0.1:
+                    kept.finish(tid)
+                    rebuilt.finish(tid)
+    # The kept units were really read again, and plans shrank replicas (which must clear them).
+    assert lookups["found"] > 500 and lookups["shrinks"] > 5 and lookups["nodes"] > 500
+
+
+def test_kept_victims_are_walked_by_each_nodes_cheapest_live_victim(monkeypatch):
+    """Two high tasks preempt from six nodes full of 1-card low work, the cheapest victim of n<i> having run i + 1 s
+    and every other one 90 s. The first evicts n0's cheapest; the second reads the kept list, where n0 still comes
+    first by its gone victim: it must rank by its next one (90 s) and leave the four candidate nodes to n1-n4."""
+    from apps.queues.engine import preemption
+
+    from .builders import node, preempted, running, snap, started, task
+
+    seen = []
+    real = preemption._cheapest_nodes
+
+    def recording(sched, cv, d, alts, units, ckey, cyc):
+        got = real(sched, cv, d, alts, units, ckey, cyc)
+        seen.append(sorted({c[0].node.id for lst in got for u in lst[:1] for c in preemption._claims_of(u)}))
+        return got
+
+    monkeypatch.setattr(preemption, "_cheapest_nodes", recording)
+    busy = []
+    for i in range(6):
+        for card in range(4):
+            t = task(f"l{i}-{card}", "low", gpu=1)
+            busy.append(running(t, [(f"n{i}", [card])], started_at=99.0 - i if card == 0 else 10.0))
+    queued = [task("h1", "high", gpu=1, submit_time=1), task("h2", "high", gpu=1, submit_time=2)]
+    d = schedule(snap([node(f"n{i}") for i in range(6)], queued, busy))
+    assert sorted(started(d)) == ["h1", "h2"]
+    assert sorted(preempted(d)) == ["l0-0", "l1-0"]
+    assert seen == [["n0", "n1", "n2", "n3"], ["n1", "n2", "n3", "n4"]]

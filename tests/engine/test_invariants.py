@@ -1,4 +1,4 @@
-"""Property-based checks of the §4 invariants on random snapshots."""
+"""Property-based checks of the scheduling invariants (docs/rules.md) on random snapshots."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from .builders import MODELS, node
 RATE = {m.name: m.exchange_rate for m in MODELS}
 QUEUES = (
     Queue("high", "high", policy="fifo"),
-    # Medium tasks submitted more than 500 s before "now" reserve capacity across queues (issue 13 A).
+    # Medium tasks submitted more than 500 s before "now" reserve capacity across queues.
     Queue("medium", "medium", policy="drf", window_floor_s=10, reserve_after_s=500),
     Queue("low", "low", policy="backfill", max_gpu=6.0),
     Queue("low2", "low", guaranteed_gpu=1.0),
@@ -107,8 +107,14 @@ def snapshots(draw):
         placements = (placement,)
         if t.kind == "inference" and need == 1 and draw(st.booleans()):
             # A running autoscaled service: one or two replicas, its autoscaler asking for 1 to 3.
-            single = Task(**{**{f: getattr(single, f) for f in single.__slots__}, "min_replicas": 1,
-                             "max_replicas": draw(st.integers(1, 3)), "autoscaled": True})  # fmt: skip
+            single = Task(
+                **{
+                    **{f: getattr(single, f) for f in single.__slots__},
+                    "min_replicas": 1,
+                    "max_replicas": draw(st.integers(1, 3)),
+                    "autoscaled": True,
+                }
+            )
             spare = [d for d in n.devices if free[(n.id, d.index)] == 1000]
             if spare and cpu_free[n.id] >= t.cpu and draw(st.booleans()):
                 free[(n.id, spare[0].index)] -= 1000
@@ -350,8 +356,9 @@ def contested_snapshots(draw, queue_ids=("medium", "low", "low2"), queued_cards=
         running.append(RunningTask(t, "c1", (placement,), started, window))
     queued = [_card_task(draw, f"q{i}", queue_ids, queued_cards) for i in range(draw(st.integers(1, 8)))]
     quotas = [ProjectQuota(p, guaranteed=Resources(4, 16, float(draw(st.integers(0, 4))))) for p in PROJECTS]
-    return Snapshot(2000.0, (Cluster("c1"),), tuple(nodes), MODELS, QUEUES, tuple(quotas), tuple(running),
-                    tuple(queued))  # fmt: skip
+    return Snapshot(
+        2000.0, (Cluster("c1"),), tuple(nodes), MODELS, QUEUES, tuple(quotas), tuple(running), tuple(queued)
+    )
 
 
 @SETTINGS
@@ -367,7 +374,7 @@ def test_no_reclaim_preemption_while_free_capacity_could_serve_the_claimant_on_f
 
 
 def _no_reclaim_while_free_capacity_could_serve(s):
-    """Issue 13 B: a project within its guarantee takes free capacity before a borrower does, so it never
+    """A project within its guarantee takes free capacity before a borrower does, so it never
     reclaims while a borrower started this cycle on cards that were free all along and would have served it."""
     d = schedule(s)
     reclaimers = {p.by_task_id for p in d.preemptions if p.reason == "quota_reclaim"}
@@ -411,8 +418,13 @@ def _no_reclaim_while_free_capacity_could_serve(s):
                 continue
             # Room the claimant had on that node when it was considered, at the least: the snapshot's, less
             # every other start there (elastic growth comes after all starts).
-            others = [queued[o.task_id] for o in d.starts if o.task_id not in (xid, sid)
-                      for p_ in o.placements if p_.node_id == pl.node_id]  # fmt: skip
+            others = [
+                queued[o.task_id]
+                for o in d.starts
+                if o.task_id not in (xid, sid)
+                for p_ in o.placements
+                if p_.node_id == pl.node_id
+            ]
             if (
                 room[pl.node_id][0] - sum(o.cpu for o in others) < x.cpu - 1e-9
                 or room[pl.node_id][1] - sum(o.memory_gib for o in others) < x.memory_gib - 1e-9
@@ -446,7 +458,7 @@ def test_no_lower_class_start_delays_a_reservation_on_busy_nodes(s):
 
 
 def _no_start_delays_a_reservation(s):
-    """Issue 13 A: work started on a node reserved for a waiting high (or long-waiting medium) task is gone by
+    """Work started on a node reserved for a waiting high (or long-waiting medium) task is gone by
     the reservation's start, or the holder may preempt it then."""
     sched = Scheduler(s)
     d = sched.cycle(s.now)
@@ -528,7 +540,8 @@ def _could_fit_before(s: Snapshot, d, w: Task, w_cls: str, node_id: str, horizon
 @SETTINGS
 @given(snapshots())
 def test_low_work_started_beside_waiting_higher_class_work_can_be_suspended_for_it(s):
-    """SPEC §4 (issue 13): low runs only on otherwise idle capacity and is suspended at once when a high or medium
+    """docs/rules.md#priority-classes: low runs only on otherwise idle capacity and is suspended at once when a high or
+    medium
     task needs its resources; a preempted low task starts again only when none that could use them waits. So a low
     task started while a high / medium task waits for its GPU models (or cpu) is preemptible, and if it was
     preempted before, no waiting high / medium task could fit on its nodes before it is expected to end: no waiting

@@ -125,8 +125,16 @@ def test_loans_low_class_only_still_lets_medium_work_use_the_borrowers_own_limit
 
 
 def test_loans_low_class_only_keeps_a_medium_service_from_growing_onto_the_loan():
-    svc = task("svc", "medium", project="b", kind="inference", min_replicas=1, max_replicas=4, autoscaled=True,
-               expected_duration_s=3600)  # fmt: skip
+    svc = task(
+        "svc",
+        "medium",
+        project="b",
+        kind="inference",
+        min_replicas=1,
+        max_replicas=4,
+        autoscaled=True,
+        expected_duration_s=3600,
+    )
     s = low_only_snapshot(True, [])
     s = replace(s, running=(running(svc, [("n1", [0]), ("n1", [1])]),))
     assert not schedule(s).resizes  # 2 replicas = b's own limit
@@ -141,8 +149,9 @@ def test_loans_low_class_only_does_not_hold_medium_work_back_for_the_projects_ow
     s = replace(s, running=(running(task("b-low", "low", gpu=3, project="b"), on("n1", 0, 3)),))
     assert started(schedule(s)) == ["b-medium"]
     # Two medium cards would take the project past its raised limit: they wait.
-    two = replace(s, queued=(task("b-medium", "medium", gpu=2, models=["A100-80G"], project="b",
-                                  expected_duration_s=600),))  # fmt: skip
+    two = replace(
+        s, queued=(task("b-medium", "medium", gpu=2, models=["A100-80G"], project="b", expected_duration_s=600),)
+    )
     assert waiting(schedule(two))["b-medium"].reason == Reason.QUOTA_EXCEEDED
 
 
@@ -165,8 +174,9 @@ def test_with_loans_for_low_class_only_other_work_never_starts_onto_borrowed_cap
         task(f"q{i}", cls, gpu=n, models=["A100-80G"], project="b", submit_time=i, expected_duration_s=600)
         for i, (cls, n) in enumerate(queued)
     ]
-    s = snap([node("n1", cards=8), node("n2", cards=8)], tasks, rts, [quota("b", limit, limit)],
-             loans_low_class_only=True)  # fmt: skip
+    s = snap(
+        [node("n1", cards=8), node("n2", cards=8)], tasks, rts, [quota("b", limit, limit)], loans_low_class_only=True
+    )
     s = replace(s, loans=(Loan(1, "l", "b", gpu(loan_gpu, 0, 0), 0.0, 3600.0),))
     d = schedule(s)
     sizes = {f"q{i}": (cls, n) for i, (cls, n) in enumerate(queued)}

@@ -1,14 +1,14 @@
-"""Placement rules of SPEC §5: cluster filters and strategies, node and device scoring, FGD."""
+"""Placement rules (docs/rules.md#placement): cluster filters and strategies, node and device scoring, FGD."""
 
 from __future__ import annotations
 
 import pytest
 
-from apps.queues.engine import Cluster, Reason, schedule
+from apps.queues.engine import Cluster, GpuModel, Reason, Snapshot, VdcSettings, schedule
 from apps.queues.engine.capacity import ClusterIndex, NodeState
 from apps.queues.engine.fragmentation import FragmentationModel
 
-from .builders import node, running, snap, started, task, waiting
+from .builders import MODELS, node, queues, running, snap, started, task, waiting
 
 
 def _cluster_of(d):
@@ -53,6 +53,56 @@ def test_elastic_task_goes_only_to_a_cluster_that_can_resize_running_jobs():
     assert _cluster_of(d) == "c2"
     d = schedule(snap([node("a", cluster="c1")], [elastic], clusters=clusters[:1]))
     assert d.starts == () and "resize" in d.waiting[0].message
+
+
+def test_a_task_goes_only_to_a_cluster_that_can_run_what_it_needs():
+    # Kubernetes first by priority, but it runs images only: a command without an image goes to the local cluster.
+    clusters = [
+        Cluster("k8s", priority=9, capabilities=frozenset({"image", "training"})),
+        Cluster("local", capabilities=frozenset({"command", "training"})),
+    ]
+    nodes = [node("a", cluster="k8s"), node("b", cluster="local")]
+    command_only = task("t", needs=frozenset({"command", "training"}))
+    d = schedule(snap(nodes, [command_only], clusters=clusters, cluster_strategy="priority_weight"))
+    assert _cluster_of(d) == "local"
+    assert (
+        _cluster_of(schedule(snap(nodes, [task("u")], clusters=clusters, cluster_strategy="priority_weight"))) == "k8s"
+    )
+
+    d = schedule(snap(nodes[:1], [command_only], clusters=clusters[:1]))
+    assert d.starts == () and waiting(d)["t"].reason == Reason.NO_ELIGIBLE_CLUSTER
+    assert "none of its healthy clusters can run what it needs: command" in waiting(d)["t"].message
+
+
+def test_a_share_goes_only_where_the_backend_shares_that_vendors_cards():
+    ascend = GpuModel("Ascend910B", "huawei", 64, 320, 0, 0.8, True)
+    clusters = [
+        Cluster("k8s", priority=9, capabilities=frozenset({"share:nvidia"})),
+        Cluster("slurm", capabilities=frozenset({"share:*"})),
+    ]
+    nodes = [node("a", cluster="k8s", model="Ascend910B"), node("b", cluster="slurm", model="Ascend910B")]
+
+    def run(*tasks, clusters=clusters, nodes=nodes):
+        return schedule(
+            Snapshot(
+                100.0,
+                tuple(clusters),
+                tuple(nodes),
+                (*MODELS, ascend),
+                queues(),
+                queued=tasks,
+                settings=VdcSettings(cluster_strategy="priority_weight"),
+            )
+        )
+
+    d = run(task("share", gpu=0.5, models=("Ascend910B",)), task("whole", gpu=1, models=("Ascend910B",)))
+    assert {s.task_id: s.cluster_id for s in d.starts} == {"share": "slurm", "whole": "k8s"}
+    d = run(task("share", gpu=0.5, models=("Ascend910B",)), clusters=clusters[:1], nodes=nodes[:1])
+    assert d.starts == ()
+    # Where the request allows a vendor the cluster shares, the share lands on that vendor's card.
+    mixed = [node("a", cluster="k8s", model="Ascend910B"), node("c", cluster="k8s", model="A100-80G")]
+    d = run(task("share", gpu=0.5), clusters=clusters[:1], nodes=mixed)
+    assert d.starts[0].placements[0].gpu_model == "A100-80G"
 
 
 def _two_clusters(**settings):

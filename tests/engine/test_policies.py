@@ -1,4 +1,5 @@
-"""Queue policies beyond fifo / drf / backfill (issue 13 D): non-strict FIFO, 2D-LAS, SJF and weighted fair
+"""Queue policies beyond fifo / drf / backfill (docs/engine.md, "Queue policies"): non-strict FIFO, 2D-LAS, SJF and
+weighted fair
 share; FGD's rolling target workload; the simulator's preemption cost."""
 
 from __future__ import annotations
@@ -116,6 +117,49 @@ def test_las_levels_and_starvation_guard():
     c = task("c", submit_time=3)
     order = [x.id for x in queue_order(LAS, [b, c, a], lambda p: 0.0, now=4 * HOUR)]
     assert order == ["c", "a", "b"]
+
+
+def test_las_demoted_running_task_is_preempted_by_a_new_short_task():
+    """Tiresias: a running task whose attained service crossed a threshold gives way to a new task of its las
+    queue in a higher level; a high task never does, nor a medium one inside its window, nor one just started."""
+    qs = (Queue("high", "high", LAS), Queue("medium", "medium", LAS, window_floor_s=60), Queue("low", "low", LAS))
+    hours = 2 * HOUR  # on 4 GPUs: 8 GPU-hours, level 1 of the default thresholds (1 and 10 GPU-hours)
+    for cls in ("low", "medium"):
+        old = task("old", cls, gpu=4, expected_duration_s=HOUR, submit_time=0)
+        new = task("new", cls, gpu=1, expected_duration_s=600, submit_time=hours - 5)
+        d = schedule(snap([node("n1")], [new], [running(old, [("n1", [0, 1, 2, 3])], window=HOUR)], qs=qs, now=hours))
+        assert started(d) == ["new"] and [(p.task_id, p.reason) for p in d.preemptions] == [("old", "las_demotion")]
+    # Medium inside its guaranteed window: not preempted.
+    old = task("old", "medium", gpu=4, expected_duration_s=3 * HOUR, submit_time=0)
+    new = task("new", "medium", gpu=1, expected_duration_s=600, submit_time=hours - 5)
+    d = schedule(snap([node("n1")], [new], [running(old, [("n1", [0, 1, 2, 3])], window=3 * HOUR)], qs=qs, now=hours))
+    assert not d.preemptions and not started(d)
+    # A high task is never preempted, however much service it has.
+    old = task("old", "high", gpu=4, submit_time=0)
+    new = task("new", "high", gpu=1, submit_time=hours - 5)
+    d = schedule(snap([node("n1")], [new], [running(old, [("n1", [0, 1, 2, 3])])], qs=qs, now=hours))
+    assert not d.preemptions
+    # Still in level 0 (under a GPU-hour): not demoted, not preempted.
+    old = task("old", "low", gpu=4, submit_time=0)
+    new = task("new", "low", gpu=1, submit_time=600)
+    d = schedule(snap([node("n1")], [new], [running(old, [("n1", [0, 1, 2, 3])])], qs=qs, now=700))
+    assert not d.preemptions
+    # Per-queue thresholds: with a first threshold of 30 GPU-minutes the same task is demoted.
+    low = dataclasses.replace(qs[2], las_thresholds_gpu_s=(1_800.0, 36_000.0))
+    d = schedule(snap([node("n1")], [new], [running(old, [("n1", [0, 1, 2, 3])])], qs=(*qs[:2], low), now=700))
+    assert [(p.task_id, p.reason) for p in d.preemptions] == [("old", "las_demotion")]
+    # A fifo queue does not preempt for attained service.
+    fifo = dataclasses.replace(qs[2], policy=FIFO)
+    d = schedule(snap([node("n1")], [new], [running(old, [("n1", [0, 1, 2, 3])])], qs=(*qs[:2], fifo), now=hours))
+    assert not d.preemptions
+    # Anti-churn: a task preempted twice before is demoted only after 4 x 300 s of its current run.
+    again = task("old", "low", gpu=4, submit_time=0, attained_gpu_s=hours * 4, preemptions=2)
+    for ran, expect in ((1000.0, []), (1300.0, ["old"])):
+        rt = running(again, [("n1", [0, 1, 2, 3])], started_at=hours - ran)
+        d = schedule(snap([node("n1")], [task("new", "low", gpu=1, submit_time=hours - 5)], [rt], qs=qs, now=hours))
+        assert [p.task_id for p in d.preemptions] == expect, ran
+    with pytest.raises(ValueError, match="ascending"):
+        Scheduler(snap([node("n1")], qs=(dataclasses.replace(low, las_thresholds_gpu_s=(10.0, 5.0)),)))
 
 
 def test_sjf_orders_by_expected_duration_then_submit_time():

@@ -1,4 +1,5 @@
-"""Scheduling-quality rules of issue 13: cross-class reservations (A), anti-churn (B), no over-reclaim (E).
+"""Scheduling-quality rules (docs/rules.md#scheduling-quality): cross-class reservations (A), anti-churn (B), no
+over-reclaim (E).
 
 Each test states a pattern found in long trace replays that the engine before these rules got wrong.
 """
@@ -32,7 +33,7 @@ def _busy_node_of_medium_work():
 
 
 def test_high_gang_is_not_overtaken_forever_by_later_one_card_medium_tasks():
-    # Issue 13 A: an 8-GPU high task saw 40 later 1-GPU medium tasks take every freed card and never started.
+    # An 8-GPU high task saw 40 later 1-GPU medium tasks take every freed card and never started.
     sched = Scheduler(snap([node("n1", cards=8)], [task("hi", gpu=8)], _busy_node_of_medium_work(), now=1))
     first = sched.cycle(1)
     assert started(first) == []
@@ -131,7 +132,7 @@ def test_a_medium_task_waiting_past_its_queue_threshold_reserves_across_queues()
 
 
 def test_freed_cards_go_to_a_project_within_its_guarantee_before_a_borrower():
-    # Issue 13 B: a low task preempted 97 times in a week. A card freed by a finishing task went by queue order
+    # A low task preempted 97 times in a week. A card freed by a finishing task went by queue order
     # to the borrower ("b", submitted first); one cycle later the project within its guarantee reclaimed it.
     quotas = [ProjectQuota("a", guaranteed=Resources(0, 0, 2.0)), ProjectQuota("b", guaranteed=Resources(0, 0, 0.0))]
     qs = (
@@ -191,7 +192,7 @@ def test_preemption_reports_the_work_it_loses():
 
 
 def test_reclaim_takes_a_victim_sized_to_what_the_lender_borrows():
-    # Issue 13 E: a 1-GPU task evicted an 8-GPU task of a project that borrowed only 1.3 GPUs.
+    # A 1-GPU task evicted an 8-GPU task of a project that borrowed only 1.3 GPUs.
     quotas = [
         ProjectQuota("claimant", guaranteed=Resources(0, 0, 4.0)),
         ProjectQuota("lender", guaranteed=Resources(0, 0, 7.7)),  # runs 9 GPUs: borrows 1.3
@@ -268,6 +269,77 @@ def test_high_task_that_ends_before_its_heads_drain_reservation_starts_at_once()
         assert w["long"].reason == Reason.WAITING_FOR_RESERVATION, policy
 
 
+def test_second_and_third_blocked_high_tasks_hold_reservations_against_a_stream_of_medium_tasks():
+    # Only the first blocked high task of a queue used to hold a reservation: later medium work took the cards freed
+    # for the second and third, which then waited out those tasks' guaranteed windows. Three 8-card nodes busy with
+    # one-card medium tasks (node k's end at 100 * (i + 1) + 50 * k); three 8-GPU high tasks wait; a one-card
+    # medium task that would run 1000 s arrives every cycle.
+    nodes = [node(f"n{k}", cards=8) for k in range(3)]
+    busy = [
+        running(task(f"m{k}.{i}", "medium", expected_duration_s=100.0 * (i + 1) + 50.0 * k), [(f"n{k}", [i])])
+        for k in range(3)
+        for i in range(8)
+    ]
+    highs = [task(f"hi{k}", gpu=8, submit_time=k * 0.1) for k in range(3)]
+    # The default bound (3/4 of the nodes, at least one) would leave the third without one on three nodes.
+    sched = Scheduler(snap(nodes, highs, busy, now=1, reserved_nodes_max_fraction=1.0))
+    first = sched.cycle(1)
+    w = waiting(first)
+    assert w["hi0"].reason == Reason.HOLDS_RESERVATION
+    # Behind the head of their strict fifo queue, and holding reservations of their own.
+    assert [w[f"hi{k}"].reason for k in (1, 2)] == [Reason.QUEUE_ORDER] * 2
+    assert all("holds a reservation" in w[f"hi{k}"].message for k in range(3))
+    held = [sched.last_reservations[f"hi{k}"] for k in range(3)]
+    assert len(frozenset().union(*(nodes_ for _t, nodes_ in held))) == 3  # one node each, none shared
+    ends = {rt.task.id: rt.task.expected_duration_s for rt in busy}
+    high_start = {}
+    for step in range(1, 40):
+        now = step * 50.0
+        for tid, end in list(ends.items()):
+            if end <= now:
+                sched.finish(tid)
+                del ends[tid]
+        sched.submit(task(f"x{step}", "medium", expected_duration_s=1000, submit_time=now))
+        d = sched.cycle(now)
+        assert [x.task_id for x in d.starts if not x.task_id.startswith("hi")] == [], "a medium task overtook"
+        high_start.update(dict.fromkeys(started(d), now))
+        if len(high_start) == 3:
+            break
+    # Each starts when the last medium task of its node ends (800, 850, 900), not after later medium work.
+    assert sorted(high_start.values()) == [800.0, 850.0, 900.0]
+
+
+def test_reservations_hold_at_most_their_bound_of_the_nodes():
+    nodes = [node(f"n{k}", cards=8) for k in range(4)]
+    busy = [
+        running(task(f"m{k}.{i}", "medium", expected_duration_s=500.0), [(f"n{k}", [i])])
+        for k in range(4)
+        for i in range(8)
+    ]
+    highs = [task(f"hi{k}", gpu=8, submit_time=k * 0.1) for k in range(4)]
+    sched = Scheduler(snap(nodes, highs, busy, now=1, reserved_nodes_max_fraction=0.5))
+    d = sched.cycle(1)
+    assert sorted(sched.last_reservations) == ["hi0", "hi1"]  # two of four nodes: the bound
+    assert "holds a reservation" not in waiting(d)["hi2"].message
+
+
+def test_node_not_drained_for_a_head_while_a_backfilled_task_that_ends_in_time_could_run():
+    # A 4-GPU head waits for n1 (2 cards busy until 1000); a later 1-card task that ends by then runs on a free card
+    # instead of the node idling for the head; one that would still run at 1000 keeps off the other.
+    busy = [running(task("r", "medium", gpu=2, expected_duration_s=1000.0), [("n1", [0, 1])], started_at=0)]
+    for policy in (NONSTRICT_FIFO, LAS, SJF, FAIR_SHARE):
+        for cls in ("medium", "low"):
+            qs = (Queue("high", "high"), Queue("medium", "medium", policy), Queue("low", "low", policy))
+            queued = [
+                task("head", cls, gpu=4, expected_duration_s=5000.0, submit_time=1),
+                task("short", cls, expected_duration_s=300.0, submit_time=2),
+                task("long", cls, expected_duration_s=6000.0, submit_time=3),
+            ]
+            d = schedule(snap([node("n1")], queued, busy, qs=qs, now=10))
+            assert started(d) == ["short"], (policy, cls)
+            assert waiting(d)["long"].reason == Reason.WAITING_FOR_RESERVATION, (policy, cls)
+
+
 # -- B. a preempted low task restarts where it is not in a waiting higher-class task's way ---------------------
 
 
@@ -283,7 +355,8 @@ def _medium_waits_for_room(low):
 
 
 def test_preempted_low_task_restarts_on_a_node_a_waiting_medium_task_cannot_use_before_it_ends():
-    # SPEC §4: a preempted low task starts again "only when no high or medium task that could use those resources
+    # docs/rules.md#priority-classes: a preempted low task starts again "only when no high or medium task that could
+    # use those resources
     # is waiting". The medium task cannot use n2's free card before 1000; the low task is expected to end at 110, so
     # it is not in the medium task's way there (and will not be thrown out for it). On n1 it would be (from 50).
     # Before this rule the low task waited while any high / medium task waited for A100s, and the card stayed idle.
@@ -304,7 +377,8 @@ def test_preempted_low_task_waits_when_a_waiting_medium_task_could_use_its_cards
 def test_never_preempted_low_task_prefers_a_node_a_waiting_medium_task_cannot_use_before_it_ends():
     # Both free cards are idle, so a low task that was never preempted may take either; on n1 the medium task could
     # start (and preempt it) from 50, on n2 only after it is expected to end. It takes n2 (before: n1, the scorer's
-    # first choice, and it would be thrown out 40 s later: issue 13 B found a third of all preemptions in trace
+    # first choice, and it would be thrown out 40 s later: the anti-churn measurement found a third of all preemptions
+    # in trace
     # replays hitting tasks that had run under 2 minutes).
     d = _medium_waits_for_room(task("low", "low", submit_time=0, expected_duration_s=100.0))
     assert [(s.task_id, s.placements[0].node_id) for s in d.starts] == [("low", "n2")]

@@ -27,8 +27,15 @@ def gpu(n: float) -> Resources:
 
 
 def starved(used=4.0, blocked=2.0, guaranteed=4.0, limit=4.0, waiting=None) -> ProjectState:
-    return ProjectState("b", gpu(guaranteed), gpu(limit), gpu(used), gpu(blocked if waiting is None else waiting),
-                        gpu(blocked), name="borrower")  # fmt: skip
+    return ProjectState(
+        "b",
+        gpu(guaranteed),
+        gpu(limit),
+        gpu(used),
+        gpu(blocked if waiting is None else waiting),
+        gpu(blocked),
+        name="borrower",
+    )
 
 
 def idle(used=0.0, guaranteed=4.0, waiting=0.0) -> ProjectState:
@@ -109,13 +116,18 @@ def test_advisory_quota_never_borrows():
 
 
 def test_cpu_loan_for_cpu_work_and_no_cpu_only_loan_for_gpu_work():
-    b = ProjectState("b", Resources(cpu=8), Resources(cpu=8), Resources(cpu=8), Resources(cpu=4),
-                     Resources(cpu=4))  # fmt: skip
+    b = ProjectState("b", Resources(cpu=8), Resources(cpu=8), Resources(cpu=8), Resources(cpu=4), Resources(cpu=4))
     lender = ProjectState("l", Resources(cpu=16), Resources(cpu=16), Resources(cpu=2))
     assert [x.amount.cpu for x in plan([b, lender], [], [], now=0.0, policy=POLICY).opened] == [4.0]
     # A GPU task blocked on GPUs and cpu, lender with cpu but no unused GPU guarantee: no loan.
-    b = ProjectState("b", Resources(cpu=8, gpu=2), Resources(cpu=8, gpu=2), Resources(cpu=8, gpu=2),
-                     Resources(cpu=4, gpu=1), Resources(cpu=4, gpu=1))  # fmt: skip
+    b = ProjectState(
+        "b",
+        Resources(cpu=8, gpu=2),
+        Resources(cpu=8, gpu=2),
+        Resources(cpu=8, gpu=2),
+        Resources(cpu=4, gpu=1),
+        Resources(cpu=4, gpu=1),
+    )
     lender = ProjectState("l", Resources(cpu=16, gpu=2), Resources(cpu=16, gpu=2), Resources(cpu=2, gpu=2))
     assert plan([b, lender], [], [], now=0.0, policy=POLICY).opened == ()
 
@@ -141,8 +153,7 @@ def test_lender_demand_returns_only_what_it_needs_newest_first():
 
 
 def test_lender_demand_returns_a_loan_younger_than_the_minimum_lifetime():
-    result = plan([starved(used=6.0, blocked=0.0), idle(waiting=4.0)], [loan(started=0.0)], [], now=1.0,
-                  policy=POLICY)  # fmt: skip
+    result = plan([starved(used=6.0, blocked=0.0), idle(waiting=4.0)], [loan(started=0.0)], [], now=1.0, policy=POLICY)
     assert [r.reason for r in result.returned] == [ReturnReason.LENDER_DEMAND]
 
 
@@ -167,8 +178,10 @@ def test_unused_loan_returned_as_borrower_idle_only_after_minimum_lifetime():
 
 def test_loan_in_use_or_wanted_is_kept():
     # Running 6 of limit 4 with a 2-GPU loan: in use.
-    assert plan([starved(used=6.0, blocked=0.0, waiting=0.0), idle()], [loan()], [], now=1000.0,
-                policy=POLICY).returned == ()  # fmt: skip
+    assert (
+        plan([starved(used=6.0, blocked=0.0, waiting=0.0), idle()], [loan()], [], now=1000.0, policy=POLICY).returned
+        == ()
+    )
     # Running 4 with 2 waiting: about to be used.
     assert plan([starved(used=4.0, blocked=2.0), idle()], [loan()], [], now=1000.0, policy=POLICY).returned == ()
 
@@ -179,8 +192,9 @@ def test_loan_wanted_only_by_work_that_may_not_run_on_it_is_returned():
     medium_waiting = replace(starved(used=4.0, blocked=0.0, waiting=2.0), loanable=gpu(0))
     result = plan([medium_waiting, idle()], [loan()], [], now=1000.0, policy=POLICY)
     assert [r.reason for r in result.returned] == [ReturnReason.BORROWER_IDLE]
-    assert plan([replace(medium_waiting, loanable=None), idle()], [loan()], [], now=1000.0,
-                policy=POLICY).returned == ()  # fmt: skip
+    assert (
+        plan([replace(medium_waiting, loanable=None), idle()], [loan()], [], now=1000.0, policy=POLICY).returned == ()
+    )
 
 
 def test_cool_down_before_lending_to_the_same_pair_again():
@@ -205,8 +219,9 @@ def test_no_flapping_under_alternating_lender_demand():
         gone = {r.loan_id for r in result.returned}
         past += [PastLoan(x.lender_id, x.borrower_id, now) for x in active if x.id in gone]
         active = [x for x in active if x.id not in gone]
-        active += [Loan(f"{minute}", x.lender_id, x.borrower_id, x.amount, x.started_at, x.expires_at)
-                   for x in result.opened]  # fmt: skip
+        active += [
+            Loan(f"{minute}", x.lender_id, x.borrower_id, x.amount, x.started_at, x.expires_at) for x in result.opened
+        ]
         opens += len(result.opened)
         returns += len(gone)
     assert opens <= 60 * 60 / POLICY.cooldown_s + 1

@@ -1,8 +1,10 @@
-"""One test per scheduling rule of SPEC §4."""
+"""One test per scheduling rule of docs/rules.md (priority classes, queue policies, quotas, gangs, preemption)."""
 
 from __future__ import annotations
 
 from decimal import Decimal
+
+import pytest
 
 from apps.queues.engine import (
     GpuRequest,
@@ -13,6 +15,7 @@ from apps.queues.engine import (
     Scheduler,
     schedule,
 )
+from apps.queues.engine.model import speedup
 
 from .builders import node, preempted, queues, running, snap, started, task, waiting
 
@@ -75,11 +78,12 @@ def test_medium_window_halving_stops_at_queue_floor():
 
 
 def test_halving_never_lengthens_a_window_shorter_than_the_floor():
-    # Issue 11: a 90 s window with a 600 s floor became 600 s ("halved"); the floor only stops the halving.
+    # A 90 s window with a 600 s floor became 600 s ("halved"); the floor only stops the halving.
     med = task("med", "medium", expected_duration_s=90)
     floor = (Queue("high", "high"), Queue("medium", "medium", window_floor_s=600), Queue("low", "low"))
-    d = schedule(snap([node("n1", cards=1)], [task("hi")], [running(med, [("n1", [0])], started_at=0)], now=91,
-                      qs=floor))  # fmt: skip
+    d = schedule(
+        snap([node("n1", cards=1)], [task("hi")], [running(med, [("n1", [0])], started_at=0)], now=91, qs=floor)
+    )
     assert d.preemptions[0].new_window_s == 90
 
 
@@ -126,7 +130,8 @@ def _high_waits_for_its_room(low):
 
 
 def test_low_is_not_restarted_while_high_waits_for_its_room():
-    # SPEC §4: a preempted low task is "started again only when no high or medium task that could use those
+    # docs/rules.md#priority-classes: a preempted low task is "started again only when no high or medium task that
+    # could use those
     # resources is waiting".
     d = _high_waits_for_its_room(task("low", "low", submit_time=0, preemptions=1))
     assert started(d) == []
@@ -390,6 +395,35 @@ def test_elastic_shrinks_before_preempting():
     assert started(d) == ["hi"]
 
 
+def test_elastic_task_with_a_better_speed_up_curve_grows_first():
+    # Two running elastic tasks on one replica each, two idle cards: the newer one scales almost linearly
+    # (scaling 0.99), the older one poorly (0.5: two replicas run 1.33x as fast as one). Both cards go to the
+    # newer one (its marginal speed-up per GPU stays the higher), not to the oldest as before.
+    poor = task("poor", "low", min_replicas=1, max_replicas=4, scaling=0.5)
+    good = task("good", "low", min_replicas=1, max_replicas=4, scaling=0.99)
+    rts = [
+        running(poor, [("n1", [0])], started_at=10),
+        running(good, [("n1", [1])], started_at=20),
+    ]
+    d = schedule(snap([node("n1")], [], rts))
+    assert {r.task_id: r.replicas for r in d.resizes} == {"good": 3}
+    # The default curve (DEFAULT_SCALING) is sub-linear: with no hint the two alternate by marginal gain.
+    rts = [
+        running(task("a", "low", min_replicas=1, max_replicas=4), [("n1", [0])], started_at=10),
+        running(task("b", "low", min_replicas=1, max_replicas=4), [("n1", [1])], started_at=20),
+    ]
+    d = schedule(snap([node("n1")], [], rts))
+    assert {r.task_id: r.replicas for r in d.resizes} == {"a": 2, "b": 2}
+    assert speedup(task("x"), 2) < 2 and speedup(task("x", scaling=1.0), 8) == pytest.approx(8)
+    # Shrinking for a waiting task takes the replica that costs the least speed-up per GPU.
+    rts = [
+        running(poor, [("n1", [0]), ("n1", [1])], started_at=10),
+        running(good, [("n1", [2]), ("n1", [3])], started_at=20),
+    ]
+    d = schedule(snap([node("n1")], [task("hi")], rts))
+    assert [(r.task_id, r.replicas) for r in d.resizes] == [("poor", 1)] and started(d) == ["hi"]
+
+
 def test_preemption_prefers_low_over_expired_medium():
     low = task("low", "low")
     med = task("med", "medium", expected_duration_s=10)
@@ -439,7 +473,7 @@ def test_waiting_tasks_get_position_estimate_and_reason():
     assert (w["a"].position, w["b"].position) == (1, 2)
     assert w["a"].estimated_start == 300
     assert w["b"].estimated_start == 400
-    # A high task that finds no room holds a reservation (issue 13 A).
+    # A high task that finds no room holds a reservation.
     assert w["a"].reason == Reason.HOLDS_RESERVATION and w["a"].message
 
 
@@ -530,7 +564,7 @@ def test_non_preemptible_low_task_is_not_a_victim():
 
 
 def test_quota_priority_orders_a_queue_ahead_of_submit_time():
-    # Issue 14: ProjectQuota.priority reached no decision. A higher-priority project goes first in its queue.
+    # ProjectQuota.priority reached no decision. A higher-priority project goes first in its queue.
     quotas = [ProjectQuota("p1", priority=0), ProjectQuota("p2", priority=5)]
     tasks = [task("early-p1", project="p1", submit_time=0), task("late-p2", project="p2", submit_time=9)]
     d = schedule(snap([node("n1", cards=1)], tasks, quotas=quotas))
@@ -556,5 +590,6 @@ def test_a_lower_priority_projects_low_work_is_preempted_first():
     d = schedule(snap([node("n1", cards=2)], [task("hi", project="p3")], [important, ordinary], quotas=quotas))
     assert preempted(d) == ["ordinary"]
     plain = [ProjectQuota("p1"), ProjectQuota("p2"), ProjectQuota("p3")]
-    assert preempted(schedule(snap([node("n1", cards=2)], [task("hi", project="p3")], [important, ordinary],
-                                   quotas=plain))) == ["important"]  # fmt: skip
+    assert preempted(
+        schedule(snap([node("n1", cards=2)], [task("hi", project="p3")], [important, ordinary], quotas=plain))
+    ) == ["important"]

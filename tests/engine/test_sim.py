@@ -103,3 +103,22 @@ def test_running_elastic_task_grows_with_a_resize():
 
     d = schedule(snap([node("n1", cards=2)], [], [running(el, [("n1", [0])])]))
     assert [(r.task_id, r.replicas, len(r.added)) for r in d.resizes] == [("el", 2, 1)]
+
+
+def test_simulator_runs_an_elastic_task_at_the_speed_of_its_size():
+    # Linear scaling: grown from 1 to 4 replicas at once, 4000 s of work at one replica take 1000 s. With the default
+    # sub-linear curve (4 replicas: 3.48x) it takes longer; shrunk back to 1 when another task arrives, it slows down.
+    q = (Queue("high", "high"), Queue("low", "low"))
+    nodes = [node("n1", cards=4)]
+
+    def run(scaling, extra=()):
+        el = task("el", "low", min_replicas=1, max_replicas=4, scaling=scaling)
+        tasks = [SimTask(el, 0.0, 4000.0, 1.0), *extra]
+        return replay("el", nodes, MODELS, q, tasks).finish_times["el"]
+
+    assert run(1.0) == pytest.approx(1000.0)
+    assert run(None) == pytest.approx(4000.0 / 3.4782608, rel=1e-4)
+    # A 3-card high task arriving at 500 takes three replicas back (shrinks come before preemption): 2000 of the
+    # 4000 s of work are done by then, the rest runs at one replica until the other task ends at 1500, then at four.
+    other = SimTask(task("other", "high", gpu=3, expected_duration_s=1000.0, submit_time=500.0), 500.0, 1000.0, 3.0)
+    assert run(1.0, [other]) == pytest.approx(1500.0 + (2000.0 - 1000.0) / 4)

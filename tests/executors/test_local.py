@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from apps.clusters.executors.base import ExecutorError, JobPhase
-from apps.clusters.executors.local import LocalExecutor
+from apps.clusters.executors.base import ExecutorError, Failure, JobPhase
+from apps.clusters.executors.local import LocalExecutor, job_command
 
 from .conftest import A100
 
@@ -301,7 +301,7 @@ def _sleepers() -> list[str]:
     return found
 
 
-def test_dev_env_without_the_ide_installed_keeps_running_and_says_why(executor, make_spec):
+def test_dev_env_without_the_ide_installed_fails_at_once_and_says_what_an_admin_installs(executor, make_spec):
     spec = make_spec(
         kind="dev_env",
         command="",
@@ -310,13 +310,19 @@ def test_dev_env_without_the_ide_installed_keeps_running_and_says_why(executor, 
     )
     job_id = executor.submit(spec)
 
-    logs = wait_for_log(executor, job_id, "keeping the allocation")
+    state = wait_for(executor, job_id, FINAL)
 
+    assert state.phase == JobPhase.FAILED and state.failure == Failure.LAUNCH
+    assert state.message.startswith("jupyter is not installed on the cluster's host")
+    assert "python3 -m pip install jupyterlab" in state.message
+    logs = executor.logs(job_id)
     assert "jupyter on" in logs and "port 8899" in logs
     assert "jupyter is not installed" in logs
-    assert executor.status(job_id).phase == JobPhase.RUNNING
-    executor.stop(job_id)
-    assert wait_for(executor, job_id, FINAL).phase == JobPhase.CANCELLED
+
+
+def test_jupyter_is_started_at_the_root_of_its_origin(make_spec):
+    script = job_command(make_spec(kind="dev_env", command="", settings={"ide": "jupyter"}))
+    assert "jupyter lab --no-browser --ip=0.0.0.0 --port=8888 --ServerApp.base_url=/ " in script
 
 
 def test_dev_env_command_replaces_the_ide_and_gets_the_ide_secret(executor, make_spec):
@@ -340,9 +346,15 @@ def test_unknown_ide_is_refused(executor, make_spec):
 
 def service_spec(make_spec, gpu_placement, *cards):
     placements = tuple(p for c in cards for p in gpu_placement("local", c))
-    return make_spec(kind="inference", command='echo "cards=$CUDA_VISIBLE_DEVICES"; exec sleep 60', gpu_model=A100,
-                     gpus_per_instance=1, instances=len(placements), placements=placements,
-                     settings={"min_replicas": 1, "max_replicas": 4, "port": 8000})  # fmt: skip
+    return make_spec(
+        kind="inference",
+        command='echo "cards=$CUDA_VISIBLE_DEVICES"; exec sleep 60',
+        gpu_model=A100,
+        gpus_per_instance=1,
+        instances=len(placements),
+        placements=placements,
+        settings={"min_replicas": 1, "max_replicas": 4, "port": 8000},
+    )
 
 
 def replica_log(executor, job_id, key) -> str:
@@ -364,14 +376,21 @@ def test_a_service_grows_and_shrinks_replica_by_replica_each_on_its_cards(execut
     assert (state.phase, state.replicas, state.desired_replicas) == (JobPhase.RUNNING, 3, 3)
     assert wait_for_log(executor, job_id, "cards=0").startswith("cards=0")
     deadline = time.monotonic() + 10
-    while "cards=3" not in replica_log(executor, job_id, "gpu-3") and time.monotonic() < deadline:
+    while time.monotonic() < deadline and not all(
+        f"cards={card}" in replica_log(executor, job_id, f"gpu-{card}") for card in (2, 3)
+    ):
         time.sleep(0.05)
     assert replica_log(executor, job_id, "gpu-2") == "cards=2\n"
     assert replica_log(executor, job_id, "gpu-3") == "cards=3\n"
+    # Its instances are the service's own process and each replica, numbered as the terminal and Connect use.
+    shown = [(i.index, i.name, i.state) for i in executor.instances(job_id)]
+    assert shown == [(0, job_id, "running"), (1, f"{job_id}/gpu-2", "running"), (2, f"{job_id}/gpu-3", "running")]
+    assert all(i.cpu_used_cores is not None for i in executor.instances(job_id))
     # The engine takes back the middle replica (card 2): that one stops, the one on card 3 keeps running.
     pid_3 = json.loads((executor.base_dir / job_id / "replicas" / "gpu-3" / "job.json").read_text())["pid"]
     executor.resize(job_id, 2, spec=service_spec(make_spec, gpu_placement, 0, 3))
     assert wait_replicas(executor, job_id, 2).replicas == 2
+    assert [(i.index, i.name) for i in executor.instances(job_id)] == [(0, job_id), (1, f"{job_id}/gpu-3")]
     assert json.loads((executor.base_dir / job_id / "replicas" / "gpu-3" / "job.json").read_text())["pid"] == pid_3
     executor.stop(job_id)
     assert wait_for(executor, job_id, FINAL).phase == JobPhase.CANCELLED
@@ -393,7 +412,13 @@ def test_only_inference_services_are_resized_and_never_without_their_spec(execut
     job_id = executor.submit(make_spec(command="sleep 30"))
     with pytest.raises(ExecutorError, match="resizes only inference services"):
         executor.resize(job_id, 2)
-    gang = executor.submit(make_spec(name="gang", command="sleep 30", instances=2,
-                                     placements=gpu_placement("local", 0) + gpu_placement("local", 1)))  # fmt: skip
+    gang = executor.submit(
+        make_spec(
+            name="gang",
+            command="sleep 30",
+            instances=2,
+            placements=gpu_placement("local", 0) + gpu_placement("local", 1),
+        )
+    )
     with pytest.raises(ExecutorError, match="resizes only inference services"):  # a gang's ranks are fixed
         executor.resize(gang, 1)

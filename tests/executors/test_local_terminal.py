@@ -18,6 +18,8 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not Sandbox().bwrap, reason
 
 def test_the_shell_joins_the_sandbox_then_becomes_the_job_user_with_only_the_jobs_environment():
     argv = Sandbox(job_user="hcs-job").enter_argv(4242)
+    assert "exec_without_user_namespaces" in argv[2]  # the job's seccomp filter first, in the portal's python
+    argv = argv[argv.index("nsenter") :]
     assert argv[:8] == ["nsenter", "--target=4242", "--mount", "--uts", "--ipc", "--net", "--pid", "--"]
     assert argv[8] == "setpriv" and "--clear-groups" in argv and "--no-new-privs" in argv
     assert argv[argv.index("env") :][:4] == ["env", "-i", "/bin/sh", "-c"]
@@ -26,8 +28,16 @@ def test_the_shell_joins_the_sandbox_then_becomes_the_job_user_with_only_the_job
 
 def test_the_forwarder_joins_only_the_jobs_network_and_pids():
     argv = Sandbox(job_user="hcs-job").forward_argv(4242, "/tmp/x.sock", 8888)
-    assert argv == ["nsenter", "--target=4242", "--net", "--pid", "--", "socat",
-                    "UNIX-LISTEN:/tmp/x.sock,fork,mode=600", "TCP:127.0.0.1:8888"]  # fmt: skip
+    assert argv == [
+        "nsenter",
+        "--target=4242",
+        "--net",
+        "--pid",
+        "--",
+        "socat",
+        "UNIX-LISTEN:/tmp/x.sock,fork,mode=600",
+        "TCP:127.0.0.1:8888",
+    ]
 
 
 def test_an_unprivileged_portal_says_it_cannot_reach_into_its_jobs(monkeypatch):
@@ -39,14 +49,15 @@ def test_an_unprivileged_portal_says_it_cannot_reach_into_its_jobs(monkeypatch):
 
 
 def test_a_deleted_jobs_forwarder_sockets_go_with_it(tmp_path):
-    import time  # noqa: PLC0415
+    import time
 
-    from apps.clusters.executors.base import JobSpec  # noqa: PLC0415
-    from apps.clusters.executors.local import LocalExecutor  # noqa: PLC0415
+    from apps.clusters.executors.base import JobSpec
+    from apps.clusters.executors.local import LocalExecutor
 
     executor = LocalExecutor(tmp_path / "jobs", sandbox=Sandbox(job_user="hcs-job"))
-    job = executor.submit(JobSpec(task_id=1, attempt=1, name="fwd", project="p", owner="o", kind="training",
-                                  command="sleep 60"))  # fmt: skip
+    job = executor.submit(
+        JobSpec(task_id=1, attempt=1, name="fwd", project="p", owner="o", kind="training", command="sleep 60")
+    )
     deadline = time.monotonic() + 10
     while True:
         try:

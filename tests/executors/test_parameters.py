@@ -19,8 +19,10 @@ def slurm(**kwargs) -> SlurmExecutor:
 
 
 def test_only_the_parameters_that_are_set_become_variables():
-    spec = build_spec(kind="training", settings={"framework": "pytorch", "epochs": 3, "batch_size": 64,
-                                                 "model_path": "", "temperature": None})  # fmt: skip
+    spec = build_spec(
+        kind="training",
+        settings={"framework": "pytorch", "epochs": 3, "batch_size": 64, "model_path": "", "temperature": None},
+    )
     assert parameter_environment(spec) == {"HCS_FRAMEWORK": "pytorch", "HCS_EPOCHS": "3", "HCS_BATCH_SIZE": "64"}
 
 
@@ -29,8 +31,11 @@ def test_services_learn_the_port_they_listen_on_even_when_the_task_left_the_defa
     assert parameter_environment(jupyter) == {"HCS_IDE": "jupyter", "HCS_PORT": "8888"}
     serve = build_spec(kind="inference", settings={"max_tokens": 512, "temperature": 0.3, "model_path": "/m"})
     assert parameter_environment(serve) == {
-        "HCS_MODEL_PATH": "/m", "HCS_MAX_TOKENS": "512", "HCS_TEMPERATURE": "0.3", "HCS_PORT": "8000",
-    }  # fmt: skip
+        "HCS_MODEL_PATH": "/m",
+        "HCS_MAX_TOKENS": "512",
+        "HCS_TEMPERATURE": "0.3",
+        "HCS_PORT": "8000",
+    }
     assert parameter_environment(build_spec(kind="inference", settings={"port": 9000}))["HCS_PORT"] == "9000"
 
 
@@ -52,7 +57,7 @@ def test_slurm_training_jobs_keep_checkpoints_under_the_clusters_shared_root():
 def test_slurm_gang_jobs_create_the_checkpoint_directory_once_before_the_ranks_start():
     spec = build_spec(kind="training", task_uid=UID, instances=2)
     script = slurm(checkpoint_root="/shared/ckpt").job_description(spec)["script"]
-    assert script.index(MAKE_CHECKPOINT_DIR) < script.index("exec srun")
+    assert script.index(MAKE_CHECKPOINT_DIR) < script.index("srun --kill-on-bad-exit")
 
 
 def test_slurm_checkpoint_path_is_the_users_own_shared_directory():

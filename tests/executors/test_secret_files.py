@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from apps.clusters.executors.base import JobPhase
+from apps.clusters.executors.base import ExecutorError, JobPhase
 from apps.clusters.executors.local import LocalExecutor, _sandboxed_process
 from apps.clusters.executors.slurm import SlurmExecutor
 
@@ -56,12 +56,44 @@ def test_a_local_job_reads_its_secret_files_owner_only_and_nobody_else_can(execu
         meta_pid = json.loads((executor.base_dir / job / "job.json").read_text())["pid"]
         inside = _sandboxed_process(meta_pid)
         assert inside is not None
-        other = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "cat",
-                                f"/proc/{inside}/root/run/secrets/token"], capture_output=True, text=True,
-                               check=False)  # fmt: skip
+        other = subprocess.run(
+            [
+                "setpriv",
+                "--reuid=nobody",
+                "--regid=nogroup",
+                "--clear-groups",
+                "cat",
+                f"/proc/{inside}/root/run/secrets/token",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert other.returncode != 0 and "dataset-token" not in other.stdout
     executor.stop(job)
     assert wait_for(executor, job, FINAL, timeout=15.0).phase == JobPhase.CANCELLED
+
+
+def test_a_training_job_gets_secret_files_in_tmp_and_beside_its_checkpoints(executor, make_spec):
+    spec = make_spec(
+        command='cat /tmp/key; echo; cat /workspace/token; echo; ls "$HCS_CHECKPOINT_DIR" | wc -l; df /tmp | tail -1',
+        secret_files={"/tmp/key": "tmp-value", "/workspace/token": "beside-value"},
+        settings={"checkpoint_path": "/workspace/ckpt"},
+        task_uid="7" * 32,
+    )
+    job = executor.submit(spec)
+    assert wait_for(executor, job, FINAL, timeout=15.0).phase == JobPhase.SUCCEEDED, executor.logs(job)
+    lines = executor.logs(job).splitlines()
+    assert lines[:3] == ["tmp-value", "beside-value", "0"]  # nothing of them in the checkpoint directory
+    assert lines[3].startswith("tmpfs")  # /tmp stays the job's own, size-limited tmpfs
+
+
+def test_a_secret_file_where_the_job_directory_lies_is_refused_with_the_reason(executor, make_spec, tmp_path):
+    spec = make_spec(command="true", secret_files={str(tmp_path): "value"})  # the job's directory is under it
+    with pytest.raises(ExecutorError, match=f"the secret file {tmp_path} cannot be placed") as refused:
+        executor.submit(spec)
+    assert refused.value.retryable is False
+    assert not (executor.base_dir / spec.name).exists()
 
 
 def test_every_rank_of_a_local_gang_reads_the_whole_secret_file(executor, make_spec):
@@ -89,8 +121,9 @@ def test_a_slurm_job_carries_secret_files_in_its_environment_never_in_its_script
     script = tmp_path / "batch.sh"
     script.write_text(description["script"])
     env = {**description["job"]["environment"], "TMPDIR": str(tmp_path)}
-    result = subprocess.run(["bash", str(script)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=20,
-                            check=False)  # fmt: skip
+    result = subprocess.run(
+        ["bash", str(script)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=20, check=False
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [*VALUE.splitlines(), "400", "0"]
     secrets_dir = Path((tmp_path / "dir.txt").read_text().strip())

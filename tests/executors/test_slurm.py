@@ -77,7 +77,15 @@ def test_timeout_and_out_of_memory_say_why_the_job_failed():
     oom = job_state({"job_id": 6, "job_state": "OUT_OF_MEMORY", "exit_code": 9})
 
     assert (timeout.phase, timeout.message, timeout.exit_code) == (JobPhase.FAILED, "wall-time limit reached", 143)
-    assert (oom.phase, oom.message) == (JobPhase.FAILED, "out of memory")
+    assert (oom.phase, oom.message) == (
+        JobPhase.FAILED,
+        "exceeded its memory limit (out of memory): Slurm's cgroup killed it",
+    )
+    with_memory = job_state({"job_id": 6, "job_state": "OUT_OF_MEMORY", "exit_code": 9, "memory_per_node": 256})
+    assert with_memory.message.startswith("exceeded its memory limit of 0.25 GiB (out of memory)")
+    accounted = accounting_state({"job_id": 6, "state": {"current": "OUT_OF_MEMORY"}, "required": {"memory": 1536}})
+    assert accounted.failure == "out_of_memory"
+    assert accounted.message.startswith("exceeded its memory limit of 1.5 GiB")
     assert (timeout.failure, oom.failure) == ("wall_time", "out_of_memory")
     assert job_state({"job_id": 7, "job_state": "FAILED", "exit_code": 2}).failure == "exit_code"
     assert job_state({"job_id": 8, "job_state": "COMPLETED", "exit_code": 0}).failure == ""
@@ -88,19 +96,28 @@ def test_timeout_and_out_of_memory_say_why_the_job_failed():
     [
         ("COMPLETED", {"status": "SUCCESS", "return_code": 0}, JobPhase.SUCCEEDED, 0),
         ("FAILED", {"status": "FAILED", "return_code": 3}, JobPhase.FAILED, 3),
-        ("FAILED", {"status": "SIGNALED", "return_code": 0, "signal": {"signal_id": 9, "name": "KILL"}},
-         JobPhase.FAILED, 137),
+        (
+            "FAILED",
+            {"status": "SIGNALED", "return_code": 0, "signal": {"signal_id": 9, "name": "KILL"}},
+            JobPhase.FAILED,
+            137,
+        ),
         ("CANCELLED", {"status": "SIGNALED", "return_code": 0, "signal": {"signal_id": 15}}, JobPhase.CANCELLED, 143),
         ("TIMEOUT", {"status": "FAILED", "return_code": 0}, JobPhase.FAILED, 0),
         ("FAILED", {"status": "SUCCESS", "return_code": 0}, JobPhase.FAILED, None),  # slurmrestd 22.05's answer
         ("RUNNING", {"status": "PENDING", "return_code": 0}, JobPhase.RUNNING, None),
     ],
-)  # fmt: skip
+)
 def test_accounting_records_map_like_the_controllers(state, exit_code, phase, code):
     # Slurm accounting's job record (slurmdbd, after slurmctld forgot the job) has other field names.
-    record = {"job_id": 41, "name": "hcs-task-7-1", "state": {"current": state, "reason": "None"},
-              "exit_code": exit_code, "time": {"start": 1795773073, "end": 1795773074},
-              "nodes": "hcs-node-1"}  # fmt: skip
+    record = {
+        "job_id": 41,
+        "name": "hcs-task-7-1",
+        "state": {"current": state, "reason": "None"},
+        "exit_code": exit_code,
+        "time": {"start": 1795773073, "end": 1795773074},
+        "nodes": "hcs-node-1",
+    }
     got = accounting_state(record)
     assert (got.external_id, got.name, got.phase, got.exit_code) == ("41", "hcs-task-7-1", phase, code)
     if phase != JobPhase.RUNNING:
@@ -279,12 +296,38 @@ def test_gpu_job_runs_to_success_with_readable_logs(slurm, make_spec):
 
 
 @pytest.mark.slurm
+def test_a_command_that_waits_for_its_own_background_work_ends_with_it(slurm, make_spec):
+    """The fencing watchdog runs beside the command, disowned: a bare ``wait`` waits for the command's children
+    only, not for the watchdog (which would keep the job running until its time limit)."""
+    job_id = slurm.submit(make_spec(command="sleep 0.5 & wait; echo waited"))
+    state = wait_for(slurm, job_id, FINAL, timeout=30)
+    assert state.phase == JobPhase.SUCCEEDED, slurm.logs(job_id)
+    assert "waited" in wait_for_log(slurm, job_id, "waited")
+
+
+@pytest.mark.slurm
 def test_vendor_visible_devices_variable_is_set_from_slurms_allocation(slurm, make_spec):
     job_id = slurm.submit(
         make_spec(command='echo "npu=$ASCEND_VISIBLE_DEVICES"', gpu_model=ASCEND, gpus_per_instance=1)
     )
     assert wait_for(slurm, job_id, FINAL).phase == JobPhase.SUCCEEDED
     assert "npu=0" in wait_for_log(slurm, job_id, "npu=")
+
+
+@pytest.mark.slurm
+def test_a_job_using_more_memory_than_it_asked_for_is_killed_by_slurms_cgroup_with_the_reason(slurm, make_spec):
+    allocate = (
+        "python3 -c 'import time\nkept = []\nfor step in range(16):\n    kept.append(bytearray(64 << 20)); "
+        "print((step + 1) * 64, flush=True); time.sleep(0.05)'"
+    )
+    job_id = slurm.submit(make_spec(command=allocate, memory_gib=0.25))
+
+    state = wait_for(slurm, job_id, FINAL)
+
+    assert (state.phase, state.failure) == (JobPhase.FAILED, "out_of_memory"), state
+    assert state.message.startswith("exceeded its memory limit of 0.25 GiB (out of memory)"), state
+    allocated = [int(line) for line in wait_for_log(slurm, job_id, "Killed").splitlines() if line.isdigit()]
+    assert allocated and max(allocated) < 256  # it never got its 1 GiB
 
 
 @pytest.mark.slurm
@@ -451,7 +494,7 @@ def test_time_limit_reaches_slurm_in_minutes(slurm, make_spec):
 
 
 @pytest.mark.slurm
-def test_dev_env_without_the_ide_keeps_the_allocation_and_says_why(slurm, make_spec):
+def test_dev_env_without_the_ide_ends_at_once_and_says_why(slurm, make_spec):
     spec = make_spec(
         kind="dev_env",
         command="",
@@ -460,11 +503,12 @@ def test_dev_env_without_the_ide_keeps_the_allocation_and_says_why(slurm, make_s
     )
     job_id = slurm.submit(spec)
 
-    logs = wait_for_log(slurm, job_id, "keeping the allocation")
+    state = wait_for(slurm, job_id, FINAL)
 
+    assert state.phase == JobPhase.FAILED and state.exit_code == 127
+    logs = slurm.logs(job_id)
     assert "jupyter is not installed" in logs
     assert "port 8899" in logs
-    assert slurm.status(job_id).phase == JobPhase.RUNNING
 
 
 @pytest.mark.slurm

@@ -69,16 +69,20 @@ def test_project_account_is_made_with_the_users_association_and_grp_tres(per_pro
 
 
 @pytest.mark.slurm
-def test_job_runs_under_its_project_account_and_its_limit_holds(per_project, slurm_cluster, project_account,
-                                                                 make_spec):  # fmt: skip
+def test_job_runs_under_its_project_account_and_its_limit_holds(per_project, slurm_cluster, project_account, make_spec):
     limits = {"isolation": isolation(project_account, {"cpu": 2, "mem": 4096, "gres/gpu": 1})}
     spec = make_spec(command="echo in-account", gpus_per_instance=1, gpu_model=A100, settings=limits)
     job_id = per_project.submit(spec)
     record = per_project._record(job_id)
     assert record["account"] == project_account
     assert wait_for(per_project, job_id, {JobPhase.SUCCEEDED, JobPhase.FAILED}).phase == JobPhase.SUCCEEDED
-    sacct = subprocess.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "account,state"], capture_output=True,
-                           text=True, env={**os.environ, "SLURM_CONF": slurm_cluster.conf}, check=True)  # fmt: skip
+    sacct = subprocess.run(
+        ["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "account,state"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SLURM_CONF": slurm_cluster.conf},
+        check=True,
+    )
     assert sacct.stdout.split("\n")[0].startswith(f"{project_account}|")
     # Two cards is more than the project's mirrored limit of one: Slurm holds the job by the association limit.
     greedy = make_spec(command="sleep 1", gpus_per_instance=2, gpu_model=A100, settings=limits)
@@ -117,7 +121,7 @@ class _NoAccounting(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         if self.path.endswith("/ping"):
             self._json({"meta": {"Slurm": {"release": "22.05.8"}}, "pings": [{"hostname": "ctl", "ping": "UP"}]})
             return
@@ -129,7 +133,7 @@ class _NoAccounting(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(b"Unable find requested URL. Please view /openapi/v3 for API reference.")
 
-    def do_POST(self):  # noqa: N802
+    def do_POST(self):
         if self.path.endswith("/job/submit"):
             self.submitted.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
             self._json({"job_id": 42, "errors": []})

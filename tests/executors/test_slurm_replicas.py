@@ -31,9 +31,15 @@ def card(node: str, *indices: int) -> NodePlacement:
 
 
 def service_spec(placements, **overrides):
-    values = {"kind": "inference", "command": "sleep 300", "gpu_model": A100, "gpus_per_instance": 1,
-              "settings": {"min_replicas": 1, "max_replicas": 3}, "instances": len(placements),
-              "placements": tuple(placements)}  # fmt: skip
+    values = {
+        "kind": "inference",
+        "command": "sleep 300",
+        "gpu_model": A100,
+        "gpus_per_instance": 1,
+        "settings": {"min_replicas": 1, "max_replicas": 3},
+        "instances": len(placements),
+        "placements": tuple(placements),
+    }
     values.update(overrides)
     return build_spec(**values)
 
@@ -80,8 +86,11 @@ def test_a_scaled_service_job_is_marked_and_its_replica_jobs_carry_the_attempts_
     assert json.loads(main["job"]["comment"]) == {**spec.labels, LABEL_SCALED: "1"}
     assert replica["job"]["name"] == f"{spec.name}-n2-gpu-3-4" and replica["job"]["nodelist"] == "n2"
     assert replica["job"]["nodes"] == [1, 1] and replica["job"]["gres"] == "gpu:a100:1"
-    assert json.loads(replica["job"]["comment"]) == {**spec.labels, LABEL_REPLICA_OF: main_id,
-                                                     LABEL_REPLICA: "n2-gpu-3-4"}  # fmt: skip
+    assert json.loads(replica["job"]["comment"]) == {
+        **spec.labels,
+        LABEL_REPLICA_OF: main_id,
+        LABEL_REPLICA: "n2-gpu-3-4",
+    }
     assert replica["job"]["standard_output"] == f"/shared/out/{spec.name}-n2-gpu-3-4.out"
     assert (replica_key(card("n1"), 2), replica_key(card("n1", 7), 2)) == ("n1-r2", "n1-gpu-7")
     # Other jobs are not marked: a training job, or a service without autoscaling.
@@ -91,15 +100,17 @@ def test_a_scaled_service_job_is_marked_and_its_replica_jobs_carry_the_attempts_
 
 def test_listings_fold_replica_jobs_into_their_service_and_cancel_orphans():
     labels = {"hcs.io/task-uid": "u", "hcs.io/attempt": "1"}
-    fake = FakeSlurm([
-        record(1, "RUNNING", {**labels, LABEL_SCALED: "1"}),
-        record(2, "RUNNING", {**labels, LABEL_REPLICA_OF: "1", LABEL_REPLICA: "n2-gpu-0"}),
-        record(3, "PENDING", {**labels, LABEL_REPLICA_OF: "1", LABEL_REPLICA: "n3-gpu-0"}),
-        record(4, "CANCELLED", {**labels, LABEL_REPLICA_OF: "1", LABEL_REPLICA: "n4-gpu-0"}),
-        record(5, "COMPLETED", {"hcs.io/task-uid": "v", "hcs.io/attempt": "1", LABEL_SCALED: "1"}),
-        record(6, "RUNNING", {"hcs.io/task-uid": "v", "hcs.io/attempt": "1", LABEL_REPLICA_OF: "5"}),
-        record(7, "RUNNING", {"hcs.io/task-uid": "w", "hcs.io/attempt": "1", LABEL_REPLICA_OF: "99"}),
-    ])  # fmt: skip
+    fake = FakeSlurm(
+        [
+            record(1, "RUNNING", {**labels, LABEL_SCALED: "1"}),
+            record(2, "RUNNING", {**labels, LABEL_REPLICA_OF: "1", LABEL_REPLICA: "n2-gpu-0"}),
+            record(3, "PENDING", {**labels, LABEL_REPLICA_OF: "1", LABEL_REPLICA: "n3-gpu-0"}),
+            record(4, "CANCELLED", {**labels, LABEL_REPLICA_OF: "1", LABEL_REPLICA: "n4-gpu-0"}),
+            record(5, "COMPLETED", {"hcs.io/task-uid": "v", "hcs.io/attempt": "1", LABEL_SCALED: "1"}),
+            record(6, "RUNNING", {"hcs.io/task-uid": "v", "hcs.io/attempt": "1", LABEL_REPLICA_OF: "5"}),
+            record(7, "RUNNING", {"hcs.io/task-uid": "w", "hcs.io/attempt": "1", LABEL_REPLICA_OF: "99"}),
+        ]
+    )
 
     states = fake.list_by_owner({"hcs.io/attempt": "1"})
 
@@ -132,12 +143,14 @@ def test_resize_submits_new_placements_cancels_those_that_left_and_restarts_dead
 
 def test_a_services_instances_are_its_job_and_its_running_replica_jobs():
     labels = {"hcs.io/task-uid": "u", "hcs.io/attempt": "1"}
-    fake = FakeSlurm([
-        {**record(1, "RUNNING", {**labels, LABEL_SCALED: "1"}), "nodes": "n1"},
-        {**record(3, "RUNNING", {**labels, LABEL_REPLICA_OF: "1"}, name="svc-n3-gpu-0"), "nodes": "n3"},
-        {**record(2, "RUNNING", {**labels, LABEL_REPLICA_OF: "1"}, name="svc-n2-gpu-0"), "nodes": "n2"},
-        {**record(4, "PENDING", {**labels, LABEL_REPLICA_OF: "1"}, name="svc-n4-gpu-0"), "nodes": ""},
-    ])  # fmt: skip
+    fake = FakeSlurm(
+        [
+            {**record(1, "RUNNING", {**labels, LABEL_SCALED: "1"}), "nodes": "n1"},
+            {**record(3, "RUNNING", {**labels, LABEL_REPLICA_OF: "1"}, name="svc-n3-gpu-0"), "nodes": "n3"},
+            {**record(2, "RUNNING", {**labels, LABEL_REPLICA_OF: "1"}, name="svc-n2-gpu-0"), "nodes": "n2"},
+            {**record(4, "PENDING", {**labels, LABEL_REPLICA_OF: "1"}, name="svc-n4-gpu-0"), "nodes": ""},
+        ]
+    )
     fake._call = lambda method, path, payload=None, api="slurm": (
         {"nodes": [{"name": f"n{i}", "address": f"10.0.0.{i}"} for i in range(1, 5)]},
         [],
@@ -145,8 +158,11 @@ def test_a_services_instances_are_its_job_and_its_running_replica_jobs():
 
     instances = fake.instances("1")
 
-    assert [(i.index, i.name, i.ip) for i in instances] == [(0, "1/n1", "10.0.0.1"), (1, "2/n2", "10.0.0.2"),
-                                                            (2, "3/n3", "10.0.0.3")]  # fmt: skip
+    assert [(i.index, i.name, i.ip) for i in instances] == [
+        (0, "1/n1", "10.0.0.1"),
+        (1, "2/n2", "10.0.0.2"),
+        (2, "3/n3", "10.0.0.3"),
+    ]
 
 
 def test_only_scaled_services_are_resized():
@@ -165,10 +181,11 @@ def active_jobs_of(executor: SlurmExecutor, task_id: int) -> list[dict]:
     body, errors = executor._call("GET", "jobs")
     assert not errors, errors
     return [
-        job for job in body["jobs"]
+        job
+        for job in body["jobs"]
         if json.loads(job.get("comment") or "{}").get("hcs/task-id") == str(task_id)
         and job["job_state"].split("+")[0] in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING")
-    ]  # fmt: skip
+    ]
 
 
 def wait_until(predicate, timeout=60.0):

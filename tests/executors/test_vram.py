@@ -39,7 +39,7 @@ def build_stub(directory: Path) -> Path:
             "libcuda.so.1",
             str(SOURCES / "stub_cuda.c"),
             "-lpthread",
-        ],  # fmt: skip
+        ],
         ["-fPIC", "-shared", "-o", "libnexta.so", str(SOURCES / "next_a.c"), "-ldl"],
         ["-fPIC", "-shared", "-o", "libnextb.so", str(SOURCES / "next_b.c")],
     ]
@@ -47,10 +47,26 @@ def build_stub(directory: Path) -> Path:
         subprocess.run([gcc, "-O2", "-Wall", "-Werror", *args], cwd=directory, check=True)
     (directory / "libcuda.so").symlink_to("libcuda.so.1")
     subprocess.run(
-        [gcc, "-O2", "-Wall", "-Werror", "-o", "vram_probe", str(SOURCES / "vram_probe.c"), "-L.",
-         "-Wl,-rpath,$ORIGIN", "-Wl,--no-as-needed", "-lnexta", "-lnextb", "-lcuda", "-ldl", "-lpthread"],
-        cwd=directory, check=True,
-    )  # fmt: skip
+        [
+            gcc,
+            "-O2",
+            "-Wall",
+            "-Werror",
+            "-o",
+            "vram_probe",
+            str(SOURCES / "vram_probe.c"),
+            "-L.",
+            "-Wl,-rpath,$ORIGIN",
+            "-Wl,--no-as-needed",
+            "-lnexta",
+            "-lnextb",
+            "-lcuda",
+            "-ldl",
+            "-lpthread",
+        ],
+        cwd=directory,
+        check=True,
+    )
     return directory / "vram_probe"
 
 
@@ -113,11 +129,19 @@ def test_mem_get_info_reports_the_share_and_never_more_than_the_card_has_free(ru
 
 def test_cu_get_proc_address_hands_out_the_wrappers(run):
     lines = run(
-        "which_proc:cuMemAlloc", "which_proc:cuMemFree", "which_proc:cuMemGetInfo", "which_proc:cuMemAllocAsync",
-        "which_proc:cuGetProcAddress", "which_proc:cuMemHostAlloc",
-        f"getproc:{6 * GIB}", f"getproc:{6 * GIB}", "free_getproc:0", f"getproc:{6 * GIB}", "info",
+        "which_proc:cuMemAlloc",
+        "which_proc:cuMemFree",
+        "which_proc:cuMemGetInfo",
+        "which_proc:cuMemAllocAsync",
+        "which_proc:cuGetProcAddress",
+        "which_proc:cuMemHostAlloc",
+        f"getproc:{6 * GIB}",
+        f"getproc:{6 * GIB}",
+        "free_getproc:0",
+        f"getproc:{6 * GIB}",
+        "info",
         limit=10 * GIB,
-    )  # fmt: skip
+    )
     assert [line[2] for line in lines[:5]] == ["libhcsvram.so"] * 5
     assert lines[5] == ["which_proc", "cuMemHostAlloc", "none"]  # the stub has no such call; nothing invented
     assert [line[1] for line in lines[6:10]] == ["0", OUT_OF_MEMORY, "0", "0"]
@@ -125,8 +149,16 @@ def test_cu_get_proc_address_hands_out_the_wrappers(run):
 
 
 def test_dlsym_on_the_driver_handle_hands_out_the_wrappers(run):
-    lines = run("which:cuMemAlloc_v2", "which:cuGetProcAddress_v2", "which:cuMemFree_v2", "which:cuInit",
-                "which:cuMemHostAlloc", f"dlsym:{6 * GIB}", f"dlsym:{6 * GIB}", limit=10 * GIB)  # fmt: skip
+    lines = run(
+        "which:cuMemAlloc_v2",
+        "which:cuGetProcAddress_v2",
+        "which:cuMemFree_v2",
+        "which:cuInit",
+        "which:cuMemHostAlloc",
+        f"dlsym:{6 * GIB}",
+        f"dlsym:{6 * GIB}",
+        limit=10 * GIB,
+    )
     assert [line[2] for line in lines[:3]] == ["libhcsvram.so"] * 3
     assert lines[3] == ["which", "cuInit", "libcuda.so.1"]  # a call it does not wrap: the driver's own
     assert lines[4] == ["which", "cuMemHostAlloc", "none"]  # one the driver lacks: nothing invented
@@ -136,10 +168,17 @@ def test_dlsym_on_the_driver_handle_hands_out_the_wrappers(run):
 def test_every_allocation_call_counts_against_one_share(run):
     mib = 2**20
     lines = run(
-        f"managed:{400 * mib}", f"async:{300 * mib}", f"getproc_ptsz:{200 * mib}", "alloc_v1:" + str(100 * mib),
-        "alloc:1", "free:1", "free:2", "free:3", "info",
+        f"managed:{400 * mib}",
+        f"async:{300 * mib}",
+        f"getproc_ptsz:{200 * mib}",
+        "alloc_v1:" + str(100 * mib),
+        "alloc:1",
+        "free:1",
+        "free:2",
+        "free:3",
+        "info",
         limit=1000 * mib,
-    )  # fmt: skip
+    )
     assert [line[1] for line in lines[:8]] == ["0", "0", "0", "0", OUT_OF_MEMORY, "0", "0", "0"]
     assert lines[8] == ["info", "0", str(600 * mib), str(1000 * mib)]
 
@@ -154,11 +193,20 @@ def test_pitched_allocation_counts_its_padding(run):
 def test_virtual_memory_api_allocations_count_and_host_ones_do_not(run):
     # cuMemCreate is how PyTorch's expandable segments (and other allocators that map memory themselves) get it.
     lines = run(
-        "which_proc:cuMemCreate", "which_proc:cuMemRelease", "which:cuMemCreate",
-        f"create:{6 * GIB}", f"create:{6 * GIB}", "info", "free:0", f"create:{6 * GIB}", "info",
-        f"create_host:{6 * GIB}", f"create_host:{6 * GIB}", "info",
+        "which_proc:cuMemCreate",
+        "which_proc:cuMemRelease",
+        "which:cuMemCreate",
+        f"create:{6 * GIB}",
+        f"create:{6 * GIB}",
+        "info",
+        "free:0",
+        f"create:{6 * GIB}",
+        "info",
+        f"create_host:{6 * GIB}",
+        f"create_host:{6 * GIB}",
+        "info",
         limit=8 * GIB,
-    )  # fmt: skip
+    )
     assert [line[2] for line in lines[:3]] == ["libhcsvram.so"] * 3
     assert [line[1] for line in lines[3:5]] == ["0", OUT_OF_MEMORY]
     assert lines[5] == ["info", "0", str(2 * GIB), str(8 * GIB)]
@@ -169,15 +217,24 @@ def test_virtual_memory_api_allocations_count_and_host_ones_do_not(run):
 
 
 def test_a_retained_handle_keeps_the_memory_counted_until_its_last_release(run):
-    lines = run(f"create:{6 * GIB}", "retain:0", "free:0", f"create:{6 * GIB}", "free:1", f"create:{6 * GIB}",
-                limit=8 * GIB)  # fmt: skip
+    lines = run(
+        f"create:{6 * GIB}", "retain:0", "free:0", f"create:{6 * GIB}", "free:1", f"create:{6 * GIB}", limit=8 * GIB
+    )
     # Two references to one allocation: after the first release the memory is still there, and still counted.
     assert [line[1] for line in lines] == ["0", "0", "0", OUT_OF_MEMORY, "0", "0"]
 
 
 def test_memory_pool_allocations_count(run):
-    lines = run("which_proc:cuMemAllocFromPoolAsync", f"pool:{6 * GIB}", f"pool:{6 * GIB}", "free:0",
-                f"pool:{6 * GIB}", f"alloc:{2 * GIB}", "alloc:1", limit=8 * GIB)  # fmt: skip
+    lines = run(
+        "which_proc:cuMemAllocFromPoolAsync",
+        f"pool:{6 * GIB}",
+        f"pool:{6 * GIB}",
+        "free:0",
+        f"pool:{6 * GIB}",
+        f"alloc:{2 * GIB}",
+        "alloc:1",
+        limit=8 * GIB,
+    )
     assert lines[0][2] == "libhcsvram.so"
     assert [line[1] for line in lines[1:]] == ["0", OUT_OF_MEMORY, "0", "0", "0", OUT_OF_MEMORY]
 
@@ -241,8 +298,14 @@ def start(library, probe):
 
     def start_steps(*steps: str, limit: int, share: Path) -> subprocess.Popen:
         env = {"PATH": os.environ["PATH"], "LD_PRELOAD": str(library), LIMIT_ENV: str(limit), SHARE_ENV: str(share)}
-        proc = subprocess.Popen([str(probe), *steps], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+        proc = subprocess.Popen(
+            [str(probe), *steps],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         started.append(proc)
         return proc
 
@@ -267,8 +330,12 @@ def test_processes_naming_one_share_file_draw_on_one_share(run, start, tmp_path)
     assert held_lines(first) == [["alloc", "0"]]
     # A second process of the job: what the first holds counts, in what it may take and in what it is told.
     lines = run("info", f"alloc:{6 * GIB}", f"alloc:{2 * GIB}", "info", limit=8 * GIB, **{SHARE_ENV: str(share)})
-    assert lines == [["info", "0", str(2 * GIB), str(8 * GIB)], ["alloc", OUT_OF_MEMORY], ["alloc", "0"],
-                     ["info", "0", "0", str(8 * GIB)]]  # fmt: skip
+    assert lines == [
+        ["info", "0", str(2 * GIB), str(8 * GIB)],
+        ["alloc", OUT_OF_MEMORY],
+        ["alloc", "0"],
+        ["info", "0", "0", str(8 * GIB)],
+    ]
     assert "the job's processes hold 6442450944 of its 8589934592 byte share" in run.stderr
     # The second process ended (its 2 GiB went back with it); once the first ends, the whole share is free.
     assert run("info", limit=8 * GIB, **{SHARE_ENV: str(share)}) == [["info", "0", str(2 * GIB), str(8 * GIB)]]
@@ -280,8 +347,16 @@ def test_processes_naming_one_share_file_draw_on_one_share(run, start, tmp_path)
 
 
 def test_a_forked_child_counts_in_the_share_and_a_killed_one_gives_it_back(run, tmp_path):
-    lines = run(f"spawn:{6 * GIB}", f"alloc:{4 * GIB}", "info", "kill", f"alloc:{4 * GIB}", "info",
-                limit=8 * GIB, **{SHARE_ENV: str(tmp_path / "share")})  # fmt: skip
+    lines = run(
+        f"spawn:{6 * GIB}",
+        f"alloc:{4 * GIB}",
+        "info",
+        "kill",
+        f"alloc:{4 * GIB}",
+        "info",
+        limit=8 * GIB,
+        **{SHARE_ENV: str(tmp_path / "share")},
+    )
     assert lines == [
         ["spawn", "0"],
         ["alloc", OUT_OF_MEMORY],  # the child's 6 GiB count

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import pyseccomp
 import pytest
 
 from apps.clusters.executors.base import DeviceSlot, ExecutorError, JobPhase, NodePlacement
@@ -39,8 +40,9 @@ A100_80G = dataclasses.replace(A100, vram_gib=80.0, shareable=True)
 def share_spec(make_spec, *, vram_gib=16.0, fraction=0.5, model=A100_80G, node="hcs-node-1", **overrides):
     """A job on part of card 0, as the scheduler places ``1(16G,50%)`` (or a bare fraction with vram_gib None)."""
     slot = DeviceSlot(index=0, fraction=fraction, vram_gib=vram_gib, cores_percent=50 if vram_gib else None)
-    return make_spec(gpu_model=model, gpus_per_instance=fraction, placements=(NodePlacement(node, (slot,)),),
-                     **overrides)  # fmt: skip
+    return make_spec(
+        gpu_model=model, gpus_per_instance=fraction, placements=(NodePlacement(node, (slot,)),), **overrides
+    )
 
 
 @pytest.fixture(scope="module")
@@ -191,8 +193,13 @@ def test_slurm_script_fails_at_once_on_a_node_without_the_interceptor(tmp_path, 
         )
         spec = share_spec(make_spec, command=command, **spec_fields)
         script = slurm_executor(path).job_description(spec)["script"]
-        return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30,
-                              env={"PATH": "/usr/bin:/bin", "LD_PRELOAD": "", "TMPDIR": str(tmp_path)})  # fmt: skip
+        return subprocess.run(
+            ["bash", "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={"PATH": "/usr/bin:/bin", "LD_PRELOAD": "", "TMPDIR": str(tmp_path)},
+        )
 
     missing = run(str(tmp_path / "absent.so"))
     assert missing.returncode == 1
@@ -213,9 +220,12 @@ UNPRIVILEGED_DRIVER = r"""
 import json, os, sys, time
 sys.path.insert(0, sys.argv[1])
 from executors.base import DeviceSlot, GPUModelSpec, JobPhase, JobSpec, NodePlacement
+from executors.limits import Limits
 from executors.local import LocalExecutor
 
-executor = LocalExecutor(os.path.join(sys.argv[2], "jobs"), grace_period_s=1, vram_library=sys.argv[3])
+# No cgroups to create as a normal user (test_local_isolation checks that such a portal refuses jobs by default).
+executor = LocalExecutor(os.path.join(sys.argv[2], "jobs"), grace_period_s=1, vram_library=sys.argv[3],
+                         limits=Limits(cgroups=False))
 model = GPUModelSpec("A100-80G", "nvidia", "nvidia.com/gpu", "NVIDIA_VISIBLE_DEVICES", vram_gib=80.0)
 slot = DeviceSlot(index=0, fraction=0.5, vram_gib=16.0, cores_percent=50)
 job = executor.submit(JobSpec(task_id=1, attempt=1, name="job-1", project="p", owner="o", kind="training",
@@ -237,17 +247,32 @@ def test_a_share_is_held_when_the_portal_runs_as_a_normal_user(library):
         package.mkdir(parents=True)
         for module in EXECUTORS.glob("*.py"):
             shutil.copy(module, package / module.name)
+        shutil.copy(pyseccomp.__file__, package.parent)  # the sandbox's seccomp filter, for the system's python
         shutil.copy(DEFAULT_LIBRARY, root / "libhcsvram.so")
         home = root / "portal-home"
         home.mkdir(mode=0o700)
         os.chown(home, account.pw_uid, account.pw_gid)
         os.chmod(root, 0o755)
         result = subprocess.run(
-            ["setpriv", f"--reuid={account.pw_uid}", f"--regid={account.pw_gid}", "--clear-groups",
-             "/usr/bin/python3", "-c", UNPRIVILEGED_DRIVER, str(root / "pkg"), str(home), str(root / "libhcsvram.so")],
-            input=job_command(SANDBOX_LIBRARY), env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"},
-            capture_output=True, text=True, timeout=180, check=False,
-        )  # fmt: skip
+            [
+                "setpriv",
+                f"--reuid={account.pw_uid}",
+                f"--regid={account.pw_gid}",
+                "--clear-groups",
+                "/usr/bin/python3",
+                "-c",
+                UNPRIVILEGED_DRIVER,
+                str(root / "pkg"),
+                str(home),
+                str(root / "libhcsvram.so"),
+            ],
+            input=job_command(SANDBOX_LIBRARY),
+            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"},
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     assert result.returncode == 0, result.stderr

@@ -20,7 +20,7 @@ RESOURCES = {
     "apps/v1/deployments": "Deployment",
     "batch.volcano.sh/v1alpha1/jobs": "Job",
 }
-CLUSTER_RESOURCES = {"v1/nodes": "Node", "v1/namespaces": "Namespace"}
+CLUSTER_RESOURCES = {"v1/nodes": "Node", "v1/namespaces": "Namespace", "scheduling.volcano.sh/v1beta1/queues": "Queue"}
 
 
 _parse_path = parsing.parse_path

@@ -37,3 +37,18 @@ def on_node(node: str, *indices: int, instances: int = 1, **slot) -> tuple[NodeP
     """The same device choice on one node for each of ``instances`` ranks."""
     devices = tuple(DeviceSlot(index=i, **slot) for i in indices)
     return tuple(NodePlacement(node=node, devices=devices) for _ in range(instances))
+
+
+def volcano_queue(name: str = "hcs-main-research", **overrides) -> dict:
+    """A portal queue's Volcano Queue as ``KubernetesExecutor.ensure_volcano_queue`` takes it."""
+    labels = {"app.kubernetes.io/managed-by": "hcs-portal", "hcs.io/installation": "inst-1", "hcs.io/queue-id": "3"}
+    values = {
+        "name": name,
+        "labels": labels,
+        "annotations": {},
+        "weight": 100,
+        "reclaimable": True,
+        "capability": {"nvidia.com/gpu": "8"},
+        "guarantee": {"nvidia.com/gpu": "2"},
+    }
+    return {**values, **overrides}

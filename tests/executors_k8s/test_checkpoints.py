@@ -31,12 +31,17 @@ def with_checkpoints(api_client, **kwargs) -> KubernetesExecutor:
 def test_every_workload_gets_the_tasks_parameters_as_variables(executor):
     training = executor.manifests(spec(task_id=77, settings={"epochs": 4, "batch_size": 32, "framework": "pytorch"}))[0]
     assert {k: env_of(training).get(k) for k in ("HCS_EPOCHS", "HCS_BATCH_SIZE", "HCS_FRAMEWORK", "HCS_TASK_ID")} == {
-        "HCS_EPOCHS": "4", "HCS_BATCH_SIZE": "32", "HCS_FRAMEWORK": "pytorch", "HCS_TASK_ID": "77",
-    }  # fmt: skip
+        "HCS_EPOCHS": "4",
+        "HCS_BATCH_SIZE": "32",
+        "HCS_FRAMEWORK": "pytorch",
+        "HCS_TASK_ID": "77",
+    }
     service = executor.manifests(spec(kind="inference", settings={"max_tokens": 256, "temperature": 0.7}))[0]
     assert {k: env_of(service)[k] for k in ("HCS_MAX_TOKENS", "HCS_TEMPERATURE", "HCS_PORT")} == {
-        "HCS_MAX_TOKENS": "256", "HCS_TEMPERATURE": "0.7", "HCS_PORT": "8000",
-    }  # fmt: skip
+        "HCS_MAX_TOKENS": "256",
+        "HCS_TEMPERATURE": "0.7",
+        "HCS_PORT": "8000",
+    }
     dev = executor.manifests(spec(kind="dev_env", settings={"ide": "vscode"}))[0]
     assert (env_of(dev)["HCS_IDE"], env_of(dev)["HCS_PORT"]) == ("vscode", "8080")
 
@@ -87,8 +92,11 @@ def test_the_claim_outlives_each_attempt_and_goes_with_the_task(api_client, emul
     executor.submit(spec(task_id=91, attempt=2, task_uid=UID, labels=labels))  # the next attempt mounts it again
     assert list(stored(emulator, "v1/persistentvolumeclaims")) == [claim]
     second = stored(emulator, "batch/v1/jobs")
-    assert any(v.get("persistentVolumeClaim") == {"claimName": claim} for j in second.values()
-               for v in j["spec"]["template"]["spec"]["volumes"])  # fmt: skip
+    assert any(
+        v.get("persistentVolumeClaim") == {"claimName": claim}
+        for j in second.values()
+        for v in j["spec"]["template"]["spec"]["volumes"]
+    )
 
     executor.remove_checkpoints(UID, "vision")
     assert claim not in stored(emulator, "v1/persistentvolumeclaims")

@@ -7,10 +7,18 @@ from apps.clusters.executors.base import GPUModelSpec
 from tests.executors_k8s.specs import on_node, spec
 from tests.executors_k8s.test_manifests import env_of, main_container, pod_template
 
-MIG_1G = GPUModelSpec("A100-80G-1g.10gb", "nvidia", "nvidia.com/mig-1g.10gb", "NVIDIA_VISIBLE_DEVICES",
-                      slurm_gres_type="1g.10gb", vram_gib=10, partition="mig")  # fmt: skip
-TS4 = GPUModelSpec("A100-80G-ts4", "nvidia", "nvidia.com/gpu", "NVIDIA_VISIBLE_DEVICES", vram_gib=80,
-                   partition="time_slice")  # fmt: skip
+MIG_1G = GPUModelSpec(
+    "A100-80G-1g.10gb",
+    "nvidia",
+    "nvidia.com/mig-1g.10gb",
+    "NVIDIA_VISIBLE_DEVICES",
+    slurm_gres_type="1g.10gb",
+    vram_gib=10,
+    partition="mig",
+)
+TS4 = GPUModelSpec(
+    "A100-80G-ts4", "nvidia", "nvidia.com/gpu", "NVIDIA_VISIBLE_DEVICES", vram_gib=80, partition="time_slice"
+)
 
 
 def test_a_mig_instance_is_requested_by_its_mixed_strategy_resource_name():
@@ -34,6 +42,7 @@ def test_a_time_sliced_replica_asks_for_one_of_the_cards_resource_without_hami_l
     job, _ = m.build_manifests(s, "ns")
     main = main_container(job)
     assert main["resources"]["limits"]["nvidia.com/gpu"] == "1"
-    assert not any(k.startswith("nvidia.com/gpumem") or k.startswith("nvidia.com/gpucores")
-                   for k in main["resources"]["limits"])  # fmt: skip
+    assert not any(
+        k.startswith("nvidia.com/gpumem") or k.startswith("nvidia.com/gpucores") for k in main["resources"]["limits"]
+    )
     assert "NVIDIA_VISIBLE_DEVICES" not in env_of(main)

@@ -11,7 +11,7 @@ from kubernetes import client
 from apps.clusters.executors.base import ExecutorError, JobPhase
 from apps.clusters.executors.kubernetes import KubernetesExecutor
 from tests.executors_k8s.emulation import ApiServerEmulator, stored
-from tests.executors_k8s.specs import A100, ASCEND_910B, HYGON_K100, on_node, spec
+from tests.executors_k8s.specs import A100, ASCEND_910B, HYGON_K100, on_node, spec, volcano_queue
 
 NS = "gpu-jobs"
 ALL_RESOURCES = (
@@ -99,18 +99,19 @@ def test_training_submit_stores_indexed_job_and_headless_service(executor, emula
     env = {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["WORLD_SIZE"] == "2"
     assert env["MASTER_ADDR"] == f"{s.name}-0.{s.name}"
-    assert env["NVIDIA_VISIBLE_DEVICES"] == "0,1,2,3"
+    assert "NVIDIA_VISIBLE_DEVICES" not in env  # the device plugin chooses the cards and sets it
     assert env["NCCL_IB_DISABLE"] == "1"
     assert stored(emulator, "v1/services")[s.name]["spec"]["clusterIP"] == "None"
     assert job["metadata"]["labels"]["hcs.io/workload"] == "job"
 
 
 def test_volcano_submit_goes_through_custom_objects(executor, emulator):
-    s = spec(instances=4, backend_flavour="volcano", settings={"volcano_queue": "gpu-high"})
+    s = spec(instances=4, backend_flavour="volcano", settings={"volcano_queue": volcano_queue("gpu-high")})
     assert executor.submit(s) == f"{NS}/vcjob/{s.name}"
     vcjob = stored(emulator, "batch.volcano.sh/v1alpha1/jobs")[s.name]
     assert vcjob["spec"]["minAvailable"] == 4
     assert vcjob["spec"]["queue"] == "gpu-high"
+    assert "gpu-high" in stored(emulator, "scheduling.volcano.sh/v1beta1/queues", None)  # made first
     assert vcjob["spec"]["tasks"][0]["replicas"] == 4
     assert stored(emulator, "batch/v1/jobs") == {}
 
@@ -130,16 +131,23 @@ def test_inference_submit_stores_deployment_service_ingress_and_hpa(executor, em
 @pytest.mark.parametrize(
     ("gpu_model", "gpus", "placements", "expected_limits", "expected_env", "mount"),
     [
-        (A100, 2, on_node("n", 4, 5), {"nvidia.com/gpu": "2"}, {"NVIDIA_VISIBLE_DEVICES": "4,5"}, "/usr/local/nvidia"),
+        (
+            A100,
+            2,
+            on_node("n", 4, 5),
+            {"nvidia.com/gpu": "2"},
+            {"NVIDIA_DRIVER_CAPABILITIES": "compute,utility"},
+            "/usr/local/nvidia",
+        ),
         (
             ASCEND_910B,
             1,
             on_node("n", 7),
             {"huawei.com/Ascend910": "1"},
-            {"ASCEND_VISIBLE_DEVICES": "7"},
+            {"ASCEND_DRIVER_PATH": "/usr/local/Ascend/driver"},
             "/usr/local/Ascend/driver",
         ),
-        (HYGON_K100, 1, on_node("n", 0), {"hygon.com/dcu": "1"}, {"HIP_VISIBLE_DEVICES": "0"}, "/dev/kfd"),
+        (HYGON_K100, 1, on_node("n", 0), {"hygon.com/dcu": "1"}, {"ROCM_PATH": "/opt/rocm"}, "/dev/kfd"),
         (
             A100,
             0.5,
@@ -161,6 +169,7 @@ def test_vendor_injection_as_stored(
     assert expected_limits.items() <= main["resources"]["limits"].items()
     env = {e["name"]: e.get("value") for e in main["env"]}
     assert expected_env.items() <= env.items()
+    assert gpu_model.visible_devices_env not in env  # the device plugin's to set, for the cards it chose
     assert mount in {v["hostPath"]["path"] for v in pod["spec"]["volumes"] if "hostPath" in v}
     assert pod["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "n"}
 
@@ -559,8 +568,15 @@ def test_a_concurrency_target_reaches_the_hpa_at_launch_and_when_edited(executor
     s = spec(kind="inference", settings={"min_replicas": 1, "max_replicas": 3, "target_requests_in_flight": 16})
     external_id = executor.submit(s)
     hpa = stored(emulator, "autoscaling/v2/horizontalpodautoscalers")[s.name]
-    assert hpa["spec"]["metrics"] == [{"type": "Pods", "pods": {"metric": {"name": "http_requests_in_flight"},
-                                      "target": {"type": "AverageValue", "averageValue": "16"}}}]  # fmt: skip
+    assert hpa["spec"]["metrics"] == [
+        {
+            "type": "Pods",
+            "pods": {
+                "metric": {"name": "http_requests_in_flight"},
+                "target": {"type": "AverageValue", "averageValue": "16"},
+            },
+        }
+    ]
     edited = dataclasses.replace(s, settings={"min_replicas": 1, "max_replicas": 3, "target_requests_in_flight": 4})
     executor.update_autoscaling(external_id, edited)
     hpa = stored(emulator, "autoscaling/v2/horizontalpodautoscalers")[s.name]
@@ -568,8 +584,12 @@ def test_a_concurrency_target_reaches_the_hpa_at_launch_and_when_edited(executor
 
 
 def test_new_autoscaling_settings_patch_the_running_services_hpa(executor, emulator):
-    s = spec(kind="inference", settings={"min_replicas": 1, "max_replicas": 2, "target_gpu_utilization": 70},
-             gpus_per_instance=1, gpu_model=A100)  # fmt: skip
+    s = spec(
+        kind="inference",
+        settings={"min_replicas": 1, "max_replicas": 2, "target_gpu_utilization": 70},
+        gpus_per_instance=1,
+        gpu_model=A100,
+    )
     external_id = executor.submit(s)
     edited = dataclasses.replace(s, settings={"min_replicas": 2, "max_replicas": 6, "target_requests_per_second": 30})
     executor.update_autoscaling(external_id, edited)
@@ -577,3 +597,52 @@ def test_new_autoscaling_settings_patch_the_running_services_hpa(executor, emula
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 6)
     assert [metric["pods"]["metric"]["name"] for metric in hpa["spec"]["metrics"]] == ["http_requests_per_second"]
     assert stored(emulator, "apps/v1/deployments")[s.name]["spec"]["replicas"] == 1  # the HPA, not the patch, scales
+
+
+def _allocated(resource: str, *ids: str) -> dict:
+    """A container status as the kubelet writes it with its ResourceHealthStatus feature on."""
+    return {
+        "name": "main",
+        "ready": True,
+        "restartCount": 0,
+        "image": "busybox:1.36",
+        "imageID": "",
+        "allocatedResourcesStatus": [
+            {"name": resource, "resources": [{"resourceID": i, "health": "Healthy"} for i in ids]}
+        ],
+    }
+
+
+def test_the_cards_the_kubelet_reports_for_each_pod_are_read_back(executor, emulator):
+    s = spec(instances=2, gpus_per_instance=2, gpu_model=A100, placements=on_node("gpu-1", 0, 1, instances=2))
+    ext_id = executor.submit(s)
+    template = stored(emulator, "batch/v1/jobs")[s.name]["spec"]["template"]
+    reports = {
+        0: (
+            "gpu-1",
+            [
+                _allocated("nvidia.com/gpu", "GPU-b", "GPU-a"),
+                # Another resource of the container (an RDMA device) is not a card.
+                {"name": "rdma/hca", "resources": [{"resourceID": "mlx5_0"}]},
+            ],
+        ),
+        1: ("gpu-2", [_allocated("nvidia.com/gpu", "GPU-c", "GPU-d")]),
+    }
+    for index, (node, statuses) in reports.items():
+        allocated = [
+            {**statuses[0], "allocatedResourcesStatus": statuses[0]["allocatedResourcesStatus"] + statuses[1:]}
+        ]
+        emulator.objects["v1/pods", NS, f"{s.name}-{index}"] = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"{s.name}-{index}", "namespace": NS, **template["metadata"]},
+            "spec": {**template["spec"], "nodeName": node},
+            "status": {"phase": "Running", "containerStatuses": allocated},
+        }
+    expected = (("gpu-1", ("GPU-a", "GPU-b")), ("gpu-2", ("GPU-c", "GPU-d")))
+    assert executor.status(ext_id).devices == expected
+    (listed,) = executor.list_by_owner({"hcs.io/task-id": str(s.task_id)})
+    assert listed.devices == expected
+    # A kubelet that reports nothing (older Kubernetes, the feature off): nothing is read back.
+    emulator.objects["v1/pods", NS, f"{s.name}-1"].patch({"status": {"containerStatuses": []}})
+    assert executor.status(ext_id).devices == expected[:1]

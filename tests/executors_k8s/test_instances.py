@@ -18,9 +18,17 @@ def running(ip: str, restarts: int = 0) -> dict:
         "phase": "Running",
         "podIP": ip,
         "startTime": "2026-11-23T10:00:00Z",
-        "containerStatuses": [{"name": "main", "ready": True, "restartCount": restarts, "image": "vllm",
-                               "imageID": "", "state": {"running": {"startedAt": "2026-11-23T10:00:05Z"}}}],
-    }  # fmt: skip
+        "containerStatuses": [
+            {
+                "name": "main",
+                "ready": True,
+                "restartCount": restarts,
+                "image": "vllm",
+                "imageID": "",
+                "state": {"running": {"startedAt": "2026-11-23T10:00:05Z"}},
+            }
+        ],
+    }
 
 
 def serve_metrics(emulator: ApiServerEmulator, pods: dict[str, tuple[str, str]]) -> None:
@@ -39,8 +47,13 @@ def serve_metrics(emulator: ApiServerEmulator, pods: dict[str, tuple[str, str]])
 
 
 def test_two_replicas_with_their_use_service_ingress_and_secret_names(executor, emulator):
-    s = spec(kind="inference", settings={"replicas": 2, "port": 8000}, gpus_per_instance=1, gpu_model=A100,
-             secret_env={"HF_TOKEN": "hf_secret_value"})  # fmt: skip
+    s = spec(
+        kind="inference",
+        settings={"replicas": 2, "port": 8000},
+        gpus_per_instance=1,
+        gpu_model=A100,
+        secret_env={"HF_TOKEN": "hf_secret_value"},
+    )
     ext_id = executor.submit(s)
     add_pod(emulator, s.name, f"{s.name}-b-22222", running("10.1.0.8", restarts=2))
     add_pod(emulator, s.name, f"{s.name}-a-11111", running("10.1.0.7"))
@@ -105,20 +118,30 @@ def test_an_unreachable_api_server_is_an_error():
 
 
 def test_parsers_take_real_shaped_objects():
-    containers = [{"name": "main", "usage": {"cpu": "2", "memory": "2Gi"}},
-                  {"name": "side", "usage": {"cpu": "500m", "memory": "1Gi"}}]  # fmt: skip
+    containers = [
+        {"name": "main", "usage": {"cpu": "2", "memory": "2Gi"}},
+        {"name": "side", "usage": {"cpu": "500m", "memory": "1Gi"}},
+    ]
     metrics = [{"metadata": {"name": "p"}, "containers": containers}]
     assert pod_usage(metrics) == {"p": (2.5, 3.0)}
     pod = {
         "spec": {
-            "volumes": [{"name": "a", "secret": {"secretName": "tls-a"}},
-                        {"name": "b", "projected": {"sources": [{"secret": {"name": "proj-b"}}]}}],
-            "containers": [{"envFrom": [{"secretRef": {"name": "env-c"}}],
-                            "env": [{"name": "X", "valueFrom": {"secretKeyRef": {"name": "key-d", "key": "x"}}},
-                                    {"name": "Y", "value": "plain"}]}],
+            "volumes": [
+                {"name": "a", "secret": {"secretName": "tls-a"}},
+                {"name": "b", "projected": {"sources": [{"secret": {"name": "proj-b"}}]}},
+            ],
+            "containers": [
+                {
+                    "envFrom": [{"secretRef": {"name": "env-c"}}],
+                    "env": [
+                        {"name": "X", "valueFrom": {"secretKeyRef": {"name": "key-d", "key": "x"}}},
+                        {"name": "Y", "value": "plain"},
+                    ],
+                }
+            ],
             "imagePullSecrets": [{"name": "registry-e"}],
         }
-    }  # fmt: skip
+    }
     assert pod_secret_names(pod) == ("env-c", "key-d", "proj-b", "registry-e", "tls-a")
     (only,) = pod_instances([{"metadata": {"name": "p"}, "status": {"phase": "Pending"}}], None)
     assert only.ingress_tls is None and only.service is None and only.usage_note == NO_METRICS_NOTE

@@ -127,7 +127,7 @@ def test_fine_tuning_builds_the_same_job_as_training():
 
 
 def test_volcano_flavour_builds_a_gang_scheduled_volcano_job():
-    s = spec(instances=3, backend_flavour="volcano", settings={"volcano_queue": "research", "retries": 1})
+    s = spec(instances=3, backend_flavour="volcano", settings={"volcano_queue": {"name": "research"}, "retries": 1})
     (vcjob,) = m.build_manifests(s, "ns")
     assert vcjob["apiVersion"] == "batch.volcano.sh/v1alpha1"
     assert vcjob["kind"] == "Job"
@@ -166,6 +166,12 @@ def test_inference_has_deployment_service_ingress_and_hpa_with_gpu_metric():
     assert hpa["apiVersion"] == "autoscaling/v2"
     assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": s.name}
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (1, 6)
+    # The portal's own rules, written out: up at once by max(2n, n + 4), down after 300 s of lower readings.
+    behaviour = hpa["spec"]["behavior"]
+    assert behaviour["scaleUp"]["stabilizationWindowSeconds"] == 0
+    assert {(p["type"], p["value"]) for p in behaviour["scaleUp"]["policies"]} == {("Percent", 100), ("Pods", 4)}
+    assert behaviour["scaleUp"]["selectPolicy"] == "Max"
+    assert behaviour["scaleDown"]["stabilizationWindowSeconds"] == 300
     metrics = hpa["spec"]["metrics"]
     assert metrics[0]["resource"] == {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}}
     assert metrics[1]["resource"]["name"] == "memory"
@@ -189,7 +195,7 @@ def test_nvidia_injection_resource_visible_devices_and_driver_mount():
     main = main_container(job)
     assert main["resources"]["limits"]["nvidia.com/gpu"] == "2"
     env = env_of(main)
-    assert env["NVIDIA_VISIBLE_DEVICES"] == "0,1"
+    assert "NVIDIA_VISIBLE_DEVICES" not in env  # the device plugin chooses the two cards and sets it
     assert env["LD_LIBRARY_PATH"].startswith("/usr/local/nvidia/lib64")
     body = pod_template(job)
     assert {"name": "hcs-nvidia-driver", "hostPath": {"path": "/usr/local/nvidia", "type": "Directory"}} in body[
@@ -209,7 +215,7 @@ def test_huawei_ascend_injection_and_hccl_hints_for_a_gang():
     main = main_container(job)
     assert main["resources"]["limits"]["huawei.com/Ascend910"] == "8"
     env = env_of(main)
-    assert env["ASCEND_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
+    assert "ASCEND_VISIBLE_DEVICES" not in env
     assert "/usr/local/Ascend/driver/lib64" in env["LD_LIBRARY_PATH"]
     assert env["HCCL_CONNECT_TIMEOUT"] == "1200"
     assert env["HCCL_WHITELIST_DISABLE"] == "1"
@@ -305,8 +311,9 @@ def test_cpu_memory_volumes_and_user_env_override_injected_env():
         {"name": "Ümlaut_Dir", "mount_path": "/u", "host_path": "/mnt/u"},
         {"name": "", "mount_path": "/anon", "host_path": "/mnt/anon"},
     )
-    s = spec(cpu=2.5, memory_gib=1.5, volumes=volumes, env={"MASTER_PORT": "1234"},
-             settings={"allowed_host_paths": ["/mnt"]})  # fmt: skip
+    s = spec(
+        cpu=2.5, memory_gib=1.5, volumes=volumes, env={"MASTER_PORT": "1234"}, settings={"allowed_host_paths": ["/mnt"]}
+    )
     job, _ = m.build_manifests(s, "ns")
     main = main_container(job)
     assert main["resources"]["requests"] == {"cpu": "2500m", "memory": "1536Mi"}
@@ -317,13 +324,20 @@ def test_cpu_memory_volumes_and_user_env_override_injected_env():
     assert [v["name"] for v in pod_template(job)["volumes"]][2:] == ["mlaut-dir", "vol-3"]
 
 
-def test_a_tasks_env_never_widens_the_cards_it_sees():
-    """The container runtime reads NVIDIA_VISIBLE_DEVICES: the placement's value wins over the task's "all"."""
-    s = spec(gpu_model=A100, gpus_per_instance=1, placements=on_node("gpu-1", 3),
-             env={"NVIDIA_VISIBLE_DEVICES": "all", "EPOCHS": "3"})  # fmt: skip
+@pytest.mark.parametrize("gpus", [1, 0], ids=["with-a-card", "without-cards"])
+def test_a_tasks_env_never_widens_the_cards_it_sees(gpus):
+    """The container runtime reads NVIDIA_VISIBLE_DEVICES: the device plugin sets it for the cards it gave, and a
+    task's own "all" (as a variable or a secret) is dropped, with or without cards."""
+    s = spec(
+        gpu_model=A100,
+        gpus_per_instance=gpus,
+        placements=on_node("gpu-1", 3) if gpus else (),
+        env={"NVIDIA_VISIBLE_DEVICES": "all", "EPOCHS": "3"},
+        secret_env={"ASCEND_VISIBLE_DEVICES": "all"},
+    )
     job, _ = m.build_manifests(s, "ns")
-    env = env_of(main_container(job))
-    assert env["NVIDIA_VISIBLE_DEVICES"] == "3" and env["EPOCHS"] == "3"
+    env = {entry["name"] for entry in main_container(job)["env"]}
+    assert "EPOCHS" in env and not env & {"NVIDIA_VISIBLE_DEVICES", "ASCEND_VISIBLE_DEVICES"}
 
 
 SCRATCH = {"name": "scratch", "mount_path": "/scratch", "host_path": "/mnt/scratch"}
@@ -331,10 +345,16 @@ SCRATCH = {"name": "scratch", "mount_path": "/scratch", "host_path": "/mnt/scrat
 
 @pytest.mark.parametrize(
     ("approved", "path"),
-    [(None, "/mnt/scratch"), ([], "/mnt/scratch"), (["/mnt/scratch"], "/mnt/scratch2"), (["/mnt"], "/"),
-     (["/mnt"], "/mnt/../etc"), (["/"], "/etc")],
+    [
+        (None, "/mnt/scratch"),
+        ([], "/mnt/scratch"),
+        (["/mnt/scratch"], "/mnt/scratch2"),
+        (["/mnt"], "/"),
+        (["/mnt"], "/mnt/../etc"),
+        (["/"], "/etc"),
+    ],
     ids=["no-setting", "none-approved", "sibling-of-a-prefix", "root", "dotdot", "root-prefix"],
-)  # fmt: skip
+)
 def test_host_paths_outside_the_clusters_approved_prefixes_are_refused_for_good(approved, path):
     settings = {} if approved is None else {"allowed_host_paths": approved}
     s = spec(volumes=({**SCRATCH, "host_path": path},), settings=settings)

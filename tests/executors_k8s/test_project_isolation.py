@@ -44,8 +44,11 @@ def isolation(hard: dict | None, namespace: str = PROJECT_NS, installation: str 
 
 
 def namespaces(emulator) -> dict[str, dict]:
-    return {name: obj.raw for (res, _, name), obj in emulator.objects.items() if res.plural == "namespaces"
-            and not obj.deleted}  # fmt: skip
+    return {
+        name: obj.raw
+        for (res, _, name), obj in emulator.objects.items()
+        if res.plural == "namespaces" and not obj.deleted
+    }
 
 
 def test_project_names_are_dns_labels_stable_and_distinct():
@@ -68,8 +71,10 @@ def test_quota_mirrors_limits_as_requests_rounded_up():
         "requests.nvidia.com/gpu": "6",
     }
     assert slurm_grp_tres(ProjectLimits(cpu=12.5, memory_gib=1.5, gpus={"gres/gpu": 3})) == {
-        "cpu": 13, "mem": 1536, "gres/gpu": 3,
-    }  # fmt: skip
+        "cpu": 13,
+        "mem": 1536,
+        "gres/gpu": 3,
+    }
 
 
 def test_ensure_project_creates_labelled_namespace_and_quota(per_project, emulator):
@@ -90,8 +95,9 @@ def test_ensure_project_creates_labelled_namespace_and_quota(per_project, emulat
 
 
 def test_quota_change_updates_and_removes_the_resource_quota(per_project, emulator):
-    per_project.ensure_project(isolation({"requests.cpu": "16", "requests.memory": "64Gi",
-                                          "requests.nvidia.com/gpu": "8"}))  # fmt: skip
+    per_project.ensure_project(
+        isolation({"requests.cpu": "16", "requests.memory": "64Gi", "requests.nvidia.com/gpu": "8"})
+    )
     smaller = {"requests.cpu": "4", "requests.memory": "16Gi"}
     per_project.ensure_project(isolation(smaller))
     assert stored(emulator, "v1/resourcequotas", PROJECT_NS)[QUOTA_NAME]["spec"]["hard"] == smaller
@@ -102,8 +108,10 @@ def test_quota_change_updates_and_removes_the_resource_quota(per_project, emulat
 
 def test_a_namespace_the_portal_did_not_make_is_refused_not_taken(per_project, emulator):
     emulator.objects["v1/namespaces", None, PROJECT_NS] = {
-        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PROJECT_NS, "labels": {"team": "theirs"}},
-    }  # fmt: skip
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": PROJECT_NS, "labels": {"team": "theirs"}},
+    }
     with pytest.raises(ExecutorError, match="not made by this portal installation for this project") as caught:
         per_project.ensure_project(isolation({"requests.cpu": "4"}))
     assert not caught.value.retryable
@@ -121,16 +129,24 @@ def test_a_namespace_of_another_project_by_the_same_name_is_refused(per_project,
 
 def test_job_lands_in_its_project_namespace_and_is_listed_stopped_and_deleted(per_project, emulator):
     labels = {"hcs.io/installation": INSTALLATION, "hcs.io/task-uid": "a" * 32, "hcs.io/attempt": "1"}
-    s = spec(gpus_per_instance=1, gpu_model=A100, namespace=PROJECT_NS, labels={**labels, "hcs.io/task-id": "1"},
-             settings={"isolation": isolation({"requests.cpu": "8"})})  # fmt: skip
+    s = spec(
+        gpus_per_instance=1,
+        gpu_model=A100,
+        namespace=PROJECT_NS,
+        labels={**labels, "hcs.io/task-id": "1"},
+        settings={"isolation": isolation({"requests.cpu": "8"})},
+    )
     ext_id = per_project.submit(s)
     assert ext_id == f"{PROJECT_NS}/job/{s.name}"
     assert s.name in stored(emulator, "batch/v1/jobs", PROJECT_NS)
     assert s.name not in stored(emulator, "batch/v1/jobs", "gpu-jobs")
     assert stored(emulator, "v1/resourcequotas", PROJECT_NS)[QUOTA_NAME]["spec"]["hard"] == {"requests.cpu": "8"}
     # A job of another installation, in its own project namespace, is not listed.
-    other = spec(namespace="hcs-other", labels={**labels, "hcs.io/installation": OTHER_INSTALLATION},
-                 settings={"isolation": isolation(None, "hcs-other", OTHER_INSTALLATION)})  # fmt: skip
+    other = spec(
+        namespace="hcs-other",
+        labels={**labels, "hcs.io/installation": OTHER_INSTALLATION},
+        settings={"isolation": isolation(None, "hcs-other", OTHER_INSTALLATION)},
+    )
     per_project.submit(other)
     # And one in the cluster's own namespace (from before the cluster went per project) still is.
     shared = spec(labels={**labels, "hcs.io/task-uid": "b" * 32})

@@ -113,11 +113,20 @@ def test_a_pod_that_is_not_running_has_no_terminal(monkeypatch):
 @pytest.mark.kubernetes_real
 @pytest.mark.skipif(not os.environ.get("KUBECONFIG"), reason="KUBECONFIG is not set: no real cluster to run on")
 def test_a_real_clusters_dev_environment_opens_a_shell_that_runs_a_command():
-    executor = KubernetesExecutor(kubeconfig=os.environ["KUBECONFIG"],
-                                  namespace=os.environ.get("HCS_K8S_TEST_NAMESPACE", "default"))  # fmt: skip
+    executor = KubernetesExecutor(
+        kubeconfig=os.environ["KUBECONFIG"], namespace=os.environ.get("HCS_K8S_TEST_NAMESPACE", "default")
+    )
     unique = uuid.uuid4().hex[:6]
-    ext_id = executor.submit(spec(name=f"hcs-term-{unique}", kind="dev_env", command="sleep 600", cpu=0.1,
-                                  memory_gib=0.0625, labels={"hcs/test-run": unique}))  # fmt: skip
+    ext_id = executor.submit(
+        spec(
+            name=f"hcs-term-{unique}",
+            kind="dev_env",
+            command="sleep 600",
+            cpu=0.1,
+            memory_gib=0.0625,
+            labels={"hcs/test-run": unique},
+        )
+    )
     try:
         deadline = time.monotonic() + 300
         while executor.status(ext_id).phase != JobPhase.RUNNING:

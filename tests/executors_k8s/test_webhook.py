@@ -91,9 +91,9 @@ def make_tls(directory) -> tuple[str, str, str]:
 @pytest.fixture
 def https_portal(transactional_db, tmp_path):
     """uvicorn with a TLS listener serving hcsportal.asgi on a free loopback port; yields (url, CA file)."""
-    import uvicorn  # noqa: PLC0415
+    import uvicorn
 
-    from hcsportal.asgi import application  # noqa: PLC0415
+    from hcsportal.asgi import application
 
     ca_file, cert_file, key_file = make_tls(tmp_path)
     with socket.socket() as s:
@@ -343,6 +343,36 @@ def test_malformed_review_gets_a_safe_answer(call):
         assert response["warnings"] == ["hcs-portal: pod fields are not of the Kubernetes types; nothing injected"]
 
 
+def _nested(depth: int) -> dict:
+    value: object = "x"
+    for _ in range(depth):
+        value = {"a": [value]}
+    return value
+
+
+def test_a_deeply_nested_or_huge_review_is_a_400_that_says_the_bounds(call):
+    """What the JSON decoder, the copy of the pod and its diff could not take answers 400, never 500."""
+    too_deep = f"nested at most {webhook.MAX_REVIEW_DEPTH} levels deep"
+    deep_array = b"[" * 100_000 + b"]" * 100_000
+    reply = call(deep_array)
+    assert reply.status_code == 400 and too_deep in reply.json()["detail"]
+    for depth in (webhook.MAX_REVIEW_DEPTH, 400):
+        pod = user_pod({m.GPU_ANNOTATION: "1(A100-80G)"})
+        pod["spec"]["containers"][0]["args"] = _nested(depth)
+        reply = call(admission_review(pod))
+        assert reply.status_code == 400 and too_deep in reply.json()["detail"], reply.text
+    # Within the bound, an odd field is only an odd pod: answered.
+    pod = user_pod({m.GPU_ANNOTATION: "1(A100-80G)"})
+    pod["metadata"]["labels"] = {"deep": _nested(20)}
+    review = admission_review(pod)
+    assert answer(call(review), review)["allowed"] is True
+
+    huge = admission_review(user_pod({m.GPU_ANNOTATION: "1(A100-80G)", "note": "x" * webhook.MAX_REVIEW_BYTES}))
+    reply = call(huge)
+    assert reply.status_code == 400, reply.text
+    assert f"at most {webhook.MAX_REVIEW_BYTES} bytes" in reply.json()["detail"]
+
+
 @pytest.mark.parametrize(
     "annotation, message",
     [
@@ -365,9 +395,15 @@ def test_the_endpoint_needs_the_clusters_webhook_token(call, cluster):
     for bearer in (None, "wrong"):
         reply = call(review, bearer=bearer)
         assert reply.status_code == 401 and "webhook token" in reply.json()["detail"]
-    # The token in the path serves API servers that cannot be given a bearer token.
-    assert answer(call(review, path=f"/k8s/admission/{call.token}/", bearer=None), review)["allowed"] is True
-    assert call(review, path="/k8s/admission/wrong/", bearer=None).status_code == 401
+    # A token in the path (where access logs keep it) is refused, right or wrong, with what to do instead.
+    for path in (f"/k8s/admission/{call.token}/", "/k8s/admission/wrong/", f"/k8s/admission/{call.token}"):
+        for bearer in (None, call.token):
+            reply = call(review, path=path, bearer=bearer)
+            assert reply.status_code == 410, reply.text
+            assert "no longer accepted in the URL" in reply.json()["detail"]
+            assert "Authorization: Bearer <token>" in reply.json()["detail"]
+            assert call.token not in reply.text
+    assert answer(call(review), review)["allowed"] is True
     # A new token replaces the old one.
     issue_webhook_token(cluster)
     assert call(review).status_code == 401
@@ -528,9 +564,16 @@ def test_runtime_class_comes_from_the_clusters_vendor_label_and_only_for_that_ve
     }
     classes = {"nvidia": "nvidia"}
     nvidia = JobSpec(
-        task_id=1, attempt=1, name="t", project="p", owner="o", kind="dev_env", image="i",
-        gpus_per_instance=1, settings={"runtime_classes": classes},
-    )  # fmt: skip
+        task_id=1,
+        attempt=1,
+        name="t",
+        project="p",
+        owner="o",
+        kind="dev_env",
+        image="i",
+        gpus_per_instance=1,
+        settings={"runtime_classes": classes},
+    )
     assert m.build_manifests(nvidia, "ns")[0]["spec"]["runtimeClassName"] == "nvidia"
     ascend = GPUModelSpec("Ascend910B", "huawei", "huawei.com/Ascend910", "ASCEND_VISIBLE_DEVICES")
     assert "runtimeClassName" not in m.build_manifests(replace(nvidia, gpu_model=ascend), "ns")[0]["spec"]

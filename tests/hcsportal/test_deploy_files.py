@@ -13,9 +13,12 @@ from kubernetes import client
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 MODELS = {
-    ("v1", "ConfigMap"): "V1ConfigMap", ("v1", "Service"): "V1Service", ("batch/v1", "Job"): "V1Job",
+    ("v1", "ConfigMap"): "V1ConfigMap",
+    ("v1", "Service"): "V1Service",
+    ("batch/v1", "Job"): "V1Job",
     ("apps/v1", "Deployment"): "V1Deployment",
-}  # fmt: skip
+    ("networking.k8s.io/v1", "Ingress"): "V1Ingress",
+}
 
 
 def _manifests() -> list[dict]:
@@ -50,6 +53,17 @@ def test_kubernetes_runs_one_beat_probes_what_the_web_serves_and_reads_what_sett
         assert f'"{name}"' in settings_source, f"{name} is not read by hcsportal/settings.py"
 
 
+def test_the_ingress_brings_the_portal_and_every_app_host_to_the_web_service_over_tls():
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in _manifests()}
+    apps_domain = docs[("ConfigMap", "hcs-portal")]["data"]["HCS_APPS_DOMAIN"]
+    portal = docs[("ConfigMap", "hcs-portal")]["data"]["ALLOWED_HOSTS"]
+    ingress = docs[("Ingress", "hcs-portal")]["spec"]
+    assert [rule["host"] for rule in ingress["rules"]] == [portal, f"*.{apps_domain}"]
+    assert [host for tls in ingress["tls"] for host in tls["hosts"]] == [portal, f"*.{apps_domain}"]
+    for rule in ingress["rules"]:
+        assert rule["http"]["paths"][0]["backend"]["service"]["name"] == "hcs-portal-web"
+
+
 def test_compose_has_the_roles_and_one_beat_with_shared_keys():
     compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
     services = compose["services"]
@@ -70,3 +84,26 @@ def test_the_image_runs_the_modules_the_manifests_name():
     assert "hcsportal.asgi:application" in text and (ROOT / "hcsportal" / "asgi.py").exists()
     assert re.search(r"celery_app\b", text) and (ROOT / "celery_app" / "__init__.py").exists()
     assert "requirements.txt" in dockerfile
+
+
+def test_the_scheduler_and_the_autoscaler_have_queues_and_worker_pools_of_their_own():
+    from celery_app.app import app
+
+    def queue_of(name):
+        return app.amqp.router.route({}, name)["queue"].name
+
+    assert queue_of("apps.control.jobs.run_scheduler") == "scheduling"
+    assert queue_of("apps.control.jobs.launch") == "scheduling"
+    assert queue_of("apps.control.jobs.autoscale_services") == "autoscale"
+    assert queue_of("apps.control.jobs.refit_forecasts") == "celery"  # fits stay off the autoscaler's loop
+    assert queue_of("apps.control.jobs.reconcile_all") == "celery"
+    # A worker started without -Q serves every queue (one worker is enough to run the portal).
+    assert {q.name for q in app.conf.task_queues} == {"scheduling", "autoscale", "celery"}
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())["services"]
+    documents = yaml.safe_load_all((DEPLOY / "kubernetes" / "portal.yaml").read_text())
+    manifests = {(d["kind"], d["metadata"]["name"]): d for d in documents if d}
+    for role, queue in (("worker", "celery"), ("scheduler", "scheduling"), ("autoscaler", "autoscale")):
+        command = compose[role]["command"]
+        assert command[command.index("-Q") + 1] == queue
+        container = manifests[("Deployment", f"hcs-portal-{role}")]["spec"]["template"]["spec"]["containers"][0]
+        assert container["command"][container["command"].index("-Q") + 1] == queue

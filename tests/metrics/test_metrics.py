@@ -33,21 +33,40 @@ def clear_stats() -> None:
 @pytest.fixture
 def known_state(world):
     """One 2 x A100 task running for an hour (4 cores, 16 GiB), one waiting for two hours, one backend error."""
-    PriceRule.objects.create(resource_type="gpu", gpu_model=GPUModel.objects.get(name="A100-80G"),
-                             price_per_hour=Decimal("10"))  # fmt: skip
+    PriceRule.objects.create(
+        resource_type="gpu", gpu_model=GPUModel.objects.get(name="A100-80G"), price_per_hour=Decimal("10")
+    )
     Account.objects.create(project=world.project, balance=Decimal("100"))
-    running = submit_task(world.member, project=world.project, queue="high", kind="training", name="run",
-                          gpu_spec="2(A100)", cpu=Decimal("4"), memory_gib=Decimal("16"), command="x")  # fmt: skip
+    running = submit_task(
+        world.member,
+        project=world.project,
+        queue="high",
+        kind="training",
+        name="run",
+        gpu_spec="2(A100)",
+        cpu=Decimal("4"),
+        memory_gib=Decimal("16"),
+        command="x",
+    )
     run_cycle(world.vdc.pk)
     running.refresh_from_db()
     started = timezone.now() - timedelta(hours=1)
     Task.objects.filter(pk=running.pk).update(started_at=started, status="running")
     services.accrue_task(running.pk, now=started + timedelta(hours=1))
-    waiting = submit_task(world.member, project=world.project, queue="medium", kind="training", name="wait",
-                          gpu_spec="8(A100)", expected_duration=timedelta(hours=1), command="x")  # fmt: skip
+    waiting = submit_task(
+        world.member,
+        project=world.project,
+        queue="medium",
+        kind="training",
+        name="wait",
+        gpu_spec="8(A100)",
+        expected_duration=timedelta(hours=1),
+        command="x",
+    )
     Task.objects.filter(pk=waiting.pk).update(submitted_at=timezone.now() - timedelta(hours=2))
-    failed = submit_task(world.member, project=world.project, queue="high", kind="training", name="bad",
-                         gpu_spec="", command="x")  # fmt: skip
+    failed = submit_task(
+        world.member, project=world.project, queue="high", kind="training", name="bad", gpu_spec="", command="x"
+    )
     Task.objects.filter(pk=failed.pk).update(status="failed", cluster=world.cluster)
     record_event(failed, "backend_error", "slurmctld down")
     clear_stats()  # the scheduler's own cycle above counted too
@@ -140,7 +159,7 @@ def test_platform_admins_read_metrics_in_their_browser(client, world, settings):
 
 @pytest.mark.parametrize("who", ["anonymous", "member", "viewer", "owner"])
 def test_no_project_data_on_loopback_without_staff_or_token(client, known_state, settings, who):
-    """Issue 10 item 9: on loopback, neither an anonymous client nor a project member reads names, costs or
+    """On loopback, neither an anonymous client nor a project member reads names, costs or
     balances; only staff (and the token or an allowed address) do."""
     settings.METRICS_TOKEN = ""
     settings.METRICS_ALLOWED_IPS = []
@@ -201,15 +220,24 @@ def clear_latency_and_waste() -> None:
 
 
 def test_success_ratio_finished_tasks_service_uptime_and_device_gauges(client, known_state):
-    # Issue 16: no job success rate, uptime, waste or per-device gauges; only the cycle-latency histogram.
+    # No job success rate, uptime, waste or per-device gauges; only the cycle-latency histogram.
     world = known_state
     for status in ("completed", "completed", "completed"):
         TaskFactory(project=world.project, owner=world.member, vdc=world.vdc, queue=world.high, status=status)
-    TaskFactory(project=world.project, owner=world.member, vdc=world.vdc, queue=world.high, kind="inference",
-                name="chat", status="running", started_at=timezone.now() - timedelta(minutes=30))  # fmt: skip
+    TaskFactory(
+        project=world.project,
+        owner=world.member,
+        vdc=world.vdc,
+        queue=world.high,
+        kind="inference",
+        name="chat",
+        status="running",
+        started_at=timezone.now() - timedelta(minutes=30),
+    )
     device = world.node.devices.get(index=3)
-    Device.objects.filter(pk=device.pk).update(utilization=42, vram_used_gib=Decimal("12.5"), temperature_c=61,
-                                               health_score=90)  # fmt: skip
+    Device.objects.filter(pk=device.pk).update(
+        utilization=42, vram_used_gib=Decimal("12.5"), temperature_c=61, health_score=90
+    )
     world.node.last_report = timezone.now()
     world.node.save()
     s = scrape(client)
@@ -230,8 +258,15 @@ def test_success_ratio_finished_tasks_service_uptime_and_device_gauges(client, k
 def test_submit_to_running_and_queue_wait_histograms_per_class(client, world, django_capture_on_commit_callbacks):
     # A real run on the local cluster: submitted, placed by the scheduler, launched, seen running by the reconciler.
     clear_latency_and_waste()
-    task = submit_task(world.member, project=world.project, queue="high", kind="training", name="quick",
-                       gpu_spec="1(A100)", command="sleep 5")  # fmt: skip
+    task = submit_task(
+        world.member,
+        project=world.project,
+        queue="high",
+        kind="training",
+        name="quick",
+        gpu_spec="1(A100)",
+        command="sleep 5",
+    )
     with transaction.atomic():
         Task.objects.filter(pk=task.pk).update(submitted_at=timezone.now() - timedelta(seconds=40))
         task.events.filter(kind="submitted").update(created_at=timezone.now() - timedelta(seconds=40))
@@ -255,8 +290,15 @@ def test_gpu_waste_counts_idle_time_of_running_tasks_with_fresh_agent_reports(cl
     clear_latency_and_waste()
     device = world.node.devices.get(index=0)
     placement = [{"node": world.node.pk, "devices": [{"id": device.pk}]}]
-    TaskFactory(project=world.project, owner=world.member, vdc=world.vdc, queue=world.high, status="running",
-                allocated_gpu=Decimal("2"), placement=placement)  # fmt: skip
+    TaskFactory(
+        project=world.project,
+        owner=world.member,
+        vdc=world.vdc,
+        queue=world.high,
+        status="running",
+        allocated_gpu=Decimal("2"),
+        placement=placement,
+    )
     now = timezone.now()
     world.node.last_report = now + timedelta(minutes=10)
     world.node.save()

@@ -37,14 +37,14 @@ def live_world(seeded_catalog, world, monkeypatch):
     A push requested by an earlier test whose job no worker ran would hold back this test's pushes for the
     request's lifetime (10 s): the test starts with none pending.
     """
-    from apps.control import jobs, triggers  # noqa: PLC0415
+    from apps.control import jobs, triggers
 
     redis.Redis.from_url(settings.REDIS_URL).delete(triggers.LIVE_PENDING_KEY, triggers.LIVE_REQUESTED_KEY)
     queue = triggers.enqueue
 
     def enqueue(job, *args, **kwargs):
-        if job is jobs.push_live_updates:
-            job(*args)
+        if job == triggers.PUSH_LIVE_UPDATES:
+            jobs.push_live_updates(*args)
         else:
             queue(job, *args, **kwargs)
 
@@ -56,9 +56,16 @@ def live_world(seeded_catalog, world, monkeypatch):
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-    "--disable-sync", "--no-first-run",
-]  # fmt: skip
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+# Another apt-get of the test run (the dev Slurm cluster installs its packages) may hold the lock a while.
+LOCK_WAIT = "-oDPkg::Lock::Timeout=600"
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
 
 
@@ -67,7 +74,7 @@ def chromium() -> Path:
     """The Debian Chromium; installed with apt-get when missing. In CI a missing browser fails the run."""
     if not CHROMIUM.exists() and shutil.which("apt-get") and os.geteuid() == 0:
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        for command in (["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
+        for command in (["apt-get", LOCK_WAIT, "update"], ["apt-get", LOCK_WAIT, "install", "-y", "chromium"]):
             subprocess.run(command, env=env, capture_output=True, timeout=900, check=False)
     if not CHROMIUM.exists():
         message = f"{CHROMIUM} is missing and could not be installed with apt-get"
@@ -116,11 +123,11 @@ def daphne_server():
 
     Twisted's reactor runs once per process, hence one server per session.
     """
-    from daphne.endpoints import build_endpoint_description_strings  # noqa: PLC0415
-    from daphne.server import Server  # noqa: PLC0415
-    from twisted.internet import reactor  # noqa: PLC0415
+    from daphne.endpoints import build_endpoint_description_strings
+    from daphne.server import Server
+    from twisted.internet import reactor
 
-    from hcsportal.asgi import application  # noqa: PLC0415
+    from hcsportal.asgi import application
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -145,7 +152,7 @@ def daphne_server():
 @contextlib.contextmanager
 def server_sees_test_db():
     """The test's database visible to a server running in this process (its views run in asgiref's executor)."""
-    from asgiref.sync import SyncToAsync  # noqa: PLC0415
+    from asgiref.sync import SyncToAsync
 
     shared = _shares_one_connection()
     if shared:
@@ -166,7 +173,7 @@ def server_sees_test_db():
 @pytest.fixture
 def live_server_url(daphne_server, live_world, settings, tmp_path, monkeypatch):
     """The server, with the test's database visible to it and Celery jobs run at once (no worker in tests)."""
-    from celery_app.app import app as celery  # noqa: PLC0415
+    from celery_app.app import app as celery
 
     settings.HCS_LOCAL_EXECUTOR_DIR = tmp_path / "local-jobs"
     monkeypatch.setitem(celery.conf, "task_always_eager", True)
@@ -177,9 +184,9 @@ def live_server_url(daphne_server, live_world, settings, tmp_path, monkeypatch):
 @pytest.fixture
 def uvicorn_url(live_world):
     """uvicorn (the server `make run` starts) serving hcsportal.asgi on a free loopback port, in a thread."""
-    import uvicorn  # noqa: PLC0415
+    import uvicorn
 
-    from hcsportal.asgi import application  # noqa: PLC0415
+    from hcsportal.asgi import application
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -207,7 +214,7 @@ def db_thread(live_server_url):
 
 @pytest.fixture
 def browser(chromium):
-    from playwright.sync_api import sync_playwright  # noqa: PLC0415
+    from playwright.sync_api import sync_playwright
 
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:

@@ -9,8 +9,18 @@ pytestmark = pytest.mark.django_db
 
 
 def service(world):
-    return submit_task(world.member, project=world.project, queue="high", name="svc", kind="inference",
-                       gpu_spec="1(A100)", command="serve", port=8000, autoscale_min=1, autoscale_max=2)  # fmt: skip
+    return submit_task(
+        world.member,
+        project=world.project,
+        queue="high",
+        name="svc",
+        kind="inference",
+        gpu_spec="1(A100)",
+        command="serve",
+        port=8000,
+        autoscale_min=1,
+        autoscale_max=2,
+    )
 
 
 def test_members_see_the_form_and_viewers_do_not(client, world):
@@ -26,9 +36,18 @@ def test_the_form_saves_through_the_service(client, world):
     svc = service(world)
     client.force_login(world.member)
     url = reverse("portal:task-autoscaling", args=[svc.pk])
-    response = client.post(url, {"autoscale_min": "2", "autoscale_max": "3", "autoscale_rps": "40",
-                                 "autoscale_gpu_percent": "", "autoscale_cpu_percent": "",
-                                 "autoscale_memory_percent": ""}, follow=True)  # fmt: skip
+    response = client.post(
+        url,
+        {
+            "autoscale_min": "2",
+            "autoscale_max": "3",
+            "autoscale_rps": "40",
+            "autoscale_gpu_percent": "",
+            "autoscale_cpu_percent": "",
+            "autoscale_memory_percent": "",
+        },
+        follow=True,
+    )
     svc.refresh_from_db()
     assert (svc.autoscale_min, svc.autoscale_max, svc.autoscale_rps) == (2, 3, 40)
     assert "Autoscaling of" in response.content.decode()
@@ -39,14 +58,18 @@ def test_the_form_sets_a_concurrency_target_and_the_page_shows_it(client, world)
     svc = service(world)
     client.force_login(world.member)
     url = reverse("portal:task-autoscaling", args=[svc.pk])
-    page = client.post(url, {"autoscale_min": "1", "autoscale_max": "2", "autoscale_rps": "",
-                             "autoscale_concurrency": "6"}, follow=True).content.decode()  # fmt: skip
+    page = client.post(
+        url,
+        {"autoscale_min": "1", "autoscale_max": "2", "autoscale_rps": "", "autoscale_concurrency": "6"},
+        follow=True,
+    ).content.decode()
     svc.refresh_from_db()
     assert svc.autoscale_concurrency == 6
     assert "6 requests in flight per replica" in page
     assert 'name="autoscale_concurrency" min="1" max="10000" value="6"' in page
-    page = client.post(url, {"autoscale_min": "1", "autoscale_max": "2", "autoscale_concurrency": "0"},
-                       follow=True).content.decode()  # fmt: skip
+    page = client.post(
+        url, {"autoscale_min": "1", "autoscale_max": "2", "autoscale_concurrency": "0"}, follow=True
+    ).content.decode()
     assert "concurrency: Ensure this value is greater than or equal to 1." in page
     svc.refresh_from_db()
     assert svc.autoscale_concurrency == 6

@@ -42,8 +42,15 @@ def watch_policy(page, violations: list[str]) -> None:
 
 
 def occupy_all_gpus(world) -> Task:
-    blocker = submit_task(world.owner, project=world.project, queue="high", name="blocker", kind="training",
-                          gpu_spec="8(A100)", command="sleep 120")  # fmt: skip
+    blocker = submit_task(
+        world.owner,
+        project=world.project,
+        queue="high",
+        name="blocker",
+        kind="training",
+        gpu_spec="8(A100)",
+        command="sleep 120",
+    )
     run_cycle(world.vdc.pk)
     blocker.refresh_from_db()
     assert blocker.status in ("scheduled", "starting", "running")
@@ -124,7 +131,7 @@ def test_submit_queue_run_and_stop_a_training_job_live(db_thread, browser, live_
     page.locator(".timeline .event-started").wait_for()
     shot(page, "05-monitoring-running")
 
-    # Stop asks first (issue 11 item 10): dismissed, nothing happens; accepted, the task stops.
+    # Stop asks first: dismissed, nothing happens; accepted, the task stops.
     questions = []
     page.once("dialog", lambda dialog: (questions.append(dialog.message), dialog.dismiss()))
     page.click(".page-head form[data-show-when=live] button")
@@ -139,8 +146,12 @@ def test_submit_queue_run_and_stop_a_training_job_live(db_thread, browser, live_
     assert db_thread.run(lambda: Task.objects.get(pk=task_id).status) == "stopped"
     shot(page, "06-monitoring-stopped")
 
-    pages = [("/", "07-dashboard"), ("/task-queues/", "08-task-queues"),
-             ("/inference-services/new/", "09-inference-form"), ("/instances/", "10-dev-environments")]  # fmt: skip
+    pages = [
+        ("/", "07-dashboard"),
+        ("/task-queues/", "08-task-queues"),
+        ("/inference-services/new/", "09-inference-form"),
+        ("/instances/", "10-dev-environments"),
+    ]
     for path, name in pages:
         page.goto(base + path)
         shot(page, name)

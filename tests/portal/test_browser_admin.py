@@ -1,4 +1,4 @@
-"""Issue 14 in Chromium: the operator dashboard at /admin/ and the admin's wide lists at 1366 px.
+"""In Chromium: the operator dashboard at /admin/ and the admin's wide lists at 1366 px.
 
 Screenshots land in test-artifacts/screenshots/ (admin-dashboard.png, admin-task-changelist.png).
 """
@@ -21,17 +21,43 @@ def operator_world(world) -> None:
     """A running task holding 4 A100s, one waiting behind it, a cluster never checked, one down, many tasks."""
     world.admin.set_password(PASSWORD)
     world.admin.save()
-    submit_task(world.owner, project=world.project, queue="high", name="big-run", kind="training",
-                gpu_spec="4(A100)", command="sleep 120")  # fmt: skip
+    submit_task(
+        world.owner,
+        project=world.project,
+        queue="high",
+        name="big-run",
+        kind="training",
+        gpu_spec="4(A100)",
+        command="sleep 120",
+    )
     run_cycle(world.vdc.pk)
-    submit_task(world.outsider, project=world.other_project, queue="high", name="waits", kind="training",
-                gpu_spec="8(A100)", command="sleep 120")  # fmt: skip
+    submit_task(
+        world.outsider,
+        project=world.other_project,
+        queue="high",
+        name="waits",
+        kind="training",
+        gpu_spec="8(A100)",
+        command="sleep 120",
+    )
     run_cycle(world.vdc.pk)
     ClusterFactory(vdc=world.vdc, name="new-slurm", cluster_type="slurm", status="unknown")
-    ClusterFactory(vdc=world.vdc, name="old-k8s", cluster_type="kubernetes", status="unavailable",
-                   status_message="connection refused by 10.0.0.5:6443")  # fmt: skip
-    TaskFactory.create_batch(30, project=world.project, owner=world.member, vdc=world.vdc, queue=world.low,
-                             status="stopped", name="a-rather-long-task-name-for-the-changelist-columns")  # fmt: skip
+    ClusterFactory(
+        vdc=world.vdc,
+        name="old-k8s",
+        cluster_type="kubernetes",
+        status="unavailable",
+        status_message="connection refused by 10.0.0.5:6443",
+    )
+    TaskFactory.create_batch(
+        30,
+        project=world.project,
+        owner=world.member,
+        vdc=world.vdc,
+        queue=world.low,
+        status="stopped",
+        name="a-rather-long-task-name-for-the-changelist-columns",
+    )
 
 
 def admin_log_in(page, base: str) -> None:
@@ -54,9 +80,19 @@ def test_operator_dashboard_and_task_list_fit_a_laptop_screen(db_thread, browser
     dashboard = page.locator("section.hcs-dashboard")
     assert dashboard.is_visible()
     text = dashboard.inner_text()
-    for expected in ("Alerts firing", "ClusterUnavailable", "Check the backend endpoint and credentials",
-                     "connection refused", "Not checked yet", "A100-80G: 4 / 8", "Top projects by use", "alpha",
-                     "Top projects by wait", "beta", "Queue backlog and waits"):  # fmt: skip
+    for expected in (
+        "Alerts firing",
+        "ClusterUnavailable",
+        "Check the backend endpoint and credentials",
+        "connection refused",
+        "Not checked yet",
+        "A100-80G: 4 / 8",
+        "Top projects by use",
+        "alpha",
+        "Top projects by wait",
+        "beta",
+        "Queue backlog and waits",
+    ):
         assert expected in text, expected
     assert dashboard.locator("figure.chart svg polyline").count() == 5
     assert page.locator("#content-main .app-tasks").is_visible(), "the app list stays below the dashboard"
@@ -68,8 +104,9 @@ def test_operator_dashboard_and_task_list_fit_a_laptop_screen(db_thread, browser
     assert page.locator("#result_list tbody tr").count() >= 32
     width = page.evaluate("() => document.documentElement.scrollWidth")
     # Every column of the list shows: the table does not scroll inside its box either.
-    hidden = page.evaluate("() => { const r = document.querySelector('#changelist .results');"
-                           " return r.scrollWidth - r.clientWidth; }")  # fmt: skip
+    hidden = page.evaluate(
+        "() => { const r = document.querySelector('#changelist .results'); return r.scrollWidth - r.clientWidth; }"
+    )
     shot(page, "admin-task-changelist")
     assert width <= LAPTOP["width"], width
     assert hidden <= 0, f"{hidden} px of the task list are cut off"

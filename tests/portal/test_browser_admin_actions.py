@@ -1,4 +1,4 @@
-"""Issue 14 in Chromium: an operator selects every queued task of a filtered admin list and cancels them in one
+"""In Chromium: an operator selects every queued task of a filtered admin list and cancels them in one
 action; the clusters list tests a connection. Screenshots kept as artifacts."""
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ def test_select_all_and_cancel_four_hundred_queued_tasks(db_thread, browser, liv
     world = live_world
 
     def queue_many():
-        TaskFactory.create_batch(400, project=world.project, owner=world.member, vdc=world.vdc, queue=world.low,
-                                 status="queued")  # fmt: skip
+        TaskFactory.create_batch(
+            400, project=world.project, owner=world.member, vdc=world.vdc, queue=world.low, status="queued"
+        )
         TaskFactory(project=world.project, owner=world.member, vdc=world.vdc, queue=world.high, status="running")
 
     db_thread.run(queue_many)
@@ -32,11 +33,18 @@ def test_select_all_and_cancel_four_hundred_queued_tasks(db_thread, browser, liv
     page.click(".question a")  # "Select all 400 tasks"
     page.select_option("select[name=action]", "cancel")
     page.click("button[name=index]")
+    # A confirmation page first: nothing is stopped until "Yes".
+    summary = page.locator("[data-cancel-summary]")
+    assert "Stop 400 selected tasks: 0 running or starting, 400 waiting." in summary.inner_text()
+    shot(page, "admin-00-bulk-cancel-confirm")
+    assert db_thread.run(lambda: Task.objects.filter(status="stopped").count()) == 0
+    page.click("input[name=confirm]")
     page.wait_for_selector(".messagelist")
     assert "400 task(s) stopped." in page.locator(".messagelist").inner_text()
     shot(page, "admin-01-bulk-cancel-400")
-    counts = db_thread.run(lambda: (Task.objects.filter(status="stopped").count(),
-                                    Task.objects.filter(status="running").count()))  # fmt: skip
+    counts = db_thread.run(
+        lambda: (Task.objects.filter(status="stopped").count(), Task.objects.filter(status="running").count())
+    )
     assert counts == (400, 1)  # all of the filtered list, and nothing outside it
 
     page.goto(f"{live_server_url}/admin/clusters/cluster/")

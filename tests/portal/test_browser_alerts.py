@@ -17,8 +17,16 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def fill_the_quota(world) -> None:
-    TaskFactory(project=world.project, owner=world.member, vdc=world.vdc, queue=world.high, status="running",
-                allocated_gpu=Decimal(world.quota.limit_gpu), replicas=1, name="big")  # fmt: skip
+    TaskFactory(
+        project=world.project,
+        owner=world.member,
+        vdc=world.vdc,
+        queue=world.high,
+        status="running",
+        allocated_gpu=Decimal(world.quota.limit_gpu),
+        replicas=1,
+        name="big",
+    )
 
 
 def test_an_alert_is_pushed_live_to_the_members_pages(db_thread, browser, live_server_url, live_world):

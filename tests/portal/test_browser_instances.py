@@ -1,6 +1,6 @@
 """The monitoring page of a running two-instance task on the local cluster, in Chromium: each rank with its
-state, node, address, CPU and memory against what it asked for and its cards, the figures redrawn live
-(issue 16, first item). Saves the screenshot docs/img/monitoring-two-instances.png is made from."""
+state, node, address, CPU and memory against what it asked for and its cards, the figures redrawn live. Saves the
+screenshot docs/img/monitoring-two-instances.png is made from."""
 
 from __future__ import annotations
 
@@ -32,9 +32,19 @@ COMMAND = (
 
 
 def submit_gang(world) -> int:
-    task = submit_task(world.member, project=world.project, queue="high", name="two-ranks", kind="training",
-                       gpu_spec="1(A100)", instances=2, cpu=Decimal(1), memory_gib=Decimal(2),
-                       command=COMMAND, secret_env={"WANDB_API_KEY": "never-shown"})  # fmt: skip
+    task = submit_task(
+        world.member,
+        project=world.project,
+        queue="high",
+        name="two-ranks",
+        kind="training",
+        gpu_spec="1(A100)",
+        instances=2,
+        cpu=Decimal(1),
+        memory_gib=Decimal(2),
+        command=COMMAND,
+        secret_env={"WANDB_API_KEY": "never-shown"},
+    )
     # The node agent's last report of the cards (what Device rows hold).
     for index, (util, used) in enumerate(((91, "37.5"), (64, "22.0"))):
         Device.objects.filter(node=world.node, index=index).update(

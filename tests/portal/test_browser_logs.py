@@ -1,5 +1,5 @@
 """The monitoring page follows a running job's log in Chromium: new output is appended as it is written,
-each line once, through the API's log cursor (issue 11 item 6)."""
+each line once, through the API's log cursor."""
 
 from __future__ import annotations
 
@@ -20,8 +20,15 @@ LINES = "".join(f"tick {n}\n" for n in range(1, 9))
 
 def submit_ticker(world) -> int:
     command = 'for n in 1 2 3 4 5 6 7 8; do echo "tick $n"; sleep 0.7; done'
-    task = submit_task(world.member, project=world.project, queue="high", name="ticker", kind="training",
-                       gpu_spec="1(A100)", command=command)  # fmt: skip
+    task = submit_task(
+        world.member,
+        project=world.project,
+        queue="high",
+        name="ticker",
+        kind="training",
+        gpu_spec="1(A100)",
+        command=command,
+    )
     return task.pk
 
 

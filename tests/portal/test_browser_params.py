@@ -1,5 +1,5 @@
 """In Chromium: a training job's parameters reach its process, and its monitoring page links TensorBoard while
-it runs (issue 11 item 5). The scheduler and the status sync are driven by the test; the page updates live."""
+it runs. The scheduler and the status sync are driven by the test; the page updates live."""
 
 from __future__ import annotations
 
@@ -35,8 +35,10 @@ def test_parameters_reach_the_job_and_the_page_links_tensorboard_while_it_runs(
     page.fill("#id_batch_size", "128")
     page.fill("#id_tensorboard_dir", "/hcs/checkpoint/tb")
     page.fill("#id_command", 'env | grep "^HCS_" | sort; sleep 120')
-    assert "$HCS_CHECKPOINT_DIR" in page.locator("#id_checkpoint_path ~ .help, .field:has(#id_checkpoint_path) .help")\
-        .first.inner_text()  # fmt: skip
+    assert (
+        "$HCS_CHECKPOINT_DIR"
+        in page.locator("#id_checkpoint_path ~ .help, .field:has(#id_checkpoint_path) .help").first.inner_text()
+    )
     shot(page, "params-01-training-form")
     page.click("text=Create and submit")
     page.wait_for_url(re.compile(r"/task-monitoring/\d+/$"))
@@ -55,9 +57,15 @@ def test_parameters_reach_the_job_and_the_page_links_tensorboard_while_it_runs(
     assert link.get_attribute("href") == f"/tasks/{task_id}/connect/6006/"
     page.wait_for_function("() => document.querySelector('[data-log-url]').textContent.includes('HCS_EPOCHS=')")
     log = page.locator("[data-log-url]").inner_text()
-    for line in ("HCS_EPOCHS=7", "HCS_BATCH_SIZE=128", "HCS_FRAMEWORK=pytorch", "HCS_MODEL_PATH=/models/resnet50",
-                 "HCS_TENSORBOARD_DIR=/hcs/checkpoint/tb", "HCS_TENSORBOARD_PORT=6006",
-                 "HCS_CHECKPOINT_DIR=/hcs/checkpoint"):  # fmt: skip
+    for line in (
+        "HCS_EPOCHS=7",
+        "HCS_BATCH_SIZE=128",
+        "HCS_FRAMEWORK=pytorch",
+        "HCS_MODEL_PATH=/models/resnet50",
+        "HCS_TENSORBOARD_DIR=/hcs/checkpoint/tb",
+        "HCS_TENSORBOARD_PORT=6006",
+        "HCS_CHECKPOINT_DIR=/hcs/checkpoint",
+    ):
         assert line in log, log
     shot(page, "params-02-monitoring-tensorboard-link")
 

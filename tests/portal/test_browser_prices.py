@@ -1,4 +1,4 @@
-"""Issue 11 items 7 and 9 in Chromium: the price follows the GPU picker, with its currency everywhere; a waiting
+"""In Chromium: the price follows the GPU picker, with its currency everywhere; a waiting
 task names the running task it waits for and when that one ends."""
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ def prices() -> None:
     PriceRule.objects.create(resource_type="gpu", gpu_model=a100, price_per_hour=Decimal("12"), currency="EUR")
 
 
-def test_the_gpu_picker_updates_the_price_and_every_price_has_its_currency(db_thread, browser, live_server_url,
-                                                                           live_world):  # fmt: skip
+def test_the_gpu_picker_updates_the_price_and_every_price_has_its_currency(
+    db_thread, browser, live_server_url, live_world
+):
     base = live_server_url
     db_thread.run(prices)
     page = browser.new_page(viewport={"width": 1366, "height": 900})
@@ -53,12 +54,26 @@ def test_a_waiting_task_says_which_task_it_waits_for_and_until_when(db_thread, b
         prices()
         world.quota.limit_gpu = 16
         world.quota.save()
-        running = submit_task(world.owner, project=world.project, queue="high", name="pretrain", kind="training",
-                              gpu_spec="8(A100)", command="sleep 600",
-                              expected_duration=timedelta(minutes=30))  # fmt: skip
+        running = submit_task(
+            world.owner,
+            project=world.project,
+            queue="high",
+            name="pretrain",
+            kind="training",
+            gpu_spec="8(A100)",
+            command="sleep 600",
+            expected_duration=timedelta(minutes=30),
+        )
         run_cycle(world.vdc.pk)
-        waiting = submit_task(world.member, project=world.project, queue="low", name="next", kind="training",
-                              gpu_spec="2(A100)", command="sleep 1")  # fmt: skip
+        waiting = submit_task(
+            world.member,
+            project=world.project,
+            queue="low",
+            name="next",
+            kind="training",
+            gpu_spec="2(A100)",
+            command="sleep 1",
+        )
         run_cycle(world.vdc.pk)
         return running.pk, waiting.pk
 

@@ -1,4 +1,4 @@
-"""Issue 11 items 8 and 11 in Chromium: who is ahead of me in a queue, the dashboard's running tasks first,
+"""In Chromium: who is ahead of me in a queue, the dashboard's running tasks first,
 new rows arriving live in lists, sorting, bulk stop with a confirmation, and the phone layout at 390 px.
 
 Screenshots land in test-artifacts/screenshots/ under the names the report walks through.
@@ -27,8 +27,7 @@ DESKTOP = {"width": 1366, "height": 900}
 
 
 def submit(user, project, name, gpu_spec="1(A100)", kind="training", queue="high") -> Task:
-    return submit_task(user, project=project, queue=queue, name=name, kind=kind, gpu_spec=gpu_spec,
-                       command="sleep 120")  # fmt: skip
+    return submit_task(user, project=project, queue=queue, name=name, kind=kind, gpu_spec=gpu_spec, command="sleep 120")
 
 
 def busy_queue(world) -> dict[str, int]:
@@ -59,6 +58,8 @@ def test_queue_page_names_my_task_and_anonymises_another_projects(db_thread, bro
     assert rows.count() == 2
     first, second = rows.nth(0).inner_text(), rows.nth(1).inner_text()
     assert first.startswith("1") and "another project's task, 2(A100), 1 CPU, 1 GiB, waiting 0 min" in first
+    # Of another project's task only the kind of reason it waits for.
+    assert rows.nth(0).locator('[data-field="reason"]').inner_text() == "waits for free capacity"
     assert second.startswith("2") and f"#{ids['mine']} my-alpha-run" in second and "yours · alpha" in second
     assert "estimated start" not in second.lower() or "unknown" in second or "20" in second
     assert rows.nth(1).locator(f'a[href="/task-monitoring/{ids["mine"]}/"]').count() == 1
@@ -83,18 +84,42 @@ def test_queue_page_names_my_task_and_anonymises_another_projects(db_thread, bro
     text = other.locator(f'[data-lineup="{world.high.pk}"]').inner_text()
     assert "secret-beta-run" in text and "my-alpha-run" not in text and "another project's task, 1(A100)" in text
     shot(other, "queue-lineup-outsider")
+
+    # On a phone the reason stays in the line's table, which scrolls inside its card, not the page.
+    phone = browser.new_page(viewport=PHONE, is_mobile=True, has_touch=True)
+    log_in(phone, base, "max")
+    phone.goto(f"{base}/task-queues/")
+    reason = phone.locator(f'[data-lineup="{world.high.pk}"] [data-lineup-other] [data-field="reason"]').first
+    reason.scroll_into_view_if_needed()
+    assert reason.is_visible() and reason.inner_text() == "waits for free capacity"
+    assert phone.evaluate("() => document.documentElement.scrollWidth") <= PHONE["width"]
+    shot(phone, "phone-queue-lineup-reason")
     assert not violations, f"the Content Security Policy blocked: {violations}"
 
 
 def running_and_30_queued(world) -> int:
     now = timezone.now()
-    running = TaskFactory(project=world.project, owner=world.member, vdc=world.vdc, queue=world.high,
-                          status="running", name="my-running-run", cluster=world.cluster,
-                          started_at=now - timedelta(hours=1))  # fmt: skip
+    running = TaskFactory(
+        project=world.project,
+        owner=world.member,
+        vdc=world.vdc,
+        queue=world.high,
+        status="running",
+        name="my-running-run",
+        cluster=world.cluster,
+        started_at=now - timedelta(hours=1),
+    )
     Task.objects.filter(pk=running.pk).update(submitted_at=now - timedelta(hours=2))
     for position in range(1, 31):
-        TaskFactory(project=world.project, owner=world.member, vdc=world.vdc, queue=world.low, status="queued",
-                    name=f"flood-{position:02d}", queue_position=position)  # fmt: skip
+        TaskFactory(
+            project=world.project,
+            owner=world.member,
+            vdc=world.vdc,
+            queue=world.low,
+            status="queued",
+            name=f"flood-{position:02d}",
+            queue_position=position,
+        )
     return running.pk
 
 
@@ -154,10 +179,11 @@ def three_of_mine(world) -> list[int]:
     submit(world.owner, world.project, "blocker", gpu_spec="8(A100)")
     run_cycle(world.vdc.pk)
     return [
-        TaskFactory(project=world.project, owner=world.member, vdc=world.vdc, queue=world.high, status="queued",
-                    name=name).pk
+        TaskFactory(
+            project=world.project, owner=world.member, vdc=world.vdc, queue=world.high, status="queued", name=name
+        ).pk
         for name in ("b-run", "a-run", "c-run")
-    ]  # fmt: skip
+    ]
 
 
 def test_sort_and_bulk_stop_with_a_confirmation(db_thread, browser, live_server_url, live_world):
@@ -214,10 +240,14 @@ def phone_world(world) -> int:
 
 
 PHONE_PAGES = [
-    ("/", "phone-dashboard"), ("/compute-tasks/", "phone-compute-tasks"), ("/training-jobs/", "phone-training-jobs"),
-    ("/instances/", "phone-dev-environments"), ("/inference-services/", "phone-inference-services"),
-    ("/task-queues/", "phone-task-queues"), ("/billing/", "phone-billing"),
-]  # fmt: skip
+    ("/", "phone-dashboard"),
+    ("/compute-tasks/", "phone-compute-tasks"),
+    ("/training-jobs/", "phone-training-jobs"),
+    ("/instances/", "phone-dev-environments"),
+    ("/inference-services/", "phone-inference-services"),
+    ("/task-queues/", "phone-task-queues"),
+    ("/billing/", "phone-billing"),
+]
 
 
 def test_phone_layout_has_no_sideways_overflow_and_keeps_queue_and_actions(
@@ -229,8 +259,11 @@ def test_phone_layout_has_no_sideways_overflow_and_keeps_queue_and_actions(
     violations: list[str] = []
     watch_policy(page, violations)
     log_in(page, base, "olivia")
-    pages = [*PHONE_PAGES, (f"/task-monitoring/{blocker}/", "phone-monitoring"),
-             (f"/billing/projects/{world.project.pk}/", "phone-billing-project")]  # fmt: skip
+    pages = [
+        *PHONE_PAGES,
+        (f"/task-monitoring/{blocker}/", "phone-monitoring"),
+        (f"/billing/projects/{world.project.pk}/", "phone-billing-project"),
+    ]
     widths = {}
     for path, name in pages:
         page.goto(base + path)

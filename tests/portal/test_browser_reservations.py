@@ -1,4 +1,4 @@
-"""Issue 16 in Chromium: the queue page shows a maintenance window and the waiting task says it waits for it."""
+"""In Chromium: the queue page shows a maintenance window and the waiting task says it waits for it."""
 
 from __future__ import annotations
 
@@ -17,12 +17,24 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 def maintenance_with_a_waiting_task(world) -> int:
     now = timezone.now()
-    window = CapacityReservation.objects.create(vdc=world.vdc, cluster=world.cluster, name="firmware",
-                                                reason="GPU firmware upgrade", starts_at=now - timedelta(minutes=1),
-                                                ends_at=now + timedelta(hours=2))  # fmt: skip
+    window = CapacityReservation.objects.create(
+        vdc=world.vdc,
+        cluster=world.cluster,
+        name="firmware",
+        reason="GPU firmware upgrade",
+        starts_at=now - timedelta(minutes=1),
+        ends_at=now + timedelta(hours=2),
+    )
     window.nodes.set([world.node])
-    task = submit_task(world.member, project=world.project, queue="high", name="my-alpha-run", kind="training",
-                       gpu_spec="1(A100)", command="sleep 120")  # fmt: skip
+    task = submit_task(
+        world.member,
+        project=world.project,
+        queue="high",
+        name="my-alpha-run",
+        kind="training",
+        gpu_spec="1(A100)",
+        command="sleep 120",
+    )
     run_cycle(world.vdc.pk)
     return task.pk
 

@@ -5,8 +5,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from apps.core.charts import svg_chart
 from apps.tasks.models import Task, TaskEvent
-from apps.tasks.views import activity, svg_chart
+from apps.tasks.views import activity
 from tests.factories import TaskFactory
 
 pytestmark = pytest.mark.django_db
@@ -25,8 +26,13 @@ def test_activity_is_exact_from_the_timeline(world):
     event(done, "submitted", "", "queued", hours(5.5))
     event(done, "scheduled", "queued", "scheduled", hours(4.5), {"placement": placement})
     event(done, "stopped", "scheduled", "stopped", hours(3.5))
-    TaskFactory(project=world.project, vdc=world.vdc, queue=world.high, status="running",
-                placement=[{"devices": [{"id": 3, "milli": 1000}]}])  # fmt: skip
+    TaskFactory(
+        project=world.project,
+        vdc=world.vdc,
+        queue=world.high,
+        status="running",
+        placement=[{"devices": [{"id": 3, "milli": 1000}]}],
+    )
     TaskEvent.objects.filter(task__status="running").delete()
 
     series = activity(Task.objects.all(), hours=24, buckets=24).of()

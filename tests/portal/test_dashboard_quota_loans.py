@@ -31,10 +31,23 @@ def on_loan(world):
     """alpha (guaranteed and limited to 4 GPUs) borrowed 2 from beta and runs 6."""
     ProjectQuota.objects.filter(vdc=world.vdc).update(guaranteed_gpu=Decimal(4), limit_gpu=Decimal(4))
     now = timezone.now()
-    CapacityLoan.objects.create(vdc=world.vdc, lender=world.other_project, borrower=world.project, gpu=Decimal(2),
-                                reason="test", started_at=now, expires_at=now + timedelta(hours=1))  # fmt: skip
-    TaskFactory(project=world.project, owner=world.member, vdc=world.vdc, queue=world.low, status="running",
-                allocated_gpu=Decimal(6))  # fmt: skip
+    CapacityLoan.objects.create(
+        vdc=world.vdc,
+        lender=world.other_project,
+        borrower=world.project,
+        gpu=Decimal(2),
+        reason="test",
+        started_at=now,
+        expires_at=now + timedelta(hours=1),
+    )
+    TaskFactory(
+        project=world.project,
+        owner=world.member,
+        vdc=world.vdc,
+        queue=world.low,
+        status="running",
+        allocated_gpu=Decimal(6),
+    )
     return world
 
 

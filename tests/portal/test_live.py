@@ -24,8 +24,15 @@ pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
 
 
 def submit(world, project=None, user=None):
-    return submit_task(user or world.member, project=project or world.project, queue="high", name="job",
-                       kind="training", gpu_spec="1(A100)", command="sleep 1")  # fmt: skip
+    return submit_task(
+        user or world.member,
+        project=project or world.project,
+        queue="high",
+        name="job",
+        kind="training",
+        gpu_spec="1(A100)",
+        command="sleep 1",
+    )
 
 
 def session_cookie(user) -> bytes:
@@ -38,7 +45,7 @@ def session_cookie(user) -> bytes:
 
 
 async def connect_as(user, origin=b"http://localhost"):
-    headers = [(b"origin", origin)]
+    headers = [(b"origin", origin), (b"host", b"localhost")]
     if user is not None:
         headers.append((b"cookie", await database_sync_to_async(session_cookie)(user)))
     communicator = WebsocketCommunicator(application, "/ws/live/", headers=headers)
@@ -111,8 +118,12 @@ async def test_queue_subscribers_get_counts_only(live_world):
     await communicator.send_json_to({"subscribe": "queue", "id": live_world.high.pk})
     assert (await communicator.receive_json_from())["type"] == "subscribed"
     assert await communicator.receive_json_from() == {
-        "type": "queue", "id": live_world.high.pk, "waiting": 0, "running": 0, "gpu_in_use": "0.00"
-    }  # fmt: skip
+        "type": "queue",
+        "id": live_world.high.pk,
+        "waiting": 0,
+        "running": 0,
+        "gpu_in_use": "0.00",
+    }
     await database_sync_to_async(submit)(live_world)
     push = await communicator.receive_json_from(timeout=5)
     assert push == {"type": "queue", "id": live_world.high.pk, "waiting": 1, "running": 0, "gpu_in_use": "0.00"}
@@ -123,6 +134,7 @@ async def test_consumer_alone_refuses_a_scope_without_user():
     communicator = WebsocketCommunicator(LiveConsumer.as_asgi(), "/ws/live/")
     connected, code = await communicator.connect()
     assert not connected and code == 4401
+    await communicator.disconnect()
 
 
 def second_vdc(world):
@@ -161,8 +173,8 @@ async def test_platform_admin_may_watch_every_vdcs_queues(live_world):
     await communicator.disconnect()
 
 
-def test_estimated_starts_say_their_zone_and_how_far_ahead_they_are():
-    # Issue 11 item 7: times were UTC without a label, with no relative ETA.
+async def test_estimated_starts_say_their_zone_and_how_far_ahead_they_are():
+    # Times were UTC without a label, with no relative ETA.
     from datetime import timedelta
 
     from django.utils import timezone
@@ -173,7 +185,11 @@ def test_estimated_starts_say_their_zone_and_how_far_ahead_they_are():
     now = timezone.now()
     assert format_time(now).endswith(" UTC")
     assert [from_now(now + timedelta(seconds=s), now) for s in (30, 180, 7500, 3 * 86400)] == [
-        "any moment now", "in 3 min", "in 2 h 5 min", "in 3 days"]  # fmt: skip
+        "any moment now",
+        "in 3 min",
+        "in 2 h 5 min",
+        "in 3 days",
+    ]
     task = Task(status="queued", queue_position=2, estimated_start=now + timedelta(minutes=12, seconds=30))
     assert status_summary(task).startswith("queued, position 2, estimated start ")
     assert status_summary(task).endswith(" UTC (in 12 min)")

@@ -16,28 +16,53 @@ pytestmark = pytest.mark.django_db
 
 def submit(world, user=None, **fields):
     defaults = {"name": "job", "kind": "training", "gpu_spec": "1(A100)", "command": "sleep 60"}
-    return submit_task(user or world.member, project=world.project, queue=fields.pop("queue", "high"),
-                       **{**defaults, **fields})  # fmt: skip
+    return submit_task(
+        user or world.member, project=world.project, queue=fields.pop("queue", "high"), **{**defaults, **fields}
+    )
 
 
 def training_post(world, **overrides):
     data = {
-        "name": "bert", "project": world.project.pk, "kind": "training", "framework": "pytorch",
-        "model_path": "/models/bert", "image": "pytorch/pytorch:2.3", "vdc": world.vdc.pk,
-        "queue": world.medium.pk, "preemptible": "on", "expected_duration": "2h", "gpu_spec": "2(A100)",
-        "cpu": "8", "memory_gib": "32", "instances": "1", "epochs": "3", "batch_size": "64",
-        "checkpoint_path": "/ckpt", "max_retries": "1", "command": "python train.py",
-        "env": "EPOCHS=3\n# comment\nLR=0.1", "volumes": "/data:/data:ro\nmodels-pvc:/models",
-    }  # fmt: skip
+        "name": "bert",
+        "project": world.project.pk,
+        "kind": "training",
+        "framework": "pytorch",
+        "model_path": "/models/bert",
+        "image": "pytorch/pytorch:2.3",
+        "vdc": world.vdc.pk,
+        "queue": world.medium.pk,
+        "preemptible": "on",
+        "expected_duration": "2h",
+        "gpu_spec": "2(A100)",
+        "cpu": "8",
+        "memory_gib": "32",
+        "instances": "1",
+        "epochs": "3",
+        "batch_size": "64",
+        "checkpoint_path": "/ckpt",
+        "max_retries": "1",
+        "command": "python train.py",
+        "env": "EPOCHS=3\n# comment\nLR=0.1",
+        "volumes": "/data:/data:ro\nmodels-pvc:/models",
+    }
     data.update(overrides)
     return data
 
 
 @pytest.mark.parametrize(
-    "name", ["portal:dashboard", "portal:compute-tasks", "portal:instances", "portal:training-jobs",
-             "portal:inference-services", "portal:task-queues", "portal:instances-new", "portal:training-jobs-new",
-             "portal:inference-services-new"],
-)  # fmt: skip
+    "name",
+    [
+        "portal:dashboard",
+        "portal:compute-tasks",
+        "portal:instances",
+        "portal:training-jobs",
+        "portal:inference-services",
+        "portal:task-queues",
+        "portal:instances-new",
+        "portal:training-jobs-new",
+        "portal:inference-services-new",
+    ],
+)
 def test_pages_render_for_a_member(client, world, name):
     submit(world)
     client.force_login(world.member)
@@ -120,14 +145,32 @@ def test_bad_env_line_is_rejected_with_its_line_number(client, world):
 
 def test_dev_env_and_inference_forms_submit(client, world):
     client.force_login(world.member)
-    common = {"project": world.project.pk, "vdc": world.vdc.pk, "queue": world.high.pk, "gpu_spec": "1(A100)",
-              "cpu": "2", "memory_gib": "8", "instances": "1", "preemptible": "on"}  # fmt: skip
+    common = {
+        "project": world.project.pk,
+        "vdc": world.vdc.pk,
+        "queue": world.high.pk,
+        "gpu_spec": "1(A100)",
+        "cpu": "2",
+        "memory_gib": "8",
+        "instances": "1",
+        "preemptible": "on",
+    }
     dev = {**common, "name": "nb", "ide_type": "jupyter", "image": "jupyter/pytorch-notebook:latest"}
     assert client.post(reverse("portal:instances-new"), dev).status_code == 302
-    inference = {**common, "name": "svc", "model_path": "/models/qwen", "port": "8000", "image": "vllm/vllm-openai",
-                 "command": "vllm serve /models/qwen --port 8000",
-                 "max_tokens": "1024", "temperature": "0.5", "autoscale_min": "1", "autoscale_max": "3",
-                 "autoscale_gpu_percent": "70", "autoscale_concurrency": "16"}  # fmt: skip
+    inference = {
+        **common,
+        "name": "svc",
+        "model_path": "/models/qwen",
+        "port": "8000",
+        "image": "vllm/vllm-openai",
+        "command": "vllm serve /models/qwen --port 8000",
+        "max_tokens": "1024",
+        "temperature": "0.5",
+        "autoscale_min": "1",
+        "autoscale_max": "3",
+        "autoscale_gpu_percent": "70",
+        "autoscale_concurrency": "16",
+    }
     assert client.post(reverse("portal:inference-services-new"), inference).status_code == 302
     kinds = dict(Task.objects.values_list("name", "kind"))
     assert kinds == {"nb": "dev_env", "svc": "inference"}
@@ -202,7 +245,7 @@ def test_queue_page_counts_and_charts(client, world):
 
 
 def test_an_ended_task_holds_no_devices_and_a_high_one_is_never_preemptible(client, world):
-    # Issue 11 item 10: a stopped task listed its GPU under resource usage; "preemptible: yes" on a high task.
+    # A stopped task listed its GPU under resource usage; "preemptible: yes" on a high task.
     task = submit(world, gpu_spec="1(A100)")
     run_cycle(world.vdc.pk)
     client.force_login(world.member)
@@ -228,11 +271,36 @@ def test_stopping_a_colleagues_task_asks_first_and_names_its_owner(client, world
 
 
 def test_times_on_the_monitoring_page_carry_their_zone(client, world, settings):
-    # Issue 11 item 7: never a bare time; the portal shows its configured zone (HCS_TIME_ZONE) by name.
+    # Never a bare time; the portal shows its configured zone (HCS_TIME_ZONE) by name.
     settings.TIME_ZONE = "Asia/Shanghai"
-    task = submit_task(world.member, project=world.project, queue="high", name="t", kind="training",
-                       gpu_spec="1(A100)", command="sleep 1")  # fmt: skip
+    task = submit_task(
+        world.member,
+        project=world.project,
+        queue="high",
+        name="t",
+        kind="training",
+        gpu_spec="1(A100)",
+        command="sleep 1",
+    )
     client.force_login(world.member)
     page = client.get(f"/task-monitoring/{task.pk}/").content.decode()
     local = timezone.localtime(task.submitted_at, ZoneInfo("Asia/Shanghai"))
     assert f"{local:%Y-%m-%d %H:%M:%S} CST" in page  # submitted, and the timeline's first event
+
+
+def test_the_training_form_sets_elastic_bounds_and_shows_their_errors(client, world):
+    from tests.factories import ClusterFactory, node_with_every_model
+
+    # Elastic jobs run where the backend resizes them: the VDC gets a Kubernetes cluster.
+    node_with_every_model(ClusterFactory(vdc=world.vdc, name="k8s-1", cluster_type="kubernetes"))
+    client.force_login(world.member)
+    url = reverse("portal:training-jobs-new")
+    page = client.get(url).content.decode()
+    assert 'name="elastic_min"' in page and 'name="elastic_max"' in page
+    refused = client.post(url, training_post(world, elastic_min="2"))
+    assert refused.status_code == 200
+    assert "Expected both elastic_min and elastic_max, or neither." in refused.content.decode()
+    response = client.post(url, training_post(world, name="elastic", elastic_min="1", elastic_max="4", volumes=""))
+    assert response.status_code == 302, response.context["form"].errors
+    task = Task.objects.get(name="elastic")
+    assert (task.elastic_min, task.elastic_max) == (1, 4)

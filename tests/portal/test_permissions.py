@@ -11,8 +11,15 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def task(world):
-    return submit_task(world.member, project=world.project, queue="high", name="job", kind="training",
-                       gpu_spec="1(A100)", command="sleep 1")  # fmt: skip
+    return submit_task(
+        world.member,
+        project=world.project,
+        queue="high",
+        name="job",
+        kind="training",
+        gpu_spec="1(A100)",
+        command="sleep 1",
+    )
 
 
 def test_viewer_sees_the_task_without_stop_or_delete_buttons(client, world, task):
@@ -47,7 +54,7 @@ def test_member_sees_the_buttons_and_stops_then_deletes(client, world, task):
 
 
 def test_stop_and_delete_need_post_and_csrf(world, task):
-    from django.test import Client  # noqa: PLC0415 - a client that enforces CSRF like a browser
+    from django.test import Client  # a client that enforces CSRF like a browser
 
     client = Client(enforce_csrf_checks=True)
     client.force_login(world.member)
@@ -79,8 +86,18 @@ def test_outsider_lists_do_not_show_other_projects_tasks(client, world, task):
 
 def test_outsider_cannot_submit_into_another_project(client, world):
     client.force_login(world.outsider)
-    data = {"name": "x", "project": world.project.pk, "kind": "training", "framework": "pytorch", "vdc": world.vdc.pk,
-            "queue": world.high.pk, "cpu": "1", "memory_gib": "1", "instances": "1", "max_retries": "0"}  # fmt: skip
+    data = {
+        "name": "x",
+        "project": world.project.pk,
+        "kind": "training",
+        "framework": "pytorch",
+        "vdc": world.vdc.pk,
+        "queue": world.high.pk,
+        "cpu": "1",
+        "memory_gib": "1",
+        "instances": "1",
+        "max_retries": "0",
+    }
     response = client.post(reverse("portal:training-jobs-new"), data)
     assert response.status_code == 200 and "project" in response.context["form"].errors
     assert not Task.objects.exists()

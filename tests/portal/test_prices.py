@@ -22,8 +22,17 @@ def prices(world):
 def test_lists_show_the_hourly_price_of_each_task(client, world, prices):
     # A gang of two: the VDC gets a Slurm cluster (the local one runs single-instance jobs).
     node_with_every_model(ClusterFactory(vdc=world.vdc, name="slurm-1", cluster_type="slurm"))
-    submit_task(world.member, project=world.project, queue="high", name="job", kind="training", gpu_spec="2(A100)",
-                cpu=4, instances=2, command="python train.py")  # fmt: skip
+    submit_task(
+        world.member,
+        project=world.project,
+        queue="high",
+        name="job",
+        kind="training",
+        gpu_spec="2(A100)",
+        cpu=4,
+        instances=2,
+        command="python train.py",
+    )
     client.force_login(world.member)
     response = client.get(reverse("portal:compute-tasks"))
     task = response.context["tasks"][0]
@@ -32,8 +41,15 @@ def test_lists_show_the_hourly_price_of_each_task(client, world, prices):
 
 
 def test_price_column_shows_a_dash_without_prices(client, world):
-    submit_task(world.member, project=world.project, queue="high", name="job", kind="training", gpu_spec="1(A100)",
-                command="python train.py")  # fmt: skip
+    submit_task(
+        world.member,
+        project=world.project,
+        queue="high",
+        name="job",
+        kind="training",
+        gpu_spec="1(A100)",
+        command="python train.py",
+    )
     client.force_login(world.member)
     task = client.get(reverse("portal:compute-tasks")).context["tasks"][0]
     assert task.hourly_price is None and task.cost == 0
@@ -43,7 +59,8 @@ def test_price_estimate_for_the_create_form(client, world, prices):
     client.force_login(world.member)
     url = reverse("portal:price-estimate")
     query = {"vdc": world.vdc.pk, "cpu": "2", "memory_gib": "8", "gpu_spec": "1(A100)", "instances": "1"}
-    assert client.get(url, query).json() == {"hourly_price": "11.00", "currency": "CNY", "error": ""}
+    expected = {"hourly_price": "11.00", "currency": "CNY", "display": "11.00 CNY", "minimum_minutes": 1}
+    assert client.get(url, query).json() == {**expected, "error": ""}
     bad = client.get(url, {**query, "gpu_spec": "1(A100"}).json()
     assert bad["hourly_price"] is None and bad["error"]
 
@@ -53,3 +70,11 @@ def test_price_estimate_ignores_vdcs_the_user_has_no_quota_in(client, world, pri
     other = world.vdc.__class__.objects.create(name="elsewhere")
     query = {"vdc": other.pk, "cpu": "2", "gpu_spec": "1(A100)"}
     assert client.get(reverse("portal:price-estimate"), query).json()["hourly_price"] is None
+
+
+def test_price_estimate_states_the_minimum_billing_period(client, world, prices):
+    PriceRule.objects.filter(resource_type="gpu").update(min_billing_minutes=15, price_per_hour=Decimal("1234.5"))
+    client.force_login(world.member)
+    query = {"vdc": world.vdc.pk, "cpu": "2", "memory_gib": "8", "gpu_spec": "1(A100)", "instances": "1"}
+    body = client.get(reverse("portal:price-estimate"), query).json()
+    assert (body["display"], body["minimum_minutes"]) == ("1,235.50 CNY", 15)

@@ -31,14 +31,24 @@ def make_tasks(world, n):
     PriceRule.objects.create(resource_type="gpu", gpu_model=GPUModel.objects.get(name="A100-80G"), price_per_hour=10)
     statuses = ["queued", "running", "stopped", "preempted"]
     tasks = TaskFactory.create_batch(
-        n, project=world.project, owner=world.member, vdc=world.vdc, queue=world.high,
-        status=factory.Iterator(statuses), cluster=world.cluster, gpu_spec=factory.Iterator(SHAPES),
-        placement=[{"node": world.node.pk, "node_name": "gpu-node-1", "gpu_model": "A100-80G",
-                    "devices": [{"id": world.node.devices.first().pk, "index": 0, "milli": 1000}]}],
-    )  # fmt: skip
-    TaskEvent.objects.bulk_create(
-        TaskEvent(task=t, kind="submitted", to_status="queued") for t in tasks
-    )  # fmt: skip
+        n,
+        project=world.project,
+        owner=world.member,
+        vdc=world.vdc,
+        queue=world.high,
+        status=factory.Iterator(statuses),
+        cluster=world.cluster,
+        gpu_spec=factory.Iterator(SHAPES),
+        placement=[
+            {
+                "node": world.node.pk,
+                "node_name": "gpu-node-1",
+                "gpu_model": "A100-80G",
+                "devices": [{"id": world.node.devices.first().pk, "index": 0, "milli": 1000}],
+            }
+        ],
+    )
+    TaskEvent.objects.bulk_create(TaskEvent(task=t, kind="submitted", to_status="queued") for t in tasks)
 
 
 @pytest.mark.parametrize("n", [10, 1000])

@@ -1,4 +1,4 @@
-"""Issue 11 item 8: who is ahead of me in a queue (names of my projects' tasks only), the dashboard's running
+"""Who is ahead of me in a queue (names of my projects' tasks only), the dashboard's running
 tasks first, sortable lists and bulk stop for users."""
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ pytestmark = pytest.mark.django_db
 
 
 def submit(world, user, project, name, gpu_spec="1(A100)", queue="high"):
-    return submit_task(user, project=project, queue=queue, name=name, kind="training", gpu_spec=gpu_spec,
-                       command="sleep 60")  # fmt: skip
+    return submit_task(
+        user, project=project, queue=queue, name=name, kind="training", gpu_spec=gpu_spec, command="sleep 60"
+    )
 
 
 @pytest.fixture
@@ -86,6 +87,8 @@ def test_lineup_api_follows_the_same_privacy(world, line):
         "project": None,
         "owner": None,
         "estimated_start": None,
+        "reason": None,
+        "reason_kind": "free capacity",
         "label": "another project's task, 2(A100), 1 CPU, 1 GiB, waiting 0 min",
     }
     assert (second["task"], second["name"], second["mine"], second["owner"]) == (mine.pk, "my-alpha-run", True, "max")
@@ -110,13 +113,25 @@ def test_lineup_api_hides_queues_of_vdcs_you_cannot_see(world):
 def test_a_long_queue_shows_its_head_and_my_tasks_beyond_it(client, world, django_assert_max_num_queries):
     now = timezone.now()
     TaskFactory.create_batch(
-        40, project=world.other_project, owner=world.outsider, vdc=world.vdc, queue=world.high, status="queued",
+        40,
+        project=world.other_project,
+        owner=world.outsider,
+        vdc=world.vdc,
+        queue=world.high,
+        status="queued",
         queue_position=None,
-    )  # fmt: skip
+    )
     for i, task in enumerate(Task.objects.order_by("pk"), start=1):
         Task.objects.filter(pk=task.pk).update(queue_position=i, submitted_at=now - timedelta(minutes=100 - i))
-    late = TaskFactory(project=world.project, owner=world.member, vdc=world.vdc, queue=world.high, status="queued",
-                       queue_position=41, name="late-alpha-run")  # fmt: skip
+    late = TaskFactory(
+        project=world.project,
+        owner=world.member,
+        vdc=world.vdc,
+        queue=world.high,
+        status="queued",
+        queue_position=41,
+        name="late-alpha-run",
+    )
     client.force_login(world.member)
     html = client.get(reverse("portal:task-queues")).content.decode()
     lineup = html[html.index(f'data-lineup="{world.high.pk}"') :]
@@ -133,12 +148,20 @@ def test_a_long_queue_shows_its_head_and_my_tasks_beyond_it(client, world, djang
 
 def test_dashboard_shows_my_running_task_before_30_newer_queued_ones(client, world):
     now = timezone.now()
-    running = TaskFactory(project=world.project, owner=world.member, vdc=world.vdc, queue=world.high,
-                          status="running", name="the-running-one", cluster=world.cluster,
-                          started_at=now - timedelta(hours=1))  # fmt: skip
+    running = TaskFactory(
+        project=world.project,
+        owner=world.member,
+        vdc=world.vdc,
+        queue=world.high,
+        status="running",
+        name="the-running-one",
+        cluster=world.cluster,
+        started_at=now - timedelta(hours=1),
+    )
     Task.objects.filter(pk=running.pk).update(submitted_at=now - timedelta(hours=2))
-    queued = TaskFactory.create_batch(30, project=world.project, owner=world.member, vdc=world.vdc,
-                                      queue=world.low, status="queued")  # fmt: skip
+    queued = TaskFactory.create_batch(
+        30, project=world.project, owner=world.member, vdc=world.vdc, queue=world.low, status="queued"
+    )
     for position, task in enumerate(reversed(queued), start=1):
         Task.objects.filter(pk=task.pk).update(queue_position=position)
     client.force_login(world.member)
@@ -168,10 +191,16 @@ def named(world):
             ("alpha-a", "stopped", "high"),
             ("Gamma-c", "running", "medium"),
             ("delta-d", "queued", "high"),
-        ]  # fmt: skip
+        ]
     ):
-        task = TaskFactory(project=world.project, owner=world.member, vdc=world.vdc, queue=getattr(world, queue),
-                           status=status, name=name)  # fmt: skip
+        task = TaskFactory(
+            project=world.project,
+            owner=world.member,
+            vdc=world.vdc,
+            queue=getattr(world, queue),
+            status=status,
+            name=name,
+        )
         Task.objects.filter(pk=task.pk).update(submitted_at=now - timedelta(minutes=10 - i))
         tasks[name] = task
     return tasks
@@ -196,8 +225,15 @@ def test_lists_sort_by_a_column(client, world, named, sort, expected):
 
 
 def test_sorting_keeps_filters_and_pages(client, world, named):
-    TaskFactory.create_batch(60, project=world.project, owner=world.member, vdc=world.vdc, queue=world.high,
-                             status="queued", name=factory_name())  # fmt: skip
+    TaskFactory.create_batch(
+        60,
+        project=world.project,
+        owner=world.member,
+        vdc=world.vdc,
+        queue=world.high,
+        status="queued",
+        name=factory_name(),
+    )
     client.force_login(world.member)
     url = reverse("portal:training-jobs")
     first = client.get(url, {"status": "queued", "sort": "name"})
@@ -211,7 +247,7 @@ def test_sorting_keeps_filters_and_pages(client, world, named):
 
 
 def factory_name():
-    import factory  # noqa: PLC0415
+    import factory
 
     return factory.Sequence(lambda n: f"bulk-{n:03d}")
 
@@ -220,16 +256,18 @@ def factory_name():
 
 
 def test_bulk_stop_stops_only_what_the_user_may_stop(client, world):
-    mine = TaskFactory.create_batch(3, project=world.project, owner=world.member, vdc=world.vdc, queue=world.high,
-                                    status="queued")  # fmt: skip
-    finished = TaskFactory(project=world.project, owner=world.member, vdc=world.vdc, queue=world.high,
-                           status="completed")  # fmt: skip
-    theirs = TaskFactory(project=world.other_project, owner=world.outsider, vdc=world.vdc, queue=world.high,
-                         status="queued")  # fmt: skip
+    mine = TaskFactory.create_batch(
+        3, project=world.project, owner=world.member, vdc=world.vdc, queue=world.high, status="queued"
+    )
+    finished = TaskFactory(
+        project=world.project, owner=world.member, vdc=world.vdc, queue=world.high, status="completed"
+    )
+    theirs = TaskFactory(
+        project=world.other_project, owner=world.outsider, vdc=world.vdc, queue=world.high, status="queued"
+    )
     client.force_login(world.member)
     ids = [t.pk for t in mine[:2]] + [finished.pk, theirs.pk]
-    response = client.post(reverse("portal:tasks-stop-selected"), {"task": ids, "next": "/training-jobs/"},
-                           follow=True)  # fmt: skip
+    response = client.post(reverse("portal:tasks-stop-selected"), {"task": ids, "next": "/training-jobs/"}, follow=True)
     assert response.redirect_chain[-1][0] == "/training-jobs/"
     statuses = dict(Task.objects.values_list("pk", "status"))
     assert [statuses[t.pk] for t in mine] == ["stopped", "stopped", "queued"]
@@ -252,8 +290,9 @@ def test_a_viewer_cannot_bulk_stop(client, world):
 
 @pytest.mark.parametrize("n", [3, 50])
 def test_bulk_stop_takes_a_fixed_number_of_statements(client, world, django_assert_max_num_queries, n):
-    tasks = TaskFactory.create_batch(n, project=world.project, owner=world.member, vdc=world.vdc, queue=world.high,
-                                     status="queued")  # fmt: skip
+    tasks = TaskFactory.create_batch(
+        n, project=world.project, owner=world.member, vdc=world.vdc, queue=world.high, status="queued"
+    )
     client.force_login(world.member)
     with django_assert_max_num_queries(16):
         client.post(reverse("portal:tasks-stop-selected"), {"task": [t.pk for t in tasks]})
@@ -267,10 +306,12 @@ def test_bulk_stop_refuses_more_than_a_page(client, world):
 
 
 def test_bulk_stop_through_the_api(world):
-    mine = TaskFactory.create_batch(2, project=world.project, owner=world.member, vdc=world.vdc, queue=world.high,
-                                    status="queued")  # fmt: skip
-    theirs = TaskFactory(project=world.other_project, owner=world.outsider, vdc=world.vdc, queue=world.high,
-                         status="queued")  # fmt: skip
+    mine = TaskFactory.create_batch(
+        2, project=world.project, owner=world.member, vdc=world.vdc, queue=world.high, status="queued"
+    )
+    theirs = TaskFactory(
+        project=world.other_project, owner=world.outsider, vdc=world.vdc, queue=world.high, status="queued"
+    )
     url = f"{API}tasks/stop-selected/"
     ids = [t.pk for t in mine] + [theirs.pk, 999999]
     assert client_for(world.viewer).post(url, {"ids": ids}, format="json").status_code == 403
@@ -281,3 +322,56 @@ def test_bulk_stop_through_the_api(world):
     assert TaskEvent.objects.get(task=mine[0], kind="stopped").message == "Stopped by max: done for today"
     assert client_for(world.member).post(url, {"ids": []}, format="json").status_code == 400
     assert client_for(world.member).post(url, {"ids": list(range(1, 502))}, format="json").status_code == 400
+
+
+def test_a_waiting_task_says_why_and_a_passed_estimate_does_not_promise_any_moment_now(client, world, line):
+    """A task the engine keeps waiting (here the project's quota) names the reason on the queue page and on its own
+    page; an estimated start that passed long ago says so instead of "(any moment now)" forever."""
+    _, mine, _ = line
+    message = "the project's quota limit would be exceeded"
+    Task.objects.filter(pk=mine.pk).update(
+        pending_reason="quota_exceeded", pending_message=message, estimated_start=timezone.now() - timedelta(minutes=30)
+    )
+    client.force_login(world.member)
+    html = client.get(reverse("portal:task-queues")).content.decode()
+    row = re.search(rf'data-lineup-task="{mine.pk}">(.*?)</tr>', html, re.S).group(1)
+    assert "quota limit would be exceeded" in row.replace("&#x27;", "'")
+    assert "any moment now" not in row and "passed 30 min ago" in row
+    page = client.get(reverse("portal:task-monitoring", args=[mine.pk])).content.decode().replace("&#x27;", "'")
+    assert "any moment now" not in page
+    assert f"passed 30 min ago), waiting because {message}" in page
+    api = client_for(world.member).get(f"{API}queues/{world.high.pk}/lineup/").json()
+    entry = next(e for e in api["entries"] if e["task"] == mine.pk)
+    assert entry["reason"] == message
+
+
+def test_a_task_held_by_its_projects_quota_says_so_without_a_false_estimate(client, world):
+    """A real cycle: the project's quota is full with work of unknown end, so the next task has no estimated start
+    and says what it waits for; a user of another project sees only the kind of reason."""
+    world.quota.guaranteed_gpu = world.quota.limit_gpu = 1
+    world.quota.save()
+    first = submit(world, world.member, world.project, "first-alpha-run")
+    run_cycle(world.vdc.pk)
+    first.refresh_from_db()
+    assert first.status == "scheduled"
+    second = submit(world, world.member, world.project, "second-alpha-run")
+    run_cycle(world.vdc.pk)
+    second.refresh_from_db()
+    assert second.pending_reason == "quota_exceeded"
+    assert second.estimated_start is None
+    assert second.pending_message.startswith("no estimate: waits for your project's quota (")
+    assert second.pending_message.endswith(" of 1 GPUs in use)")
+
+    client.force_login(world.member)
+    html = client.get(reverse("portal:task-queues")).content.decode().replace("&#x27;", "'")
+    row = re.search(rf'data-lineup-task="{second.pk}">(.*?)</tr>', html, re.S).group(1)
+    assert "no estimate: waits for your project's quota" in row and "any moment now" not in row
+
+    client.force_login(world.outsider)
+    html = client.get(reverse("portal:task-queues")).content.decode().replace("&#x27;", "'")
+    other = re.search(r"data-lineup-other>(.*?)</tr>", html, re.S).group(1)
+    assert "waits for its project's quota" in other
+    assert "no estimate" not in other and "second-alpha-run" not in html
+    api = client_for(world.outsider).get(f"{API}queues/{world.high.pk}/lineup/").json()
+    entry = next(e for e in api["entries"] if not e["visible"])
+    assert (entry["reason"], entry["reason_kind"]) == (None, "its project's quota")

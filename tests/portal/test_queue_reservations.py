@@ -11,17 +11,27 @@ from apps.clusters.models import CapacityReservation, GPUModel
 def test_queue_page_lists_current_and_upcoming_reservations(client, world):
     now = timezone.now()
     maintenance = CapacityReservation.objects.create(
-        vdc=world.vdc, cluster=world.cluster, name="firmware", reason="GPU firmware upgrade",
-        starts_at=now - timedelta(minutes=5), ends_at=now + timedelta(hours=2), preempt_at_start=True,
-    )  # fmt: skip
+        vdc=world.vdc,
+        cluster=world.cluster,
+        name="firmware",
+        reason="GPU firmware upgrade",
+        starts_at=now - timedelta(minutes=5),
+        ends_at=now + timedelta(hours=2),
+        preempt_at_start=True,
+    )
     maintenance.nodes.set([world.node])
     event = CapacityReservation.objects.create(
-        vdc=world.vdc, name="hackathon", starts_at=now + timedelta(days=1), ends_at=now + timedelta(days=2),
-        gpu_model=GPUModel.objects.get(name="A100-80G"), cards=4,
-    )  # fmt: skip
+        vdc=world.vdc,
+        name="hackathon",
+        starts_at=now + timedelta(days=1),
+        ends_at=now + timedelta(days=2),
+        gpu_model=GPUModel.objects.get(name="A100-80G"),
+        cards=4,
+    )
     event.projects.set([world.project, world.other_project])
-    CapacityReservation.objects.create(vdc=world.vdc, name="long-over", starts_at=now - timedelta(days=2),
-                                       ends_at=now - timedelta(days=1))  # fmt: skip
+    CapacityReservation.objects.create(
+        vdc=world.vdc, name="long-over", starts_at=now - timedelta(days=2), ends_at=now - timedelta(days=1)
+    )
     client.force_login(world.member)
     html = client.get(reverse("portal:task-queues")).content.decode()
     block = html[html.index(f'data-reservations="{world.vdc.pk}"') :]

@@ -1,4 +1,4 @@
-"""The Web Console (issue 11 item 4): a real shell in a running local task through the terminal socket, as the
+"""The Web Console: a real shell in a running local task through the terminal socket, as the
 job's unprivileged identity inside its sandbox; viewers, outsiders, anonymous clients and ended tasks are refused.
 """
 
@@ -15,7 +15,7 @@ from django.conf import settings
 
 from apps.tasks.services import stop_task, submit_task
 from hcsportal.asgi import application
-from tests.control.drive import run_until_running, wait_status
+from tests.control.drive import run_until_running, wait_command_started, wait_status
 from tests.portal.test_live import session_cookie
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
@@ -27,10 +27,18 @@ def local_jobs_dir(settings, tmp_path):
 
 
 def start_running_task(world, command: str = "echo job-started; sleep 120"):
-    """A dev environment of the member's on the local cluster, running its command in the sandbox."""
-    task = submit_task(world.member, project=world.project, queue="high", name="shell", kind="dev_env",
-                       command=command, gpu_spec="1(A100)")  # fmt: skip
-    return run_until_running(task)
+    """A dev environment of the member's on the local cluster, once its command runs in the sandbox (a console
+    opened before that is refused: the sandbox is not up yet)."""
+    task = submit_task(
+        world.member,
+        project=world.project,
+        queue="high",
+        name="shell",
+        kind="dev_env",
+        command=command,
+        gpu_spec="1(A100)",
+    )
+    return wait_command_started(run_until_running(task), "job-started")
 
 
 def finish(task, user):
@@ -39,7 +47,7 @@ def finish(task, user):
 
 
 async def open_terminal(user, task_id: int, query: str = "instance=0"):
-    headers = [(b"origin", b"http://localhost")]
+    headers = [(b"origin", b"http://localhost"), (b"host", b"localhost")]
     if user is not None:
         headers.append((b"cookie", await database_sync_to_async(session_cookie)(user)))
     communicator = WebsocketCommunicator(application, f"/ws/tasks/{task_id}/terminal/?{query}", headers=headers)
@@ -118,9 +126,7 @@ async def test_the_shell_is_the_jobs_unprivileged_user_in_its_sandbox_and_cannot
     await database_sync_to_async(finish)(task, live_world.member)
 
 
-@pytest.mark.parametrize(
-    ("role", "code"), [("viewer", 4403), ("outsider", 4404), ("anonymous", 4401)]
-)  # fmt: skip
+@pytest.mark.parametrize(("role", "code"), [("viewer", 4403), ("outsider", 4404), ("anonymous", 4401)])
 async def test_viewers_outsiders_and_anonymous_clients_are_refused(live_world, role, code):
     task = await database_sync_to_async(start_running_task)(live_world)
     user = None if role == "anonymous" else live_world.user(role)

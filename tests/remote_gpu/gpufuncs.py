@@ -35,8 +35,13 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
 def summary(x: Tensor, label: str = "") -> dict:
     """Sum, shape and dtype of a tensor, with its first element as a 0-d tensor."""
     values = _values(x)
-    return {"label": label, "sum": sum(values), "shape": list(x.shape), "dtype": str(x.dtype),
-            "first": Tensor.from_values(values[:1], dtype=str(x.dtype), shape=())}  # fmt: skip
+    return {
+        "label": label,
+        "sum": sum(values),
+        "shape": list(x.shape),
+        "dtype": str(x.dtype),
+        "first": Tensor.from_values(values[:1], dtype=str(x.dtype), shape=()),
+    }
 
 
 @expose

@@ -24,10 +24,19 @@ def test_a_project_made_again_under_a_deleted_ones_name_gets_another_key(world):
 
 
 def test_every_task_gets_its_projects_key_as_a_secret_variable(world):
-    cpu = submit_task(world.member, project=world.project, queue="high", kind="training", name="cpu", gpu_spec="",
-                      command="true")  # fmt: skip
-    other = submit_task(world.outsider, project=world.other_project, queue="high", kind="inference", name="gpu",
-                        gpu_spec="1(A100)", command="true", port=9100)  # fmt: skip
+    cpu = submit_task(
+        world.member, project=world.project, queue="high", kind="training", name="cpu", gpu_spec="", command="true"
+    )
+    other = submit_task(
+        world.outsider,
+        project=world.other_project,
+        queue="high",
+        kind="inference",
+        name="gpu",
+        gpu_spec="1(A100)",
+        command="true",
+        port=9100,
+    )
     run_cycle(world.vdc.pk)
     for task, project in ((cpu, world.project), (other, world.other_project)):
         task.refresh_from_db()

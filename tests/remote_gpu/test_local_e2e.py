@@ -93,31 +93,65 @@ def started(world, owner, project, **fields) -> Task:
 
 def test_a_cpu_task_calls_the_gpu_worker_task_of_its_project_and_another_project_is_refused(world):
     port = free_port()
-    worker = started(world, world.member, world.project, kind="inference", name="rgpu-worker", gpu_spec="1(A100)",
-                     port=port, command=bundle_command("-m hcs_remote.worker --module rgpu_functions"))  # fmt: skip
+    worker = started(
+        world,
+        world.member,
+        world.project,
+        kind="inference",
+        name="rgpu-worker",
+        gpu_spec="1(A100)",
+        port=port,
+        command=bundle_command("-m hcs_remote.worker --module rgpu_functions"),
+    )
     worker = wait_status(worker, "running")
     assert worker.cluster_id == world.cluster.pk and worker.placement  # placed on a card like any GPU task
     wait_log(worker, f"hcs_remote worker listening on 0.0.0.0:{port}, serving saxpy")
 
     address = {"REMOTE_GPU_ADDRESS": f"127.0.0.1:{port}"}
-    caller = started(world, world.member, world.project, kind="training", name="cpu-caller", gpu_spec="",
-                     command=bundle_command("-m rgpu_client"), env=address)  # fmt: skip
+    caller = started(
+        world,
+        world.member,
+        world.project,
+        kind="training",
+        name="cpu-caller",
+        gpu_spec="",
+        command=bundle_command("-m rgpu_client"),
+        env=address,
+    )
     caller = wait_status(caller, "completed", timeout=60)
     assert not caller.placement or not any(p.get("devices") for p in caller.placement)  # no card for the caller
     log = log_of(caller)
     assert "functions: ['saxpy']" in log and "result: [[12.0, 24.0], [36.0, 48.0]]" in log, log
 
-    outsider = started(world, world.outsider, world.other_project, kind="training", name="foreign", gpu_spec="",
-                       command=bundle_command("-m rgpu_client"), env=address)  # fmt: skip
+    outsider = started(
+        world,
+        world.outsider,
+        world.other_project,
+        kind="training",
+        name="foreign",
+        gpu_spec="",
+        command=bundle_command("-m rgpu_client"),
+        env=address,
+    )
     outsider = wait_status(outsider, "failed", timeout=60)
     assert "refused: auth: this worker serves project 'alpha', not 'beta'" in log_of(outsider)
     # Claiming the worker's project does not help: beta's key cannot answer alpha's challenge.
-    liar = started(world, world.outsider, world.other_project, kind="training", name="liar", gpu_spec="",
-                   command=bundle_command("-m rgpu_client alpha"), env=address)  # fmt: skip
+    liar = started(
+        world,
+        world.outsider,
+        world.other_project,
+        kind="training",
+        name="liar",
+        gpu_spec="",
+        command=bundle_command("-m rgpu_client alpha"),
+        env=address,
+    )
     liar = wait_status(liar, "failed", timeout=60)
     assert f"refused: auth: the worker at 127.0.0.1:{port} could not prove" in log_of(liar)
 
     worker_log = log_of(worker)  # the worker's own log says whom it served and whom it refused
     assert "authenticated" in worker_log and "this worker serves project 'alpha', not 'beta'" in worker_log
+    # Two sandboxes on one host's network: the caller moved to the worker's unix socket and shared memory.
+    assert "authenticated (shared memory)" in worker_log
     stop_task(worker, world.member)
     wait_status(worker, "stopped", timeout=60)

@@ -17,10 +17,21 @@ KEY = bytes(range(32))
 
 @pytest.mark.parametrize(
     ("dtype", "values"),
-    [("bool", [True, False]), ("int8", [-1, 2]), ("uint8", [0, 255]), ("int16", [-300, 7]), ("uint16", [65535, 1]),
-     ("int32", [-(2**31), 5]), ("uint32", [2**32 - 1, 0]), ("int64", [-(2**63), 1]), ("uint64", [2**64 - 1, 3]),
-     ("float16", [0.5, -2.0]), ("float32", [1.5, -0.25]), ("float64", [1e300, -1e-300])],
-)  # fmt: skip
+    [
+        ("bool", [True, False]),
+        ("int8", [-1, 2]),
+        ("uint8", [0, 255]),
+        ("int16", [-300, 7]),
+        ("uint16", [65535, 1]),
+        ("int32", [-(2**31), 5]),
+        ("uint32", [2**32 - 1, 0]),
+        ("int64", [-(2**63), 1]),
+        ("uint64", [2**64 - 1, 3]),
+        ("float16", [0.5, -2.0]),
+        ("float32", [1.5, -0.25]),
+        ("float64", [1e300, -1e-300]),
+    ],
+)
 def test_every_dtype_round_trips_its_values(dtype, values):
     tensor = Tensor.from_values(values, dtype=dtype)
     assert tensor.data.nbytes == wire.DTYPES[dtype][0] * len(values)
@@ -82,9 +93,15 @@ def test_values_encode_as_json_with_arrays_by_reference():
 
 @pytest.mark.parametrize(
     ("value", "message"),
-    [({1, 2}, "cannot send a set"), (object(), "cannot send a object"), (b"raw", "cannot send a bytes"),
-     ({1: "a"}, "string keys"), ({"$tensor": 0}, "other than '\\$tensor'"), (array("l", [1]), "no fixed-size dtype")],
-)  # fmt: skip
+    [
+        ({1, 2}, "cannot send a set"),
+        (object(), "cannot send a object"),
+        (b"raw", "cannot send a bytes"),
+        ({1: "a"}, "string keys"),
+        ({"$tensor": 0}, "other than '\\$tensor'"),
+        (array("l", [1]), "no fixed-size dtype"),
+    ],
+)
 def test_only_plain_values_encode(value, message):
     with pytest.raises(ValueError, match=message):
         wire.encode(value)
@@ -106,10 +123,17 @@ def test_numpy_arrays_of_every_dtype_travel_as_they_are(dtype):
 
 @pytest.mark.parametrize(
     "make",
-    [lambda a: a.T, lambda a: a[:, ::2], lambda a: np.asfortranarray(a), lambda a: a[::-1],
-     lambda a: a.astype(">f4"), lambda a: a.astype(">i8").T, lambda a: np.broadcast_to(a[0], (5, 6))],
+    [
+        lambda a: a.T,
+        lambda a: a[:, ::2],
+        lambda a: np.asfortranarray(a),
+        lambda a: a[::-1],
+        lambda a: a.astype(">f4"),
+        lambda a: a.astype(">i8").T,
+        lambda a: np.broadcast_to(a[0], (5, 6)),
+    ],
     ids=["transposed", "strided", "fortran", "reversed", "big-endian", "big-endian-transposed", "broadcast"],
-)  # fmt: skip
+)
 def test_numpy_arrays_of_any_layout_and_byte_order_arrive_with_their_values_in_c_order(make):
     value = make(np.arange(30, dtype=np.float32).reshape(5, 6))
     back = _numpy_round_trip(value)
@@ -125,10 +149,15 @@ def test_numpy_zero_d_arrays_and_scalars_keep_their_shape():
 
 @pytest.mark.parametrize(
     "value",
-    [np.zeros(2, dtype=np.complex64), np.array(["ab"]), np.array([object()]), np.zeros(1, dtype="datetime64[s]"),
-     np.zeros(1, dtype=[("x", "i4")])],
+    [
+        np.zeros(2, dtype=np.complex64),
+        np.array(["ab"]),
+        np.array([object()]),
+        np.zeros(1, dtype="datetime64[s]"),
+        np.zeros(1, dtype=[("x", "i4")]),
+    ],
     ids=["complex", "string", "object", "datetime", "structured"],
-)  # fmt: skip
+)
 def test_numpy_arrays_that_are_not_plain_numbers_are_refused_before_anything_is_sent(value):
     with pytest.raises(ValueError, match="cannot be sent: only plain numeric arrays"):
         wire.encode({"x": value})
@@ -241,7 +270,7 @@ json_values = st.recursive(
     lambda inner: (
         st.lists(inner, max_size=4)
         | st.dictionaries(st.sampled_from(["$tensor", "dtype", "shape", "k"]), inner, max_size=3)
-    ),  # fmt: skip
+    ),
     max_leaves=12,
 )
 
@@ -249,7 +278,7 @@ json_values = st.recursive(
 declarations = st.lists(
     st.fixed_dictionaries(
         {"dtype": st.sampled_from([*wire.DTYPES, "object", "V8"]), "shape": st.lists(st.integers(-1, 3), max_size=3)}
-    ),  # fmt: skip
+    ),
     max_size=3,
 )
 tensor_refs = st.recursive(

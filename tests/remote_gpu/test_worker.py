@@ -45,15 +45,23 @@ def test_a_client_calls_registered_functions_on_arrays(gpu):
     b = Tensor.from_values([1, 0, 0, 1, 1, 1], "float32", (3, 2))
     assert gpu.call("matmul", a, b).tolist() == [[4.0, 5.0], [10.0, 11.0]]
     stats = gpu.call("stats", array("d", [0.5, 1.5, 2.0]), label="x")  # served under its exposed name
-    assert {k: stats[k] for k in ("label", "sum", "shape", "dtype")} == {"label": "x", "sum": 4.0, "shape": [3],
-                                                                         "dtype": "float64"}  # fmt: skip
+    assert {k: stats[k] for k in ("label", "sum", "shape", "dtype")} == {
+        "label": "x",
+        "sum": 4.0,
+        "shape": [3],
+        "dtype": "float64",
+    }
     assert stats["first"].shape == () and stats["first"].tolist() == 0.5
 
 
 def test_arrays_come_back_byte_for_byte_with_dtype_and_shape(gpu):
-    sent = [Tensor.from_values(range(24), "uint8", (2, 3, 4)), Tensor.from_values([True, False, True], "bool"),
-            Tensor.from_values([2**62, -5], "int64"), Tensor.from_values([0.1, 65504.0], "float16"),
-            Tensor.from_values([], "float32", (0, 3))]  # fmt: skip
+    sent = [
+        Tensor.from_values(range(24), "uint8", (2, 3, 4)),
+        Tensor.from_values([True, False, True], "bool"),
+        Tensor.from_values([2**62, -5], "int64"),
+        Tensor.from_values([0.1, 65504.0], "float16"),
+        Tensor.from_values([], "float32", (0, 3)),
+    ]
     args, kwargs = gpu.echo(*sent, n=1, nested={"t": sent[1], "xs": [1.5, None, "s"]})
     for before, after in zip(sent, args, strict=True):
         assert (after.dtype, after.shape, bytes(after.data)) == (before.dtype, before.shape, bytes(before.data))
@@ -94,9 +102,11 @@ def test_a_client_without_a_key_is_refused(worker, monkeypatch):
 
 @pytest.mark.parametrize(
     ("tensors", "message"),
-    [([], "authenticate first: expected a hello with the client's nonce"),
-     ([Tensor.from_values([1], "int8")], "authenticate first: no arrays before the handshake")],
-)  # fmt: skip
+    [
+        ([], "authenticate first: expected a hello with the client's nonce"),
+        ([Tensor.from_values([1], "int8")], "authenticate first: no arrays before the handshake"),
+    ],
+)
 def test_a_caller_that_skips_authentication_is_refused(worker, tensors, message):
     channel = raw_channel(worker)
     channel.send({"op": "call", "id": 1, "fn": "scale", "args": [{"$tensor": 0}]}, tensors)
@@ -124,8 +134,10 @@ def test_a_key_of_another_project_is_refused_by_the_worker(worker):
     channel.send({"op": "auth", "proof": wire.proof(other_key, "client", nonce, challenge["nonce"])})
     header, _ = channel.receive(5, 5)
     assert (header["op"], header["kind"]) == ("error", "auth")
-    assert header["error"] == ("authentication failed: the caller's key is not the key of project 'alpha'; only "
-                               "tasks of that project may call this worker")  # fmt: skip
+    assert header["error"] == (
+        "authentication failed: the caller's key is not the key of project 'alpha'; only "
+        "tasks of that project may call this worker"
+    )
     with pytest.raises(RemoteError, match="closed the connection"):
         channel.receive(5, 5)
 
@@ -142,10 +154,12 @@ def test_a_proof_that_is_no_hex_string_is_refused_like_a_wrong_one(worker, proof
 
 @pytest.mark.parametrize(
     ("hello", "message"),
-    [({"op": "hello", "version": 2, "nonce": "n" * 32}, "protocol version 2: this worker speaks 1"),
-     ({"op": "hello", "version": 1, "nonce": 7}, "expected a nonce of 16 to 128 characters"),
-     ({"op": "hello", "version": 1, "nonce": "short"}, "expected a nonce of 16 to 128 characters")],
-)  # fmt: skip
+    [
+        ({"op": "hello", "version": 2, "nonce": "n" * 32}, "protocol version 2: this worker speaks 1"),
+        ({"op": "hello", "version": 1, "nonce": 7}, "expected a nonce of 16 to 128 characters"),
+        ({"op": "hello", "version": 1, "nonce": "short"}, "expected a nonce of 16 to 128 characters"),
+    ],
+)
 def test_a_hello_that_breaks_the_protocol_is_refused(worker, hello, message):
     channel = raw_channel(worker)
     channel.send(hello)
@@ -164,8 +178,12 @@ def test_the_client_refuses_a_worker_that_cannot_prove_the_key_and_names_the_pro
 @pytest.mark.parametrize(
     ("tensors", "body", "args", "message"),
     [
-        ([{"dtype": "float32", "shape": [4]}], bytes(8), [{"$tensor": 0}],
-         "malformed call of scale: the declared arrays need 16 bytes, the frame carries 8"),
+        (
+            [{"dtype": "float32", "shape": [4]}],
+            bytes(8),
+            [{"$tensor": 0}],
+            "malformed call of scale: the declared arrays need 16 bytes, the frame carries 8",
+        ),
         ([{"dtype": "object", "shape": [1]}], bytes(8), [{"$tensor": 0}], "unsupported dtype 'object'"),
         ([{"dtype": {"descr": "O"}, "shape": [1]}], bytes(8), [{"$tensor": 0}], "unsupported dtype {'descr': 'O'}"),
         ([{"dtype": "float64", "shape": [-1]}], b"", [{"$tensor": 0}], "expected a shape of non-negative integers"),
@@ -173,7 +191,7 @@ def test_the_client_refuses_a_worker_that_cannot_prove_the_key_and_names_the_pro
         ([], b"", {"not": "a list"}, "expected 'args' as a list"),
         ("numpy.load", b"", [], "expected 'tensors' as a list"),
     ],
-)  # fmt: skip
+)
 def test_malformed_arrays_are_refused_with_what_was_expected(gpu, tensors, body, args, message):
     header = {"op": "call", "id": 99, "fn": "scale", "args": args, "tensors": tensors}
     head = json.dumps(header).encode()
@@ -276,22 +294,35 @@ def test_nothing_answers_at_a_wrong_address():
 )
 def test_the_worker_refuses_to_start_without_what_it_needs(env, argv, message):
     clean = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), **env}
-    done = subprocess.run([sys.executable, "-m", "hcs_remote.worker", *argv], cwd=ROOT, env=clean,
-                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "hcs_remote.worker", *argv],
+        cwd=ROOT,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert done.returncode == 2
     assert message in done.stderr
 
 
 def test_the_client_command_lists_a_workers_functions_or_says_why_not(worker):
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HCS_REMOTE_GPU_KEY": KEY, "HCS_PROJECT": PROJECT,
-           "REMOTE_GPU_ADDRESS": worker.address}  # fmt: skip
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(ROOT),
+        "HCS_REMOTE_GPU_KEY": KEY,
+        "HCS_PROJECT": PROJECT,
+        "REMOTE_GPU_ADDRESS": worker.address,
+    }
     argv = [sys.executable, "-m", "hcs_remote"]
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == f"worker {worker.address} of project alpha serves:"
     assert "  matmul: Matrix product of two 2-D float tensors." in done.stdout.splitlines()
-    refused = subprocess.run(argv, cwd=ROOT, env={**env, "HCS_PROJECT": "beta"}, capture_output=True, text=True,
-                             timeout=30)  # fmt: skip
+    refused = subprocess.run(
+        argv, cwd=ROOT, env={**env, "HCS_PROJECT": "beta"}, capture_output=True, text=True, timeout=30
+    )
     assert refused.returncode == 1
-    assert refused.stderr.strip() == ("refused (auth): this worker serves project 'alpha', not 'beta': only tasks of "
-                                      "'alpha' may call it")  # fmt: skip
+    assert refused.stderr.strip() == (
+        "refused (auth): this worker serves project 'alpha', not 'beta': only tasks of 'alpha' may call it"
+    )

@@ -35,16 +35,27 @@ class WorkerProcess:
             self.process.wait()
 
 
-def start_worker(*options: str, module: str = "tests.remote_gpu.gpufuncs", key: str | None = KEY,
-                 project: str = PROJECT) -> WorkerProcess:  # fmt: skip
+def start_worker(
+    *options: str, module: str = "tests.remote_gpu.gpufuncs", key: str | None = KEY, project: str = PROJECT
+) -> WorkerProcess:
     """Start a worker on a free loopback port and wait for the line saying where it listens."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HCS_")}
     env.update({"PYTHONPATH": str(ROOT), "HCS_PROJECT": project})
     if key is not None:
         env["HCS_REMOTE_GPU_KEY"] = key
     log_path = Path(tempfile.mkstemp(prefix="hcs-remote-worker-", suffix=".log")[1])
-    argv = [sys.executable, "-m", "hcs_remote.worker", "--module", module, "--host", "127.0.0.1", "--port", "0",
-            *options]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "hcs_remote.worker",
+        "--module",
+        module,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        *options,
+    ]
     with log_path.open("w") as log:
         process = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=log, text=True)
     first = []

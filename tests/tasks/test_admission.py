@@ -1,4 +1,4 @@
-"""Admission (issue 11 item 3): what no cluster of the VDC could ever run is refused at submit, on its field,
+"""Admission: what no cluster of the VDC could ever run is refused at submit, on its field,
 with every cluster's reason, in the service, the API and the pages; nothing is written."""
 
 from __future__ import annotations
@@ -43,8 +43,7 @@ def test_a_gang_on_the_local_cluster_is_admitted(world):
 def test_an_elastic_task_needs_a_cluster_that_resizes_running_jobs(world):
     slurm = ClusterFactory(vdc=world.vdc, name="slurm-1", cluster_type="slurm")
     DeviceFactory(node=NodeFactory(cluster=slurm, name="s1", cpu=Decimal(64), memory_gib=Decimal(512)), index=0)
-    message = refused(world, "elastic_min", "Slurm cannot grow or shrink a running job", elastic_min=1,
-                      elastic_max=1)  # fmt: skip
+    message = refused(world, "elastic_min", "Slurm cannot grow or shrink a running job", elastic_min=1, elastic_max=1)
     assert "local-1" in message
 
 
@@ -110,11 +109,56 @@ def test_the_api_answers_400_on_the_field(world):
 
 def test_the_inference_form_shows_the_refusal_on_the_command(client, world):
     client.force_login(world.member)
-    form = {"project": world.project.pk, "vdc": world.vdc.pk, "queue": world.high.pk, "gpu_spec": "1(A100)",
-            "cpu": "2", "memory_gib": "8", "instances": "1", "preemptible": "on", "name": "svc",
-            "model_path": "/models/qwen", "port": "8000", "image": "vllm/vllm-openai", "max_tokens": "1024",
-            "temperature": "0.5"}  # fmt: skip
+    form = {
+        "project": world.project.pk,
+        "vdc": world.vdc.pk,
+        "queue": world.high.pk,
+        "gpu_spec": "1(A100)",
+        "cpu": "2",
+        "memory_gib": "8",
+        "instances": "1",
+        "preemptible": "on",
+        "name": "svc",
+        "model_path": "/models/qwen",
+        "port": "8000",
+        "image": "vllm/vllm-openai",
+        "max_tokens": "1024",
+        "temperature": "0.5",
+    }
     page = client.post(reverse("portal:inference-services-new"), form)
     assert page.status_code == 200
     assert "runs the task&#x27;s command and none was given" in page.content.decode()
     assert not Task.objects.exists()
+
+
+def kubernetes_only(world, model="A100-80G"):
+    world.cluster.enabled = False
+    world.cluster.save()
+    kube = ClusterFactory(vdc=world.vdc, name="kube-1", cluster_type="kubernetes")
+    node = NodeFactory(cluster=kube, name="k1", cpu=Decimal(64), memory_gib=Decimal(512))
+    DeviceFactory(node=node, index=0, gpu_model=GPUModel.objects.get(name=model))
+    return kube
+
+
+def test_a_command_without_an_image_is_refused_where_only_containers_run(world):
+    kubernetes_only(world)
+    refused(world, "image", "kube-1: Kubernetes runs containers: an image is required", image="")
+
+
+def test_a_command_without_an_image_is_admitted_when_the_local_cluster_of_a_mixed_vdc_runs_it(world):
+    kubernetes_only(world)
+    world.cluster.enabled = True
+    world.cluster.save()
+    assert submit(world, image="").status == "queued"
+
+
+def test_a_share_of_a_card_kubernetes_cannot_share_is_refused_there_and_whole_cards_are_not(world):
+    kubernetes_only(world, model="Ascend910B")
+    refused(
+        world,
+        "gpu_spec",
+        "Kubernetes cannot run a share of a huawei card (it shares hygon, nvidia cards)",
+        gpu_spec="0.5(Ascend910B)",
+        image="registry.local/train:1",
+    )
+    assert submit(world, gpu_spec="1(Ascend910B)", image="registry.local/train:1").status == "queued"

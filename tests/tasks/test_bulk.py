@@ -27,8 +27,8 @@ def test_a_field_not_loaded_is_an_error_not_a_query_inside_the_copy(world):
 
 
 def test_json_decimal_and_duration_values_survive_the_round_trip(world):
-    from datetime import timedelta  # noqa: PLC0415
-    from decimal import Decimal  # noqa: PLC0415
+    from datetime import timedelta
+    from decimal import Decimal
 
     task = TaskFactory(project=world.project, owner=world.member, vdc=world.vdc, queue=world.low)
     task.placement = [{"node": 1, "node_name": "n1", "devices": [{"id": 3, "milli": 500}]}]
@@ -46,20 +46,33 @@ def test_json_decimal_and_duration_values_survive_the_round_trip(world):
 
 
 def test_inserted_rows_get_their_keys_insert_time_values_and_leave_the_sequence_ahead(world):
-    import uuid  # noqa: PLC0415
+    import uuid
 
-    from apps.control.models import BackendObject  # noqa: PLC0415
-    from apps.tasks.bulk import bulk_insert_rows  # noqa: PLC0415
-    from apps.tasks.models import TaskEvent  # noqa: PLC0415
+    from apps.control.models import BackendObject
+    from apps.tasks.bulk import bulk_insert_rows
+    from apps.tasks.models import TaskEvent
 
     task = TaskFactory(project=world.project, owner=world.member, vdc=world.vdc, queue=world.low)
     events = [
-        TaskEvent(task=task, kind="scheduled", from_status="queued", to_status="scheduled", message=f"it’s #{k}",
-                  data={"placement": [{"node": k, "devices": [{"id": 3, "milli": 500}]}], "attempt": k})
+        TaskEvent(
+            task=task,
+            kind="scheduled",
+            from_status="queued",
+            to_status="scheduled",
+            message=f"it’s #{k}",
+            data={"placement": [{"node": k, "devices": [{"id": 3, "milli": 500}]}], "attempt": k},
+        )
         for k in range(3)
-    ]  # fmt: skip
-    intent = BackendObject(cluster=world.cluster, task=task, task_uid=uuid.uuid4(), attempt=1, name="hcs-1-a1",
-                           devices=[5, 6], replicas=2)  # fmt: skip
+    ]
+    intent = BackendObject(
+        cluster=world.cluster,
+        task=task,
+        task_uid=uuid.uuid4(),
+        attempt=1,
+        name="hcs-1-a1",
+        shares=[{"id": 5, "milli": 1000}, {"id": 6, "milli": 1000}],
+        replicas=2,
+    )
     before = timezone.now()
     bulk_insert_rows(TaskEvent, events)
     after = timezone.now()
@@ -75,7 +88,12 @@ def test_inserted_rows_get_their_keys_insert_time_values_and_leave_the_sequence_
         assert (stored.message, stored.data["attempt"], stored.data["placement"][0]["node"]) == (f"it’s #{k}", k, k)
         assert stored.created_at is not None and stored.created_at == e.created_at  # auto_now_add, as save() sets it
     stored = BackendObject.objects.get(pk=intent.pk)
-    assert (stored.task_uid, stored.devices, stored.replicas, stored.state) == (intent.task_uid, [5, 6], 2, "pending")
+    assert (stored.task_uid, stored.device_ids, stored.replicas, stored.state) == (
+        intent.task_uid,
+        [5, 6],
+        2,
+        "pending",
+    )
     # The keys came from the table's own sequence: an ordinary insert afterwards does not collide.
     later = TaskEvent.objects.create(task=task, kind="running")
     assert later.pk > max(e.pk for e in events)
@@ -88,13 +106,20 @@ def test_inserted_rows_get_their_keys_insert_time_values_and_leave_the_sequence_
 )
 def test_tasks_loaded_with_fields_deferred_hold_what_django_would_load(world, fields):
     """Task.from_db works out the deferred fields once per selection; the loaded rows must be Django's."""
-    from django.db.models import Model  # noqa: PLC0415
+    from django.db.models import Model
 
-    from apps.control.scheduling import SNAPSHOT_FIELDS  # noqa: PLC0415
+    from apps.control.scheduling import SNAPSHOT_FIELDS
 
     fields = SNAPSHOT_FIELDS if fields == "snapshot" else fields
-    TaskFactory.create_batch(2, project=world.project, owner=world.member, vdc=world.vdc, queue=world.low,
-                             env={"A": "1"}, placement=[{"node": 3}])  # fmt: skip
+    TaskFactory.create_batch(
+        2,
+        project=world.project,
+        owner=world.member,
+        vdc=world.vdc,
+        queue=world.low,
+        env={"A": "1"},
+        placement=[{"node": 3}],
+    )
     full = {t.pk: t for t in Task.objects.all()}
     selected = {"id", *(Task._meta.get_field(name).attname for name in fields)}
     for loaded in (list(Task.objects.only(*fields)), list(Task.objects.only(*fields))):  # the second: cached mask

@@ -36,26 +36,66 @@ class FakeExecutor:
 
 
 def two_ranks() -> list[InstanceState]:
-    common = {"state": "Running", "restarts": 0, "started_at": STARTED, "service": "hcs-task-9-1",
-              "ports": ({"port": 80, "target_port": 8000, "protocol": "TCP", "name": "http"},),
-              "ingress_host": "hcs-task-9-1.apps.example.org", "ingress_tls": True}  # fmt: skip
+    common = {
+        "state": "Running",
+        "restarts": 0,
+        "started_at": STARTED,
+        "service": "hcs-task-9-1",
+        "ports": ({"port": 80, "target_port": 8000, "protocol": "TCP", "name": "http"},),
+        "ingress_host": "hcs-task-9-1.apps.example.org",
+        "ingress_tls": True,
+    }
     return [
-        InstanceState(index=1, name="pod-b", node="gpu-node-1", ip="10.0.0.2", cpu_used_cores=None,
-                      memory_used_gib=None, usage_note="no metrics yet", secrets=("registry",), **common),
-        InstanceState(index=0, name="pod-a", node="gpu-node-1", ip="10.0.0.1", cpu_used_cores=1.5,
-                      memory_used_gib=2.0, secrets=("hcs-task-9-1",), **common),
-    ]  # fmt: skip
+        InstanceState(
+            index=1,
+            name="pod-b",
+            node="gpu-node-1",
+            ip="10.0.0.2",
+            cpu_used_cores=None,
+            memory_used_gib=None,
+            usage_note="no metrics yet",
+            secrets=("registry",),
+            **common,
+        ),
+        InstanceState(
+            index=0,
+            name="pod-a",
+            node="gpu-node-1",
+            ip="10.0.0.1",
+            cpu_used_cores=1.5,
+            memory_used_gib=2.0,
+            secrets=("hcs-task-9-1",),
+            **common,
+        ),
+    ]
 
 
 @pytest.fixture
 def running_task(world):
     cards = list(Device.objects.filter(node=world.node).order_by("index")[:2])
     Device.objects.filter(pk=cards[0].pk).update(utilization=87, vram_used_gib=Decimal("61.5"), temperature_c=71)
-    placement = [{"node": world.node.pk, "node_name": "gpu-node-1", "gpu_model": "A100-80G",
-                  "devices": [{"id": card.pk, "index": card.index, "milli": 1000}]} for card in cards]  # fmt: skip
-    task = TaskFactory(project=world.project, owner=world.member, vdc=world.vdc, queue=world.high, instances=2,
-                       cpu=Decimal(2), memory_gib=Decimal(8), status="running", cluster=world.cluster,
-                       external_id="hcs-task-9-1", placement=placement)  # fmt: skip
+    placement = [
+        {
+            "node": world.node.pk,
+            "node_name": "gpu-node-1",
+            "gpu_model": "A100-80G",
+            "devices": [{"id": card.pk, "index": card.index, "milli": 1000}],
+        }
+        for card in cards
+    ]
+    task = TaskFactory(
+        project=world.project,
+        owner=world.member,
+        vdc=world.vdc,
+        queue=world.high,
+        instances=2,
+        cpu=Decimal(2),
+        memory_gib=Decimal(8),
+        status="running",
+        cluster=world.cluster,
+        external_id="hcs-task-9-1",
+        placement=placement,
+    )
     task.set_secret_env({"HF_TOKEN": "hf_value_never_shown"})
     task.save()
     return task

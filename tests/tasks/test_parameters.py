@@ -25,20 +25,42 @@ def test_a_checkpoint_path_must_be_a_plain_directory_outside_the_systems_trees(w
     assert not Task.objects.exists()
 
 
+@pytest.mark.parametrize("path", ["../tb", "runs/../tb", "./tb", "/work/../etc", "/", "/usr/tb", "/tmp/x", "/a//b"])
+def test_a_tensorboard_dir_must_be_a_plain_path_outside_the_systems_trees(world, path):
+    response = submit(world, tensorboard_dir=path)
+    assert response.status_code == 400 and "tensorboard_dir" in response.data, response.data
+    assert "/hcs/checkpoint/tb" in str(response.data["tensorboard_dir"])  # what would do
+    assert not Task.objects.exists()
+
+
 def test_checkpoint_path_and_tensorboard_dir_are_kept_and_returned(world):
     response = submit(world, checkpoint_path="/workspace/ckpt", tensorboard_dir="/workspace/ckpt/tb")
     assert response.status_code == 201, response.data
-    assert (response.data["checkpoint_path"], response.data["tensorboard_dir"]) == ("/workspace/ckpt",
-                                                                                    "/workspace/ckpt/tb")  # fmt: skip
+    assert (response.data["checkpoint_path"], response.data["tensorboard_dir"]) == (
+        "/workspace/ckpt",
+        "/workspace/ckpt/tb",
+    )
     listed = client_for(world.viewer).get(TASKS, {"tensorboard_dir": "/workspace/ckpt/tb"}).data
     assert [t["id"] for t in listed["results"]] == [response.data["id"]]
 
 
 def test_the_training_form_refuses_a_relative_checkpoint_path_next_to_the_field(client, world):
     client.force_login(world.member)
-    data = {"name": "t", "project": world.project.pk, "kind": "training", "framework": "pytorch", "vdc": world.vdc.pk,
-            "queue": world.high.pk, "gpu_spec": "1(A100)", "cpu": "1", "memory_gib": "2", "instances": "1",
-            "max_retries": "0", "checkpoint_path": "ckpt", "command": "echo hi"}  # fmt: skip
+    data = {
+        "name": "t",
+        "project": world.project.pk,
+        "kind": "training",
+        "framework": "pytorch",
+        "vdc": world.vdc.pk,
+        "queue": world.high.pk,
+        "gpu_spec": "1(A100)",
+        "cpu": "1",
+        "memory_gib": "2",
+        "instances": "1",
+        "max_retries": "0",
+        "checkpoint_path": "ckpt",
+        "command": "echo hi",
+    }
     response = client.post("/training-jobs/new/", data)
     assert response.status_code == 200 and "absolute path" in str(response.context["form"].errors["checkpoint_path"])
     data.update(checkpoint_path="/workspace/ckpt", tensorboard_dir="/workspace/tb")
@@ -47,8 +69,16 @@ def test_the_training_form_refuses_a_relative_checkpoint_path_next_to_the_field(
 
 
 def test_the_job_spec_carries_the_task_uid_and_tensorboard_dir(world):
-    task = submit_task(world.member, project=world.project, queue="high", kind="fine_tuning", name="ft",
-                       command="echo", tensorboard_dir="/tb", epochs=2)  # fmt: skip
+    task = submit_task(
+        world.member,
+        project=world.project,
+        queue="high",
+        kind="fine_tuning",
+        name="ft",
+        command="echo",
+        tensorboard_dir="/tb",
+        epochs=2,
+    )
     task.cluster = world.cluster
     spec = job_spec(task, "inst")
     assert spec.task_uid == task.uid.hex and spec.settings["tensorboard_dir"] == "/tb" and spec.settings["epochs"] == 2

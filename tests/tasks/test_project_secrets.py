@@ -1,5 +1,5 @@
 """Project secrets: kept encrypted per project, managed by owners, referred to by name from tasks (secret_refs),
-decrypted only into the job of each attempt, and never shown back by the API, pages, admin or events (issue 16)."""
+decrypted only into the job of each attempt, and never shown back by the API, pages, admin or events."""
 
 from __future__ import annotations
 
@@ -39,8 +39,9 @@ def secret(world) -> ProjectSecret:
 
 def submit(world, refs, **fields) -> Task:
     fields.setdefault("command", "echo hi")
-    return submit_task(world.member, project=world.project, queue="high", name="job", kind="training",
-                       secret_refs=refs, **fields)  # fmt: skip
+    return submit_task(
+        world.member, project=world.project, queue="high", name="job", kind="training", secret_refs=refs, **fields
+    )
 
 
 # --- the secret itself ---------------------------------------------------------------------------
@@ -92,9 +93,10 @@ def test_a_bad_secret_is_refused_and_nothing_written(world, secret, name, value,
 
 def test_api_never_answers_a_value_to_anyone(world, secret):
     created = client_for(world.owner).post(
-        SECRETS, {"project": world.project.pk, "name": "REGISTRY", "value": "reg-p4ss-771", "description": "r"},
+        SECRETS,
+        {"project": world.project.pk, "name": "REGISTRY", "value": "reg-p4ss-771", "description": "r"},
         format="json",
-    )  # fmt: skip
+    )
     assert created.status_code == 201, created.data
     assert "value" not in created.data and "reg-p4ss-771" not in json.dumps(created.data)
     rotated = client_for(world.owner).patch(f"{SECRETS}{secret.pk}/", {"value": ROTATED}, format="json")
@@ -140,11 +142,21 @@ def test_a_secret_that_waiting_or_running_tasks_need_is_not_deleted(world, secre
 
 
 def test_a_task_refers_to_secrets_by_name_only(world, secret):
-    response = client_for(world.member).post(TASKS, {
-        "project": "alpha", "queue": "high", "name": "job", "kind": "training", "command": "echo hi",
-        "secret_refs": [{"secret": "HF_TOKEN", "env": "HUGGING_FACE_HUB_TOKEN"},
-                        {"secret": "HF_TOKEN", "file": "/run/secrets/hf"}],
-    }, format="json")  # fmt: skip
+    response = client_for(world.member).post(
+        TASKS,
+        {
+            "project": "alpha",
+            "queue": "high",
+            "name": "job",
+            "kind": "training",
+            "command": "echo hi",
+            "secret_refs": [
+                {"secret": "HF_TOKEN", "env": "HUGGING_FACE_HUB_TOKEN"},
+                {"secret": "HF_TOKEN", "file": "/run/secrets/hf"},
+            ],
+        },
+        format="json",
+    )
     assert response.status_code == 201, response.data
     assert response.data["secret_refs"][1] == {"secret": "HF_TOKEN", "file": "/run/secrets/hf"}
     task = Task.objects.get()
@@ -156,10 +168,18 @@ def test_a_task_refers_to_secrets_by_name_only(world, secret):
 
 def test_an_unknown_secret_is_a_400_naming_it_and_those_that_exist(world, secret):
     create_secret(world.owner, world.project, "REGISTRY", "r")
-    response = client_for(world.member).post(TASKS, {
-        "project": "alpha", "queue": "high", "name": "job", "kind": "training", "command": "echo hi",
-        "secret_refs": [{"secret": "WANDB_KEY", "env": "WANDB_API_KEY"}],
-    }, format="json")  # fmt: skip
+    response = client_for(world.member).post(
+        TASKS,
+        {
+            "project": "alpha",
+            "queue": "high",
+            "name": "job",
+            "kind": "training",
+            "command": "echo hi",
+            "secret_refs": [{"secret": "WANDB_KEY", "env": "WANDB_API_KEY"}],
+        },
+        format="json",
+    )
     assert response.status_code == 400
     message = str(response.data["secret_refs"])
     assert "has no secret WANDB_KEY" in message and "HF_TOKEN, REGISTRY" in message
@@ -185,19 +205,27 @@ def test_an_unknown_secret_is_a_400_naming_it_and_those_that_exist(world, secret
         ([{"secret": "HF_TOKEN", "file": "/run/hcs-job.env"}], "the platform's"),
         ([{"secret": "HF_TOKEN", "file": "/hcs/checkpoint/hf"}], "the platform's"),
         ([{"secret": "HF_TOKEN", "file": "/run/a/hf"}, {"secret": "HF_TOKEN", "file": "/tmp/hf"}], "same file name"),
+        ([{"secret": "HF_TOKEN", "file": "/tmp"}], "would replace the job's directory /tmp; expected a file in"),
+        ([{"secret": "HF_TOKEN", "file": "/var"}], "would replace the job's directory /var/tmp"),
+        ([{"secret": "HF_TOKEN", "file": "/run"}], "would replace the job's directory /run"),
+        ([{"secret": "HF_TOKEN", "file": "/a/hf"}, {"secret": "HF_TOKEN", "file": "/a/hf/b"}], "cannot both be files"),
+        ([{"secret": "HF_TOKEN", "file": "/workspace/ckpt/hf"}], "in the checkpoint directory /workspace/ckpt"),
+        ([{"secret": "HF_TOKEN", "file": "/workspace/ckpt"}], "in the checkpoint directory /workspace/ckpt"),
+        ([{"secret": "HF_TOKEN", "file": "/workspace"}], "in the checkpoint directory /workspace/ckpt"),
     ],
 )
 def test_bad_secret_references_are_refused_and_nothing_written(world, secret, refs, message):
     with pytest.raises(ValidationError) as refused:
-        submit(world, refs, env={"EPOCHS": "3"}, secret_env={"API_TOKEN": "t"})
+        submit(world, refs, env={"EPOCHS": "3"}, secret_env={"API_TOKEN": "t"}, checkpoint_path="/workspace/ckpt")
     assert message in str(refused.value.message_dict["secret_refs"])
     assert not Task.objects.exists()
 
 
 def test_the_form_reads_variable_and_file_lines():
     assert parse_secret_refs("HF=HF_TOKEN\n# note\n/run/secrets/r = REGISTRY\n") == [
-        {"secret": "HF_TOKEN", "env": "HF"}, {"secret": "REGISTRY", "file": "/run/secrets/r"},
-    ]  # fmt: skip
+        {"secret": "HF_TOKEN", "env": "HF"},
+        {"secret": "REGISTRY", "file": "/run/secrets/r"},
+    ]
     with pytest.raises(ValidationError, match="VARIABLE=SECRET"):
         parse_secret_refs("HF_TOKEN")
 
@@ -205,11 +233,21 @@ def test_the_form_reads_variable_and_file_lines():
 def test_submit_page_takes_secret_references(client, world, secret):
     client.force_login(world.member)
     form = {
-        "name": "job", "project": world.project.pk, "vdc": world.vdc.pk, "queue": world.high.pk,
-        "preemptible": "on", "gpu_spec": "", "cpu": "1", "memory_gib": "1", "instances": "1",
-        "command": "echo hi", "secret_refs": "HF=HF_TOKEN\n/run/secrets/hf=HF_TOKEN", "framework": "pytorch",
-        "kind": "training", "max_retries": "0",
-    }  # fmt: skip
+        "name": "job",
+        "project": world.project.pk,
+        "vdc": world.vdc.pk,
+        "queue": world.high.pk,
+        "preemptible": "on",
+        "gpu_spec": "",
+        "cpu": "1",
+        "memory_gib": "1",
+        "instances": "1",
+        "command": "echo hi",
+        "secret_refs": "HF=HF_TOKEN\n/run/secrets/hf=HF_TOKEN",
+        "framework": "pytorch",
+        "kind": "training",
+        "max_retries": "0",
+    }
     assert b'name="secret_refs"' in client.get("/training-jobs/new/").content
     unknown = client.post("/training-jobs/new/", {**form, "secret_refs": "HF=NOPE"})
     assert unknown.status_code == 200 and b"has no secret NOPE" in unknown.content
@@ -256,8 +294,12 @@ def test_a_local_job_reads_its_secret_as_a_variable_and_an_owner_only_file(world
         'echo "mode=$(stat -c %a /run/secrets/hf) owner=$(stat -c %u /run/secrets/hf) me=$(id -u)"; '
         "sleep 3"
     )
-    task = submit(world, [{"secret": "HF_TOKEN", "env": "HF"}, {"secret": "HF_TOKEN", "file": "/run/secrets/hf"}],
-                  command=command, gpu_spec="1(A100)")  # fmt: skip
+    task = submit(
+        world,
+        [{"secret": "HF_TOKEN", "env": "HF"}, {"secret": "HF_TOKEN", "file": "/run/secrets/hf"}],
+        command=command,
+        gpu_spec="1(A100)",
+    )
     run_cycle(world.vdc.pk)
     launch(task)
     task = wait_status(task, "running")

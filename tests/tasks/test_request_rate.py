@@ -4,9 +4,9 @@ as a rate and, by Little's law, as requests in flight; outages cost a reading.""
 import time
 
 import pytest
-from django.conf import settings
 
 from apps.tasks import request_rate
+from hcsportal import redis_guard
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def test_a_long_request_is_spread_over_the_seconds_it_spanned(task_id):
     # One request in flight all along: each whole second of the window holds 1000 ms, not 300 s at its end.
     assert request_rate.concurrency([task_id], now=now) == {task_id: 1.0}
     assert request_rate.concurrency([task_id], window_s=5, now=now + 1) == {task_id: 0.9}  # ended half a second in
-    client = request_rate._client(settings.REDIS_URL)
+    client = redis_guard.client()
     kept = list(client.scan_iter(request_rate.BUSY_KEY.format(task_id=task_id, second="*")))
     assert len(kept) == request_rate.KEEP_S + 1  # seconds older than are ever read are not written
 

@@ -9,8 +9,18 @@ from apps.tasks.models import Task, TaskEvent
 from apps.tasks.services import submit_task
 from tests.factories import node_with_every_model
 
-GRAMMAR_EXAMPLES = ["2(V100)", "1(A100|H100)", "4(ascend910b)", "0.5(vgpu)", "0.5(T4)", "1(16G,50%)",
-                    "vram=16Gi,tflops-fp16=100", "1", "0", ""]  # fmt: skip
+GRAMMAR_EXAMPLES = [
+    "2(V100)",
+    "1(A100|H100)",
+    "4(ascend910b)",
+    "0.5(vgpu)",
+    "0.5(T4)",
+    "1(16G,50%)",
+    "vram=16Gi,tflops-fp16=100",
+    "1",
+    "0",
+    "",
+]
 
 
 def submit(world, user=None, **fields):
@@ -78,3 +88,22 @@ def test_viewers_and_outsiders_cannot_submit(world, role):
     with pytest.raises(PermissionDenied):
         submit(world, user=world.user(role))
     assert not Task.objects.exists()
+
+
+def test_an_expected_duration_longer_than_the_queues_default_wall_time_is_refused(world):
+    world.high.default_wall_time = timedelta(seconds=30)
+    world.high.save(update_fields=["default_wall_time"])
+    with pytest.raises(ValidationError) as exc:
+        submit(world, expected_duration=timedelta(minutes=10))
+    assert "stops a job after 30 s (its default wall time)" in exc.value.message_dict["wall_time"][0]
+    own = submit(world, expected_duration=timedelta(minutes=10), wall_time=timedelta(minutes=15))
+    assert own.wall_time == timedelta(minutes=15)
+    assert submit(world, expected_duration=timedelta(seconds=20)).wall_time == timedelta(seconds=30)
+
+
+def test_a_model_the_vdc_does_not_have_is_refused_as_such_not_as_over_quota(world):
+    with pytest.raises(ValidationError) as exc:
+        submit(world, gpu_spec="64(H100)")
+    message = exc.value.message_dict["gpu_spec"][0]
+    assert message.startswith(f"No cluster of VDC {world.vdc} can ever run this task")
+    assert "quota" not in message and "its nodes hold A100-80G" in message

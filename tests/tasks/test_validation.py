@@ -95,26 +95,45 @@ def refused_after(world, **fields) -> str:
         {"A": "x" * 40_000},
         ["A=1"],
     ],
-    ids=["equals-in-name", "empty-name", "leading-digit", "space", "nul-value", "number-value", "object-value",
-         "too-many", "value-too-long", "not-an-object"],
-)  # fmt: skip
+    ids=[
+        "equals-in-name",
+        "empty-name",
+        "leading-digit",
+        "space",
+        "nul-value",
+        "number-value",
+        "object-value",
+        "too-many",
+        "value-too-long",
+        "not-an-object",
+    ],
+)
 def test_env_that_would_break_the_launch_is_refused(world, env):
     assert "env" in refused(world, env=env)
 
 
 @pytest.mark.parametrize(
     "name",
-    ["CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "cuda_visible_devices", "ASCEND_VISIBLE_DEVICES",
-     "HIP_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_REQUIRE_CUDA",
-     "HCS_TASK_ID", "HCS_ANYTHING"],
-)  # fmt: skip
+    [
+        "CUDA_VISIBLE_DEVICES",
+        "NVIDIA_VISIBLE_DEVICES",
+        "cuda_visible_devices",
+        "ASCEND_VISIBLE_DEVICES",
+        "HIP_VISIBLE_DEVICES",
+        "ASCEND_RT_VISIBLE_DEVICES",
+        "NVIDIA_DRIVER_CAPABILITIES",
+        "NVIDIA_REQUIRE_CUDA",
+        "HCS_TASK_ID",
+        "HCS_ANYTHING",
+    ],
+)
 def test_device_visibility_and_platform_variables_are_reserved(world, name):
     message = refused(world, gpu_spec="1(A100)", env={name: "0,1,2,3"})["env"][0]
     assert name in message and "reserved" in message
 
 
 def test_a_catalog_models_own_visibility_variable_is_reserved(world):
-    from apps.clusters.models import GPUModel  # noqa: PLC0415
+    from apps.clusters.models import GPUModel
 
     GPUModel.objects.filter(name="A100-80G").update(visible_devices_env="ACME_CARDS")
     assert "ACME_CARDS" in refused(world, env={"ACME_CARDS": "all"})["env"][0]
@@ -145,17 +164,37 @@ def test_required_labels_must_be_strings(world):
         [{"name": "data", "mount_path": "/data", "claim_name": "Not A Claim"}],
         [{"name": "data", "mount_path": "/data", "claim_name": "datasets", "read_only": "yes"}],
         [{"name": "data", "mount_path": "/data", "claim_name": "datasets", "size": "1Ti"}],
-        [{"name": "data", "mount_path": "/a", "claim_name": "x"},
-         {"name": "data", "mount_path": "/b", "claim_name": "y"}],
-        [{"name": "a", "mount_path": "/data", "claim_name": "x"},
-         {"name": "b", "mount_path": "/data", "claim_name": "y"}],
+        [
+            {"name": "data", "mount_path": "/a", "claim_name": "x"},
+            {"name": "data", "mount_path": "/b", "claim_name": "y"},
+        ],
+        [
+            {"name": "a", "mount_path": "/data", "claim_name": "x"},
+            {"name": "b", "mount_path": "/data", "claim_name": "y"},
+        ],
         [{"name": f"v{i}", "mount_path": f"/v{i}", "claim_name": "x"} for i in range(40)],
         {"name": "data"},
     ],
-    ids=["not-objects", "no-name", "empty-name", "not-a-dns-name", "reserved-name", "relative-mount",
-         "dotdot-mount", "root-mount", "no-source", "two-sources", "bad-claim", "read-only-not-bool",
-         "unknown-key", "duplicate-name", "duplicate-mount", "too-many", "not-a-list"],
-)  # fmt: skip
+    ids=[
+        "not-objects",
+        "no-name",
+        "empty-name",
+        "not-a-dns-name",
+        "reserved-name",
+        "relative-mount",
+        "dotdot-mount",
+        "root-mount",
+        "no-source",
+        "two-sources",
+        "bad-claim",
+        "read-only-not-bool",
+        "unknown-key",
+        "duplicate-name",
+        "duplicate-mount",
+        "too-many",
+        "not-a-list",
+    ],
+)
 def test_volumes_that_would_break_the_launch_are_refused(world, volumes):
     message = refused(world, volumes=volumes)["volumes"][0]
     assert "xpected" in message or "twice" in message
@@ -191,8 +230,10 @@ def test_valid_volumes_are_kept_as_given(world):
     assert submit(world, volumes=volumes).volumes == volumes
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("10m", 600), ("1h30m", 5400), ("2d", 172800), ("02:00:00", 7200),
-                                               ("1 00:00:30", 86430), ("1.5h", 5400)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("10m", 600), ("1h30m", 5400), ("2d", 172800), ("02:00:00", 7200), ("1 00:00:30", 86430), ("1.5h", 5400)],
+)
 def test_pages_and_api_read_durations_alike(text, seconds):
     assert parse_duration_text(text).total_seconds() == seconds
     assert DurationInput().clean(text).total_seconds() == seconds

@@ -14,9 +14,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.billing.services import hourly_price_of_request, price_book
-from apps.vdc.api.permissions import visible_projects, visible_vdcs
-from apps.vdc.api.schema import ErrorDetailSerializer
+from apps.core.api.schema import ErrorDetailSerializer
 from apps.vdc.models import VDC
+from apps.vdc.policy import visible_projects, visible_vdcs
 
 
 class PricePreviewRequestSerializer(serializers.Serializer):

@@ -14,9 +14,19 @@ class PriceRuleSerializer(serializers.ModelSerializer):
     class Meta:
         model = PriceRule
         fields = [
-            "id", "resource_type", "gpu_model", "gpu_model_name", "vdc", "vdc_name", "price_per_hour", "currency",
-            "min_billing_minutes", "discount_tiers", "active", "created_at",
-        ]  # fmt: skip
+            "id",
+            "resource_type",
+            "gpu_model",
+            "gpu_model_name",
+            "vdc",
+            "vdc_name",
+            "price_per_hour",
+            "currency",
+            "min_billing_minutes",
+            "discount_tiers",
+            "active",
+            "created_at",
+        ]
         read_only_fields = fields
 
 
@@ -28,9 +38,17 @@ class AccountSerializer(serializers.ModelSerializer):
     class Meta:
         model = Account
         fields = [
-            "id", "project", "project_name", "balance", "credit_limit", "available", "currency", "enforce_budget",
-            "exhausted", "updated_at",
-        ]  # fmt: skip
+            "id",
+            "project",
+            "project_name",
+            "balance",
+            "credit_limit",
+            "available",
+            "currency",
+            "enforce_budget",
+            "exhausted",
+            "updated_at",
+        ]
         read_only_fields = fields
 
 
@@ -42,9 +60,23 @@ class UsageRecordSerializer(serializers.ModelSerializer):
     class Meta:
         model = UsageRecord
         fields = [
-            "id", "task", "task_name", "project", "project_name", "vdc", "resource_type", "gpu_model",
-            "gpu_model_name", "quantity", "period_start", "period_end", "unit_price", "cost", "invoice", "created_at",
-        ]  # fmt: skip
+            "id",
+            "task",
+            "task_name",
+            "project",
+            "project_name",
+            "vdc",
+            "resource_type",
+            "gpu_model",
+            "gpu_model_name",
+            "quantity",
+            "period_start",
+            "period_end",
+            "unit_price",
+            "cost",
+            "invoice",
+            "created_at",
+        ]
         read_only_fields = fields
 
 
@@ -55,9 +87,17 @@ class TransactionSerializer(serializers.ModelSerializer):
     class Meta:
         model = Transaction
         fields = [
-            "id", "account", "project", "kind", "amount", "balance_after", "description", "usage_record",
-            "created_by", "created_at",
-        ]  # fmt: skip
+            "id",
+            "account",
+            "project",
+            "kind",
+            "amount",
+            "balance_after",
+            "description",
+            "usage_record",
+            "created_by",
+            "created_at",
+        ]
         read_only_fields = fields
 
 
@@ -78,9 +118,19 @@ class InvoiceSerializer(serializers.ModelSerializer):
     class Meta:
         model = Invoice
         fields = [
-            "id", "account", "project", "project_name", "period_start", "period_end", "status", "total", "currency",
-            "created_at", "issued_at", "lines",
-        ]  # fmt: skip
+            "id",
+            "account",
+            "project",
+            "project_name",
+            "period_start",
+            "period_end",
+            "status",
+            "total",
+            "currency",
+            "created_at",
+            "issued_at",
+            "lines",
+        ]
         read_only_fields = fields
 
 
@@ -91,7 +141,18 @@ class ProjectAlertSerializer(serializers.ModelSerializer):
     class Meta:
         model = ProjectAlert
         fields = [
-            "id", "project", "project_name", "vdc", "task", "rule", "title", "severity", "message", "action", "since",
-            "fired_at", "resolved_at",
-        ]  # fmt: skip
+            "id",
+            "project",
+            "project_name",
+            "vdc",
+            "task",
+            "rule",
+            "title",
+            "severity",
+            "message",
+            "action",
+            "since",
+            "fired_at",
+            "resolved_at",
+        ]
         read_only_fields = fields

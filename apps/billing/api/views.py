@@ -22,8 +22,7 @@ from apps.billing.filtersets import (
     UsageRecordFilterSet,
 )
 from apps.billing.models import Account, Invoice, PriceRule, ProjectAlert, Transaction, UsageRecord
-from apps.vdc.api.permissions import scope_to_projects, visible_vdcs
-from apps.vdc.services import is_platform_admin
+from apps.vdc.policy import scope_to_projects, sees_all, visible_vdcs
 
 
 class PriceRuleViewSet(viewsets.ReadOnlyModelViewSet):
@@ -37,7 +36,7 @@ class PriceRuleViewSet(viewsets.ReadOnlyModelViewSet):
     def get_queryset(self):
         prices = PriceRule.objects.select_related("gpu_model", "vdc")
         user = self.request.user
-        if is_platform_admin(user):
+        if sees_all(user, PriceRule):
             return prices
         return prices.filter(Q(vdc__isnull=True) | Q(vdc__in=visible_vdcs(user).values("pk")))
 

@@ -18,17 +18,31 @@ from apps.clusters.models import (
     validate_host_path_prefixes,
     validate_namespaces,
 )
-from apps.vdc.api.common import ModelCleanMixin, service_errors
+from apps.core.api.common import ModelCleanMixin, service_errors
 
 
 class GPUModelSerializer(ModelCleanMixin, serializers.ModelSerializer):
     class Meta:
         model = GPUModel
         fields = [
-            "id", "name", "vendor", "aliases", "vram_gib", "tflops_fp16", "tflops_fp32", "exchange_rate",
-            "memory_bandwidth_gbps", "resource_name", "visible_devices_env", "slurm_gres_type", "shareable", "enabled",
-            "partition", "parent_model", "time_slice_replicas",
-        ]  # fmt: skip
+            "id",
+            "name",
+            "vendor",
+            "aliases",
+            "vram_gib",
+            "tflops_fp16",
+            "tflops_fp32",
+            "exchange_rate",
+            "memory_bandwidth_gbps",
+            "resource_name",
+            "visible_devices_env",
+            "slurm_gres_type",
+            "shareable",
+            "enabled",
+            "partition",
+            "parent_model",
+            "time_slice_replicas",
+        ]
         # MIG profile and time-slice rows are made by the seed and by device sharing declarations (docs/engine.md).
         read_only_fields = ["partition", "parent_model", "time_slice_replicas"]
 
@@ -60,16 +74,49 @@ class ClusterSerializer(ModelCleanMixin, serializers.ModelSerializer):
     class Meta:
         model = Cluster
         fields = [
-            "id", "vdc", "vdc_name", "name", "description", "cluster_type", "endpoint", "api_version",
-            "credentials", "has_credentials", "namespace", "status", "status_message", "last_heartbeat",
-            "missed_heartbeats", "enabled", "is_schedulable", "priority", "weight", "cost_weight", "labels",
-            "max_tasks_per_user", "max_total_tasks", "allowed_host_paths", "checkpoint_root",
-            "checkpoint_storage_class", "checkpoint_size_gib", "webhook_namespaces", "project_isolation",
-            "isolation_prefix", "created_at", "updated_at",
-        ]  # fmt: skip
+            "id",
+            "vdc",
+            "vdc_name",
+            "name",
+            "description",
+            "cluster_type",
+            "endpoint",
+            "api_version",
+            "credentials",
+            "has_credentials",
+            "namespace",
+            "status",
+            "status_message",
+            "last_heartbeat",
+            "missed_heartbeats",
+            "unknown_grace_s",
+            "enabled",
+            "is_schedulable",
+            "priority",
+            "weight",
+            "cost_weight",
+            "labels",
+            "max_tasks_per_user",
+            "max_total_tasks",
+            "allowed_host_paths",
+            "checkpoint_root",
+            "checkpoint_storage_class",
+            "checkpoint_size_gib",
+            "webhook_namespaces",
+            "project_isolation",
+            "isolation_prefix",
+            "created_at",
+            "updated_at",
+        ]
         read_only_fields = [
-            "status", "status_message", "last_heartbeat", "missed_heartbeats", "enabled", "created_at", "updated_at"
-        ]  # fmt: skip
+            "status",
+            "status_message",
+            "last_heartbeat",
+            "missed_heartbeats",
+            "enabled",
+            "created_at",
+            "updated_at",
+        ]
 
     def validate_credentials(self, value):
         if not isinstance(value, dict) or not value:
@@ -124,9 +171,22 @@ class NodeSerializer(ModelCleanMixin, serializers.ModelSerializer):
     class Meta:
         model = Node
         fields = [
-            "id", "cluster", "cluster_name", "name", "cpu", "memory_gib", "labels", "status", "backend_state",
-            "backend_reason", "effective_status", "health_score", "last_report", "agent_message", "device_count",
-        ]  # fmt: skip
+            "id",
+            "cluster",
+            "cluster_name",
+            "name",
+            "cpu",
+            "memory_gib",
+            "labels",
+            "status",
+            "backend_state",
+            "backend_reason",
+            "effective_status",
+            "health_score",
+            "last_report",
+            "agent_message",
+            "device_count",
+        ]
         read_only_fields = ["backend_state", "backend_reason"]
 
 
@@ -139,17 +199,51 @@ class DeviceSerializer(ModelCleanMixin, serializers.ModelSerializer):
     class Meta:
         model = Device
         fields = [
-            "id", "node", "node_name", "cluster", "index", "gpu_model", "gpu_model_name", "vendor", "uuid",
-            "vram_gib", "health_score", "numa_node", "pci_bus_id", "links", "vram_used_gib", "utilization",
-            "temperature_c", "ecc_errors", "xid_errors", "health_reason", "reported_name", "driver_version",
-            "runtime_version", "memory_bandwidth_gbps", "tflops_fp16", "tflops_fp32", "figures_source", "interconnect",
-            "parent", "slot", "sharing", "time_slice_replicas",
-        ]  # fmt: skip
+            "id",
+            "node",
+            "node_name",
+            "cluster",
+            "index",
+            "gpu_model",
+            "gpu_model_name",
+            "vendor",
+            "uuid",
+            "vram_gib",
+            "health_score",
+            "numa_node",
+            "pci_bus_id",
+            "links",
+            "vram_used_gib",
+            "utilization",
+            "temperature_c",
+            "ecc_errors",
+            "xid_errors",
+            "health_reason",
+            "reported_name",
+            "driver_version",
+            "runtime_version",
+            "memory_bandwidth_gbps",
+            "tflops_fp16",
+            "tflops_fp32",
+            "figures_source",
+            "interconnect",
+            "parent",
+            "slot",
+            "sharing",
+            "time_slice_replicas",
+        ]
         # The fingerprint and its verdict come from the node agent's reports only.
         read_only_fields = [
-            "health_reason", "reported_name", "driver_version", "runtime_version", "memory_bandwidth_gbps",
-            "tflops_fp16", "tflops_fp32", "figures_source", "interconnect",
-        ]  # fmt: skip
+            "health_reason",
+            "reported_name",
+            "driver_version",
+            "runtime_version",
+            "memory_bandwidth_gbps",
+            "tflops_fp16",
+            "tflops_fp32",
+            "figures_source",
+            "interconnect",
+        ]
 
 
 class CapacityReservationSerializer(ModelCleanMixin, serializers.ModelSerializer):
@@ -166,10 +260,30 @@ class CapacityReservationSerializer(ModelCleanMixin, serializers.ModelSerializer
     class Meta:
         model = CapacityReservation
         fields = [
-            "id", "vdc", "vdc_name", "cluster", "cluster_name", "name", "reason", "starts_at", "ends_at", "nodes",
-            "gpu_model", "gpu_model_name", "cards", "gpu", "cpu", "memory_gib", "projects", "maintenance", "holds",
-            "lead_time", "preempt_at_start", "created_at", "updated_at",
-        ]  # fmt: skip
+            "id",
+            "vdc",
+            "vdc_name",
+            "cluster",
+            "cluster_name",
+            "name",
+            "reason",
+            "starts_at",
+            "ends_at",
+            "nodes",
+            "gpu_model",
+            "gpu_model_name",
+            "cards",
+            "gpu",
+            "cpu",
+            "memory_gib",
+            "projects",
+            "maintenance",
+            "holds",
+            "lead_time",
+            "preempt_at_start",
+            "created_at",
+            "updated_at",
+        ]
         read_only_fields = ["created_at", "updated_at"]
 
     def validate(self, attrs: dict) -> dict:

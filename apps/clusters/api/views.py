@@ -29,9 +29,9 @@ from apps.clusters.filtersets import (
     NodeFilterSet,
 )
 from apps.clusters.models import CapacityReservation, Cluster, Device, GPUModel, Node
-from apps.vdc.api.common import ProtectedDestroyMixin
-from apps.vdc.api.permissions import AdminWriteOrReadOnly, scope_to_vdcs, visible_vdcs
-from apps.vdc.services import is_platform_admin
+from apps.core.api.common import ProtectedDestroyMixin
+from apps.vdc.api.permissions import AdminWriteOrReadOnly
+from apps.vdc.policy import has_platform_perm, model_perm, scope_to_vdcs, visible_vdcs
 
 
 def clusters_of(user):
@@ -110,15 +110,15 @@ class VDCClustersView(generics.ListCreateAPIView):
 
     def create(self, request: Request, *args, **kwargs) -> Response:
         vdc = self.get_vdc()
-        if not is_platform_admin(request.user):
-            raise PermissionDenied("Only platform admins add clusters.")
+        if not has_platform_perm(request.user, model_perm(Cluster, "add")):
+            raise PermissionDenied("Only platform admins (with the permission to add clusters) add clusters.")
         serializer = self.get_serializer(data={**request.data, "vdc": vdc.pk})
         serializer.is_valid(raise_exception=True)
         serializer.save()
         return Response(serializer.data, status=status.HTTP_201_CREATED)
 
 
-class NodeViewSet(viewsets.ModelViewSet):
+class NodeViewSet(ProtectedDestroyMixin, viewsets.ModelViewSet):
     """Nodes of the clusters you may see; only platform admins write (agents report through their own channel)."""
 
     serializer_class = NodeSerializer
@@ -133,7 +133,7 @@ class NodeViewSet(viewsets.ModelViewSet):
         return scope_to_vdcs(nodes, self.request.user, "cluster__vdc")
 
 
-class DeviceViewSet(viewsets.ModelViewSet):
+class DeviceViewSet(ProtectedDestroyMixin, viewsets.ModelViewSet):
     """Accelerators on the nodes you may see; only platform admins write."""
 
     serializer_class = DeviceSerializer

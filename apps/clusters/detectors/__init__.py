@@ -18,9 +18,15 @@ from apps.clusters.detectors.nvml import NvmlDetector
 from apps.clusters.detectors.rocm import AmdDetector, HygonDetector
 
 __all__ = [
-    "DETECTORS", "Detector", "DetectorError", "DeviceReport", "NodeCollector", "NodeReport", "health_score",
+    "DETECTORS",
+    "Detector",
+    "DetectorError",
+    "DeviceReport",
+    "NodeCollector",
+    "NodeReport",
+    "health_score",
     "detectors_for",
-]  # fmt: skip
+]
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +93,7 @@ class NodeCollector:
         for detector in self.started:
             try:
                 detector.stop()
-            except Exception as exc:  # noqa: BLE001 - shutting down: one failing library must not block the rest
+            except Exception as exc:  # shutting down: one failing library must not block the rest
                 log.warning("stopping %s failed: %s", detector.name, exc)
         self.started = []
 
@@ -102,7 +108,7 @@ class NodeCollector:
             except DetectorError as exc:
                 notes.append(f"{detector.name}: {exc}")
                 continue
-            except Exception as exc:  # noqa: BLE001 - a parser bug on odd tool output must not kill the agent
+            except Exception as exc:  # a parser bug on odd tool output must not kill the agent
                 log.exception("detector %s failed", detector.name)
                 notes.append(f"{detector.name}: could not read its tool's output ({type(exc).__name__}: {exc})")
                 continue

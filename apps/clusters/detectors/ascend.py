@@ -74,17 +74,19 @@ def parse_info(text: str) -> tuple[str, list[dict]]:
                 continue
             pairs = _PAIR.findall(row[2])
             used, total = pairs[-1] if hbm and pairs else pairs[0] if pairs else ("0", "0")
-            chips.append({
-                "npu": npu,
-                "chip": int(chip_id),
-                "name": name,
-                "health": HEALTH.get(head[1].lower(), "") if len(head) > 1 else "",
-                "temperature": number(figures[1]) if len(figures) > 1 else None,
-                "aicore": number(row[2].split()[0] if row[2].split() else None, 0),
-                "used_mib": int(used),
-                "total_mib": int(total),
-                "bus": normalise_bus_id(bus.group()) if bus else "",
-            })  # fmt: skip
+            chips.append(
+                {
+                    "npu": npu,
+                    "chip": int(chip_id),
+                    "name": name,
+                    "health": HEALTH.get(head[1].lower(), "") if len(head) > 1 else "",
+                    "temperature": number(figures[1]) if len(figures) > 1 else None,
+                    "aicore": number(row[2].split()[0] if row[2].split() else None, 0),
+                    "used_mib": int(used),
+                    "total_mib": int(total),
+                    "bus": normalise_bus_id(bus.group()) if bus else "",
+                }
+            )
 
     for line in text.splitlines():
         stripped = line.strip()

@@ -123,7 +123,7 @@ def run_tool(argv: list[str], timeout: float | None = None) -> str:
     if path is None:
         raise DetectorError(f"{argv[0]} is not on PATH")
     try:
-        done = subprocess.run(  # noqa: S603 - fixed argv, no shell
+        done = subprocess.run(  # fixed argv, no shell
             [path, *argv[1:]], capture_output=True, timeout=timeout, check=False, env={**os.environ, "LC_ALL": "C"}
         )
     except subprocess.TimeoutExpired:

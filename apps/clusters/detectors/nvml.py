@@ -31,7 +31,7 @@ class NvmlDetector(Detector):
 
     def __init__(self, nvml=None):
         if nvml is None:
-            import pynvml as nvml  # noqa: PLC0415 - optional at import time for tests
+            import pynvml as nvml  # optional at import time for tests
         self.nvml = nvml
         self.available = False
         self._events = None
@@ -158,10 +158,13 @@ class NvmlDetector(Detector):
             if match is None:
                 log.warning("MIG device %s of GPU %s has no profile in its name; skipped", j, handle)
                 continue
-            instances.append({
-                "profile": match.group(1).lower(), "uuid": _text(n.nvmlDeviceGetUUID(mig)),
-                "gpu_instance_id": self._optional(lambda mig=mig: int(n.nvmlDeviceGetGpuInstanceId(mig))),
-            })  # fmt: skip
+            instances.append(
+                {
+                    "profile": match.group(1).lower(),
+                    "uuid": _text(n.nvmlDeviceGetUUID(mig)),
+                    "gpu_instance_id": self._optional(lambda mig=mig: int(n.nvmlDeviceGetGpuInstanceId(mig))),
+                }
+            )
         return True, instances
 
     def _optional(self, read):

@@ -67,8 +67,10 @@ def parse_amd_smi(static, metric, listing=None, topology=None) -> list[DeviceRep
             if not isinstance(link, dict) or link.get("gpu") in (None, gpu):
                 continue
             if str(link.get("link_type", "")).upper() == "XGMI" and str(link.get("link_status", "ENABLED")).upper() in (
-                "ENABLED", "UP", "TRUE"
-            ):  # fmt: skip
+                "ENABLED",
+                "UP",
+                "TRUE",
+            ):
                 links_by.setdefault(gpu, []).append({"peer": int(link["gpu"]), "type": "xgmi"})
     devices = []
     for gpu in sorted(static_by):
@@ -126,8 +128,13 @@ def parse_rocm_smi(data, vendor: str) -> tuple[list[DeviceReport], str]:
     devices = []
     for index, card in cards:
         name = _field(card, r"card series", r"card name", r"product name", r"card model") or ""
-        temperature = _field(card, r"temperature \(sensor edge\) \(c\)", r"temperature \(sensor junction\) \(c\)",
-                             r"temperature \(sensor core\) \(c\)", r"temperature.*\(c\)")  # fmt: skip
+        temperature = _field(
+            card,
+            r"temperature \(sensor edge\) \(c\)",
+            r"temperature \(sensor junction\) \(c\)",
+            r"temperature \(sensor core\) \(c\)",
+            r"temperature.*\(c\)",
+        )
         uncorrected = corrected = 0
         for key, value in card.items():
             lowered = key.lower()
@@ -155,8 +162,17 @@ def parse_rocm_smi(data, vendor: str) -> tuple[list[DeviceReport], str]:
     return devices, driver
 
 
-ROCM_SMI_ARGS = ["--showproductname", "--showmeminfo", "vram", "--showuse", "--showtemp", "--showbus",
-                 "--showuniqueid", "--showdriverversion", "--json"]  # fmt: skip
+ROCM_SMI_ARGS = [
+    "--showproductname",
+    "--showmeminfo",
+    "vram",
+    "--showuse",
+    "--showtemp",
+    "--showbus",
+    "--showuniqueid",
+    "--showdriverversion",
+    "--json",
+]
 
 
 class AmdDetector(Detector):

@@ -22,14 +22,19 @@ LABEL_TASK_UID = "hcs.io/task-uid"
 LABEL_ATTEMPT = "hcs.io/attempt"
 LABEL_TASK_ID = "hcs.io/task-id"
 LABEL_PROJECT = "hcs.io/project"
+# A random token per launch intent (one per attempt and cluster), written into the job: the only way a job whose
+# submit answer was lost is adopted (docs/control.md, "Identity by id").
+LABEL_LAUNCH_TOKEN = "hcs.io/launch-token"
 
+# Every kind of task there is (``JobSpec.kind``).
+TASK_KINDS = frozenset(("dev_env", "training", "fine_tuning", "inference"))
 # Kinds that get a checkpoint directory kept across their attempts on a cluster (docs/tasks.md).
 CHECKPOINT_KINDS = ("training", "fine_tuning")
 # Where a job finds its checkpoint directory on backends that mount it (local, Kubernetes), unless the task's
 # checkpoint_path names another place.
 CHECKPOINT_MOUNT = "/hcs/checkpoint"
-# The port a job serves TensorBoard on when its task sets a TensorBoard log directory; the portal's
-# connect route (/tasks/<id>/connect/<port>/) proxies it.
+# The port a job serves TensorBoard on when its task sets a TensorBoard log directory; Connect serves it
+# (/tasks/<id>/connect/<port>/ hands over to its own origin, docs/console.md).
 TENSORBOARD_PORT = 6006
 # Ports a service listens on when its task sets none: the IDEs' own defaults, and the inference default.
 IDE_DEFAULT_PORTS = {"jupyter": 8888, "vscode": 8080}
@@ -191,6 +196,8 @@ def parameter_environment(spec: JobSpec) -> dict[str, str]:
         env["HCS_CHECKPOINT_DIR"] = spec.checkpoint_dir
     if "HCS_TENSORBOARD_DIR" in env:
         env["HCS_TENSORBOARD_PORT"] = str(TENSORBOARD_PORT)
+    for name, value in (spec.settings.get("sweep_values") or {}).items():
+        env[f"HCS_PARAM_{name.upper()}"] = str(value)
     return env
 
 
@@ -224,7 +231,11 @@ class JobState:
     ready_replicas: int | None = None  # instances passing their readiness probe, where the backend checks one
     restarts: int = 0  # times the backend restarted the job by itself (Slurm's requeue after a node failure)
     nodes: tuple[str, ...] = ()  # the node of each running instance, where the backend can tell
+    # The cards each placed instance was given, where the backend tells: (node, the device ids as its device plugin
+    # names them, such as an NVIDIA card's UUID) per instance (Kubernetes: what the kubelet reports).
+    devices: tuple[tuple[str, tuple[str, ...]], ...] = ()
     failure: str = ""  # a Failure when phase is FAILED and the backend says why
+    uid: str = ""  # the backend's own unique id of the object where its id is a reusable name (a Kubernetes UID)
 
 
 @dataclass(frozen=True)
@@ -402,7 +413,13 @@ class Executor(abc.ABC):
         autoscaler. Backends without one need nothing: the portal's autoscaler reads the task."""
         return
 
-    supports_resize = False
+    # What the backend can run (docs/rules.md "Placement"): the scheduler places a task only on clusters whose
+    # executor can run all it needs, and admission refuses a task no cluster of its VDC can run.
+    runs_images = False  # runs a container image: its entrypoint, or the task's command inside it
+    runs_host_commands = False  # runs the task's command on the node itself, without an image
+    task_kinds: frozenset[str] = TASK_KINDS  # the kinds of workload it knows how to run
+    supports_resize = False  # grows and shrinks a running job (elastic tasks)
+    share_vendors: frozenset[str] | None = frozenset()  # vendors whose cards it runs a share of; None: every one
     # The portal's autoscaler may run more replicas of an inference service here: ``resize`` then takes the
     # service's ``spec`` with one placement per replica (the local executor; Kubernetes has its HPA).
     scales_services = False
@@ -416,6 +433,17 @@ class Executor(abc.ABC):
         Backends that cannot reach into a running job refuse (not retryable).
         """
         raise ExecutorError(f"{type(self).__name__} cannot open a terminal", retryable=False)
+
+    # A visitor's terminal (below) hides the job's secrets here; elsewhere the portal offers none.
+    visitor_terminals = False
+
+    def open_visitor_terminal(self, external_id: str, instance: int = 0, rows: int = 24, cols: int = 80) -> Terminal:
+        """A visitor's shell in instance ``instance`` of a running job: it sees the job's processes but none of its
+        secrets (not its environment, nor files only the job may read). For users outside the job's project.
+
+        Backends that cannot hide the job's secrets from a shell beside it refuse (not retryable).
+        """
+        raise ExecutorError(f"{type(self).__name__} cannot open a shell that hides the job's secrets", retryable=False)
 
     def port_endpoint(self, external_id: str, instance: int, port: int) -> Endpoint:
         """Where the portal reaches TCP ``port`` of instance ``instance`` of a running job (Connect, TensorBoard).

@@ -48,6 +48,16 @@ VOLCANO_GROUP = "batch.volcano.sh"
 VOLCANO_VERSION = "v1alpha1"
 VOLCANO_PLURAL = "jobs"
 VOLCANO_TASK = "worker"
+# The portal queue's Volcano Queue (cluster-scoped), made and kept in step by the executor (docs/kubernetes.md).
+VOLCANO_QUEUE_GROUP = "scheduling.volcano.sh"
+VOLCANO_QUEUE_VERSION = "v1beta1"
+VOLCANO_QUEUE_PLURAL = "queues"
+# Volcano's own queue, where a Volcano Job built without a portal queue goes.
+VOLCANO_DEFAULT_QUEUE = "default"
+# The portal queue a Volcano Queue mirrors (its id), beside the managed-by and installation labels.
+LABEL_QUEUE_ID = "hcs.io/queue-id"
+# Why part of a portal quota is not mirrored by a backend object (a shareable card's count), for people.
+NOTES_ANNOTATION = "hcs.io/quota-notes"
 
 JOB_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 # A pod created outside the portal asks for accelerators with this annotation, in the GPU spec grammar
@@ -60,6 +70,10 @@ DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 # Cluster label "runtime-class-<vendor>": the RuntimeClass pods of that vendor run with, e.g. nvidia.
 RUNTIME_CLASS_LABEL_PREFIX = "runtime-class-"
 SHM_VOLUME = "hcs-shm"
+# Variables a container runtime reads to decide which of the node's cards a container sees (the NVIDIA container
+# toolkit, Ascend's docker runtime). The device plugin sets them for the cards it allocated; a task's own value is
+# dropped, else a pod could see cards it was not given (a pod without any, on a GPU node, all of them).
+RUNTIME_DEVICE_VARIABLES = ("NVIDIA_VISIBLE_DEVICES", "ASCEND_VISIBLE_DEVICES")
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 CONTAINER_NAME = "main"
 DEFAULT_MASTER_PORT = 29500
@@ -93,7 +107,7 @@ class HostMount:
 
 @dataclass(frozen=True)
 class VendorProfile:
-    """What the runtime injector adds for one accelerator vendor (seed 004 §2.3)."""
+    """What the runtime injector adds for one accelerator vendor (docs/rules.md#backends, vendor injection)."""
 
     mounts: tuple[HostMount, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
@@ -336,24 +350,16 @@ def gpu_limits(spec: JobSpec) -> dict[str, str]:
     return limits
 
 
-def _visible_devices(spec: JobSpec) -> str | None:
-    """The scheduler's device indices when every instance got the same ones (one template for all)."""
-    choices = {tuple(slot.index for slot in p.devices) for p in spec.placements if p.devices}
-    if len(choices) != 1:
-        return None
-    return ",".join(str(i) for i in next(iter(choices)))
-
-
 def accelerator_env(spec: JobSpec) -> dict[str, str]:
-    """Vendor env: driver paths, the visible-devices variable, communication hints for gangs."""
+    """Vendor env: driver paths and communication hints for gangs.
+
+    Never the visible-devices variable: the node's device plugin chooses the cards of the resource the pod asks
+    for and sets it itself (the portal reads its choice back: docs/kubernetes.md "Which cards a pod got").
+    """
     if spec.gpus_per_instance <= 0:
         return {}
     profile = vendor_profile(spec)
     env = dict(profile.env)
-    devices = _visible_devices(spec)
-    # With HAMi, MIG or time-slicing the device plugin picks the card (or instance) and sets the variable itself.
-    if devices is not None and not is_fractional(spec) and not gpu_model(spec).partition:
-        env[gpu_model(spec).visible_devices_env] = devices
     if spec.instances > 1 and spec.kind in TRAINING_KINDS:
         env.update(profile.comm_env)
         if spec.settings.get("rdma") and "NCCL_IB_DISABLE" in env:
@@ -372,7 +378,7 @@ def runtime_classes(cluster_labels: dict) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Injection:
-    """The vendor runtime one pod gets (seed 004 §2.3), applied by :func:`inject`.
+    """The vendor runtime one pod gets (docs/rules.md#backends, vendor injection), applied by :func:`inject`.
 
     Built from a JobSpec by :func:`accelerator_injection`, for the portal's own manifests and for pods the
     admission webhook (apps/clusters/webhook.py) reviews alike: one source of truth.
@@ -615,8 +621,10 @@ def _volumes(spec: JobSpec) -> tuple[list[dict], list[dict]]:
         items = [{"key": key, "path": key, "mode": SECRET_FILE_MODE} for key in keys.values()]
         secret = {"secretName": object_name(spec), "items": items, "defaultMode": SECRET_FILE_MODE}
         volumes.append({"name": SECRET_FILES_VOLUME, "secret": secret})
-        mounts += [{"name": SECRET_FILES_VOLUME, "mountPath": path, "subPath": key, "readOnly": True}
-                   for path, key in keys.items()]  # fmt: skip
+        mounts += [
+            {"name": SECRET_FILES_VOLUME, "mountPath": path, "subPath": key, "readOnly": True}
+            for path, key in keys.items()
+        ]
     return volumes, mounts
 
 
@@ -649,13 +657,15 @@ def container(
     env_before: dict[str, str] | None = None,
 ) -> dict:
     """The task's one container: resources, then env: the defaults a task may change (rendezvous), the task's
-    own, the platform's (``HCS_*``: identity, parameters, checkpoint directory). The vendor's device variables
-    and accelerator limits come from :func:`inject` on the pod, over these (a task never widens the cards it
-    sees). Secret variables are references to the task's Secret (:func:`secret_manifest`), never values."""
+    own, the platform's (``HCS_*``: identity, parameters, checkpoint directory). The vendor's variables and
+    accelerator limits come from :func:`inject` on the pod, over these; a task's own value of a variable the
+    container runtime reads to choose the cards (:data:`RUNTIME_DEVICE_VARIABLES`) is dropped, so a task never
+    widens the cards it sees. Secret variables are references to the task's Secret (:func:`secret_manifest`),
+    never values."""
     vendor = accelerator_env(spec)
-    secret_names = [key for key in spec.secret_env if key not in vendor]
+    secret_names = [key for key in spec.secret_env if key not in vendor and key not in RUNTIME_DEVICE_VARIABLES]
     env = {**(env_before or {}), **spec.env, **platform_environment(spec)}
-    for key in secret_names:
+    for key in (*secret_names, *RUNTIME_DEVICE_VARIABLES):
         env.pop(key, None)
     secret = object_name(spec)
     secret_refs = [{"name": key, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}} for key in secret_names]
@@ -846,7 +856,7 @@ def volcano_manifests(spec: JobSpec, namespace: str) -> list[dict]:
             "metadata": _metadata(name, namespace, _workload_labels(labels, WORKLOAD_VCJOB)),
             "spec": {
                 "schedulerName": "volcano",
-                "queue": spec.settings.get("volcano_queue", "default"),
+                "queue": (spec.settings.get("volcano_queue") or {}).get("name", VOLCANO_DEFAULT_QUEUE),
                 "minAvailable": spec.instances,
                 "maxRetry": retries,
                 "plugins": {"env": [], "svc": []},
@@ -865,6 +875,26 @@ def volcano_manifests(spec: JobSpec, namespace: str) -> list[dict]:
             },
         }
     ]
+
+
+def volcano_queue_manifest(queue: dict) -> dict:
+    """The Volcano ``Queue`` of a portal queue, from its description (``apps.clusters.volcano.volcano_queue``):
+    ``name``, ``labels``, ``annotations``, ``weight``, ``reclaimable`` and the ``capability`` / ``guarantee``
+    resource lists (empty: none)."""
+    spec: dict = {"weight": int(queue["weight"]), "reclaimable": bool(queue["reclaimable"])}
+    if queue.get("capability"):
+        spec["capability"] = dict(queue["capability"])
+    if queue.get("guarantee"):
+        spec["guarantee"] = {"resource": dict(queue["guarantee"])}
+    metadata: dict = {"name": queue["name"], "labels": dict(queue.get("labels") or {})}
+    if queue.get("annotations"):
+        metadata["annotations"] = dict(queue["annotations"])
+    return {
+        "apiVersion": f"{VOLCANO_QUEUE_GROUP}/{VOLCANO_QUEUE_VERSION}",
+        "kind": "Queue",
+        "metadata": metadata,
+        "spec": spec,
+    }
 
 
 def _hpa_metrics(settings: dict) -> list[dict]:
@@ -936,10 +966,34 @@ def inference_manifests(
                 "minReplicas": min_replicas,
                 "maxReplicas": max_replicas,
                 "metrics": _hpa_metrics(settings),
+                "behavior": _hpa_behaviour(settings),
             },
         }
     )
     return objects
+
+
+def _hpa_behaviour(settings: dict) -> dict:
+    """The HPA's scaling behaviour set to the portal autoscaler's rules (docs/tasks.md "Autoscaling"): scale up at
+    once by at most max(2 x replicas, replicas + 4) per step, scale down to the highest recommendation of the
+    down window. Written out, not left to the cluster's defaults, so every backend behaves alike."""
+    up = int(settings.get("scale_up_window_s", 0))
+    down = int(settings.get("scale_down_window_s", 300))
+    return {
+        "scaleUp": {
+            "stabilizationWindowSeconds": up,
+            "selectPolicy": "Max",
+            "policies": [
+                {"type": "Percent", "value": 100, "periodSeconds": 15},
+                {"type": "Pods", "value": 4, "periodSeconds": 15},
+            ],
+        },
+        "scaleDown": {
+            "stabilizationWindowSeconds": down,
+            "selectPolicy": "Max",
+            "policies": [{"type": "Percent", "value": 100, "periodSeconds": 15}],
+        },
+    }
 
 
 def workload_of(spec: JobSpec) -> str:

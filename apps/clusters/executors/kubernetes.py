@@ -26,6 +26,7 @@ from apps.clusters.executors import projects
 from apps.clusters.executors.base import (
     LABEL_ATTEMPT,
     LABEL_INSTALLATION,
+    LABEL_LAUNCH_TOKEN,
     LABEL_TASK_UID,
     LOG_CHUNK_BYTES,
     TASK_UID_RE,
@@ -118,10 +119,13 @@ def _log_marks(cursor: str) -> dict[str, list]:
     except ValueError:
         raise ValueError("not a Kubernetes log cursor") from None
     if not isinstance(marks, dict) or not all(
-        isinstance(mark, list) and len(mark) == 3 and isinstance(mark[0], str) and _stamp_key(f"{mark[0]}Z")
+        isinstance(mark, list)
+        and len(mark) == 3
+        and isinstance(mark[0], str)
+        and _stamp_key(f"{mark[0]}Z")
         and all(isinstance(n, int) and not isinstance(n, bool) for n in mark[1:])
         for mark in marks.values()
-    ):  # fmt: skip
+    ):
         raise ValueError("not a Kubernetes log cursor")
     return marks
 
@@ -220,6 +224,22 @@ def _failure(reason: str, pods: list[dict]) -> Failure:
     return Failure.BACKEND
 
 
+def _failure_message(failure: Failure, message: str, pods: list[dict]) -> str:
+    """The backend's message, led by what the portal says of an out-of-memory kill: which limit the job hit (the
+    memory limit of the container the kernel killed, as its pod asked for it)."""
+    if failure != Failure.OUT_OF_MEMORY:
+        return message
+    limit = ""
+    for pod in pods:
+        if _terminated(pod).get("reason") != "OOMKilled":
+            continue
+        for container in (pod.get("spec") or {}).get("containers") or []:
+            memory = ((container.get("resources") or {}).get("limits") or {}).get("memory")
+            if container.get("name") == m.CONTAINER_NAME and memory:
+                limit = f" of {float(parse_quantity(memory)) / 2**30:g} GiB"
+    return f"exceeded its memory limit{limit} (out of memory): {message}"
+
+
 def pod_state(ext_id: str, pod: dict) -> JobState:
     """A dev-env Pod's phase (and any pod's, for messages) as a JobState."""
     status = pod.get("status") or {}
@@ -247,8 +267,8 @@ def pod_state(ext_id: str, pod: dict) -> JobState:
         reason = status.get("reason") or terminated.get("reason") or "Failed"
         message = status.get("message") or terminated.get("message") or ""
         failure = _failure(reason, [pod])
-        return JobState(ext_id, JobPhase.FAILED, f"{reason}: {message}".rstrip(": "), started, finished, exit_code,
-                        failure=failure)  # fmt: skip
+        message = _failure_message(failure, f"{reason}: {message}".rstrip(": "), [pod])
+        return JobState(ext_id, JobPhase.FAILED, message, started, finished, exit_code, failure=failure)
     return JobState(ext_id, JobPhase.UNKNOWN, f"pod phase {phase}", started)
 
 
@@ -324,10 +344,15 @@ def pod_instances(
     """The instances of a task from its pods (ordered by rank, else by name), the PodMetrics of the namespace
     (None when the cluster serves none), and the task's Service and Ingress objects (None when it has none)."""
     ports = tuple(
-        {"port": p.get("port"), "target_port": p.get("targetPort", p.get("port")), "protocol": p.get("protocol", "TCP"),
-         "name": p.get("name") or "", **({"node_port": p["nodePort"]} if p.get("nodePort") else {})}
+        {
+            "port": p.get("port"),
+            "target_port": p.get("targetPort", p.get("port")),
+            "protocol": p.get("protocol", "TCP"),
+            "name": p.get("name") or "",
+            **({"node_port": p["nodePort"]} if p.get("nodePort") else {}),
+        }
         for p in ((service or {}).get("spec") or {}).get("ports") or ()
-    )  # fmt: skip
+    )
     rules = ((ingress or {}).get("spec") or {}).get("rules") or []
     host = next((r.get("host") for r in rules if r.get("host")), None)
     tls_hosts = {h for t in ((ingress or {}).get("spec") or {}).get("tls") or [] for h in t.get("hosts") or ()}
@@ -391,14 +416,15 @@ def job_state(ext_id: str, job: dict, pods: list[dict]) -> JobState:
         message = f"{failed.get('reason') or 'Failed'}: {failed.get('message') or ''}".rstrip(": ")
         exit_codes = [_terminated(p).get("exitCode") for p in pods]
         exit_code = next((c for c in exit_codes if c not in (None, 0)), None)
+        failure = _failure(failed.get("reason") or "", pods)
         return JobState(
             ext_id,
             JobPhase.FAILED,
-            message,
+            _failure_message(failure, message, pods),
             started,
             _parse_time(failed.get("lastTransitionTime")),
             exit_code,
-            failure=_failure(failed.get("reason") or "", pods),
+            failure=failure,
         )
     completions = (job.get("spec") or {}).get("completions") or 1
     if (status.get("succeeded") or 0) >= completions:
@@ -423,16 +449,21 @@ def deployment_state(ext_id: str, deployment: dict, pods: list[dict]) -> JobStat
         return JobState(ext_id, JobPhase.CANCELLED, "being deleted")
     progressing = conditions.get("Progressing") or {}
     if progressing.get("status") == "False" and progressing.get("reason") == "ProgressDeadlineExceeded":
-        return JobState(ext_id, JobPhase.FAILED, f"ProgressDeadlineExceeded: {progressing.get('message') or ''}",
-                        failure=Failure.LAUNCH)  # fmt: skip
+        return JobState(
+            ext_id,
+            JobPhase.FAILED,
+            f"ProgressDeadlineExceeded: {progressing.get('message') or ''}",
+            failure=Failure.LAUNCH,
+        )
     _, problem = _pods_summary(pods)
     replica_failure = conditions.get("ReplicaFailure") or {}
     if replica_failure.get("status") == "True":
         problem = problem or f"{replica_failure.get('reason')}: {replica_failure.get('message') or ''}"
     ready = int(status.get("readyReplicas") or 0)
     if available > 0:
-        return JobState(ext_id, JobPhase.RUNNING, problem or f"{available}/{wanted} replicas available",
-                        ready_replicas=ready)  # fmt: skip
+        return JobState(
+            ext_id, JobPhase.RUNNING, problem or f"{available}/{wanted} replicas available", ready_replicas=ready
+        )
     return JobState(ext_id, JobPhase.PENDING, problem or f"0/{wanted} replicas available", ready_replicas=ready)
 
 
@@ -614,6 +645,9 @@ class KubernetesExecutor(Executor):
         isolation = spec.settings.get("isolation")
         if isolation:
             self.ensure_project(isolation)
+        volcano_queue = spec.settings.get("volcano_queue")
+        if volcano_queue and m.workload_of(spec) == m.WORKLOAD_VCJOB:
+            self.ensure_volcano_queue(volcano_queue)
         manifests = self.manifests(spec)
         namespace = spec.namespace or self.namespace
         workload = m.workload_of(spec)
@@ -655,7 +689,7 @@ class KubernetesExecutor(Executor):
             existing = self._read_workload(namespace, workload, name)
             theirs = (existing.get("metadata") or {}).get("labels") or {}
             ours = manifest["metadata"].get("labels") or {}
-            identity = (LABEL_INSTALLATION, LABEL_TASK_UID, LABEL_ATTEMPT)
+            identity = (LABEL_INSTALLATION, LABEL_TASK_UID, LABEL_ATTEMPT, LABEL_LAUNCH_TOKEN)
             if any(theirs.get(key) != ours.get(key) for key in identity if key in ours):
                 raise ExecutorError(
                     f"{workload} {namespace}/{name} exists but belongs to another installation or attempt",
@@ -678,6 +712,7 @@ class KubernetesExecutor(Executor):
         else:
             pods = self._pods(namespace, name)
             state = _STATE_OF[workload](external_id, obj, pods)
+        state = dataclasses.replace(state, devices=_devices_of(_placed(pods)))
         return _with_objects(state, self._objects(namespace, workload, name, obj, pods))
 
     def _objects(self, namespace: str, workload: str, name: str, obj: dict, pods: list[dict]) -> tuple[dict, ...]:
@@ -877,13 +912,7 @@ class KubernetesExecutor(Executor):
                 ext_id = m.external_id(meta.get("namespace") or namespace, workload, meta["name"])
                 pods = [obj] if workload == m.WORKLOAD_POD else pods_by_task.get(meta["name"], [])
                 state = pod_state(ext_id, obj) if workload == m.WORKLOAD_POD else _STATE_OF[workload](ext_id, obj, pods)
-                placed = [
-                    (p.get("spec") or {}).get("nodeName")
-                    for p in pods
-                    if not p["metadata"].get("deletionTimestamp")
-                    and (p.get("status") or {}).get("phase") in ("Pending", "Running")
-                    and (p.get("spec") or {}).get("nodeName")
-                ]
+                placed = _placed(pods)
                 states.append(
                     dataclasses.replace(
                         state,
@@ -891,12 +920,17 @@ class KubernetesExecutor(Executor):
                         labels=dict(meta.get("labels") or {}),
                         replicas=len(placed),
                         desired_replicas=_desired_replicas(workload, obj),
-                        nodes=tuple(sorted(placed)),
+                        nodes=tuple(sorted(p["spec"]["nodeName"] for p in placed)),
+                        devices=_devices_of(placed),
+                        uid=str(meta.get("uid") or ""),
                     )
                 )
         return states
 
     supports_resize = True
+    runs_images = True  # containers only: a task without an image has nothing to run here
+    # Shares of a card are HAMi resources, which exist for these vendors only.
+    share_vendors = frozenset(vendor for vendor, profile in m.VENDOR_PROFILES.items() if profile.hami)
     retries_failed_jobs = True
 
     # --- per-project namespaces ------------------------------------------------------------
@@ -974,10 +1008,14 @@ class KubernetesExecutor(Executor):
             body = {
                 "apiVersion": "v1",
                 "kind": "ResourceQuota",
-                "metadata": {"name": projects.QUOTA_NAME, "namespace": namespace, "labels": labels,
-                             "annotations": annotations},
+                "metadata": {
+                    "name": projects.QUOTA_NAME,
+                    "namespace": namespace,
+                    "labels": labels,
+                    "annotations": annotations,
+                },
                 "spec": {"hard": dict(hard)},
-            }  # fmt: skip
+            }
             _call(core.create_namespaced_resource_quota, namespace, body)
             return
         current = (existing.get("spec") or {}).get("hard") or {}
@@ -996,6 +1034,91 @@ class KubernetesExecutor(Executor):
             if _status_code(exc) != 404:
                 raise
 
+    # --- Volcano queues -----------------------------------------------------------------------
+
+    def ensure_volcano_queue(self, queue: dict) -> None:
+        """Create or bring in step the Volcano ``Queue`` of a portal queue (weight, reclaimable, capability,
+        guarantee: :func:`k8s_manifests.volcano_queue_manifest`); idempotent. A Volcano queue of that name this
+        installation did not make for that portal queue is refused, never taken over."""
+        wanted = m.volcano_queue_manifest(queue)
+        name = wanted["metadata"]["name"]
+        existing = self._read_volcano_queue(name)
+        if existing is None:
+            try:
+                _call(
+                    self._custom.create_cluster_custom_object,
+                    m.VOLCANO_QUEUE_GROUP,
+                    m.VOLCANO_QUEUE_VERSION,
+                    m.VOLCANO_QUEUE_PLURAL,
+                    wanted,
+                )
+                return
+            except ExecutorError as exc:
+                if _status_code(exc) != 409:
+                    raise
+            existing = self._read_volcano_queue(name) or {}
+        meta = existing.get("metadata") or {}
+        theirs, ours = meta.get("labels") or {}, wanted["metadata"]["labels"]
+        identity = (projects.LABEL_MANAGED_BY, LABEL_INSTALLATION, m.LABEL_QUEUE_ID)
+        if any(theirs.get(key) != ours.get(key) for key in identity):
+            raise ExecutorError(
+                f"Volcano queue {name} exists but was not made by this portal installation for this queue (labels "
+                f"{', '.join(identity)}); rename it, or set another isolation prefix on the cluster",
+                retryable=False,
+            )
+        current = existing.get("spec") or {}
+        spec = wanted["spec"]
+        patch_spec = {
+            "weight": spec["weight"],
+            "reclaimable": spec["reclaimable"],
+            "capability": _replacing(current.get("capability") or {}, spec.get("capability") or {}),
+            "guarantee": _replacing(
+                (current.get("guarantee") or {}).get("resource") or {},
+                (spec.get("guarantee") or {}).get("resource") or {},
+                key="resource",
+            ),
+        }
+        notes = wanted["metadata"].get("annotations") or {}
+        same = (
+            current.get("weight") == spec["weight"]
+            and current.get("reclaimable") == spec["reclaimable"]
+            and _same_quantities(current.get("capability") or {}, spec.get("capability") or {})
+            and _same_quantities(
+                (current.get("guarantee") or {}).get("resource") or {},
+                (spec.get("guarantee") or {}).get("resource") or {},
+            )
+            and all(theirs.get(k) == v for k, v in ours.items())
+            and (meta.get("annotations") or {}).get(m.NOTES_ANNOTATION) == notes.get(m.NOTES_ANNOTATION)
+        )
+        if same:
+            return
+        annotations = {m.NOTES_ANNOTATION: notes.get(m.NOTES_ANNOTATION)}
+        patch = {"metadata": {"labels": ours, "annotations": annotations}, "spec": patch_spec}
+        _call(
+            self._custom.patch_cluster_custom_object,
+            m.VOLCANO_QUEUE_GROUP,
+            m.VOLCANO_QUEUE_VERSION,
+            m.VOLCANO_QUEUE_PLURAL,
+            name,
+            patch,
+        )
+
+    def _read_volcano_queue(self, name: str) -> dict | None:
+        try:
+            return self._to_dict(
+                _call(
+                    self._custom.get_cluster_custom_object,
+                    m.VOLCANO_QUEUE_GROUP,
+                    m.VOLCANO_QUEUE_VERSION,
+                    m.VOLCANO_QUEUE_PLURAL,
+                    name,
+                )
+            )
+        except ExecutorError as exc:
+            if _status_code(exc) != 404:
+                raise
+            return None
+
     def resize(self, external_id: str, replicas: int, keep_nodes: tuple[str, ...] = ()) -> None:
         """Scale a running workload: an Indexed Job's parallelism and completions together (elastic Indexed
         Jobs), or a Deployment's replicas. When shrinking, the pods outside ``keep_nodes`` go first (a
@@ -1012,12 +1135,17 @@ class KubernetesExecutor(Executor):
                     node = (pod.get("spec") or {}).get("nodeName") or ""
                     cost = "0" if node in keep_nodes else "-1000"
                     annotations = {"controller.kubernetes.io/pod-deletion-cost": cost}
-                    _call(self._apis["core"].patch_namespaced_pod, pod["metadata"]["name"], namespace,
-                          {"metadata": {"annotations": annotations}})  # fmt: skip
+                    _call(
+                        self._apis["core"].patch_namespaced_pod,
+                        pod["metadata"]["name"],
+                        namespace,
+                        {"metadata": {"annotations": annotations}},
+                    )
             _call(self._apis["apps"].patch_namespaced_deployment, name, namespace, {"spec": {"replicas": replicas}})
         else:
-            raise ExecutorError(f"a {workload} cannot be resized (elastic tasks run as Jobs or Deployments)",
-                                retryable=False)  # fmt: skip
+            raise ExecutorError(
+                f"a {workload} cannot be resized (elastic tasks run as Jobs or Deployments)", retryable=False
+            )
 
     def update_autoscaling(self, external_id: str, spec: JobSpec) -> None:
         """Patch a Deployment's HPA with the bounds and metrics the spec's settings give now."""
@@ -1025,8 +1153,12 @@ class KubernetesExecutor(Executor):
         if workload != m.WORKLOAD_DEPLOYMENT:
             return
         hpa = m.inference_manifests(spec, namespace)[-1]
-        _call(self._apis["autoscaling"].patch_namespaced_horizontal_pod_autoscaler, name, namespace,
-              {"spec": {k: hpa["spec"][k] for k in ("minReplicas", "maxReplicas", "metrics")}})  # fmt: skip
+        _call(
+            self._apis["autoscaling"].patch_namespaced_horizontal_pod_autoscaler,
+            name,
+            namespace,
+            {"spec": {k: hpa["spec"][k] for k in ("minReplicas", "maxReplicas", "metrics", "behavior")}},
+        )
 
     def nodes(self) -> list[dict]:
         """Every node's allocatable cores, memory and extended resources (GPU-like: ``vendor/resource: count``)."""
@@ -1036,14 +1168,16 @@ class KubernetesExecutor(Executor):
             allocatable = status.get("allocatable") or status.get("capacity") or {}
             addresses = {a.get("type"): a.get("address") for a in status.get("addresses") or []}
             gpus = {k: int(parse_quantity(v)) for k, v in allocatable.items() if "/" in k and int(parse_quantity(v))}
-            out.append({
-                "name": node["metadata"]["name"],
-                "address": addresses.get("InternalIP") or addresses.get("Hostname") or "",
-                "cpus": float(parse_quantity(allocatable.get("cpu", "0"))),
-                "memory_gib": round(float(parse_quantity(allocatable.get("memory", "0"))) / 2**30, 2),
-                "gpus": gpus,
-                "labels": (node["metadata"].get("labels") or {}),
-            })  # fmt: skip
+            out.append(
+                {
+                    "name": node["metadata"]["name"],
+                    "address": addresses.get("InternalIP") or addresses.get("Hostname") or "",
+                    "cpus": float(parse_quantity(allocatable.get("cpu", "0"))),
+                    "memory_gib": round(float(parse_quantity(allocatable.get("memory", "0"))) / 2**30, 2),
+                    "gpus": gpus,
+                    "labels": (node["metadata"].get("labels") or {}),
+                }
+            )
         return out
 
     def node_conditions(self) -> list[NodeCondition]:
@@ -1112,7 +1246,7 @@ class KubernetesTerminal(Terminal):
             return b""
         try:
             self.ws.update(timeout=timeout)
-        except Exception:  # noqa: BLE001 - any transport failure ends the session the same way
+        except Exception:  # any transport failure ends the session the same way
             return b""
         data = self.ws.read_stdout() + self.ws.read_stderr()
         if data:
@@ -1151,20 +1285,59 @@ def _same_quantities(current: dict, wanted: dict) -> bool:
         return False
 
 
+def _placed(pods: list[dict]) -> list[dict]:
+    """The pods bound to a node and not ending: the instances the workload runs now."""
+    return [
+        p
+        for p in pods
+        if not p["metadata"].get("deletionTimestamp")
+        and (p.get("status") or {}).get("phase") in ("Pending", "Running")
+        and (p.get("spec") or {}).get("nodeName")
+    ]
+
+
+def allocated_devices(pod: dict) -> tuple[str, ...]:
+    """The devices the kubelet reports it gave the pod's main container for its accelerator limits, as the device
+    plugin names them (an NVIDIA card's UUID), sorted; () where it reports none.
+
+    The kubelet writes them into ``status.containerStatuses[].allocatedResourcesStatus`` (Kubernetes 1.31 and
+    later, with its ResourceHealthStatus feature on): the device plugin's own choice, whatever the pod asked.
+    """
+    containers = (pod.get("spec") or {}).get("containers") or []
+    main = next((c for c in containers if c.get("name") == m.CONTAINER_NAME), {})
+    accelerators = {name for name in ((main.get("resources") or {}).get("limits") or {}) if "/" in name}
+    ids: list[str] = []
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if status.get("name") != m.CONTAINER_NAME:
+            continue
+        for entry in status.get("allocatedResourcesStatus") or []:
+            if entry.get("name") in accelerators:
+                ids += [str(r["resourceID"]) for r in entry.get("resources") or [] if r.get("resourceID")]
+    return tuple(sorted(ids))
+
+
+def _devices_of(placed: list[dict]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """(node, device ids) of each placed pod whose kubelet reported its devices."""
+    found = ((p["spec"]["nodeName"], allocated_devices(p)) for p in placed)
+    return tuple(sorted((node, ids) for node, ids in found if ids))
+
+
+def _replacing(current: dict, wanted: dict, key: str | None = None) -> dict | None:
+    """A merge patch that makes the map ``current`` equal ``wanted`` (keys it no longer has set to null); None
+    removes it altogether. With ``key``, the map sits under that key (``guarantee.resource``)."""
+    if not wanted:
+        return None
+    patch = {name: None for name in current if name not in wanted} | dict(wanted)
+    return {key: patch} if key else patch
+
+
 def _is_workload(manifest: dict) -> bool:
     return m.LABEL_WORKLOAD in manifest["metadata"].get("labels", {})
 
 
 def _with_objects(state: JobState, objects: tuple[dict, ...]) -> JobState:
-    return JobState(
-        external_id=state.external_id,
-        phase=state.phase,
-        message=state.message,
-        started_at=state.started_at,
-        finished_at=state.finished_at,
-        exit_code=state.exit_code,
-        objects=objects,
-    )
+    """``state`` with the objects for the monitoring page; all else it says (why it failed, its replicas) kept."""
+    return dataclasses.replace(state, objects=objects)
 
 
 def _make_api_client(

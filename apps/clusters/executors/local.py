@@ -44,6 +44,7 @@ from .base import (
     service_port,
     wants_checkpoints,
 )
+from .limits import Cgroups, JobCgroup, Limits
 from .logfile import LogChunk, read_log_file
 from .sandbox import NETWORK_HOST, NETWORK_NONE, TRUSTED_ENV, Sandbox, check_env_names, device_nodes
 from .terminal import PtyTerminal
@@ -69,11 +70,25 @@ _CHECKPOINTS = ".checkpoints"
 # stop() never waits. Like a Slurm job, the job ends with its command: whatever the command left running
 # in the group is killed (the wrapper last), and the sandbox's PID namespace ends every process the job
 # started, even those that left the group.
+# With limits, $1/cgroups lists the directories of the job's cgroups (one per rank and hierarchy) and
+# $1/cgroups.oom the files that count their out-of-memory kills. Once the kernel killed a process of the job
+# for memory, a watcher (every second) kills every process of the job's cgroups: the job ends as a whole (cgroup
+# v1 kills only one process; v2 kills the whole cgroup by itself). $1/oom says so before exit_code is written.
+# The wrapper removes the cgroups when the job ended; what it could not (a killed wrapper, a cgroup still busy
+# freeing the job's /tmp) the executor removes (status, delete).
 _WRAPPER = (
     'trap : TERM INT HUP; dir="$1"; grace="$2"; shift 2; '
+    'oomed() { [ -s "$dir/cgroups.oom" ] && cat $(cat "$dir/cgroups.oom") 2>/dev/null | grep -q "^oom_kill [1-9]"; }; '
+    'kill_job() { for cg in $(cat "$dir/cgroups" 2>/dev/null); do kill -KILL $(cat "$cg/cgroup.procs") 2>/dev/null; '
+    "done; }; "
     '"$@" & child=$!; '
+    '[ -s "$dir/cgroups.oom" ] && while sleep 1 && kill -0 "$child" 2>/dev/null; do '
+    'if oomed; then : > "$dir/oom"; kill_job; break; fi; done & '
     "trap '(sleep \"$grace\"; kill -KILL 0) &' TERM INT HUP; "
     'while :; do wait "$child"; code=$?; kill -0 "$child" 2>/dev/null || break; done; '
+    'if oomed; then : > "$dir/oom"; fi; kill_job; '
+    'for cg in $(cat "$dir/cgroups" 2>/dev/null); do for try in 1 2 3 4 5; do rmdir "$cg" 2>/dev/null && break; '
+    "sleep 0.1; done; done; "
     'printf "%s\\n" "$code" > "$dir/exit_code.tmp" && mv "$dir/exit_code.tmp" "$dir/exit_code"; '
     "trap '' TERM; kill -TERM 0 2>/dev/null; kill -9 0"
 )
@@ -170,8 +185,8 @@ def _host_address() -> str:
             return "127.0.0.1"
 
 
-def _socket_stem(job_dir: Path) -> str:
-    """The start of the names of a job's forwarder sockets: short, and the job's alone."""
+def _job_stem(job_dir: Path) -> str:
+    """A short name that is this job directory's alone: its forwarder sockets and its cgroups start with it."""
     return hashlib.sha256(str(job_dir).encode()).hexdigest()[:24]
 
 
@@ -192,6 +207,24 @@ def _first_failure(job_dir: Path) -> tuple[int, int] | None:
         return int(rank), int(code)
     except (OSError, ValueError):
         return None
+
+
+def _sampled_usage(pids: list[int]) -> dict[int, tuple[float, float]]:
+    """The CPU cores and resident GiB of each process tree, CPU watched for ``_CPU_SAMPLE_S`` (all at once)."""
+    if not pids:
+        return {}
+    before = _children_of()
+    first = [_tree_usage(pid, before) for pid in pids]
+    started = time.monotonic()
+    time.sleep(_CPU_SAMPLE_S)
+    after = _children_of()
+    second = [_tree_usage(pid, after) for pid in pids]
+    elapsed = time.monotonic() - started
+    ticks = os.sysconf("SC_CLK_TCK")
+    return {
+        pid: (max(0.0, (t1 - t0) / ticks / elapsed), rss / 2**30)
+        for pid, (t0, _), (t1, rss) in zip(pids, first, second, strict=True)
+    }
 
 
 def _sandboxed_process(pid: int) -> int | None:
@@ -248,16 +281,26 @@ def tail_lines(path: Path, tail: int) -> str:
 
 # The same IDEs, ports and secret variables as Kubernetes dev environments:
 # name -> (default port, program, launch command, variable that carries settings["ide_secret"]).
+# Connect serves a task's port at the root of an origin of its own (docs/console.md), so JupyterLab's base URL is
+# "/", said outright so that a site-wide Jupyter configuration cannot move it under a prefix Connect does not use.
 _IDES = {
     "jupyter": (
         8888,
         "jupyter",
-        'jupyter lab --no-browser --ip=0.0.0.0 --port={port} ${{HCS_IDE_TOKEN:+--ServerApp.token="$HCS_IDE_TOKEN"}}',
+        "jupyter lab --no-browser --ip=0.0.0.0 --port={port} --ServerApp.base_url=/"
+        ' ${{HCS_IDE_TOKEN:+--ServerApp.token="$HCS_IDE_TOKEN"}}',
         "HCS_IDE_TOKEN",
     ),
     "vscode": (8080, "code-server", "code-server --bind-addr 0.0.0.0:{port} --auth password", "PASSWORD"),
 }
 _IDE_ALIASES = {"jupyterlab": "jupyter", "code-server": "vscode"}
+# How an admin puts each IDE's program on the hosts, for the message of a dev environment that finds it missing.
+_IDE_INSTALL = {
+    "jupyter": "python3 -m pip install jupyterlab",
+    "code-server": "the code-server package of its release page, or its install.sh",
+}
+# The exit status of a dev environment whose IDE program is missing (the shell's own "command not found").
+IDE_MISSING_EXIT = 127
 
 
 def ide_port(ide: str) -> int | None:
@@ -274,13 +317,31 @@ def _ide(spec: JobSpec) -> tuple[int, str, str, str]:
     return _IDES[name]
 
 
+def ide_program(spec: JobSpec) -> str | None:
+    """The IDE program a dev environment without a command starts; None for any other job."""
+    if spec.kind != "dev_env" or spec.command.strip():
+        return None
+    return _ide(spec)[1]
+
+
+def missing_ide_message(program: str) -> str:
+    """Why a dev environment failed when its IDE program is not on the host, and how an admin installs it."""
+    how = _IDE_INSTALL.get(program, f"install {program}")
+    return (
+        f"{program} is not installed on the cluster's host, so the dev environment could not start its IDE. "
+        f"An admin installs it there for the jobs' user, on the PATH jobs get ({how}); "
+        "or give the dev environment a command of its own."
+    )
+
+
 def job_command(spec: JobSpec) -> str:
     """What a job runs: the task's command, or for a dev environment without one, its IDE.
 
-    When the IDE is not installed the log says so and the job sleeps, so the resources it holds
-    stay reserved for the session instead of the task failing.
+    When the IDE is not installed the log says so and the job ends at once with :data:`IDE_MISSING_EXIT`: the task
+    fails with a message saying what is missing (``missing_ide_message``) instead of holding its resources.
     """
-    if spec.kind != "dev_env" or spec.command.strip():
+    program = ide_program(spec)
+    if program is None:
         return spec.command
     default_port, program, launch, _ = _ide(spec)
     port = int(spec.settings.get("port", default_port))
@@ -289,8 +350,8 @@ def job_command(spec: JobSpec) -> str:
         f"if command -v {program} >/dev/null 2>&1; then\n"
         f"  exec {launch.format(port=port)}\n"
         "fi\n"
-        f'echo "hcs: {program} is not installed on $(hostname); keeping the allocation for the session"\n'
-        "exec sleep infinity\n"
+        f'echo "hcs: {program} is not installed on $(hostname); the dev environment cannot start its IDE" >&2\n'
+        f"exit {IDE_MISSING_EXIT}\n"
     )
 
 
@@ -309,18 +370,25 @@ class LocalExecutor(Executor):
     ``base_dir/.checkpoints/<task uid>/``, its checkpoint directory, kept across the task's attempts.
     """
 
+    runs_host_commands = True  # in a sandbox on this host; the task's image is not used
+    share_vendors = None  # the card's index is made visible; NVIDIA shares are held to their memory (docs/vram.md)
+
     def __init__(
         self,
         base_dir: Path | str,
         grace_period_s: float = 10.0,
         sandbox: Sandbox | None = None,
         vram_library: Path | str = DEFAULT_LIBRARY,
+        limits: Limits | None = None,
     ):
-        """``vram_library``: the interceptor (``make vram``) that holds jobs on part of a card to their VRAM."""
+        """``vram_library``: the interceptor (``make vram``) that holds jobs on part of a card to their VRAM;
+        ``limits``: how each instance is held to its request (:mod:`.limits`), cgroups unless told otherwise."""
         self.base_dir = Path(base_dir)
         self.grace_period_s = grace_period_s
         self.sandbox = sandbox or Sandbox()
         self.vram_library = Path(vram_library)
+        self.limits = limits or Limits()
+        self._cgroups: Cgroups | None = None
         # Processes this instance started, so they can be reaped instead of lingering as zombies.
         self._children: dict[str, subprocess.Popen] = {}
 
@@ -360,6 +428,48 @@ class LocalExecutor(Executor):
             self._children.pop(external_id, None)
         return _proc_start_time(meta["pid"]) == meta["pid_start"]
 
+    # -- limits ---------------------------------------------------------------------------------
+
+    def cgroups(self) -> Cgroups | None:
+        """The host's cgroups jobs are limited through; None when limits are off. ExecutorError (not retryable)
+        when they are on and the host cannot give them: jobs are refused rather than run unlimited."""
+        if not self.limits.cgroups:
+            return None
+        if self._cgroups is None:
+            self._cgroups = Cgroups.detect()
+        return self._cgroups
+
+    def _create_cgroups(self, job_dir: Path, spec: JobSpec) -> list[JobCgroup | None]:
+        """One cgroup per rank, with the request's cores and memory, listed in the job directory for the wrapper
+        (``cgroups``, ``cgroups.oom``); [None] * ranks when limits are off."""
+        hierarchies = self.cgroups()
+        if hierarchies is None:
+            return [None] * spec.instances
+        stem = _job_stem(job_dir)
+        limits = self.limits.instance(spec.cpu, spec.memory_gib)
+        created: list[JobCgroup] = []
+        try:
+            for rank in range(spec.instances):
+                created.append(hierarchies.create(f"{stem}-r{rank}", limits))
+        except ExecutorError:
+            hierarchies.remove(d for cgroup in created for d in cgroup.dirs)
+            raise
+        (job_dir / "cgroups").write_text("".join(f"{d}\n" for cgroup in created for d in cgroup.dirs))
+        (job_dir / "cgroups.oom").write_text("".join(f"{cgroup.oom_events}\n" for cgroup in created))
+        return [*created]
+
+    @staticmethod
+    def _release_cgroups(job_dir: Path) -> None:
+        """Remove an ended job's cgroups (killing what is left in them); those still busy (a process of the job
+        not yet reaped, its /tmp still being freed) are tried again at the next call."""
+        listing = job_dir / "cgroups"
+        try:
+            dirs = [Path(line) for line in listing.read_text().split()]
+        except OSError:
+            return
+        if Cgroups.remove(dirs, timeout_s=0.5):
+            listing.unlink(missing_ok=True)
+
     # -- environment ----------------------------------------------------------------------------
 
     def _environment(self, spec: JobSpec, work_dir: Path, rank: int = 0) -> dict[str, str]:
@@ -391,18 +501,45 @@ class LocalExecutor(Executor):
         return spec.placements[rank if rank < len(spec.placements) else 0].devices
 
     def _command_line(
-        self, spec: JobSpec, work_dir: Path, env_fd: int, rank: int = 0, secret_fds: dict[str, int] | None = None
+        self,
+        spec: JobSpec,
+        work_dir: Path,
+        env_fd: int,
+        seccomp_fd: int,
+        cgroup: JobCgroup | None,
+        rank: int = 0,
+        secret_fds: dict[str, int] | None = None,
     ) -> list[str]:
-        """The sandboxed command: the job's shell under ``timeout`` when it has a time limit."""
+        """The sandboxed command, entering its cgroup first: the job's shell under ``timeout`` when it has a time
+        limit."""
         command = ["/bin/sh", "-c", job_command(spec)]
         if spec.time_limit_s:
             command = ["timeout", "--foreground", "-k", self._grace(), str(spec.time_limit_s), *command]
         indexes = [slot.index for slot in self._devices(spec, rank)] if spec.gpu_model is not None else []
         devices = device_nodes(spec.gpu_model.vendor, indexes) if indexes else []
         binds = [(self.checkpoint_dir(spec.task_uid), spec.checkpoint_dir)] if spec.checkpoint_dir else []
+        if (logdir := self._tensorboard_dir(spec, work_dir)) is not None:
+            binds.append(logdir)
         ro_files = [(check_library(self.vram_library), SANDBOX_LIBRARY)] if vram_limit_bytes(spec) is not None else []
         secret_files = [(fd, path) for path, fd in (secret_fds or {}).items()]
-        return self.sandbox.argv(work_dir, devices, env_fd, command, binds, ro_files, secret_files)
+        argv = self.sandbox.argv(work_dir, devices, env_fd, seccomp_fd, command, binds, ro_files, secret_files)
+        return cgroup.enter_argv(argv) if cgroup is not None else argv
+
+    def _tensorboard_dir(self, spec: JobSpec, work_dir: Path) -> tuple[Path, str] | None:
+        """A TensorBoard log dir at an absolute path outside the checkpoint directory: the sandbox's root is
+        read-only, so a directory of the job's own (next to its working directory, gone with the job) is bound
+        there. Inside the checkpoint directory it is kept with the checkpoints; a relative one is in the working
+        directory already."""
+        path = spec.settings.get("tensorboard_dir")
+        if not isinstance(path, str) or not path.startswith("/"):
+            return None
+        if spec.checkpoint_dir and (
+            path == spec.checkpoint_dir or path.startswith(spec.checkpoint_dir.rstrip("/") + "/")
+        ):
+            return None
+        host = work_dir.parent / "tensorboard"
+        self.sandbox.prepare_kept(host)
+        return host, path
 
     def _with_checkpoints(self, spec: JobSpec) -> JobSpec:
         """The spec with its checkpoint directory (created when missing) where the job sees it."""
@@ -455,6 +592,7 @@ class LocalExecutor(Executor):
         try:
             spec = self._with_checkpoints(spec)
             self.sandbox.prepare(work_dir)
+            cgroups = self._create_cgroups(job_dir, spec)
             # The task's secret files: memory-only descriptors the sandbox copies from (:meth:`Sandbox.argv`).
             for _rank in range(spec.instances):
                 secret_fds.append({})
@@ -463,15 +601,20 @@ class LocalExecutor(Executor):
             with contextlib.ExitStack() as files:
                 log = files.enter_context((job_dir / "output.log").open("ab"))
                 # One sandbox per rank, each with its own environment (HCS_RANK) and cards, all in the job's group.
-                envs = [files.enter_context(self.sandbox.env_file(self._environment(spec, work_dir, rank)))
-                        for rank in range(spec.instances)]  # fmt: skip
-                argvs = [
-                    self._command_line(spec, work_dir, env.fileno(), rank, secret_fds[rank])
-                    for rank, env in enumerate(envs)
+                envs = [
+                    files.enter_context(self.sandbox.env_file(self._environment(spec, work_dir, rank)))
+                    for rank in range(spec.instances)
                 ]
-                argv = argvs[0] if len(argvs) == 1 else [
-                    "/bin/sh", "-c", _GANG_LAUNCHER, "hcs-local-gang", str(job_dir), *map(shlex.join, argvs)
-                ]  # fmt: skip
+                filters = [files.enter_context(self.sandbox.seccomp_file()) for _rank in range(spec.instances)]
+                argvs = [
+                    self._command_line(spec, work_dir, env.fileno(), seccomp.fileno(), cgroup, rank, secret_fds[rank])
+                    for rank, (env, seccomp, cgroup) in enumerate(zip(envs, filters, cgroups, strict=True))
+                ]
+                argv = (
+                    argvs[0]
+                    if len(argvs) == 1
+                    else ["/bin/sh", "-c", _GANG_LAUNCHER, "hcs-local-gang", str(job_dir), *map(shlex.join, argvs)]
+                )
                 child = subprocess.Popen(
                     ["/bin/sh", "-c", _WRAPPER, "hcs-local-job", str(job_dir), self._grace(), *argv],
                     stdin=subprocess.DEVNULL,
@@ -480,9 +623,13 @@ class LocalExecutor(Executor):
                     cwd=job_dir,
                     env=TRUSTED_ENV,
                     start_new_session=True,
-                    pass_fds=(*(env.fileno() for env in envs), *(fd for fds in secret_fds for fd in fds.values())),
+                    pass_fds=(
+                        *(file.fileno() for file in (*envs, *filters)),
+                        *(fd for fds in secret_fds for fd in fds.values()),
+                    ),
                 )
         except (OSError, ExecutorError) as exc:
+            self._release_cgroups(job_dir)
             if isinstance(exc, ExecutorError):
                 raise
             raise ExecutorError(f"cannot start the job process: {exc}")
@@ -503,8 +650,10 @@ class LocalExecutor(Executor):
                 "labels": dict(spec.labels),
                 "started_at": started_at.isoformat(),
                 "time_limit_s": spec.time_limit_s,
+                "memory_gib": spec.memory_gib,
                 "instances": spec.instances,
                 "port": service_port(spec),
+                "ide": ide_program(spec),  # the IDE program a dev environment starts, or None
                 "secret_names": sorted(spec.secret_env),  # names only, for the monitoring page
             },
         )
@@ -529,13 +678,21 @@ class LocalExecutor(Executor):
             stopped = stop_file.exists() and stop_file.stat().st_mtime_ns <= exit_file.stat().st_mtime_ns
             exit_code = int(exit_file.read_text().strip())
             finished_at = datetime.fromtimestamp(exit_file.stat().st_mtime, UTC)
+            self._release_cgroups(job_dir)
             failure = ""
             if stopped:
                 phase, message = JobPhase.CANCELLED, "stopped"
+            elif (job_dir / "oom").exists():  # the wrapper saw the kernel kill a process of the job for memory
+                phase, failure = JobPhase.FAILED, Failure.OUT_OF_MEMORY
+                limit = f" of {meta['memory_gib']:g} GiB" if meta.get("memory_gib") else ""
+                message = f"exceeded its memory limit{limit} (out of memory): every process of the job was killed"
             elif exit_code == 0:
                 phase, message = JobPhase.SUCCEEDED, ""
             elif self._hit_time_limit(meta, exit_code, started_at, finished_at):
                 phase, message, failure = JobPhase.FAILED, "wall-time limit reached", Failure.WALL_TIME
+            elif exit_code == IDE_MISSING_EXIT and meta.get("ide"):
+                phase, failure = JobPhase.FAILED, Failure.LAUNCH
+                message = missing_ide_message(meta["ide"])
             elif (first := _first_failure(job_dir)) is not None:
                 rank, exit_code = first
                 phase, failure = JobPhase.FAILED, Failure.EXIT_CODE
@@ -545,11 +702,13 @@ class LocalExecutor(Executor):
             return JobState(external_id, phase, message, started_at, finished_at, exit_code, failure=failure)
         if self._is_alive(external_id, meta):
             running, desired = self._replica_counts(external_id, job_dir)
-            return JobState(external_id, JobPhase.RUNNING, started_at=started_at, replicas=running,
-                            desired_replicas=desired)  # fmt: skip
+            return JobState(
+                external_id, JobPhase.RUNNING, started_at=started_at, replicas=running, desired_replicas=desired
+            )
         if exit_file.exists():  # the command ended between the two checks above
             return self.status(external_id)
         self._signal_replicas(external_id, job_dir, signal.SIGKILL)  # a service ends with its first replica
+        self._release_cgroups(job_dir)
         if stop_file.exists():
             finished_at = datetime.fromtimestamp(stop_file.stat().st_mtime, UTC)
             return JobState(external_id, JobPhase.CANCELLED, "stopped", started_at, finished_at)
@@ -598,6 +757,8 @@ class LocalExecutor(Executor):
         self._signal_group(meta["pid"], signal.SIGKILL)
         while self._is_alive(external_id, meta):
             time.sleep(0.01)
+        for directory in (job_dir, *(job_dir / _REPLICAS).glob("*/")):  # their wrappers were killed with them
+            self._release_cgroups(directory)
 
     @staticmethod
     def _signal_group(pgid: int, signum: int) -> None:
@@ -615,7 +776,7 @@ class LocalExecutor(Executor):
         shutil.rmtree(job_dir, ignore_errors=True)
         # The forwarders ended with the job's namespaces; their sockets are left behind.
         with contextlib.suppress(ExecutorError, OSError):
-            for socket_path in self._socket_dir().glob(f"{_socket_stem(job_dir)}-*.sock"):
+            for socket_path in self._socket_dir().glob(f"{_job_stem(job_dir)}-*.sock"):
                 socket_path.unlink(missing_ok=True)
 
     def remove_checkpoints(self, task_uid: str, project: str) -> None:
@@ -640,8 +801,8 @@ class LocalExecutor(Executor):
                 states.append(dataclasses.replace(state, name=job_dir.name, labels=dict(job_labels)))
         return states
 
-    def open_terminal(self, external_id: str, instance: int = 0, rows: int = 24, cols: int = 80) -> Terminal:
-        """A shell inside the sandbox of rank ``instance`` (its namespaces, user, files and environment), on a PTY."""
+    def _inside_sandbox(self, external_id: str, instance: int) -> int:
+        """A process inside the running sandbox of rank ``instance``, whose namespaces a shell joins."""
         job_dir = self._job_dir(external_id)
         meta = self._read_meta(job_dir)
         if meta is None or not self._is_alive(external_id, meta):
@@ -649,7 +810,18 @@ class LocalExecutor(Executor):
         inside = _sandboxed_process(self._rank_pid(job_dir, meta, instance))
         if inside is None:
             raise ExecutorError("the job's sandbox is not up yet; try again in a moment")
-        return PtyTerminal(self.sandbox.enter_argv(inside), rows, cols)
+        return inside
+
+    def open_terminal(self, external_id: str, instance: int = 0, rows: int = 24, cols: int = 80) -> Terminal:
+        """A shell inside the sandbox of rank ``instance`` (its namespaces, user, files and environment), on a PTY."""
+        return PtyTerminal(self.sandbox.enter_argv(self._inside_sandbox(external_id, instance)), rows, cols)
+
+    visitor_terminals = True
+
+    def open_visitor_terminal(self, external_id: str, instance: int = 0, rows: int = 24, cols: int = 80) -> Terminal:
+        """A shell in the sandbox of rank ``instance`` as an unprivileged visitor (``Sandbox.visit_argv``): the job's
+        processes and shared files, none of its secrets."""
+        return PtyTerminal(self.sandbox.visit_argv(self._inside_sandbox(external_id, instance)), rows, cols)
 
     def port_endpoint(self, external_id: str, instance: int, port: int) -> Endpoint:
         """The job's port: on the host's loopback when jobs share its network, else through a unix socket that
@@ -669,7 +841,7 @@ class LocalExecutor(Executor):
         rank_pid = self._rank_pid(job_dir, meta, rank)
         if self.sandbox.network == NETWORK_HOST:
             return Endpoint("127.0.0.1", port)
-        stem = _socket_stem(job_dir) + (f"-r{instance}" if instance else "")
+        stem = _job_stem(job_dir) + (f"-r{instance}" if instance else "")
         socket_path = self._socket_dir() / f"{stem}-{int(port)}.sock"
         if not _listening(socket_path):
             socket_path.unlink(missing_ok=True)  # a forwarder that is gone left its socket behind
@@ -696,62 +868,67 @@ class LocalExecutor(Executor):
         return pids[instance]
 
     def instances(self, external_id: str) -> list[InstanceState]:
-        """Each rank: its state, this host, its address, and the CPU cores and resident memory its process tree
-        uses, watched for a quarter of a second (a rank's sandbox and everything it started)."""
+        """Each instance: a rank of the job (a gang has several), then the extra replicas of a service the portal
+        scales (instance k is its k-th replica in placement order, as for ``port_endpoint`` and the terminal),
+        with its state, this host, its address, and the CPU cores and resident memory its process tree uses,
+        watched for a quarter of a second (a rank's sandbox and everything it started)."""
         job_dir = self._job_dir(external_id)
         meta = self._read_meta(job_dir)
         if meta is None:
             return []
-        count = int(meta.get("instances") or 1)
-        running = self._is_alive(external_id, meta)
-        pids = self._rank_pids(job_dir, meta) if running else None
-        usage: dict[int, tuple[float, float]] = {}
-        if pids:
-            before = _children_of()
-            first = [_tree_usage(pid, before) for pid in pids]
-            started = time.monotonic()
-            time.sleep(_CPU_SAMPLE_S)
-            after = _children_of()
-            second = [_tree_usage(pid, after) for pid in pids]
-            elapsed = time.monotonic() - started
-            ticks = os.sysconf("SC_CLK_TCK")
-            for rank, ((t0, _), (t1, rss)) in enumerate(zip(first, second, strict=True)):
-                usage[rank] = (max(0.0, (t1 - t0) / ticks / elapsed), rss / 2**30)
-        phase = None if running else self.status(external_id)
+        # (instance name, directory, meta, ranks) of the job itself and of each replica of a scaled service.
+        units: list[tuple[str, Path, dict | None, int]] = [
+            (external_id, job_dir, meta, int(meta.get("instances") or 1))
+        ]
+        for key in self._replica_order(job_dir):
+            replica_dir = job_dir / _REPLICAS / key
+            units.append((f"{external_id}/{key}", replica_dir, self._read_meta(replica_dir), 1))
+        running = [unit_meta is not None and self._is_alive(name, unit_meta) for name, _, unit_meta, _ in units]
+        pids = [
+            (self._rank_pids(unit_dir, unit_meta) or []) if alive else []
+            for (_, unit_dir, unit_meta, _), alive in zip(units, running, strict=True)
+        ]
+        usage = _sampled_usage([pid for unit_pids in pids for pid in unit_pids])
+        phase = None if running[0] else self.status(external_id)
         node = os.uname().nodename or "localhost"
         address = _host_address() if self.sandbox.network == NETWORK_HOST else "127.0.0.1"
         port = meta.get("port")
         ports = ({"port": port, "target_port": port, "protocol": "TCP", "name": "connect"},) if port else ()
         out = []
-        for rank in range(count):
-            exit_file = job_dir / f"rank-{rank}.exit"
-            if pids and _proc_start_time(pids[rank]) is not None:
-                state, message = "running", ""
-            elif count > 1 and exit_file.exists():
-                code = exit_file.read_text().strip()
-                state, message = f"exited {code}", ""
-            elif running:
-                state, message = ("exited", "") if pids else ("starting", "")
-            else:
-                state, message = phase.phase.value, phase.message
-            cpu, memory = usage.get(rank, (None, None)) if state == "running" else (None, None)
-            out.append(
-                InstanceState(
-                    index=rank,
-                    name=f"{external_id}/rank-{rank}" if count > 1 else external_id,
-                    state=state,
-                    node=node,
-                    ip=address,
-                    restarts=0,
-                    cpu_used_cores=round(cpu, 3) if cpu is not None else None,
-                    memory_used_gib=round(memory, 4) if memory is not None else None,
-                    started_at=datetime.fromisoformat(meta["started_at"]),
-                    message=message,
-                    usage_note="" if cpu is not None else "measured only while the instance runs",
-                    ports=ports,
-                    secrets=tuple(meta.get("secret_names") or ()),
+        for number, ((name, unit_dir, unit_meta, count), alive, unit_pids) in enumerate(
+            zip(units, running, pids, strict=True)
+        ):
+            for rank in range(count):
+                pid = unit_pids[rank] if rank < len(unit_pids) else None
+                exit_file = unit_dir / f"rank-{rank}.exit"
+                if pid is not None and _proc_start_time(pid) is not None:
+                    state, message = "running", ""
+                elif count > 1 and exit_file.exists():
+                    state, message = f"exited {exit_file.read_text().strip()}", ""
+                elif number > 0:  # a replica: starting until its process is recorded, else it has ended
+                    state, message = ("starting", "") if unit_meta is None else ("exited", "")
+                elif alive:
+                    state, message = ("exited", "") if unit_pids else ("starting", "")
+                else:
+                    state, message = phase.phase.value, phase.message
+                cpu, memory = usage.get(pid, (None, None)) if state == "running" else (None, None)
+                out.append(
+                    InstanceState(
+                        index=number + rank,
+                        name=f"{name}/rank-{rank}" if count > 1 else name,
+                        state=state,
+                        node=node,
+                        ip=address,
+                        restarts=0,
+                        cpu_used_cores=round(cpu, 3) if cpu is not None else None,
+                        memory_used_gib=round(memory, 4) if memory is not None else None,
+                        started_at=datetime.fromisoformat((unit_meta or meta)["started_at"]),
+                        message=message,
+                        usage_note="" if cpu is not None else "measured only while the instance runs",
+                        ports=ports,
+                        secrets=tuple(meta.get("secret_names") or ()),
+                    )
                 )
-            )
         return out
 
     @staticmethod
@@ -772,9 +949,14 @@ class LocalExecutor(Executor):
             raise ExecutorError("the job's sandbox is not up yet; try again in a moment")
         if not shutil.which("socat", path=TRUSTED_ENV["PATH"]):
             raise ExecutorError("reaching a local job's port needs socat: apt-get install socat", retryable=False)
-        subprocess.Popen(self.sandbox.forward_argv(inside, str(socket_path), port), stdin=subprocess.DEVNULL,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=TRUSTED_ENV,
-                         start_new_session=True)  # fmt: skip
+        subprocess.Popen(
+            self.sandbox.forward_argv(inside, str(socket_path), port),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=TRUSTED_ENV,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + 5
         while not socket_path.exists():  # another worker's forwarder may win the bind; either serves
             if time.monotonic() > deadline:
@@ -798,8 +980,9 @@ class LocalExecutor(Executor):
         if spec is None or not self._serves_replicas(spec):
             raise ExecutorError("the local executor resizes only inference services it scales", retryable=False)
         if len(spec.placements) != replicas:
-            raise ExecutorError(f"{replicas} replicas asked for with {len(spec.placements)} placements",
-                                retryable=False)  # fmt: skip
+            raise ExecutorError(
+                f"{replicas} replicas asked for with {len(spec.placements)} placements", retryable=False
+            )
         job_dir = self._job_dir(external_id)
         meta = self._read_meta(job_dir)
         if meta is None or not self._is_alive(external_id, meta):
@@ -835,8 +1018,10 @@ class LocalExecutor(Executor):
                     (replica_dir / "stopped").touch()
                     self._signal_group(meta["pid"], signal.SIGTERM)
                 else:
+                    self._release_cgroups(replica_dir)
                     shutil.rmtree(replica_dir, ignore_errors=True)
             elif not alive and meta is not None:
+                self._release_cgroups(replica_dir)
                 shutil.rmtree(replica_dir, ignore_errors=True)  # it ended: started again below
         for name, placement in wanted.items():
             replica_dir = root / name
@@ -888,8 +1073,16 @@ class LocalExecutor(Executor):
     def nodes(self) -> list[dict]:
         """This host: its cores and memory. Its cards come from the node agent (NVML), not from here."""
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-        return [{"name": os.uname().nodename or "localhost", "address": "127.0.0.1", "cpus": os.cpu_count() or 1,
-                 "memory_gib": round(memory, 2), "gpus": None, "labels": {}}]  # fmt: skip
+        return [
+            {
+                "name": os.uname().nodename or "localhost",
+                "address": "127.0.0.1",
+                "cpus": os.cpu_count() or 1,
+                "memory_gib": round(memory, 2),
+                "gpus": None,
+                "labels": {},
+            }
+        ]
 
     def health(self) -> str:
         probe = self.base_dir / ".health-probe"
@@ -900,5 +1093,9 @@ class LocalExecutor(Executor):
         except OSError as exc:
             raise ExecutorError(f"local job directory {self.base_dir} is not writable: {exc}")
         self.sandbox.probe(self.base_dir)
+        cgroups = self.cgroups()
+        if cgroups is not None:
+            cgroups.sweep()
+        limits = cgroups.describe() if cgroups is not None else "NO CPU, memory or process limits (turned off)"
         jobs = sum(1 for entry in self.base_dir.iterdir() if entry.is_dir() and _NAME_RE.match(entry.name))
-        return f"local executor ready: {self.base_dir} ({jobs} job directories), {self.sandbox.describe()}"
+        return f"local executor ready: {self.base_dir} ({jobs} job directories), {self.sandbox.describe()}, {limits}"

@@ -8,11 +8,15 @@ Written against Slurm 22.05's ``v0.0.38`` API. Notes on that API that shaped thi
 - failures come back in an ``errors`` array with Slurm's errno and text, often with HTTP 500
   even for plain validation errors, so retryability is decided by the errno, not the status;
 - ``exit_code`` in job records is a raw wait status (exit status in the high byte, signal low);
-- ``requeue: false`` is accepted and ignored (every job shows ``Requeue=1``, also after a job update), so
-  Slurm restarts a job by itself after a node failure. The portal's requeue rules are the ones that
-  apply: a restarted job reports ``restart_cnt`` > 0 (``JobState.restarts``), the reconciler cancels it and
-  requeues the task as a new attempt, and the batch script exits at once when Slurm restarts it, so the
-  user's command never runs twice under one attempt and the first run's log (opened in append mode) stays.
+- ``requeue: false`` is accepted and ignored (every job shows ``Requeue=1``, also after a job update through the
+  API). The batch script's first act is to ask for it itself (``scontrol update jobid=$SLURM_JOB_ID requeue=0``,
+  which slurmctld honours from the job's owner), so a node failure ends the job (``NODE_FAIL``) and the portal's
+  requeue rules apply. Where ``scontrol`` is missing on a node, the older guard remains: a restarted job reports
+  ``restart_cnt`` > 0 (``JobState.restarts``), the reconciler cancels it and requeues the task as a new attempt, and
+  the batch script exits at once when Slurm restarts it;
+- a job whose slurmd dies keeps running on its node (its slurmstepd lives on) after slurmctld declared it ended: the
+  batch script runs a watchdog that asks slurmctld every ``FENCE_S`` seconds whether the job still runs and ends the
+  job's processes when it does not (docs/slurm.md, "Fencing").
 """
 
 from __future__ import annotations
@@ -82,7 +86,6 @@ _PHASES = {
 
 _STATE_MESSAGES = {
     "TIMEOUT": "wall-time limit reached",
-    "OUT_OF_MEMORY": "out of memory",
     "BOOT_FAIL": "node boot failure",
     "DEADLINE": "deadline reached before the job could finish",
     "NODE_FAIL": "node failure",
@@ -97,6 +100,19 @@ _STATE_FAILURES = {
 }
 
 _ACTIVE = (JobPhase.PENDING, JobPhase.RUNNING, JobPhase.UNKNOWN)
+# The job asks slurmctld for no requeue itself: the REST API drops ``requeue: false`` (see the module docstring).
+NO_REQUEUE = 'command -v scontrol >/dev/null 2>&1 && scontrol update jobid="$SLURM_JOB_ID" requeue=0 >/dev/null 2>&1'
+# How often a job's watchdog asks slurmctld whether the job still runs; a run slurmctld no longer counts (its node
+# declared down while its slurmd was gone, cancelled then) ends within this many seconds (docs/slurm.md, "Fencing").
+FENCE_S = 5
+FENCE = (
+    "hcs_fence() {{ while sleep {interval}; do "
+    'hcs_state="$(scontrol -o show job "$SLURM_JOB_ID" 2>/dev/null | grep -o "JobState=[A-Z_]*")" || continue; '
+    'case "$hcs_state" in JobState=RUNNING|JobState=COMPLETING|JobState=SUSPENDED|"") ;; '
+    '*) echo "hcs: slurmctld no longer counts job $SLURM_JOB_ID as running ($hcs_state): ending this run" >&2; '
+    "kill -KILL 0;; esac; done; }}\n"
+    'if [ -n "${{SLURM_JOB_ID:-}}" ] && command -v scontrol >/dev/null 2>&1; then hcs_fence & disown; fi'
+)
 # Replicas of an inference service the portal scales (docs/tasks.md "Autoscaling"): the service's own job is its
 # first instance and carries LABEL_SCALED; each extra replica is a job of its own whose comment adds the main
 # job's id and the replica's placement key to the task's owner labels. Listings fold replica jobs into their
@@ -108,6 +124,11 @@ LABEL_REPLICA = "hcs.io/replica"
 MAKE_CHECKPOINT_DIR = (
     'mkdir -p "$HCS_CHECKPOINT_DIR" || { echo "hcs: cannot create the checkpoint directory $HCS_CHECKPOINT_DIR" >&2; '
     "exit 1; }"
+)
+# A TensorBoard log dir is a path on the nodes: made at the start, and said at once when the job may not write it.
+MAKE_TENSORBOARD_DIR = (
+    'mkdir -p "$HCS_TENSORBOARD_DIR" 2>/dev/null || echo "hcs: cannot create the TensorBoard log dir '
+    '$HCS_TENSORBOARD_DIR on $(hostname); put it under the checkpoint directory or the working directory" >&2'
 )
 # Project names are slugs; anything else never becomes part of a path.
 _PROJECT_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]*$")
@@ -270,20 +291,32 @@ def accounting_state(record: dict) -> JobState:
     if current.upper() == "FAILED" and not wait_status:
         # slurmrestd 22.05's dbv0.0.38 reports "SUCCESS", 0 for jobs sacct shows as 3:0: unknown, not 0.
         wait_status = None
-    state = job_state({
-        "job_id": record.get("job_id"),
-        "name": record.get("name"),
-        "job_state": current,
-        "state_reason": (record.get("state") or {}).get("reason") or "",
-        "exit_code": wait_status,
-        "start_time": times.get("start"),
-        "end_time": times.get("end"),
-        "partition": record.get("partition"),
-        "nodes": record.get("nodes"),
-    })  # fmt: skip
+    state = job_state(
+        {
+            "job_id": record.get("job_id"),
+            "name": record.get("name"),
+            "job_state": current,
+            "state_reason": (record.get("state") or {}).get("reason") or "",
+            "exit_code": wait_status,
+            "start_time": times.get("start"),
+            "end_time": times.get("end"),
+            "partition": record.get("partition"),
+            "nodes": record.get("nodes"),
+            "memory_per_node": (record.get("required") or {}).get("memory"),
+        }
+    )
     if state.phase == JobPhase.FAILED and not state.message:
         state = dataclasses.replace(state, message="failed (Slurm accounting does not tell the exit code)")
     return state
+
+
+def _memory_limit(record: dict) -> str:
+    """The words " of N GiB" for the memory per node a job record says the job asked for (MiB, the portal's
+    ``memory_per_node``); "" when the record does not say (or gives memory per CPU, whose flag bit is set)."""
+    mib = record.get("memory_per_node")
+    if isinstance(mib, dict):  # later API versions: {"set": true, "number": 256}
+        mib = mib.get("number") if mib.get("set") else None
+    return f" of {mib / 1024:g} GiB" if isinstance(mib, int) and 0 < mib < 2**40 else ""
 
 
 def job_state(record: dict) -> JobState:
@@ -293,6 +326,8 @@ def job_state(record: dict) -> JobState:
     base_state = slurm_state.split("+")[0].upper()
     exit_code = decode_exit_code(record.get("exit_code")) if phase not in _ACTIVE else None
     message = _STATE_MESSAGES.get(base_state, "")
+    if base_state == "OUT_OF_MEMORY":
+        message = f"exceeded its memory limit{_memory_limit(record)} (out of memory): Slurm's cgroup killed it"
     reason = record.get("state_reason") or ""
     if phase == JobPhase.PENDING and reason and reason != "None":
         message = f"waiting: {reason}"
@@ -349,8 +384,18 @@ def expand_hostlist(hostlist: str) -> list[str]:
 
 
 _DOWN_STATES = {"DOWN", "ERROR", "FUTURE", "UNKNOWN"}
-_NO_NEW_WORK_FLAGS = {"DRAIN", "DRAINING", "DRAINED", "NOT_RESPONDING", "MAINTENANCE", "REBOOT_REQUESTED",
-                      "POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN", "FAIL"}  # fmt: skip
+_NO_NEW_WORK_FLAGS = {
+    "DRAIN",
+    "DRAINING",
+    "DRAINED",
+    "NOT_RESPONDING",
+    "MAINTENANCE",
+    "REBOOT_REQUESTED",
+    "POWERED_DOWN",
+    "POWERING_DOWN",
+    "POWER_DOWN",
+    "FAIL",
+}
 
 
 def node_condition(node: dict) -> NodeCondition:
@@ -368,6 +413,9 @@ def node_condition(node: dict) -> NodeCondition:
 
 class SlurmExecutor(Executor):
     """Runs jobs on one Slurm cluster as ``user``, authenticated by a slurmrestd JWT."""
+
+    runs_host_commands = True  # a batch script on the nodes; the task's image is not used
+    share_vendors = None  # a share takes a whole card's gres (held to its memory on NVIDIA cards)
 
     def __init__(
         self,
@@ -493,7 +541,10 @@ class SlurmExecutor(Executor):
         """
         guard = (
             'if [ "${SLURM_RESTART_COUNT:-0}" != 0 ]; then echo "hcs: Slurm restarted job $SLURM_JOB_ID by itself '
-            '(restart $SLURM_RESTART_COUNT); the portal requeues the task as a new attempt" >&2; exit 0; fi'
+            '(restart $SLURM_RESTART_COUNT); the portal requeues the task as a new attempt" >&2; exit 0; fi\n'
+            + NO_REQUEUE
+            + "\n"
+            + FENCE.format(interval=FENCE_S)
         )
         prelude = ['export HOME="${HOME:-$(getent passwd "$(id -un)" | cut -d: -f6)}"']
         if spec.gpu_model is not None and spec.gpus_per_instance > 0:
@@ -506,6 +557,8 @@ class SlurmExecutor(Executor):
             body = with_secret_files(spec, body)
         # Kept across attempts: the first one creates it; the batch host creates it once for every rank.
         setup = [MAKE_CHECKPOINT_DIR] if spec.checkpoint_dir else []
+        if spec.settings.get("tensorboard_dir"):
+            setup.append(MAKE_TENSORBOARD_DIR)
         if spec.instances <= 1:
             lines = [guard, *setup, *prelude, "export HCS_RANK=0 HCS_WORLD_SIZE=1", body]
             return "#!/bin/bash\n" + "\n".join(lines) + "\n"
@@ -514,7 +567,7 @@ class SlurmExecutor(Executor):
             guard,
             *setup,
             'export HCS_MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
-            f"exec srun --kill-on-bad-exit=1 /bin/bash -c {shlex.quote(rank_script)}",
+            f"srun --kill-on-bad-exit=1 /bin/bash -c {shlex.quote(rank_script)}",
         ]
         return "#!/bin/bash\n" + "\n".join(lines) + "\n"
 
@@ -697,10 +750,13 @@ class SlurmExecutor(Executor):
         # of this cluster, id and name, submitted no earlier than the portal's submit (a minute's clock slack).
         floor = (submitted_after or 0) - 60
         matches = [
-            r for r in body.get("jobs") or []
-            if str(r.get("job_id")) == str(external_id) and r.get("name") == name and r.get("cluster") == cluster
+            r
+            for r in body.get("jobs") or []
+            if str(r.get("job_id")) == str(external_id)
+            and r.get("name") == name
+            and r.get("cluster") == cluster
             and int((r.get("time") or {}).get("submission") or 0) >= floor
-        ]  # fmt: skip
+        ]
         if not matches:
             return None
         state = accounting_state(max(matches, key=lambda r: int((r.get("time") or {}).get("submission") or 0)))
@@ -765,12 +821,15 @@ class SlurmExecutor(Executor):
         ]
 
     def stop(self, external_id: str) -> None:
-        """Cancel the job: Slurm sends SIGTERM, then SIGKILL after the cluster's KillWait."""
+        """Cancel the job by its id (Slurm sends SIGTERM, then SIGKILL after the cluster's KillWait): one read of the
+        job and one cancel, no listing, unless it is a service the portal scales, whose replica jobs go with it."""
+        record = self._record(external_id)
         self._cancel(external_id)
-        # A service the portal scales: its extra replica jobs go with it.
-        for record in self._replica_records(external_id, self._jobs()):
-            if slurm_phase(str(record.get("job_state"))) in _ACTIVE:
-                self._cancel(str(record["job_id"]))
+        if record is None or LABEL_SCALED not in _labels(record):
+            return
+        for replica in self._replica_records(external_id, self._jobs()):
+            if slurm_phase(str(replica.get("job_state"))) in _ACTIVE:
+                self._cancel(str(replica["job_id"]))
 
     def _cancel(self, external_id: str) -> None:
         body, errors = self._call("DELETE", f"job/{self._job_id(external_id)}")
@@ -790,12 +849,18 @@ class SlurmExecutor(Executor):
         else:
             raise ExecutorError(f"Slurm job {external_id} has no instance {instance}", retryable=False)
         if not shutil.which("srun", path=TRUSTED_ENV["PATH"]):
-            raise ExecutorError("srun is not installed on the portal host: the Web Console of Slurm jobs needs "
-                                "Slurm's client commands and munge there", retryable=False)  # fmt: skip
+            raise ExecutorError(
+                "srun is not installed on the portal host: the Web Console of Slurm jobs needs "
+                "Slurm's client commands and munge there",
+                retryable=False,
+            )
         run_as_root = os.geteuid() == 0
         if not run_as_root and pwd.getpwuid(os.geteuid()).pw_name != self.user:
-            raise ExecutorError(f"the portal runs as {pwd.getpwuid(os.geteuid()).pw_name}, not as the jobs' user "
-                                f"{self.user}: srun cannot open a step in their jobs", retryable=False)  # fmt: skip
+            raise ExecutorError(
+                f"the portal runs as {pwd.getpwuid(os.geteuid()).pw_name}, not as the jobs' user "
+                f"{self.user}: srun cannot open a step in their jobs",
+                retryable=False,
+            )
         env = dict(TRUSTED_ENV, TERM="xterm-256color")
         if self.slurm_conf:
             env["SLURM_CONF"] = self.slurm_conf
@@ -903,8 +968,9 @@ class SlurmExecutor(Executor):
         if spec is None or not self._serves_replicas(spec):
             raise ExecutorError("the Slurm executor resizes only inference services the portal scales", retryable=False)
         if len(spec.placements) != replicas or replicas < 1:
-            raise ExecutorError(f"{replicas} replicas asked for with {len(spec.placements)} placements",
-                                retryable=False)  # fmt: skip
+            raise ExecutorError(
+                f"{replicas} replicas asked for with {len(spec.placements)} placements", retryable=False
+            )
         record = self._record(external_id)
         if record is None or slurm_phase(str(record.get("job_state"))) not in _ACTIVE:
             raise ExecutorError(f"Slurm job {external_id} is not running")
@@ -925,8 +991,13 @@ class SlurmExecutor(Executor):
         for key, placement in wanted.items():
             if key in live:
                 continue
-            one = dataclasses.replace(spec, name=f"{spec.name}-{key}", instances=1, placements=(placement,),
-                                      labels=replica_labels(spec, main_id, key))  # fmt: skip
+            one = dataclasses.replace(
+                spec,
+                name=f"{spec.name}-{key}",
+                instances=1,
+                placements=(placement,),
+                labels=replica_labels(spec, main_id, key),
+            )
             self._post(one, self.job_description(one))
 
     def nodes(self) -> list[dict]:
@@ -1023,8 +1094,11 @@ class SlurmExecutor(Executor):
             return None
         body, errors = self._db("GET", f"account/{account}")
         if any(self._errno(e) == _NOTHING_FOUND for e in errors):
-            new = {"name": account, "description": isolation.get("description") or account,
-                   "organization": isolation.get("organization") or "hcs"}  # fmt: skip
+            new = {
+                "name": account,
+                "description": isolation.get("description") or account,
+                "organization": isolation.get("organization") or "hcs",
+            }
             body, errors = self._db("POST", "accounts", {"accounts": [new]})
             if errors:
                 raise self._fail(body, errors, f"cannot create Slurm account {account}")
@@ -1044,8 +1118,11 @@ class SlurmExecutor(Executor):
         if not any(not a.get("user") for a in associations):
             # The account's own association on the cluster, under root. v0.0.38's parser reports the missing
             # user, yet adds it; whether it did is read back below.
-            self._db("POST", "associations", {"associations": [{"account": account, "cluster": cluster,
-                                                                "parent_account": "root"}]})  # fmt: skip
+            self._db(
+                "POST",
+                "associations",
+                {"associations": [{"account": account, "cluster": cluster, "parent_account": "root"}]},
+            )
             associations = self._associations(account, cluster)
             if not any(not a.get("user") for a in associations):
                 raise ExecutorError(

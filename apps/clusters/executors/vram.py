@@ -71,6 +71,5 @@ def check_library(path: Path) -> Path:
             retryable=False,
         )
     if not mode & 0o004:
-        raise ExecutorError(f"{path} must be readable by every user (chmod 0644) for jobs to load it",
-                            retryable=False)  # fmt: skip
+        raise ExecutorError(f"{path} must be readable by every user (chmod 0644) for jobs to load it", retryable=False)
     return path

@@ -1,4 +1,4 @@
-"""Seed the GPU model catalog (SPEC §2, §3) from apps.clusters.catalog."""
+"""Seed the GPU model catalog (docs/rules.md#exchange-rates) from apps.clusters.catalog."""
 
 from decimal import Decimal
 

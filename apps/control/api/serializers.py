@@ -8,12 +8,19 @@ from apps.tasks.choices import TaskStatus
 
 class TaskLogQuerySerializer(serializers.Serializer):
     attempt = serializers.IntegerField(required=False, min_value=1, help_text="Which run; default: the latest")
-    tail = serializers.IntegerField(required=False, min_value=1, max_value=10_000, default=200,
-                                    help_text="How many lines from the end (when no `after` is given)")  # fmt: skip
+    tail = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=10_000,
+        default=200,
+        help_text="How many lines from the end (when no `after` is given)",
+    )
     after = serializers.CharField(
-        required=False, max_length=65_536, trim_whitespace=False,
+        required=False,
+        max_length=65_536,
+        trim_whitespace=False,
         help_text="Follow: the `cursor` of an earlier answer; only the output written since is returned",
-    )  # fmt: skip
+    )
 
 
 class TaskLogSerializer(serializers.Serializer):
@@ -39,8 +46,26 @@ class BackendObjectSerializer(serializers.ModelSerializer):
     class Meta:
         model = BackendObject
         fields = [
-            "id", "cluster", "cluster_name", "task", "task_uid", "attempt", "name", "external_id", "state", "wanted",
-            "devices", "replicas", "phase", "message", "lease_until", "submit_attempts", "cancel_requested_at",
-            "created_at", "submitted_at", "observed_at", "ended_at",
-        ]  # fmt: skip
+            "id",
+            "cluster",
+            "cluster_name",
+            "task",
+            "task_uid",
+            "attempt",
+            "name",
+            "external_id",
+            "state",
+            "wanted",
+            "shares",
+            "replicas",
+            "phase",
+            "message",
+            "lease_until",
+            "submit_attempts",
+            "cancel_requested_at",
+            "created_at",
+            "submitted_at",
+            "observed_at",
+            "ended_at",
+        ]
         read_only_fields = fields

@@ -9,7 +9,6 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, mixins, viewsets
 from rest_framework.exceptions import ValidationError
-from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -23,11 +22,13 @@ from apps.control.health import check_cluster_health
 from apps.control.models import BackendObject
 from apps.tasks.api.views import tasks_of
 from apps.tasks.choices import ACTIVE, WAITING
+from apps.vdc.api.permissions import HasPlatformPermission
+from apps.vdc.policy import sees_all
 
 
 class BackendObjectViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Every job the portal created on a backend, from its launch intent to the backend's confirmation that
-    it is gone (read-only; platform admins)."""
+    it is gone (read-only; platform admins: superusers, and staff who may view backend objects)."""
 
     serializer_class = BackendObjectSerializer
     filterset_class = BackendObjectFilterSet
@@ -36,7 +37,7 @@ class BackendObjectViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, vie
 
     def get_queryset(self):
         objects = BackendObject.objects.select_related("cluster", "task")
-        return objects if self.request.user.is_staff else objects.none()
+        return objects if sees_all(self.request.user, BackendObject) else objects.none()
 
 
 def encode_log_cursor(attempt: int, position: str) -> str:
@@ -77,12 +78,20 @@ class TaskLogView(generics.GenericAPIView):
         attempt, position = (0, "") if task.attempt == 0 else self._attempt_and_position(task, query.validated_data)
         if attempt > task.attempt:
             raise ValidationError({"attempt": f"Expected a run between 1 and {task.attempt}, got {attempt}."})
-        running = attempt == task.attempt and (
-            task.status in ACTIVE or (attempt == 0 and task.status in WAITING)
-        )  # fmt: skip
-        body = {"task": task.pk, "attempt": attempt, "attempts": task.attempt, "cluster": "", "external_id": "",
-                "text": "", "note": "", "cursor": encode_log_cursor(attempt, position or ""), "more": False,
-                "running": running, "status": task.status}  # fmt: skip
+        running = attempt == task.attempt and (task.status in ACTIVE or (attempt == 0 and task.status in WAITING))
+        body = {
+            "task": task.pk,
+            "attempt": attempt,
+            "attempts": task.attempt,
+            "cluster": "",
+            "external_id": "",
+            "text": "",
+            "note": "",
+            "cursor": encode_log_cursor(attempt, position or ""),
+            "more": False,
+            "running": running,
+            "status": task.status,
+        }
         if attempt == 0:
             body["note"] = "The task has not run yet: no log."
             return Response(body)
@@ -134,7 +143,8 @@ class ClusterHealthCheckView(generics.GenericAPIView):
     """
 
     serializer_class = ClusterHealthSerializer
-    permission_classes = [IsAdminUser]
+    permission_classes = [HasPlatformPermission]
+    platform_permission = "clusters.change_cluster"
     filter_backends: list = []
 
     @extend_schema(request=None, responses=ClusterHealthSerializer)

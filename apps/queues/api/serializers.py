@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from apps.core.api.common import ModelCleanMixin, service_errors
 from apps.queues import services
 from apps.queues.models import TaskQueue
-from apps.vdc.api.common import ModelCleanMixin, service_errors
 
 
 class TaskQueueSerializer(ModelCleanMixin, serializers.ModelSerializer):
@@ -18,11 +18,31 @@ class TaskQueueSerializer(ModelCleanMixin, serializers.ModelSerializer):
     class Meta:
         model = TaskQueue
         fields = [
-            "id", "vdc", "vdc_name", "name", "description", "priority_class", "rules", "policy", "guaranteed_gpu",
-            "max_gpu", "weight", "min_window", "max_expected_duration", "default_wall_time", "max_wall_time",
-            "reserve_after", "min_run_before_reclaim", "backend_flavour", "is_open", "waiting_count", "active_count",
-            "created_at", "updated_at",
-        ]  # fmt: skip
+            "id",
+            "vdc",
+            "vdc_name",
+            "name",
+            "description",
+            "priority_class",
+            "rules",
+            "policy",
+            "guaranteed_gpu",
+            "max_gpu",
+            "weight",
+            "min_window",
+            "max_expected_duration",
+            "default_wall_time",
+            "max_wall_time",
+            "reserve_after",
+            "min_run_before_reclaim",
+            "las_thresholds_gpu_s",
+            "backend_flavour",
+            "is_open",
+            "waiting_count",
+            "active_count",
+            "created_at",
+            "updated_at",
+        ]
         read_only_fields = ["created_at", "updated_at"]
 
     def create(self, validated_data: dict) -> TaskQueue:

@@ -9,16 +9,17 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from apps.core.api.common import ProtectedDestroyMixin
 from apps.queues import services
 from apps.queues.api.serializers import TaskQueueSerializer
 from apps.queues.filtersets import TaskQueueFilterSet
 from apps.queues.models import TaskQueue
-from apps.vdc.api.common import ProtectedDestroyMixin
-from apps.vdc.api.permissions import AdminWriteOrReadOnly, scope_to_vdcs
+from apps.vdc.api.permissions import AdminWriteOrReadOnly
+from apps.vdc.policy import scope_to_vdcs
 
 # The task statuses are the tasks app's; queues count them by value without importing it.
 WAITING_STATUSES = ("pending", "queued", "preempted", "suspended")
-ACTIVE_STATUSES = ("scheduled", "starting", "running")
+ACTIVE_STATUSES = ("scheduled", "starting", "running", "unknown")
 
 
 class TaskQueueViewSet(ProtectedDestroyMixin, viewsets.ModelViewSet):

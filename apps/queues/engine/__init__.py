@@ -1,4 +1,4 @@
-"""Pure-Python scheduling engine (SPEC §4, §5): snapshot in, decisions out; no Django imports.
+"""Pure-Python scheduling engine (docs/rules.md, docs/engine.md): snapshot in, decisions out; no Django imports.
 
 Entry points: :func:`schedule` (one stateless cycle) and :class:`Scheduler` (the same engine
 kept between cycles, for the simulator). Input and output types live in :mod:`.model`.

@@ -1,4 +1,4 @@
-"""Reactive autoscaling of inference services (SPEC §7): how many replicas a service should run.
+"""Reactive autoscaling of inference services (docs/rules.md#autoscaling): how many replicas a service should run.
 
 Pure rules, no Django: the control loop (``apps.control.autoscaling``) passes a service's bounds and targets,
 the metrics it measured and the recommendations it kept, and gets a desired replica count with its reason.
@@ -20,7 +20,11 @@ every backend:
 * the quota: a scale-up asks for no more replicas than the project's quota leaves room for;
 * predictive scaling (a service's ``autoscale_predictive``): the request rate forecast for the next lead window
   (:mod:`apps.queues.engine.forecast`) gives a count too, and the larger of it and the reactive count wins, so
-  a service scales *ahead* of predicted load but never scales down because of a forecast alone.
+  a service scales *ahead* of predicted load but never scales down because of a forecast alone. A forecast
+  count obeys the same tolerance as the metrics (a forecast within ``tolerance`` of what the replicas serve
+  asks for no change) and enters the same recommendations, so a forecast scale-up whose load does not come is
+  undone by the ordinary scale-down once ``down_window_s`` of lower recommendations has passed. The control
+  loop passes a forecast only while it earns its place (:func:`apps.queues.engine.forecast.backtest`).
 """
 
 from __future__ import annotations
@@ -159,7 +163,11 @@ def decide(
         raw, metric, value, target = current, None, None, None
         reason = "no metric reading"
     if forecast_rps is not None and targets.rps_per_replica:
-        ahead = math.ceil(max(forecast_rps, 0.0) / targets.rps_per_replica - 1e-9)
+        expected = max(forecast_rps, 0.0)
+        ratio = expected / (targets.rps_per_replica * max(current, 1))
+        ahead = (
+            current if abs(ratio - 1.0) <= behaviour.tolerance else math.ceil(expected / targets.rps_per_replica - 1e-9)
+        )
         if ahead > raw:
             raw, metric, value, target = ahead, FORECAST, forecast_rps, targets.rps_per_replica
             reason = f"forecast {forecast_rps:.1f} req/s for a target of {target:g} per replica"

@@ -1,4 +1,4 @@
-"""EASY backfill reservations (SPEC §4, policy "backfill")."""
+"""EASY backfill reservations (docs/rules.md#queue-policies, policy "backfill")."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from math import inf
 from .resources import Demand
 
 
-def reserve(sched, d: Demand, alts, cands, now: float):
-    """EASY backfill: when would the head fit, and on which nodes (from expected ends)?"""
+def reserve(sched, d: Demand, alts, cands, now: float, excluded=None):
+    """EASY backfill: when would the head fit, and on which nodes (from expected ends)? ``excluded`` node
+    positions (other holders' reservations) are not used."""
     eligible = {cv.cluster.id for cv in cands}
     released = []
     result = None
@@ -19,7 +20,7 @@ def reserve(sched, d: Demand, alts, cands, now: float):
         for claim in run.claims:
             sched.clusters[run.cluster_id].index.release(claim)
         released.append(run)
-        placed = _place_uncached(sched, d, alts, cands)
+        placed = _place_uncached(sched, d, alts, cands, excluded)
         if placed is not None:
             result = (end, frozenset(c[0].pos for c in placed[2]))
             for c in placed[2]:
@@ -42,12 +43,12 @@ def _by_end(ends: list, now: float):
         yield e[0], e[2]
 
 
-def _place_uncached(sched, d: Demand, alts, cands):
+def _place_uncached(sched, d: Demand, alts, cands, excluded=None):
     """The engine's placement without its failure cache (for trial placements)."""
     for cv in cands:
         for alt in alts:
             if cv.index.could_fit(alt[0], alt[1], alt[2], d.instances):
-                claims = sched.place_gang(cv.index, alt, d.cpu, d.memory_gib, d.instances, None, d.one_per_node)
+                claims = sched.place_gang(cv.index, alt, d.cpu, d.memory_gib, d.instances, excluded, d.one_per_node)
                 if claims is not None:
                     return (cv, alt, claims)
     return None

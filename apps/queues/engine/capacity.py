@@ -226,11 +226,16 @@ Claim = tuple[NodeState, float, float, tuple[tuple[int, int], ...]]
 class ClusterIndex:
     """The free-capacity index of one cluster's schedulable nodes."""
 
-    def __init__(self, cluster_id, nodes: list[NodeState], shareable: frozenset[str]):
+    def __init__(
+        self, cluster_id, nodes: list[NodeState], shareable: frozenset[str], unshareable: frozenset[str] = frozenset()
+    ):
+        """``unshareable``: shareable models whose shares this cluster's backend cannot run: a request for a
+        share of one never fits here (whole cards of it do)."""
         self.cluster_id = cluster_id
         self.nodes = nodes
         self.by_pos = {ns.pos: ns for ns in nodes}
-        self.shareable = shareable
+        self.shareable = shareable - unshareable
+        self.unshareable = unshareable
         self.whole: dict[str, list[list[tuple[int, int]]]] = {}
         self.partial: dict[str, list[tuple[int, int, int, int]]] = {}
         self.schedulable = [ns for ns in nodes if ns.schedulable]
@@ -310,6 +315,8 @@ class ClusterIndex:
         """Cheap necessary condition: there are nodes with the cards (or share) for ``n`` instances."""
         if model is None:
             return bool(self.schedulable)
+        if not cards and model in self.unshareable:
+            return False
         buckets = self.whole.get(model)
         if not buckets:
             return False
@@ -349,6 +356,9 @@ class ClusterIndex:
         model, cards, _milli, _eq = alt
         need = max(cards, 1)
         result = False
+        if not cards and model in self.unshareable:
+            self._ever[key] = result
+            return result
         for ns in self.schedulable:
             if ns.node.cpu + EPS < cpu or ns.node.memory_gib + EPS < mem:
                 continue
@@ -364,6 +374,8 @@ class ClusterIndex:
         ``excluded`` is a set of node positions not to use (backfill reservations) or None.
         """
         model, cards, milli, _eq = alt
+        if not cards and model in self.unshareable:
+            return None
         if scorer == BEST_FIT_WEIGHTED:
             return self._find_weighted(model, cards, milli, cpu, mem, excluded)
         if model is None:
@@ -390,6 +402,8 @@ class ClusterIndex:
         best_key = None
         for rank, alt in enumerate(alts):
             model, cards, milli, _eq = alt
+            if not cards and model in self.unshareable:
+                continue
             if scorer == FGD and fgd is not None and model is not None:
                 found = self._find_fgd(model, cards, milli, cpu, mem, excluded, fgd)
                 if found is None:

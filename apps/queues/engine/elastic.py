@@ -1,4 +1,4 @@
-"""Elastic growth (SPEC §4): replicas above the minimum go into capacity nobody waits for.
+"""Elastic growth (docs/rules.md#gangs-and-elastic-tasks): replicas above the minimum go into capacity nobody waits for.
 
 Shrinking for others happens in :mod:`.preemption`, before anyone is preempted. A task whose maximum dropped
 below what it runs (an autoscaled service whose desired count went down) gives the extra replicas back here.
@@ -6,59 +6,84 @@ below what it runs (an autoscaled service whose desired count went down) gives t
 
 from __future__ import annotations
 
+import heapq
+
 from . import preemption
-from .model import CLASS_RANK, LOW, Resources, Task
+from .model import CLASS_RANK, LOW, Resources, Task, speedup
 from .resources import EPS, Demand, fits_under
 
 ZERO = Resources()
 
 
+def marginal_gain(run, replicas: int | None = None) -> float:
+    """Speed-up the task gains from one more replica, per GPU-equivalent that replica holds (its speed-up curve,
+    :func:`~.model.speedup`, relative to one replica)."""
+    n = len(run.claims) if replicas is None else replicas
+    per_gpu = max(run.alt[3], 0.001)
+    return (speedup(run.task, n + 1) - speedup(run.task, n)) / per_gpu
+
+
 def grow(sched, cyc) -> None:
-    """Elastic tasks grow one replica at a time into capacity no waiting task can use."""
+    """Elastic tasks grow one replica at a time into capacity no waiting task can use: higher classes first, and
+    within a class the task whose marginal speed-up per GPU from one more replica is highest (ties: oldest)."""
     runs = [r for r in sched.running.values() if r.task.max_replicas is not None] if sched.has_elastic else []
-    runs.sort(key=lambda r: (-r.rank, r.started_at, r.seq))
+    if not runs:
+        return
     reserved = set()
     for _t, nodes in (v for v in cyc.reservation.values() if v is not None):
         reserved |= nodes
-    for run in runs:
-        t = run.task
-        if sched.running.get(t.id) is not run or (run.alt[0] or "cpu") in cyc.starved:
-            continue
-        quota = sched.quotas.get(t.project_id)
-        q = sched.queues.get(t.queue_id)
-        cv = sched.clusters.get(run.cluster_id)
-        if cv is None or not cv.usable:
-            continue
-        one = Resources(t.cpu, t.memory_gib, run.alt[3])
-        alt = _grow_alt(sched, run)
-        # On Slurm a service's replicas are jobs that share their node's network, so each listens on the service's
-        # port only on a node of its own (docs/slurm.md): a new replica goes to a node the service is not on.
-        one_per_node = t.autoscaled and cv.cluster.type == "slurm"
-        while len(run.placements) < t.max_replicas:
-            if not _room_for_replica(sched, t, q, quota, one):
-                break
-            excluded = (reserved | {c[0].pos for c in run.claims}) if one_per_node else reserved
-            claim = cv.index.find(alt, t.cpu, t.memory_gib, sched.scorer, excluded or None, sched.fgd)
-            if claim is None and t.autoscaled and run.rank > CLASS_RANK[LOW]:
-                claim = _make_room(sched, cyc, run, q, cv, alt, excluded or None)
-            if claim is None:
-                break
-            cv.index.take(claim)
-            placement = sched.placements_of(alt, [claim])[0]
-            run.claims.append(claim)
-            run.placements.append(placement)
-            run.changed()
-            sched.resize_charge(run, +1)
-            if t.id in cyc.starts:
-                cid, _p, window = cyc.starts[t.id]
-                cyc.starts[t.id] = (cid, list(run.placements), window)
-            else:
-                cyc.resizes.setdefault(t.id, (run, [], []))[1].append(placement)
-                cyc.why.setdefault(t.id, "grows into idle capacity")
+    heap = [(-r.rank, -marginal_gain(r), r.started_at, r.seq, r) for r in runs]
+    heapq.heapify(heap)
+    while heap:
+        _rank, _gain, _started, _seq, run = heapq.heappop(heap)
+        if _grow_one(sched, cyc, run, reserved):
+            heapq.heappush(heap, (-run.rank, -marginal_gain(run), run.started_at, run.seq, run))
+
+
+def _grow_one(sched, cyc, run, reserved) -> bool:
+    """One more replica for ``run`` when its quota, queue, the VDC cap and free capacity allow; whether it grew."""
+    t = run.task
+    if sched.running.get(t.id) is not run or (run.alt[0] or "cpu") in cyc.starved:
+        return False
+    if len(run.placements) >= t.max_replicas:
+        return False
+    quota = sched.quotas.get(t.project_id)
+    q = sched.queues.get(t.queue_id)
+    cv = sched.clusters.get(run.cluster_id)
+    if cv is None or not cv.usable:
+        return False
+    one = Resources(t.cpu, t.memory_gib, run.alt[3])
+    if not _room_for_replica(sched, t, q, quota, one):
+        return False
+    alt = _grow_alt(sched, run)
+    # On Slurm a service's replicas are jobs that share their node's network, so each listens on the service's
+    # port only on a node of its own (docs/slurm.md): a new replica goes to a node the service is not on.
+    one_per_node = t.autoscaled and cv.cluster.type == "slurm"
+    excluded = (reserved | {c[0].pos for c in run.claims}) if one_per_node else reserved
+    claim = cv.index.find(alt, t.cpu, t.memory_gib, sched.scorer, excluded or None, sched.fgd)
+    if claim is None and t.autoscaled and run.rank > CLASS_RANK[LOW]:
+        claim = _make_room(sched, cyc, run, q, cv, alt, excluded or None)
+    if claim is None:
+        return False
+    cv.index.take(claim)
+    placement = sched.placements_of(alt, [claim])[0]
+    run.claims.append(claim)
+    cyc.units.clear()  # victim units list replicas (preemption._units)
+    cyc.unit_nodes.clear()
+    run.placements.append(placement)
+    run.changed()
+    sched.resize_charge(run, +1)
+    if t.id in cyc.starts:
+        cid, _p, window = cyc.starts[t.id]
+        cyc.starts[t.id] = (cid, list(run.placements), window)
+    else:
+        cyc.resizes.setdefault(t.id, (run, [], []))[1].append(placement)
+        cyc.why.setdefault(t.id, "grows into idle capacity")
+    return True
 
 
 def _make_room(sched, cyc, run, q, cv, alt, excluded):
-    """A replica an autoscaled service needs, made room for by lower-class work (SPEC §4 preemption rules).
+    """A replica an autoscaled service needs, made room for by lower-class work (docs/rules.md#preemption).
 
     Its maximum is a demand, not an allowance: like a queued task of its class, it takes replicas of
     lower-class elastic tasks and services down towards their minimum first, then lower-class whole tasks

@@ -1,4 +1,4 @@
-"""The scheduling cycle (SPEC §4, §5).
+"""The scheduling cycle (docs/rules.md, docs/engine.md).
 
 :func:`schedule` is the stateless entry point the Django service uses: snapshot in,
 decisions out. :class:`Scheduler` is the same engine kept alive between cycles (the
@@ -31,7 +31,7 @@ from operator import attrgetter
 
 from . import backfill, elastic, preemption, rebalance, reservations
 from .capacity import BEST_FIT, FGD, FIRST_FIT, NODE_SCORERS, Claim, ClusterIndex, NodeState
-from .estimate import Estimator, WaitingList
+from .estimate import Clocks, Estimator, WaitingList
 from .fragmentation import FragmentationModel, shape_of
 from .model import (
     BACKFILL,
@@ -39,15 +39,18 @@ from .model import (
     DRF,
     FIFO,
     HIGH,
+    LAS,
     LOAN_LENDER_CREDITED,
     LOAN_NEITHER,
     LOW,
     MEDIUM,
     POLICIES,
     RESERVING_POLICIES,
+    SHARE_ANY_VENDOR,
     Decisions,
     DeviceShare,
     GpuRequest,
+    Holding,
     InstancePlacement,
     Preempt,
     Reason,
@@ -57,14 +60,20 @@ from .model import (
     Snapshot,
     Start,
     Task,
+    share_capability,
 )
-from .policies import drain_reservation, queue_order
+from .policies import check_las_thresholds, drain_reservation, queue_order
 from .resources import EPS, WHOLE, Demand, RequestError, demand_of, dominant_share, fits_under, plus
 from .scorers import CLUSTER_STRATEGIES
 
 # A degraded cluster missed a health check: what runs there keeps running, nothing new is placed there.
 SCHEDULABLE_CLUSTER_STATUS = ("healthy",)
 ZERO = Resources()
+
+
+# At most this many cross-class reservations per cycle (each costs a trial placement per released task); with the
+# node bound (VdcSettings.reserved_nodes_max_fraction) it keeps a cycle over a large blocked backlog fast.
+RESERVATIONS_PER_CYCLE = 8
 
 
 def schedule(snapshot: Snapshot) -> Decisions:
@@ -187,6 +196,9 @@ class Cycle:
         self.resizes: dict = {}
         self.why: dict = {}  # task id -> why it was resized (the Resize message)
         self.waiting: list[tuple[Task, Demand | None, str, str]] = []
+        # Whether a waiting task has several instances / waits for its project's quota: the estimate's extra checks.
+        self.gang_waits = False
+        self.quota_waits = False
         # GPU models (and "cpu") that a high/medium task waits for: low work must leave them idle.
         self.hm_blocked: set = set()
         # The request shapes of those waiting high/medium tasks ((shape, class) -> (demand, class rank)), and what
@@ -202,13 +214,18 @@ class Cycle:
         self.reservation: dict = {}
         # Cross-class reservations: (start time, node positions, rank of the holder, holder task id).
         self.class_res: list = []
-        self.class_res_queues: set = set()
+        self.class_res_nodes: set = set()  # the node positions they hold
         self.preempt_failed: set = set()
         # Low tasks without reclaim rights that found no room: how they were decided (Scheduler._remember).
         self.low_memo: dict = {}
         self.eligible: dict = {}
         self.eligible_static: dict = {}
         self.victim_pool: dict = {}
+        # Victim units of class preemption by (class rank, cluster, models, GPU, excluded nodes), sorted; cleared
+        # when a running task's replicas change (preemption._units).
+        self.units: dict = {}
+        # The same units by node, and the nodes by their cheapest unit (preemption._cheapest_nodes); cleared with them.
+        self.unit_nodes: dict = {}
         # Capacity reservations resolved for this cycle (None without any), and the earliest start of the
         # tasks they hold off (task id -> the reservation's end).
         self.holds: reservations.Holds | None = None
@@ -227,6 +244,10 @@ class Scheduler:
         for q in snapshot.queues:
             if q.policy not in POLICIES:
                 raise ValueError(f"queue {q.id!r}: unknown policy {q.policy!r}; expected one of {', '.join(POLICIES)}")
+            try:
+                check_las_thresholds(q.las_thresholds_gpu_s)
+            except ValueError as e:
+                raise ValueError(f"queue {q.id!r}: {e}") from None
         self.settings = s
         self.strategy = CLUSTER_STRATEGIES[s.cluster_strategy]
         self.scorer = s.node_scorer
@@ -252,7 +273,7 @@ class Scheduler:
             self.nodes.append(ns)
             self.node_by_id[node.id] = ns
             by_cluster[node.cluster_id].append(ns)
-        if snapshot.running:
+        if snapshot.running or snapshot.draining:
             # Where each device is, for the running tasks' placements (a backlog-only snapshot needs none).
             for ns in self.nodes:
                 for i, dev_id in enumerate(ns.dev_ids):
@@ -261,11 +282,13 @@ class Scheduler:
         # per node instead of one re-indexing per running task.
         self.seq = 0
         pending = [self._run_of(rt) for rt in snapshot.running]
+        for holding in snapshot.draining:
+            self._drain(holding)
         self.clusters: dict = {}
         total = [0.0, 0.0, 0.0]
         rate = {m.name: m.exchange_rate for m in self.catalog.values()}
         for order, c in enumerate(snapshot.clusters):
-            index = ClusterIndex(c.id, by_cluster[c.id], shareable)
+            index = ClusterIndex(c.id, by_cluster[c.id], shareable, self._unshareable(c, shareable))
             gpu = 0.0
             for ns in index.schedulable:
                 for m, ok in zip(ns.dev_model, ns.dev_ok, strict=True):
@@ -407,6 +430,27 @@ class Scheduler:
             self._demands[task.id] = (task, d)
         return d
 
+    def _drain(self, holding: Holding) -> None:
+        """Take capacity a job may still hold off its node (never below nothing: a running task may already count
+        the same card, e.g. the preemptor that will get it)."""
+        ns = self.node_by_id.get(holding.node_id)
+        if ns is None:
+            return
+        ns.free_cpu -= min(holding.cpu, max(ns.free_cpu, 0.0))
+        ns.free_mem -= min(holding.memory_gib, max(ns.free_mem, 0.0))
+        for share in holding.devices:
+            loc = self.device_at.get(share.device_id)
+            if loc is not None and loc[0] is ns:
+                i = loc[1]
+                ns.dev_free[i] -= min(share.milli, max(ns.dev_free[i], 0))
+
+    def _unshareable(self, cluster, shareable: frozenset) -> frozenset:
+        """Shareable models whose cards ``cluster`` cannot run a share of (its capabilities lack their vendor)."""
+        caps = cluster.capabilities
+        if caps is None or SHARE_ANY_VENDOR in caps:
+            return frozenset()
+        return frozenset(m for m in shareable if share_capability(self.catalog[m].vendor) not in caps)
+
     def _run_of(self, rt: RunningTask) -> Run:
         """A running task as a :class:`Run`, its claims subtracted from the (not yet indexed) nodes."""
         task = rt.task
@@ -430,6 +474,8 @@ class Scheduler:
                 for i, milli in claim[3]:
                     ns.dev_free[i] -= milli
                 claims.append(claim)
+        if rt.gpu_equivalents is not None:
+            eq = rt.gpu_equivalents  # the portal's capacity ledger decides what the placements hold
         n = max(1, len(rt.placements))
         model = next((p.gpu_model for p in rt.placements if p.gpu_model), None)
         alt = (model, 0, 0, eq / n)
@@ -452,15 +498,19 @@ class Scheduler:
         """Keep the expected-end release lists of the estimator as runs come and go.
 
         New entries wait in ``_rel_pending`` and are merged with one sort when the lists are
-        read or an entry must be removed: a cycle that starts thousands of tasks would
-        otherwise pay one list insertion (a memmove of the whole list) per start.
+        read: a cycle that starts thousands of tasks would otherwise pay one list insertion
+        (a memmove of the whole list) per start. An entry removed is taken from the sorted list
+        or from the pending ones, wherever it is, so preemptions between starts sort nothing.
         """
         if sign < 0:
-            if run._rel:
-                self._flush_releases()
+            releases = self._releases
             for key, entry in run._rel:
-                lst = self._releases[key]
-                del lst[bisect_left(lst, entry)]
+                lst = releases.get(key)
+                i = bisect_left(lst, entry) if lst else 0
+                if lst and i < len(lst) and lst[i] == entry:
+                    del lst[i]
+                else:
+                    self._rel_pending.remove((key, entry))
                 self.release_total[key] -= entry[2]
             run._rel = []
             return
@@ -489,9 +539,18 @@ class Scheduler:
             return
         if sign > 0:
             self._ends_pending.append((end, run.seq, run))
-        else:
-            ends = self.runs_by_end()
-            del ends[bisect_left(ends, (end, run.seq))]
+            return
+        # From the sorted list or, not merged yet, from the pending entries (no sort: see _track_releases).
+        ends = self._ends
+        i = bisect_left(ends, (end, run.seq))
+        if i < len(ends) and ends[i][2] is run:
+            del ends[i]
+            return
+        pending = self._ends_pending
+        for j, entry in enumerate(pending):
+            if entry[2] is run:
+                del pending[j]
+                return
 
     def _flush_releases(self) -> None:
         """Merge the pending release entries into the sorted lists."""
@@ -722,8 +781,9 @@ class Scheduler:
             queues = [q for q in self.queues.values() if q.priority_class == cls and q.id in by_queue]
             queues.sort(key=lambda q: (-q.weight, self.queue_rank[q.id]))
             priority_of = self.priority_of if self.has_priorities else None
+            share, weight = self.share_of, self.weight_of
             iters = [
-                (q, queue_order(q.policy, by_queue[q.id], self.share_of, priority_of, now, self.weight_of))
+                (q, queue_order(q.policy, by_queue[q.id], share, priority_of, now, weight, q.las_thresholds_gpu_s))
                 for q in queues
             ]
             self._consider_in_tiers(iters, self._tiers(cls, queues, now) or _one_tier, cls, cyc)
@@ -851,7 +911,14 @@ class Scheduler:
                 pos += 1
 
     def _wait(self, cyc: Cycle, task: Task, d, reason: str, message: str) -> None:
-        cyc.waiting.append((task, d if isinstance(d, Demand) else None, reason, message))
+        if isinstance(d, Demand):
+            if d.instances > 1:
+                cyc.gang_waits = True
+            if reason == Reason.QUOTA_EXCEEDED:
+                cyc.quota_waits = True
+        else:
+            d = None
+        cyc.waiting.append((task, d, reason, message))
 
     def _consider(self, task: Task, q, cls: str, cyc: Cycle) -> None:
         """Admission checks, then placement, then preemption for one queued task."""
@@ -902,7 +969,14 @@ class Scheduler:
         if q.policy in (FIFO, DRF):
             blocked = cyc.queue_blocked.get(q.id)
             if blocked and not blocked.isdisjoint(keys):
-                self._wait(cyc, task, d, Reason.QUEUE_ORDER, "waiting behind an earlier task of its queue")
+                message = "waiting behind an earlier task of its queue"
+                if cls != LOW and self._may_reserve(task, q, cls, cyc):
+                    # Behind its head it still holds a reservation, so later lower-class work does not take what
+                    # frees up for it (every blocked high task, and medium past reserve_after, holds one).
+                    cands = self._eligible(task, cyc)
+                    if cands and self._reserve_across_classes(task, q, cls, d, alts, cands, cyc) is not None:
+                        message += "; holds a reservation that later lower-class work may not delay"
+                self._wait(cyc, task, d, Reason.QUEUE_ORDER, message)
                 self._starving(cyc, cls, keys, d)
                 return
         aside = protect = False
@@ -910,7 +984,8 @@ class Scheduler:
             # Low work runs only on otherwise idle capacity: a preemptible low task that was never preempted may
             # take idle cards that waiting high / medium work cannot use yet (it is suspended at once when they
             # can), preferring nodes where none of them could fit before it is expected to end; a preempted one
-            # starts again only when none of them that could use those resources waits (SPEC §4): only on such
+            # starts again only when none of them that could use those resources waits
+            # (docs/rules.md#priority-classes): only on such
             # nodes (:meth:`_place_aside`). A non-preemptible one keeps off the models they wait for.
             if task.preemptible:
                 aside = any((a[0] or "cpu") in cyc.hm_blocked for a in alts)
@@ -932,11 +1007,11 @@ class Scheduler:
         if res is not None:
             t_res, nodes = res
             dur = task.expected_duration_s
-            # Work that ends (by its expected duration) before the reservation starts may use its nodes: EASY
-            # backfill; in a high queue also under the other reserving policies when the head's start is known
-            # from expected ends (None: it waits for unestimated work). Elsewhere those keep a blocked head's
-            # nodes for it alone (no estimate is trusted; letting medium / low work in measured worse for sjf).
-            if (q.policy != BACKFILL and cls != HIGH) or dur is None or t_res is None or cyc.now + dur > t_res + EPS:
+            # Work that ends (by its expected duration) before the reservation starts may use its nodes (EASY
+            # backfill, under every reserving policy) when the head's start is known from expected ends (None: it
+            # waits for unestimated work); the rest keeps off them, so nodes are not drained while short work that
+            # ends in time could run there.
+            if dur is None or t_res is None or cyc.now + dur > t_res + EPS:
                 excluded, token = nodes, res
         held = self._held_off(task, cls, cyc) if cyc.class_res else None
         if held:
@@ -952,7 +1027,7 @@ class Scheduler:
         memo = None
         if cls == LOW and off is None:
             rights = preemption.reclaim_rights(self, task, q, d, alts)
-            if not rights[0] and not rights[1]:
+            if not rights[0] and not rights[1] and q.policy != LAS:
                 # Without reclaim rights, a low task that finds no room at all waits for reasons that depend only
                 # on what is keyed here: an identical earlier task of this cycle decided it, unless capacity was
                 # given back since (:meth:`_remember`).
@@ -1074,26 +1149,35 @@ class Scheduler:
         message = "no enabled, healthy cluster matches the task"
         if task.max_replicas is not None:
             message += " (elastic tasks run only on clusters that can resize a running job, e.g. Kubernetes)"
+        usable = [cv.cluster for cv in self.clusters.values() if cv.usable]
+        if task.needs and usable and not any(c.capabilities is None or task.needs <= c.capabilities for c in usable):
+            missing = sorted({n for c in usable for n in task.needs - c.capabilities})
+            message += f" (none of its healthy clusters can run what it needs: {', '.join(missing)})"
         self._wait(cyc, task, d, Reason.NO_ELIGIBLE_CLUSTER, message)
 
     def _reserve_across_classes(self, task: Task, q, cls: str, d: Demand, alts, cands, cyc: Cycle):
         """A high task (or a medium task waiting past its queue's ``reserve_after_s``) that found no room
         reserves the nodes where it will start earliest; returns (start time, node positions) or None.
 
-        One reservation per queue and cycle, like EASY's head: the first such task of a queue holds it.
+        Every such task holds one, in the order the cycle considers them (high first, then long-waiting medium,
+        each class in queue order): a later holder's reservation is worked out without the nodes earlier ones
+        hold (on them if it fits nowhere else), and the reservations of a cycle hold at most
+        ``settings.reserved_nodes_max_fraction`` of the nodes, and there are at most ``RESERVATIONS_PER_CYCLE`` of
+        them (a holder past either bound waits without one).
         """
-        if cls == LOW or q.id in cyc.class_res_queues:
+        if not self._may_reserve(task, q, cls, cyc):
             return None
-        if cls == MEDIUM and (q.reserve_after_s is None or cyc.now - task.submit_time <= q.reserve_after_s):
-            return None
-        cyc.class_res_queues.add(q.id)
         now = cyc.now
+        held = cyc.class_res_nodes
+        bound = max(1, int(self.settings.reserved_nodes_max_fraction * len(self.nodes)))
+        others = frozenset(held)
         cached = self._res_cache.get(task.id)
         if (
             cached is not None
             and cached[0] == self.epoch
             and cached[1] is d
             and cached[2][0] >= now
+            and cached[4] == others
             and all(_node_state(self.nodes[pos]) == state for pos, state in cached[3])
         ):
             # Nothing was given back anywhere and nothing changed on the reserved nodes: the same reservation.
@@ -1101,15 +1185,30 @@ class Scheduler:
         else:
             # From running tasks' expected ends only: counting what the holder might preempt as free "now"
             # promised room that the preemption plan had just failed to make, and held it idle (trace replays).
-            res = backfill.reserve(self, d, alts, cands, now)
+            res = backfill.reserve(self, d, alts, cands, now, others or None)
+            if res is None and others:
+                res = backfill.reserve(self, d, alts, cands, now)
             if res is None:
                 return None
             states = tuple((pos, _node_state(self.nodes[pos])) for pos in res[1])
-            self._res_cache[task.id] = (self.epoch, d, res, states)
+            self._res_cache[task.id] = (self.epoch, d, res, states, others)
+        if len(held | res[1]) > bound:
+            return None
+        held |= res[1]
         cyc.class_res.append((res[0], res[1], CLASS_RANK[cls], task.id))
         # Elastic growth keeps off reserved nodes too (it reads every reservation of the cycle).
         cyc.reservation[("class", task.id)] = res
         return res
+
+    def _may_reserve(self, task: Task, q, cls: str, cyc: Cycle) -> bool:
+        """Whether the task may hold a cross-class reservation in this cycle (:meth:`_reserve_across_classes`):
+        high, or medium past its queue's ``reserve_after_s``, while the cycle's reservations are within bounds."""
+        if cls == LOW:
+            return False
+        if cls == MEDIUM and (q.reserve_after_s is None or cyc.now - task.submit_time <= q.reserve_after_s):
+            return False
+        bound = max(1, int(self.settings.reserved_nodes_max_fraction * len(self.nodes)))
+        return len(cyc.class_res_nodes) < bound and len(cyc.class_res) < RESERVATIONS_PER_CYCLE
 
     def _held_off(self, task: Task, cls: str, cyc: Cycle) -> frozenset | None:
         """Reserved nodes this task must keep off: those of higher-class (or, for medium, long-waiting medium)
@@ -1201,7 +1300,8 @@ class Scheduler:
     def _hm_fit_time(self, ns: NodeState, cyc: Cycle) -> float:
         """The earliest time one instance of a waiting high / medium task could fit on ``ns`` (inf: never).
 
-        SPEC §4 starts a preempted low task again "only when no high or medium task that could use those resources
+        docs/rules.md#priority-classes starts a preempted low task again "only when no high or medium task that could
+        use those resources
         is waiting". A waiting task cannot use any capacity at once (it found no room even after every preemption it
         may make), so "could use" is read over the time the low task would hold the capacity: on a node where no
         waiting task could fit before the low task is expected to end, it is not in their way and will not be thrown
@@ -1246,8 +1346,8 @@ class Scheduler:
         return per_node
 
     def _eligible(self, task: Task, cyc: Cycle) -> list[ClusterView]:
-        """Cluster filters (enabled, healthy, type, labels, task limits, resizable for elastic tasks), then the
-        VDC's strategy order.
+        """Cluster filters (enabled, healthy, type, capabilities, labels, task limits, resizable for elastic
+        tasks), then the VDC's strategy order.
 
         The answer depends on the task only through a few fields, and on the clusters only
         through counters that change when something starts or stops, so it is cached per
@@ -1264,6 +1364,7 @@ class Scheduler:
         """The task fields its eligible clusters depend on."""
         return (
             task.cluster_type,
+            task.needs,
             task.max_replicas is not None,
             tuple(sorted(task.required_labels.items())) if task.required_labels else (),
             task.owner if self.per_user_limits else None,
@@ -1281,6 +1382,8 @@ class Scheduler:
                 if not cv.usable or (task.cluster_type and c.type != task.cluster_type):
                     continue
                 if task.max_replicas is not None and not c.resizable:
+                    continue
+                if c.capabilities is not None and not task.needs <= c.capabilities:
                     continue
                 if any(c.labels.get(k) != v for k, v in task.required_labels.items()):
                     continue
@@ -1426,6 +1529,8 @@ class Scheduler:
     def _shrink(self, run: Run, claim: Claim, cyc: Cycle) -> None:
         i = run.claims.index(claim)
         run.claims.pop(i)
+        cyc.units.clear()
+        cyc.unit_nodes.clear()
         run.changed()
         removed = run.placements.pop(i)
         self.clusters[run.cluster_id].index.release(claim)
@@ -1448,12 +1553,14 @@ class Scheduler:
         if run.rank == CLASS_RANK[MEDIUM]:
             floor = q.window_floor_s if q else 0.0
             base = run.window_s if run.window_s is not None else (task.expected_duration_s or 0.0)
-            # Halved down to the queue's floor, and never longer than the window it had (SPEC §4).
+            # Halved down to the queue's floor, and never longer than the window it had
+            # (docs/rules.md#priority-classes).
             new_window = min(base, max(floor, base / 2))
         msg = {
             "higher_class": f"preempted by {by.id!r}, a higher-class task that needs its resources",
             "quota_reclaim": f"project of {by.id!r} reclaims its guaranteed quota",
             "queue_reclaim": f"queue of {by.id!r} reclaims its guaranteed capacity",
+            "las_demotion": f"its attained service passed its queue's LAS threshold; {by.id!r} has less",
         }[reason]
         lost = max(0.0, cyc.now - run.started_at) * run.alt[3] * claims
         cyc.preempts.append(Preempt(task.id, reason, by.id, msg, True, new_window, lost))
@@ -1472,7 +1579,10 @@ class Scheduler:
             return WaitingList([], None, cyc.now, {}, [])
         class_of = {q.id: q.priority_class for q in self.queues.values()}
         runs = list(self.running.values())
-        return WaitingList(cyc.waiting, Estimator(self, cyc.now), cyc.now, class_of, runs, cyc.not_before)
+        clocks = None
+        if cyc.gang_waits or cyc.quota_waits:
+            clocks = Clocks(self, runs, cyc.now, cyc.gang_waits, cyc.quota_waits)
+        return WaitingList(cyc.waiting, Estimator(self, cyc.now), cyc.now, class_of, runs, cyc.not_before, clocks)
 
     def _class_of(self, task: Task) -> str:
         q = self.queues.get(task.queue_id)

@@ -1,4 +1,5 @@
-"""Queue positions and estimated start times of queued tasks (SPEC §4), from running tasks' expected ends.
+"""Queue positions and estimated start times of queued tasks (docs/rules.md#queue-policies), from running tasks'
+expected ends.
 
 An approximation that stays O(n log n) for 10,000 queued tasks: capacity is pooled per GPU
 model (thousandths of a card over all schedulable nodes) plus one CPU pool for CPU-only work.
@@ -8,6 +9,11 @@ takes the earliest time its pool (any of its alternatives) has enough, and relea
 at that time plus its own expected duration. Node boundaries are ignored, so the estimate
 is a lower bound for tasks that need several cards on one node; running tasks without an
 expected duration never release, and a task that can never fit gets None.
+
+Two checks refine that pooled answer (:class:`Clocks`): a task of several instances also waits until enough
+nodes of one cluster each have room for an instance (:meth:`Clocks.gang`: the running tasks' releases node by
+node, in order of expected end, so the estimate is the latest release it needs), and a task held back by its
+project's quota until enough of the project's own running work ends (:meth:`Clocks.quota`).
 
 The pass is sequential, so it is lazy: a cycle only freezes its inputs (free capacity per
 pool and the release lists, O(pools + running)), and :class:`WaitingList` hands out positions
@@ -22,8 +28,8 @@ from bisect import insort
 from collections.abc import Sequence
 from heapq import heappop, heappush
 
-from .model import CLASS_RANK, HIGH, MEDIUM, Reason, Waiting
-from .resources import WHOLE
+from .model import CLASS_RANK, HIGH, MEDIUM, Reason, Resources, Waiting
+from .resources import EPS, WHOLE, fits_under
 
 # Reasons for which no start can be predicted from capacity alone.
 UNPREDICTABLE = frozenset(
@@ -178,6 +184,133 @@ class Estimator:
         return t, blocker
 
 
+def _units(value: float) -> str:
+    """A quantity as the quota message says it: whole numbers without decimals."""
+    return f"{value:.2f}".rstrip("0").rstrip(".")
+
+
+class Clocks:
+    """When a waiting task's own constraints clear, from the running tasks' expected ends: the node-by-node room
+    of a task of several instances, and the quota of a task's project. Frozen when the cycle ends."""
+
+    def __init__(self, sched, runs: list, now: float, gangs: bool, quotas: bool):
+        """``gangs``: snapshot the free room of every node (a task of several instances waits); ``quotas``: the
+        projects' usage and limits (a task waits for its project's quota)."""
+        self.now = now
+        self._runs = runs
+        self._gang_cache: dict = {}
+        self._nodes: dict | None = None
+        if gangs:
+            # cluster -> node position -> pool key -> free amount (thousandths of a card, or cpu cores)
+            nodes: dict = {}
+            for cid, cv in sched.clusters.items():
+                if not cv.usable:
+                    continue
+                per = nodes[cid] = {}
+                for ns in cv.index.schedulable:
+                    room = {"cpu": max(ns.free_cpu, 0.0)}
+                    for i, m in enumerate(ns.dev_model):
+                        if ns.dev_ok[i]:
+                            room[m] = room.get(m, 0.0) + ns.dev_free[i]
+                    per[ns.pos] = room
+            self._nodes = nodes
+            # (end, seq, cluster, node position, key, amount) of what each running task gives back, by end.
+            events = []
+            for run in runs:
+                end = run.expected_end()
+                if end is None:
+                    continue
+                for ns, cpu, _mem, devs in run.claims:
+                    if not devs:
+                        events.append((max(end, now), run.seq, ns.cluster_id, ns.pos, "cpu", cpu))
+                    for i, milli in devs:
+                        events.append((max(end, now), run.seq, ns.cluster_id, ns.pos, ns.dev_model[i], milli))
+            events.sort(key=lambda e: (e[0], e[1]))
+            self._events = events
+        self._usage: dict = dict(sched.proj_usage) if quotas else {}
+        self._limits: dict = (
+            {pid: q.limit for pid, q in sched.quotas.items() if q.enforce and q.limit is not None} if quotas else {}
+        )
+        self._by_project: dict | None = None
+
+    def gang(self, d) -> tuple[float | None, int | None]:
+        """The earliest time one cluster has room for every instance of ``d``, node by node (None: never by a
+        known time), and the ``seq`` of the running task whose release completes it (None: room now)."""
+        cached = self._gang_cache.get(id(d))
+        if cached is not None and cached[0] is d:
+            return cached[1]
+        best: tuple[float | None, int | None] = (None, None)
+        for model, cards, milli, _eq in d.alternatives:
+            key = model or "cpu"
+            need = d.cpu if model is None else (cards * WHOLE if cards else milli)
+            if need <= 0:
+                continue
+            for cid, per in (self._nodes or {}).items():
+                room = {pos: r.get(key, 0.0) for pos, r in per.items()}
+                fit = sum(int((v + EPS) // need) for v in room.values())
+                if fit >= d.instances:
+                    best = (self.now, None)
+                    break
+                for end, seq, ecid, pos, ekey, amount in self._events:
+                    if best[0] is not None and end >= best[0]:
+                        break
+                    if ecid != cid or ekey != key or pos not in room:
+                        continue
+                    before = int((room[pos] + EPS) // need)
+                    room[pos] += amount
+                    fit += int((room[pos] + EPS) // need) - before
+                    if fit >= d.instances:
+                        best = (end, seq)
+                        break
+            if best == (self.now, None):
+                break
+        self._gang_cache[id(d)] = (d, best)
+        return best
+
+    def quota(self, project_id, d) -> tuple[float | None, int | None, str]:
+        """The earliest time the project's own running work has freed enough of its quota limit for ``d`` (None:
+        nothing of it ends by a known time), the ``seq`` of the task whose end does it, and, without a time,
+        the message that says so."""
+        limit = self._limits.get(project_id)
+        usage = self._usage.get(project_id, Resources())
+        if limit is None:
+            return self.now, None, ""
+        if self._by_project is None:
+            by: dict = {}
+            for run in self._runs:
+                end = run.expected_end()
+                if end is not None:
+                    by.setdefault(run.task.project_id, []).append((max(end, self.now), run.seq, run.usage()))
+            for lst in by.values():
+                lst.sort(key=lambda e: (e[0], e[1]))
+            self._by_project = by
+        best: tuple[float, int | None] | None = None
+        for alt in d.alternatives:
+            add = d.vector(alt)
+            if fits_under(usage, add, limit):
+                return self.now, None, ""
+            cpu, mem, gpu = usage.cpu, usage.memory_gib, usage.gpu
+            for end, seq, u in self._by_project.get(project_id, ()):
+                if best is not None and end >= best[0]:
+                    break
+                cpu, mem, gpu = cpu - u.cpu, mem - u.memory_gib, gpu - u.gpu
+                if fits_under(Resources(cpu, mem, gpu), add, limit):
+                    best = (end, seq)
+                    break
+        if best is not None:
+            return best[0], best[1], ""
+        over = []
+        add = d.vector(d.alternatives[0]) if d.alternatives else Resources()
+        if usage.gpu + add.gpu > limit.gpu + EPS:
+            over.append(f"{_units(usage.gpu)} of {_units(limit.gpu)} GPUs in use")
+        if usage.cpu + add.cpu > limit.cpu + EPS:
+            over.append(f"{_units(usage.cpu)} of {_units(limit.cpu)} CPU cores in use")
+        if usage.memory_gib + add.memory_gib > limit.memory_gib + EPS:
+            over.append(f"{_units(usage.memory_gib)} of {_units(limit.memory_gib)} GiB of memory in use")
+        detail = f" ({'; '.join(over)})" if over else ""
+        return None, None, f"no estimate: waits for your project's quota{detail}"
+
+
 class WaitingList(Sequence):
     """The tasks that stay queued after a cycle, as :class:`Waiting` entries computed on first read.
 
@@ -188,8 +321,17 @@ class WaitingList(Sequence):
     """
 
     __slots__ = (
-        "_pending", "_done", "_estimator", "_now", "_class_of", "_runs", "_by_seq", "_position", "_not_before"
-    )  # fmt: skip
+        "_pending",
+        "_done",
+        "_estimator",
+        "_now",
+        "_class_of",
+        "_runs",
+        "_by_seq",
+        "_position",
+        "_not_before",
+        "_clocks",
+    )
 
     def __init__(
         self,
@@ -199,11 +341,13 @@ class WaitingList(Sequence):
         class_of: dict,
         runs: list,
         not_before: dict | None = None,
+        clocks: Clocks | None = None,
     ):
         """``pending`` = [(task, demand or None, reason, message)] in consideration order; ``runs`` = the
         running tasks at the end of the cycle (for ``blocked_by``); ``not_before`` = task id -> the earliest
-        start (the end of the capacity reservation that holds it off)."""
+        start (the end of the capacity reservation that holds it off); ``clocks`` = the gang and quota checks."""
         self._not_before = not_before or {}
+        self._clocks = clocks
         self._pending = pending
         self._done: list[Waiting] = []
         self._estimator = estimator
@@ -238,6 +382,18 @@ class WaitingList(Sequence):
                 append(Waiting(t.id, qid, pos, None, reason, message, None, False))
                 continue
             start, seq = nxt(d, t.expected_duration_s)
+            clocks = self._clocks
+            if clocks is not None:
+                if reason == Reason.QUOTA_EXCEEDED:
+                    when, by, words = clocks.quota(t.project_id, d)
+                    if when is None:
+                        start, seq, message = None, None, words
+                    elif start is not None and when > start:
+                        start, seq = when, by
+                if start is not None and d.instances > 1:
+                    when, by = clocks.gang(d)
+                    if when is None or when > start:
+                        start, seq = when, by
             floor = self._not_before.get(t.id)
             if floor is not None and start is not None and start < floor:
                 start, seq = floor, None  # the reservation decides, not the running work the pools wait for
@@ -263,7 +419,7 @@ class WaitingList(Sequence):
             append(Waiting(t.id, qid, pos, start, reason, message, blocker.task.id, at_window))
         if len(done) == len(pending):
             # Everything is computed: drop what only the computation needed.
-            self._estimator = self._runs = self._by_seq = None
+            self._estimator = self._runs = self._by_seq = self._clocks = None
 
     def __len__(self) -> int:
         return len(self._pending)

@@ -33,6 +33,15 @@ RESERVING_POLICIES = frozenset((NONSTRICT_FIFO, LAS, SJF, FAIR_SHARE))
 
 LINK_FAST = frozenset({"nvlink", "hccs"})
 
+# A cluster that can run a share of a card of any vendor (``Cluster.capabilities``); ``share:<vendor>`` names one.
+SHARE_ANY_VENDOR = "share:*"
+
+
+def share_capability(vendor: str) -> str:
+    """The capability of running a share of one of ``vendor``'s cards (a HAMi-style fraction or memory share)."""
+    return f"share:{vendor}"
+
+
 # How capacity loans (:mod:`.rebalance`) count, in billing and in fair share (``VdcSettings.loan_billing``).
 LOAN_BORROWER_PAYS = "borrower_pays"
 LOAN_LENDER_CREDITED = "lender_credited"
@@ -67,6 +76,8 @@ class PreemptReason:
     HIGHER_CLASS = "higher_class"
     QUOTA_RECLAIM = "quota_reclaim"
     QUEUE_RECLAIM = "queue_reclaim"
+    # A las queue's task whose attained service passed a threshold gave way to one of its queue with less service.
+    LAS_DEMOTION = "las_demotion"
     # A capacity reservation set to drain its nodes started (``by_task_id`` is None).
     CAPACITY_RESERVATION = "capacity_reservation"
 
@@ -149,6 +160,9 @@ class Cluster:
     max_total_tasks: int | None = None
     max_tasks_per_user: int | None = None
     resizable: bool = True  # its backend can grow and shrink a running job (elastic tasks go only here)
+    # What its backend can run, as names the caller chooses (a task goes only where all its ``Task.needs`` are),
+    # plus ``share:<vendor>`` / ``share:*`` for the vendors whose cards it runs shares of. None: anything.
+    capabilities: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +181,10 @@ class Queue:
     reserve_after_s: float | None = 3600.0
     # A task of this queue is not preempted for a guarantee reclaim before it has run this long.
     min_run_before_reclaim_s: float = 300.0
+    # las: attained-service thresholds (GPU-seconds) between the queue's LAS levels, ascending; None = the
+    # engine's default (policies.LAS_THRESHOLDS_GPU_S). A running task demoted past one may be preempted for a
+    # waiting task of the queue in a higher level (docs/engine.md, "2D-LAS").
+    las_thresholds_gpu_s: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +257,8 @@ class Task:
     required_labels: Mapping[str, str] = field(default_factory=dict)
     preferred_clusters: tuple[Id, ...] = ()
     cluster_type: str | None = None
+    # Capabilities the task needs in its cluster (``Cluster.capabilities``): an image runtime, its kind of workload...
+    needs: frozenset[str] = frozenset()
     # Service the task already received in earlier runs, in GPU-seconds (cards x seconds): policy "las" orders by
     # it. The Django layer sums the task's metered GPU usage; the simulator adds each preempted run.
     attained_gpu_s: float = 0.0
@@ -250,9 +270,26 @@ class Task:
     # task only grows into idle capacity.
     autoscaled: bool = False
     # Times the task was preempted (or suspended) before: a preempted low task is started again only when no high or
-    # medium task that could use those resources waits (SPEC §4). The Django layer maps ``Task.preemption_count``; a
+    # medium task that could use those resources waits (docs/rules.md#priority-classes). The Django layer maps
+    # ``Task.preemption_count``; a
     # kept Scheduler counts its own preemptions.
     preemptions: int = 0
+    # An elastic task's speed-up curve (:func:`speedup`): the parallel fraction of its work in Amdahl's law, 0..1
+    # (1 = linear in its replicas); None = DEFAULT_SCALING. Growth goes to the highest marginal speed-up per GPU.
+    scaling: float | None = None
+
+
+# The default speed-up curve of an elastic task: 95 % of its work parallel, so 2 replicas run 1.9x, 4 run 3.5x,
+# 8 run 5.9x and 16 run 9.1x as fast as one (a sub-linear curve, docs/engine.md "Elastic").
+DEFAULT_SCALING = 0.95
+
+
+def speedup(task: Task, replicas: int) -> float:
+    """Throughput of ``task`` on ``replicas`` replicas, relative to one replica (Amdahl's law with the task's
+    ``scaling`` as the parallel fraction)."""
+    p = DEFAULT_SCALING if task.scaling is None else min(1.0, max(0.0, task.scaling))
+    n = max(1, replicas)
+    return 1.0 / ((1.0 - p) + p / n)
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,13 +316,29 @@ class InstancePlacement:
 
 @dataclass(frozen=True, slots=True)
 class RunningTask:
-    """A task holding resources: its placements, when it started and its guaranteed window."""
+    """A task holding resources: its placements, when it started and its guaranteed window.
+
+    ``gpu_equivalents`` is what its placements hold in GPU-equivalents, as the portal's capacity ledger counts
+    them (None: worked out from the catalog, a card of a model the catalog lacks counting 1.0).
+    """
 
     task: Task
     cluster_id: Id
     placements: tuple[InstancePlacement, ...]
     started_at: float
     window_s: float | None = None
+    gpu_equivalents: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """Capacity on a node that no running task counts but a job may still hold: a preempted or stopped task's job
+    not yet confirmed gone, the instances an elastic shrink releases. Nothing is placed on it until it is gone."""
+
+    node_id: Id
+    devices: tuple[DeviceShare, ...] = ()
+    cpu: float = 0.0
+    memory_gib: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,8 +366,14 @@ class VdcSettings:
     # billing; and whether only low-class work may run on borrowed capacity (docs/engine.md, Rebalancer).
     loan_billing: str = LOAN_BORROWER_PAYS
     loans_low_class_only: bool = False
+    # Cross-class reservations (every blocked high task, and medium tasks past their queue's reserve_after) hold at
+    # most this fraction of the VDC's nodes in a cycle (at least one node); holders past the bound wait without
+    # one (docs/engine.md, "Cross-class reservations").
+    reserved_nodes_max_fraction: float = 0.75
 
     def __post_init__(self):
+        if not 0.0 <= self.reserved_nodes_max_fraction <= 1.0:
+            raise ValueError(f"reserved_nodes_max_fraction must be within 0..1, got {self.reserved_nodes_max_fraction}")
         if self.loan_billing not in LOAN_BILLING:
             raise ValueError(f"unknown loan billing {self.loan_billing!r}; expected one of {', '.join(LOAN_BILLING)}")
 
@@ -395,6 +454,7 @@ class Snapshot:
     settings: VdcSettings = VdcSettings()
     reservations: tuple[CapacityReservation, ...] = ()
     loans: tuple[Loan, ...] = ()
+    draining: tuple[Holding, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""Queue ordering policies (SPEC §4; trade-offs in docs/engine.md).
+"""Queue ordering policies (docs/rules.md#queue-policies; trade-offs in docs/engine.md).
 
 Each policy yields a queue's tasks in the order the engine considers them:
 
@@ -8,7 +8,8 @@ Each policy yields a queue's tasks in the order the engine considers them:
   each start changes them;
 * ``sjf``: shortest expected duration first (no estimate: last), ties by submit time;
 * ``las``: Tiresias' discretised 2D-LAS: least attained service (GPU x seconds already run) in
-  a few priority levels, FIFO within a level, with a starvation guard.
+  a few priority levels (thresholds per queue), FIFO within a level, with a starvation guard; a running task
+  demoted past a threshold may be preempted for a waiting one of a higher level (:mod:`.preemption`).
 
 How a blocked task affects the tasks behind it is the engine's part: fifo and drf are strict
 (same-kind work behind a blocked task waits), backfill reserves by expected ends (EASY), and
@@ -90,11 +91,11 @@ def sjf_order(tasks: Iterable[Task], priority_of: Callable[[object], int] | None
     return sorted(tasks, key=key)
 
 
-def las_level(task: Task, now: float) -> int:
-    """The task's 2D-LAS priority level (0 = highest): attained GPU-seconds against the thresholds, or 0 when the
-    starvation guard promotes it."""
+def las_level(task: Task, now: float, thresholds: tuple[float, ...] | None = None) -> int:
+    """The waiting task's 2D-LAS priority level (0 = highest): attained GPU-seconds against the queue's
+    ``thresholds`` (None: :data:`LAS_THRESHOLDS_GPU_S`), or 0 when the starvation guard promotes it."""
     attained = task.attained_gpu_s
-    level = sum(1 for th in LAS_THRESHOLDS_GPU_S if attained >= th)
+    level = sum(1 for th in thresholds or LAS_THRESHOLDS_GPU_S if attained >= th)
     if level:
         gpus = _gpus(task)
         ran = attained / gpus if gpus > 0 else attained
@@ -104,13 +105,39 @@ def las_level(task: Task, now: float) -> int:
     return level
 
 
-def las_order(tasks: Iterable[Task], now: float, priority_of: Callable[[object], int] | None = None) -> list[Task]:
+def las_running_level(run, now: float, thresholds: tuple[float, ...] | None = None) -> int:
+    """The 2D-LAS level of a running task: its service from earlier runs plus this run's GPUs x seconds so far
+    (a running task is never promoted: the starvation guard is for waiting ones)."""
+    count = getattr(run.task.gpu, "count", 0) if run.task.gpu is not None else 0
+    try:
+        gpus = float(count) * len(run.claims)
+    except (TypeError, ValueError):
+        gpus = float(len(run.claims))
+    attained = run.task.attained_gpu_s + max(0.0, now - run.started_at) * gpus
+    return sum(1 for th in thresholds or LAS_THRESHOLDS_GPU_S if attained >= th)
+
+
+def las_order(
+    tasks: Iterable[Task],
+    now: float,
+    priority_of: Callable[[object], int] | None = None,
+    thresholds: tuple[float, ...] | None = None,
+) -> list[Task]:
     """Lowest 2D-LAS level first, then submit time (FIFO within a level)."""
 
     def key(t: Task):
-        return (-priority_of(t.project_id) if priority_of else 0, las_level(t, now), t.submit_time)
+        return (-priority_of(t.project_id) if priority_of else 0, las_level(t, now, thresholds), t.submit_time)
 
     return sorted(tasks, key=key)
+
+
+def check_las_thresholds(thresholds) -> None:
+    """A queue's LAS thresholds must be positive and strictly ascending (None: the default)."""
+    if thresholds is None:
+        return
+    ths = tuple(thresholds)
+    if not ths or any(th <= 0 for th in ths) or any(b <= a for a, b in zip(ths, ths[1:], strict=False)):
+        raise ValueError(f"las thresholds must be positive and ascending GPU-seconds, got {ths!r}")
 
 
 def _gpus(task: Task) -> float:
@@ -129,10 +156,12 @@ def queue_order(
     priority_of: Callable[[object], int] | None = None,
     now: float = 0.0,
     weight_of: Callable[[object], float] | None = None,
+    las_thresholds: tuple[float, ...] | None = None,
 ) -> Iterator[Task]:
     """The consideration order of one queue under its policy; ``priority_of`` (project -> quota priority) puts
     higher-priority projects' tasks first, None keeps submit order (every priority equal). ``now`` is the cycle
-    time (for las), ``weight_of`` the project's fair-share weight (for fair_share; None = every weight 1)."""
+    time (for las), ``weight_of`` the project's fair-share weight (for fair_share; None = every weight 1),
+    ``las_thresholds`` the queue's LAS level thresholds (None: the default)."""
     if policy == DRF:
         return drf_order(tasks, share_of, priority_of)
     if policy == FAIR_SHARE:
@@ -141,7 +170,7 @@ def queue_order(
     if policy == SJF:
         return iter(sjf_order(tasks, priority_of))
     if policy == LAS:
-        return iter(las_order(tasks, now, priority_of))
+        return iter(las_order(tasks, now, priority_of, las_thresholds))
     if policy not in POLICIES:
         raise ValueError(f"unknown queue policy {policy!r}; expected one of {', '.join(POLICIES)}")
     return iter(submit_order(tasks) if priority_of is None else priority_order(tasks, priority_of))

@@ -1,4 +1,4 @@
-"""Choosing whom to preempt (SPEC §4).
+"""Choosing whom to preempt (docs/rules.md#preemption).
 
 Who may be a victim of task P:
 * never a high task, never a non-preemptible one, never a medium task inside its window,
@@ -9,8 +9,11 @@ Who may be a victim of task P:
   class or lower;
 * before anyone is preempted, elastic tasks of P's class or lower give back replicas above
   their minimum (no work is lost);
-* a reclaim never takes a task that has run less than its queue's ``min_run_before_reclaim_s``
-  (anti-churn), and never takes from nodes reserved for another task.
+* by LAS demotion (policy ``las``, Tiresias): a running task of P's own queue and class whose attained service
+  (earlier runs plus this one) puts it in a lower LAS level than P's (docs/engine.md, "2D-LAS");
+* a reclaim or a demotion never takes a task that has run less than its queue's ``min_run_before_reclaim_s``
+  (anti-churn; for a demotion, that times 2 ** the task's earlier preemptions, so a long task preempted again and
+  again still gets runs long enough to reach a checkpoint), and never takes from nodes reserved for another task.
 
 How: candidate units (shrinks first, then low before medium, then least work lost) are
 released one by one until P fits; then each unit is put back if P still fits without it,
@@ -26,9 +29,11 @@ fit even with every candidate gone, nothing is preempted.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
-from .model import CLASS_RANK, HIGH, LOW, MEDIUM, PreemptReason, Resources
+from .model import CLASS_RANK, HIGH, LAS, LOW, MEDIUM, PreemptReason, Resources, speedup
+from .policies import LAS_THRESHOLDS_GPU_S, las_level, las_running_level
 from .resources import WHOLE, Demand, borrowing, within_guarantee
 
 # Single-instance preemptors: how many candidate nodes are evaluated (cheapest first).
@@ -87,15 +92,54 @@ def _over_reclaim(sched, evicted: list) -> float:
     return sum(max(0.0, amount - borrowed) for amount, borrowed in taken.values())
 
 
+def las_rank(task, q, now: float) -> int | None:
+    """The LAS level a waiting task of a las queue preempts from: it may take running tasks of its queue in a lower
+    level (a larger number). None when it may preempt nobody that way (not las, or already in the lowest level)."""
+    if q.policy != LAS:
+        return None
+    lv = las_level(task, now, q.las_thresholds_gpu_s)
+    return lv if lv < len(q.las_thresholds_gpu_s or LAS_THRESHOLDS_GPU_S) else None
+
+
 def _units(
-    sched, task, q, cls: str, d: Demand, alts, cyc, reclaim_p: bool, reclaim_q: bool, excluded=None, cluster_id=None
-) -> list:
-    """All shrink / evict units that may make room for ``task`` (on one cluster, or any), cheapest first."""
+    sched,
+    task,
+    q,
+    cls: str,
+    d: Demand,
+    alts,
+    cyc,
+    reclaim_p: bool,
+    reclaim_q: bool,
+    excluded=None,
+    cluster_id=None,
+    las_lv: int | None = None,
+    kept: bool = False,
+):
+    """All shrink / evict units that may make room for ``task`` (on one cluster, or any), cheapest first.
+
+    ``las_lv``: the task's LAS level when it may preempt demoted tasks of its las queue (:func:`las_rank`).
+    ``kept``: return (the list as kept for the cycle, which may still hold runs evicted since; its cache key, None
+    when it is not kept) instead, for :func:`_cheapest_nodes`."""
     pr = CLASS_RANK[cls]
     now = cyc.now
     gpu = alts[0][3] > 0
-    units = []
     wanted = d.models
+    running = sched.running
+    # Class preemption alone (no reclaim, no demotion) does not depend on who asks: the sorted list is kept for the
+    # cycle and only the runs gone since are dropped when it is read again (docs/engine.md, "Preemption choice").
+    ckey = (
+        None
+        if reclaim_p or reclaim_q or las_lv is not None
+        else (pr, cluster_id, wanted, gpu, None if excluded is None else frozenset(excluded))
+    )
+    if ckey is not None:
+        cached = cyc.units.get(ckey)
+        if cached is not None:
+            if kept:
+                return cached, ckey
+            return [u for u in cached if running.get(u[2].task.id) is u[2]]
+    units = []
     pool, by_model, by_cluster = _pool(sched, cyc, pr)
     if wanted:
         seen: set[int] = set()
@@ -112,15 +156,17 @@ def _units(
                         runs.append(run)
     else:
         runs = pool if cluster_id is None else by_cluster.get(cluster_id, ())
-    running = sched.running
     for run in runs:
         if run.fresh or running.get(run.task.id) is not run:
             continue
         lo = run.elastic_min()
         if lo is not None and len(run.claims) > lo:
+            per_gpu = max(run.alt[3], 0.001)
             for j in range(len(run.claims) - 1, lo - 1, -1):
                 if excluded is None or run.claims[j][0].pos not in excluded:
-                    units.append(((0, run.rank, 0, 0.0, 0.0, run.seq, -j), "shrink", run, run.claims[j]))
+                    # The replica whose loss costs the least speed-up per GPU goes first (its speed-up curve).
+                    loss = (speedup(run.task, j + 1) - speedup(run.task, j)) / per_gpu
+                    units.append(((0, run.rank, 0, 0.0, loss, run.seq, -j), "shrink", run, run.claims[j]))
         if run.rank == HIGH_RANK or not run.task.preemptible:
             continue
         if excluded is not None and any(c[0].pos in excluded for c in run.claims):
@@ -139,10 +185,19 @@ def _units(
             vqueue = sched.queues.get(run.task.queue_id)
             if vqueue is not None and sched.queue_usage.get(vqueue.id, 0.0) > vqueue.guaranteed_gpu + 1e-9:
                 reason = PreemptReason.QUEUE_RECLAIM
+        if (
+            reason is None
+            and las_lv is not None
+            and run.rank == pr
+            and run.task.queue_id == q.id
+            and now - run.started_at >= q.min_run_before_reclaim_s * 2 ** min(run.task.preemptions, 16)
+            and las_running_level(run, now, q.las_thresholds_gpu_s) > las_lv
+        ):
+            reason = PreemptReason.LAS_DEMOTION
         if reason is None:
             continue
         over = 0.0
-        if reason != PreemptReason.HIGHER_CLASS:
+        if reason in (PreemptReason.QUOTA_RECLAIM, PreemptReason.QUEUE_RECLAIM):
             vqueue = sched.queues.get(run.task.queue_id)
             if vqueue is not None and now - run.started_at < vqueue.min_run_before_reclaim_s:
                 continue  # anti-churn: a reclaim waits until the borrower has run its queue's minimum
@@ -154,7 +209,52 @@ def _units(
         key = (1, run.rank, sched.priority_of(run.task.project_id), over, work, run.seq, 0)
         units.append((key, reason, run, None))
     units.sort()  # the keys are unique (seq, and the claim for shrinks), so only they are compared
-    return units
+    if ckey is not None:
+        cyc.units[ckey] = units
+    return (units, ckey) if kept else units
+
+
+def _claims_of(unit) -> list:
+    return [unit[3]] if unit[1] == "shrink" else unit[2].claims
+
+
+def _cheapest_nodes(sched, cv, d: Demand, alts, units: list, ckey, cyc) -> list:
+    """For a single-instance task: the units of the ``NODE_CANDIDATES`` nodes whose cheapest live unit is cheapest
+    (ties by node position), among nodes where the task could fit with all their units gone; cheapest first.
+
+    ``units`` may hold runs evicted since it was built (kept for the cycle under ``ckey``): the nodes are walked in
+    the order of their cheapest unit when the list was built, a lower bound of their live cheapest, and a node is
+    taken once its live cheapest is below the next node's bound, so the answer is that of a fresh list's sort.
+    """
+    table = cyc.unit_nodes.get(ckey) if ckey is not None else None
+    if table is None:
+        per_node: dict = {}
+        for u in units:
+            for c in _claims_of(u):
+                per_node.setdefault(c[0].pos, []).append(u)
+        table = (per_node, sorted((lst[0][0], pos) for pos, lst in per_node.items()))
+        if ckey is not None:
+            cyc.unit_nodes[ckey] = table
+    per_node, order = table
+    running = sched.running
+    by_pos = cv.index.by_pos
+    heap: list = []
+    chosen: list = []
+    i, n = 0, len(order)
+    while len(chosen) < NODE_CANDIDATES:
+        while i < n and (not heap or (heap[0][0], heap[0][1]) > order[i]):
+            pos = order[i][1]
+            i += 1
+            lst = per_node[pos]
+            live = [u for u in lst if running.get(u[2].task.id) is u[2]] if ckey is not None else lst
+            if live:
+                heapq.heappush(heap, (live[0][0], pos, live))
+        if not heap:
+            break
+        _key, pos, live = heapq.heappop(heap)
+        if _node_could_fit(by_pos[pos], live, d, alts):
+            chosen.append(live)
+    return chosen
 
 
 def _pool(sched, cyc, pr: int):
@@ -280,7 +380,8 @@ def plan(sched, task, q, cls: str, d: Demand, alts, cands, cyc, excluded=None) -
     there is preempted for it.
     """
     reclaim_p, reclaim_q = reclaim_rights(sched, task, q, d, alts)
-    if cls == LOW and not reclaim_p and not reclaim_q:
+    las_lv = las_rank(task, q, cyc.now)
+    if cls == LOW and not reclaim_p and not reclaim_q and las_lv is None:
         return None
     # Without reclaim rights the outcome depends only on class and shape, not on who asks.
     fkey = (
@@ -291,31 +392,22 @@ def plan(sched, task, q, cls: str, d: Demand, alts, cands, cyc, excluded=None) -
         q.id if reclaim_q else None,
         task.queue_id if reclaim_q else None,
         excluded,
+        (q.id, las_lv) if las_lv is not None else None,
     )
     if fkey in cyc.preempt_failed:
         return None
     best = None
     for cv in cands:
         # Built per cluster: most plans stop after the first (see the end of the loop).
-        mine = _units(sched, task, q, cls, d, alts, cyc, reclaim_p, reclaim_q, excluded, cv.cluster.id)
-        if not mine:
-            continue
-        trials = []
+        args = (sched, task, q, cls, d, alts, cyc, reclaim_p, reclaim_q, excluded, cv.cluster.id, las_lv)
         if d.instances == 1:
-            per_node: dict = {}
-            for u in mine:
-                claims = [u[3]] if u[1] == "shrink" else u[2].claims
-                for c in claims:
-                    per_node.setdefault(c[0].pos, []).append(u)
             # The NODE_CANDIDATES nodes whose cheapest units are cheapest, among those where the task could fit.
-            nodes = []
-            for pos in sorted(per_node, key=lambda pos: (per_node[pos][0][0], pos)):
-                if _node_could_fit(cv.index.by_pos[pos], per_node[pos], d, alts):
-                    nodes.append(pos)
-                    if len(nodes) == NODE_CANDIDATES:
-                        break
-            trials = [(_dedupe(per_node[pos]), alts) for pos in nodes]
+            units, ckey = _units(*args, kept=True)
+            trials = [(_dedupe(live), alts) for live in _cheapest_nodes(sched, cv, d, alts, units, ckey, cyc)]
         else:
+            mine = _units(*args)
+            if not mine:
+                continue
             trials = [(_gang_subset(cv, mine, d, alt), (alt,)) for alt in alts]
         for trial, trial_alts in trials:
             result = _try(sched, cv, d, trial_alts, trial, excluded)

@@ -1,4 +1,5 @@
-"""Inter-project rebalancing (seed 003): the rules that open and return explicit, time-bounded capacity loans.
+"""Inter-project rebalancing (docs/rules.md#rebalancing): the rules that open and return explicit, time-bounded
+capacity loans.
 
 Pure: plain project states and loans in, loans to open and loans to return out; no Django, no clock of its own.
 The control loop (``apps.control.rebalance``) maps rows onto these types, runs :func:`plan` per VDC and writes
@@ -243,10 +244,12 @@ def plan(
             if not any(_get(need, d) > EPS and _get(loan.amount, d) > EPS for d in DIMENSIONS):
                 continue
             give_back(
-                loan, ReturnReason.LENDER_DEMAND,
+                loan,
+                ReturnReason.LENDER_DEMAND,
                 f"{p.label} has {_fmt(p.waiting)} waiting, {_fmt(need)} more than its unlent guarantee holds",
-                lender_waiting=_figures(p.waiting), lender_used=_figures(p.used),
-            )  # fmt: skip
+                lender_waiting=_figures(p.waiting),
+                lender_used=_figures(p.used),
+            )
             need = _clip(_add(need, loan.amount, -1))
 
     # The borrower no longer needs it: its work fits under its own limit and its older loans.
@@ -258,8 +261,11 @@ def plan(
             share = Resources(*(min(_get(wanted, d), _get(loan.amount, d)) for d in ("cpu", "memory_gib", "gpu")))
             wanted = _clip(_add(wanted, share, -1))
             if not _any(share) and now - loan.started_at >= policy.min_lifetime_s - EPS:
-                give_back(loan, ReturnReason.BORROWER_IDLE,
-                          f"{p.label if p else borrower_id} no longer needs capacity beyond its limit")  # fmt: skip
+                give_back(
+                    loan,
+                    ReturnReason.BORROWER_IDLE,
+                    f"{p.label if p else borrower_id} no longer needs capacity beyond its limit",
+                )
 
     if not open_new:
         return Plan((), tuple(returned))
@@ -283,9 +289,10 @@ def plan(
         return _utilisation(_add(p.used, lent[p.project_id]), p.guaranteed, d)
 
     borrowers = [
-        p for p in states.values()
+        p
+        for p in states.values()
         if p.enforce and _any(p.blocked) and not _any(lent[p.project_id]) and _any(blocked_extra(p))
-    ]  # fmt: skip
+    ]
     borrowers.sort(key=lambda p: (-max(_utilisation(p.used, p.guaranteed, d) for d in DIMENSIONS), str(p.project_id)))
     lenders = [p for p in states.values() if not _any(p.waiting) and not _any(borrowed[p.project_id])]
 
@@ -313,12 +320,16 @@ def plan(
                 continue
             vec = _vec(**amount)
             figures = {
-                "threshold": policy.threshold, "utilisation": gaps,
-                "borrower_used": _figures(b.used), "borrower_guaranteed": _figures(b.guaranteed),
-                "borrower_limit": _figures(b.limit), "borrower_blocked": _figures(need),
-                "lender_used": _figures(lender.used), "lender_guaranteed": _figures(lender.guaranteed),
+                "threshold": policy.threshold,
+                "utilisation": gaps,
+                "borrower_used": _figures(b.used),
+                "borrower_guaranteed": _figures(b.guaranteed),
+                "borrower_limit": _figures(b.limit),
+                "borrower_blocked": _figures(need),
+                "lender_used": _figures(lender.used),
+                "lender_guaranteed": _figures(lender.guaranteed),
                 "lender_unused": _figures(unused),
-            }  # fmt: skip
+            }
             reason = "; ".join(
                 f"{d.replace('_gib', '')}: {b.label} uses {_pct(g['borrower'])} of its guarantee with "
                 f"{_get(need, d):g} {UNITS[d]} waiting beyond its limit, {lender.label} uses {_pct(g['lender'])} "

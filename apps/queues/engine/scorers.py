@@ -1,4 +1,4 @@
-"""Cluster selection strategies (SPEC §5): pluggable scorers returning a sort key, lower is better.
+"""Cluster selection strategies (docs/rules.md#placement): pluggable scorers returning a sort key, lower is better.
 
 A strategy is a function ``(cluster_view, task) -> tuple``; the engine tries eligible
 clusters in ascending key order (ties by the order the clusters came in) and places the task

@@ -33,12 +33,14 @@ from .model import (
     Task,
     VdcSettings,
     WorkloadShape,
+    speedup,
 )
 
 
 @dataclass(frozen=True, slots=True)
 class SimTask:
-    """A task of a simulation: arrives at ``arrival`` and needs ``duration`` seconds of run time.
+    """A task of a simulation: arrives at ``arrival`` and needs ``duration`` seconds of run time (an elastic task:
+    at its minimum replicas; with more it runs faster by its speed-up curve, :func:`~.model.speedup`).
 
     ``checkpoint_s``: the task saves its progress every that many seconds of a run, so a preemption loses only the
     work since the last checkpoint; None (the default) = no checkpoints, a preemption loses the whole run.
@@ -94,6 +96,14 @@ def _gpu_of(placements) -> float:
     return sum(share.milli for p in placements for share in p.devices) / 1000
 
 
+def _rate(task: Task, replicas: int) -> float:
+    """How fast a task runs on ``replicas`` replicas relative to its duration: 1 for a task of fixed size; an
+    elastic task's duration is its run time at its minimum, and it runs faster by its speed-up curve."""
+    if task.max_replicas is None:
+        return 1.0
+    return speedup(task, replicas) / speedup(task, task.min_replicas or 1)
+
+
 def replay(
     label: str,
     nodes: Sequence[Node],
@@ -145,6 +155,7 @@ def replay(
     preemptions = 0
     lost_gpu_s = 0.0
     restarting: set = set()
+    progress: dict = {}
     cycles = 0
     next_cycle = t0
     tick_pending = False
@@ -166,6 +177,7 @@ def replay(
             elif version.get(tid, 0) == ver and tid in started_at:
                 sched.finish(tid)
                 alloc -= held.pop(tid)
+                progress.pop(tid, None)
                 del started_at[tid]
                 finish[tid] = now
         if now < next_cycle:
@@ -184,20 +196,35 @@ def replay(
             ran = now - started_at.pop(tid)
             g = held.pop(tid)
             alloc -= g
+            done = progress.pop(tid)
+            done[0] += max(0.0, now - done[1]) * done[2]
             # A restart first repeats its overhead, then the work from the checkpoint on.
             worked = max(0.0, ran - restart_overhead_s) if tid in restarting else ran
             ckpt = by_id[tid].checkpoint_s
             kept = 0.0 if not ckpt or ckpt <= 0 else (worked // ckpt) * ckpt
-            remaining[tid] -= kept
+            # Work is counted at the task's speed (an elastic task's depends on its replicas); the checkpoints keep
+            # the share of it done by the last one.
+            remaining[tid] -= done[0] * (kept / worked) if worked > 0 else 0.0
             lost_gpu_s += (ran - kept) * g
             restarting.add(tid)
             requeued = sched.queued.get(tid)
             if requeued is not None:
                 sched.queued[tid] = replace(requeued, attained_gpu_s=requeued.attained_gpu_s + ran * g)
         for r in d.resizes:
+            tid = r.task_id
             delta = _gpu_of(r.added) - _gpu_of(r.removed)
-            held[r.task_id] += delta
+            held[tid] += delta
             alloc += delta
+            # The work done so far at the old speed, then the rest at the new one: a new finish time.
+            done = progress[tid]
+            if now > done[1]:
+                done[0] += (now - done[1]) * done[2]
+                done[1] = now
+            done[2] = _rate(by_id[tid].task, r.replicas)
+            version[tid] = version.get(tid, 0) + 1
+            seq += 1
+            end = done[1] + max(remaining[tid] - done[0], 0.0) / done[2]
+            heapq.heappush(events, (end, 0, seq, "finish", tid, version[tid]))
         for st in d.starts:
             tid = st.task_id
             started_at[tid] = now
@@ -206,7 +233,10 @@ def replay(
             held[tid] = g
             alloc += g
             seq += 1
-            run_time = max(remaining[tid], 0.0) + (restart_overhead_s if tid in restarting else 0.0)
+            begin = now + (restart_overhead_s if tid in restarting else 0.0)
+            rate = _rate(by_id[tid].task, len(st.placements))
+            progress[tid] = [0.0, begin, rate]  # work done in this run, since when it accrues, at what speed
+            run_time = begin - now + max(remaining[tid], 0.0) / rate
             heapq.heappush(events, (now + run_time, 0, seq, "finish", tid, version.get(tid, 0)))
 
     res = SimResult(label, len(tasks), len(finish), preemptions=preemptions, cycles=cycles)

@@ -6,33 +6,59 @@ queue, quota, permissions), so the API and the forms give the same messages.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.db import models
+from django.utils import timezone
 from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from apps.clusters.api.views import clusters_of
 from apps.clusters.models import Cluster
-from apps.queues.models import TaskQueue
-from apps.tasks import validation as limits
-from apps.tasks.choices import FailureReason, TaskStatus
-from apps.tasks.models import ServiceLoadSample, Task, TaskEvent
-from apps.tasks.services import AUTOSCALE_FIELDS, BULK_STOP_MAX, SUBMIT_FIELDS, submit_task
-from apps.vdc.api.common import (
+from apps.core.api.common import (
     CachedFieldsMixin,
     IdOrNameRelatedField,
     ScopedPrimaryKeyRelatedField,
     service_errors,
 )
-from apps.vdc.api.permissions import scope_to_vdcs, visible_projects, visible_vdcs
+from apps.queues.models import TaskQueue
+from apps.tasks import validation as limits
+from apps.tasks.choices import FailureReason, TaskStatus
+from apps.tasks.models import ServiceLoadSample, Task, TaskEvent, TaskUsageSample
+from apps.tasks.services import AUTOSCALE_FIELDS, BULK_STOP_MAX, SUBMIT_FIELDS, submit_task
+from apps.tasks.taskfile import unknown_key_errors
+from apps.tasks.usage import MAX_RANGE as USAGE_MAX_RANGE
 from apps.vdc.models import VDC, Project
+from apps.vdc.policy import scope_to_vdcs, visible_projects, visible_vdcs, with_role
 
 STATE_FIELDS = (
-    "uid", "status", "status_message", "queue_position", "estimated_start", "pending_reason", "pending_message",
-    "cluster", "cluster_name", "placement", "allocated_gpu", "replicas", "attempt", "window", "external_id",
-    "submitted_at", "started_at", "finished_at", "updated_at", "exit_code", "failure_reason", "ready_replicas",
-    "preemption_count", "lost_gpu_seconds", "autoscale_desired",
-)  # fmt: skip
+    "uid",
+    "status",
+    "status_message",
+    "queue_position",
+    "estimated_start",
+    "pending_reason",
+    "pending_message",
+    "cluster",
+    "cluster_name",
+    "placement",
+    "allocated_gpu",
+    "replicas",
+    "attempt",
+    "window",
+    "external_id",
+    "submitted_at",
+    "started_at",
+    "finished_at",
+    "updated_at",
+    "exit_code",
+    "failure_reason",
+    "ready_replicas",
+    "preemption_count",
+    "lost_gpu_seconds",
+    "autoscale_desired",
+)
 
 
 class QueueField(serializers.Field):
@@ -59,6 +85,15 @@ class QueueField(serializers.Field):
 
     def to_representation(self, value: TaskQueue) -> int:
         return value.pk
+
+
+class SubmitProjectField(IdOrNameRelatedField):
+    """The project to submit to, by id or name, read with the submitter's role (the service checks it)."""
+
+    def get_queryset(self):
+        request = self.context.get("request")
+        queryset = super().get_queryset()
+        return queryset if request is None else with_role(queryset, request.user)
 
 
 class QueueFieldSchema(OpenApiSerializerFieldExtension):
@@ -180,7 +215,7 @@ class TaskSerializer(CachedFieldsMixin, serializers.ModelSerializer):
     or a name within the VDC.
     """
 
-    project = IdOrNameRelatedField(queryset=Project.objects.all(), scope=visible_projects)
+    project = SubmitProjectField(queryset=Project.objects.all(), scope=visible_projects)
     vdc = IdOrNameRelatedField(queryset=VDC.objects.all(), scope=visible_vdcs, required=False, allow_null=True)
     queue = QueueField(required=False, allow_null=True)
     preferred_clusters = ScopedPrimaryKeyRelatedField(
@@ -205,18 +240,43 @@ class TaskSerializer(CachedFieldsMixin, serializers.ModelSerializer):
     volumes = VolumesField(required=False)
     secret_refs = SecretRefsField(required=False)
 
-    serializer_field_mapping = {**serializers.ModelSerializer.serializer_field_mapping,
-                                models.DurationField: HumanDurationField}  # fmt: skip
+    serializer_field_mapping = {
+        **serializers.ModelSerializer.serializer_field_mapping,
+        models.DurationField: HumanDurationField,
+    }
 
     class Meta:
         model = Task
         fields = [
-            "id", "project", "project_name", "vdc", "vdc_name", "queue", "queue_name", "priority_class", "owner",
-            *SUBMIT_FIELDS, "secret_env", "secret_env_names", "preferred_clusters", *STATE_FIELDS,
-        ]  # fmt: skip
+            "id",
+            "project",
+            "project_name",
+            "vdc",
+            "vdc_name",
+            "queue",
+            "queue_name",
+            "priority_class",
+            "owner",
+            *SUBMIT_FIELDS,
+            "secret_env",
+            "secret_env_names",
+            "preferred_clusters",
+            *STATE_FIELDS,
+        ]
         read_only_fields = [f for f in STATE_FIELDS if f not in ("cluster_name",)]
         # The bounds of apps.tasks.validation, so the schema shows them; Task.clean checks them for every door.
         extra_kwargs = {field: _bounds(lowest, highest) for field, lowest, highest in limits.NUMBER_BOUNDS}
+
+    def to_internal_value(self, data):
+        # A submit body is a task file: a key that is no field of a submission is refused by name, not ignored.
+        if hasattr(data, "keys"):
+            errors = unknown_key_errors(data)
+            for key in errors:
+                if key in self.fields and self.fields[key].read_only:
+                    errors[key] = "Read-only: the portal sets it; a submission may not."
+            if errors:
+                raise serializers.ValidationError({key: [message] for key, message in errors.items()})
+        return super().to_internal_value(data)
 
     def create(self, validated_data: dict) -> Task:
         user = self.context["request"].user
@@ -273,15 +333,56 @@ class LoadPointSerializer(serializers.ModelSerializer):
         fields = ["start", "rps", "forecast_rps", "forecast_method", "gpu_percent"]
 
 
+class UsageSampleSerializer(serializers.ModelSerializer):
+    """One minute of a task's cards, from its node agents' reports."""
+
+    class Meta:
+        model = TaskUsageSample
+        fields = ["at", "gpu_percent", "vram_used_gib", "vram_gib", "cards"]
+
+
+class UsageRangeSerializer(serializers.Serializer):
+    """The time range of ``GET /tasks/{id}/utilisation/``."""
+
+    since = serializers.DateTimeField(required=False, help_text="ISO 8601; default 24 h before until")
+    until = serializers.DateTimeField(required=False, help_text="ISO 8601; default now")
+
+    def validate(self, attrs):
+        until = attrs.get("until") or timezone.now()
+        try:
+            since = attrs.get("since") or until - timedelta(days=1)
+        except OverflowError:
+            raise serializers.ValidationError({"until": "Expected a time after 0001-01-02."})
+        if since >= until:
+            raise serializers.ValidationError({"since": "Expected a time before until."})
+        if until - since > USAGE_MAX_RANGE:
+            raise serializers.ValidationError(
+                {"since": f"Expected a range of at most {USAGE_MAX_RANGE.days} days; ask for it in parts."}
+            )
+        return {"since": since, "until": until}
+
+
+class TaskUtilisationSerializer(serializers.Serializer):
+    since = serializers.DateTimeField()
+    until = serializers.DateTimeField()
+    interval_seconds = serializers.IntegerField()
+    mean_gpu_percent = serializers.FloatField(
+        allow_null=True, help_text="Mean GPU utilisation over everything recorded of the task"
+    )
+    samples = UsageSampleSerializer(many=True)
+
+
 class StopSerializer(serializers.Serializer):
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
 
 
 class BulkStopSerializer(serializers.Serializer):
     ids = serializers.ListField(
-        child=serializers.IntegerField(min_value=1, max_value=2**31 - 1), min_length=1, max_length=BULK_STOP_MAX,
+        child=serializers.IntegerField(min_value=1, max_value=2**31 - 1),
+        min_length=1,
+        max_length=BULK_STOP_MAX,
         help_text=f"Ids of the tasks to stop (at most {BULK_STOP_MAX})",
-    )  # fmt: skip
+    )
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
 
 
@@ -414,12 +515,17 @@ class LineupEntrySerializer(serializers.Serializer):
     project = serializers.CharField(allow_null=True)
     owner = serializers.CharField(allow_null=True)
     estimated_start = serializers.DateTimeField(allow_null=True)
+    reason = serializers.CharField(allow_null=True, help_text="Why the task waits, e.g. the project's quota")
+    reason_kind = serializers.CharField(
+        help_text='The kind of reason it waits for in words, e.g. "its project\'s quota" (empty when unknown); '
+        "all that is shown of another project's task"
+    )
     label = serializers.CharField(help_text="What pages show: the name, or an anonymised description")
 
     def to_representation(self, instance):
         data = super().to_representation(instance)
         if not instance.visible:
-            data.update(task=None, name=None, project=None, owner=None, estimated_start=None)
+            data.update(task=None, name=None, project=None, owner=None, estimated_start=None, reason=None)
         else:
             data["label"] = instance.name
         return data

@@ -9,7 +9,8 @@ from django.db.models import Count, QuerySet, Sum
 
 from apps.clusters.models import Cluster, Device, Node
 from apps.tasks.choices import ACTIVE, WAITING, TaskStatus
-from apps.tasks.models import Task, allocation_sums
+from apps.tasks.ledger import allocation_sums
+from apps.tasks.models import Task
 from apps.vdc.models import VDC
 
 ZERO = Decimal("0")
@@ -55,7 +56,7 @@ def _cluster_capacities(clusters: QuerySet[Cluster]) -> dict[int, dict[str, Deci
     nodes = Node.objects.filter(cluster__in=clusters).values("cluster_id")
     for row in nodes.annotate(cpu=Sum("cpu"), memory_gib=Sum("memory_gib")):
         capacity[row["cluster_id"]].update(cpu=row["cpu"] or ZERO, memory_gib=row["memory_gib"] or ZERO)
-    devices = Device.objects.units().filter(node__cluster__in=clusters).values("node__cluster_id")
+    devices = Device.objects.units().present().filter(node__cluster__in=clusters).values("node__cluster_id")
     for row in devices.annotate(gpu=Sum("gpu_model__exchange_rate")):
         capacity[row["node__cluster_id"]]["gpu"] = row["gpu"] or ZERO
     return capacity

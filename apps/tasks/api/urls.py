@@ -2,9 +2,9 @@
 
 from django.urls import path
 
-from apps.tasks.api import views
+from apps.tasks.api import sweeps, views
 
-ROUTES = [("tasks", views.TaskViewSet, "task")]
+ROUTES = [("tasks", views.TaskViewSet, "task"), ("sweeps", sweeps.SweepViewSet, "sweep")]
 
 urlpatterns = [
     path("vdcs/<int:pk>/stats/", views.VDCStatsView.as_view(), name="vdc-stats"),

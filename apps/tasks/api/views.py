@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, mixins, status, viewsets
 from rest_framework.decorators import action
@@ -16,10 +17,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from apps.clusters.api.views import clusters_of
+from apps.core.api.common import service_errors
 from apps.queues.models import TaskQueue
-from apps.tasks import lineup, live, services
+from apps.tasks import idempotency, lineup, live, services, taskfile, usage
 from apps.tasks.admission import wait_notice
 from apps.tasks.api import stats
+from apps.tasks.api.file_schema import task_file_schema
 from apps.tasks.api.serializers import (
     AutoscaleSerializer,
     BulkStopResultSerializer,
@@ -33,6 +36,8 @@ from apps.tasks.api.serializers import (
     TaskEventSerializer,
     TaskInstancesSerializer,
     TaskSerializer,
+    TaskUtilisationSerializer,
+    UsageRangeSerializer,
     VDCResourcesSerializer,
     VDCStatsSerializer,
 )
@@ -41,11 +46,19 @@ from apps.tasks.instances import task_instances
 from apps.tasks.load import load_series
 from apps.tasks.models import Task, TaskEvent
 from apps.tasks.services import AUTOSCALE_FIELDS
-from apps.vdc.api.common import service_errors
-from apps.vdc.api.permissions import scope_to_projects, scope_to_vdcs, visible_vdcs
+from apps.vdc.policy import scope_to_projects, scope_to_vdcs, visible_vdcs
 
-TASK_ORDERING = ["submitted_at", "started_at", "finished_at", "name", "status", "queue_position",
-                 "estimated_start", "queue__priority_class", "allocated_gpu"]  # fmt: skip
+TASK_ORDERING = [
+    "submitted_at",
+    "started_at",
+    "finished_at",
+    "name",
+    "status",
+    "queue_position",
+    "estimated_start",
+    "queue__priority_class",
+    "allocated_gpu",
+]
 TASK_SEARCH = ["name", "image", "external_id"]
 
 
@@ -55,7 +68,7 @@ def with_events(tasks):
 
 
 def tasks_of(user):
-    """Tasks of the user's projects (all for platform admins), with what lists show loaded up front."""
+    """Tasks of the user's projects (all for staff who may view tasks), with what lists show loaded up front."""
     tasks = Task.objects.select_related("project", "owner", "vdc", "queue", "cluster").prefetch_related(
         "preferred_clusters"
     )
@@ -92,9 +105,15 @@ class TaskViewSet(
         task = get_object_or_404(with_events(tasks_of(self.request.user)), pk=pk)
         return TaskDetailSerializer(task, context=self.get_serializer_context()).data
 
-    @extend_schema(request=TaskSerializer, responses={201: TaskCreatedSerializer})
+    @extend_schema(
+        request=TaskSerializer,
+        parameters=[idempotency.PARAMETER],
+        responses={201: TaskCreatedSerializer, 422: idempotency.KEY_REUSED},
+    )
+    @idempotency.idempotent
     def create(self, request: Request, *args, **kwargs) -> Response:
-        """Submit a task through the submission service (GPU spec, queue, quota and role rules)."""
+        """Submit a task through the submission service (GPU spec, queue, quota and role rules); with an
+        ``Idempotency-Key`` header, a retry gets the first answer instead of a second task."""
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         task = serializer.save()
@@ -140,8 +159,13 @@ class TaskViewSet(
         return Response(self._detail(task.pk))
 
     @extend_schema(request=BulkStopSerializer, responses=BulkStopResultSerializer)
-    @action(detail=False, methods=["post"], url_path="stop-selected", serializer_class=BulkStopSerializer,
-            filterset_class=None)  # fmt: skip
+    @action(
+        detail=False,
+        methods=["post"],
+        url_path="stop-selected",
+        serializer_class=BulkStopSerializer,
+        filterset_class=None,
+    )
     def stop_selected(self, request: Request) -> Response:
         """Stop many tasks in one call (the list page's "Stop selected"): those you may stop that are not
         finished; the others are counted in ``left_alone``. Viewers get 403."""
@@ -149,6 +173,22 @@ class TaskViewSet(
         body.is_valid(raise_exception=True)
         stopped, left = services.stop_tasks(body.validated_data["ids"], request.user, body.validated_data["reason"])
         return Response(BulkStopResultSerializer({"stopped": [t.pk for t in stopped], "left_alone": left}).data)
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    @action(detail=False, methods=["get"], url_path="file-schema", filterset_class=None, pagination_class=None)
+    def file_schema(self, request: Request) -> Response:
+        """The JSON Schema of a task file: the submit body of ``POST /tasks/`` (its request schema, every
+        reference resolved) as one standalone document; a task file is that body in YAML or JSON, and unknown
+        keys are refused. docs/task-file.schema.json is a copy."""
+        return Response(task_file_schema())
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    @action(detail=True, methods=["get"], url_path="task-file", filterset_class=None, pagination_class=None)
+    def task_file(self, request: Request, pk=None) -> Response:
+        """The task's task file as JSON: what it was submitted with, fields left at their defaults left out, and
+        secret variables too (their values are never shown; ``secret_env_names`` in the detail names them).
+        Submitted again as it is, it gives an equal task. The task page downloads the same as YAML."""
+        return Response(taskfile.task_file(self.get_object()))
 
     @extend_schema(responses=TaskEventSerializer(many=True))
     @action(detail=True, methods=["get"], serializer_class=TaskEventSerializer, filterset_class=None)
@@ -159,8 +199,9 @@ class TaskViewSet(
         return self.get_paginated_response(TaskEventSerializer(page, many=True).data)
 
     @extend_schema(responses=LoadPointSerializer(many=True))
-    @action(detail=True, methods=["get"], serializer_class=LoadPointSerializer, filterset_class=None,
-            pagination_class=None)  # fmt: skip
+    @action(
+        detail=True, methods=["get"], serializer_class=LoadPointSerializer, filterset_class=None, pagination_class=None
+    )
     def load(self, request: Request, pk=None) -> Response:
         """An inference service's load per 5-minute bucket, from a day ago to an hour ahead: the request rate
         and GPU utilisation the autoscaler measured, and the request rate forecast for the bucket (predictive
@@ -168,9 +209,41 @@ class TaskViewSet(
         task = self.get_object()
         return Response(LoadPointSerializer(load_series(task), many=True).data)
 
+    @extend_schema(parameters=[UsageRangeSerializer], responses=TaskUtilisationSerializer)
+    @action(
+        detail=True,
+        methods=["get"],
+        serializer_class=TaskUtilisationSerializer,
+        filterset_class=None,
+        pagination_class=None,
+    )
+    def utilisation(self, request: Request, pk=None) -> Response:
+        """The task's utilisation history: per minute while it ran, the mean utilisation of its cards and the GPU
+        memory used on them, from its node agents' reports, between ``since`` and ``until`` (default the last
+        24 h, at most 31 days), and its mean GPU utilisation over everything recorded (docs/monitoring.md)."""
+        task = self.get_object()
+        query = UsageRangeSerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        since, until = query.validated_data["since"], query.validated_data["until"]
+        body = {
+            "since": since,
+            "until": until,
+            "interval_seconds": int(usage.INTERVAL.total_seconds()),
+            "mean_gpu_percent": usage.summary(task).mean_gpu_percent,
+            "samples": usage.series(task, since, until),
+        }
+        return Response(TaskUtilisationSerializer(body).data)
+
+    utilisation.validates_query = True  # the schema documents its 400
+
     @extend_schema(responses=TaskInstancesSerializer)
-    @action(detail=True, methods=["get"], serializer_class=TaskInstancesSerializer, filterset_class=None,
-            pagination_class=None)  # fmt: skip
+    @action(
+        detail=True,
+        methods=["get"],
+        serializer_class=TaskInstancesSerializer,
+        filterset_class=None,
+        pagination_class=None,
+    )
     def instances(self, request: Request, pk=None) -> Response:
         """Each instance (replica, rank) of the task now: state, node, IP, restarts, CPU and memory used against
         requested, its cards with the node agent's figures, Service ports, Ingress host and TLS, and the names

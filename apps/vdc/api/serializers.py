@@ -7,10 +7,9 @@ from django.db import transaction
 from rest_framework import serializers
 from rest_framework.exceptions import PermissionDenied
 
+from apps.core.api.common import ModelCleanMixin, SlugField, service_errors
 from apps.queues.services import create_class_queues
 from apps.vdc import services
-from apps.vdc.api.common import ModelCleanMixin, SlugField, service_errors
-from apps.vdc.api.permissions import visible_projects
 from apps.vdc.choices import LoanReturnReason, Role
 from apps.vdc.models import (
     MAX_SECRET_LENGTH,
@@ -22,7 +21,7 @@ from apps.vdc.models import (
     ProjectSecret,
     RebalancerSettings,
 )
-from apps.vdc.services import can_manage
+from apps.vdc.policy import can_manage, model_perm, visible_projects
 
 
 class VDCSerializer(serializers.ModelSerializer):
@@ -37,10 +36,24 @@ class VDCSerializer(serializers.ModelSerializer):
     class Meta:
         model = VDC
         fields = [
-            "id", "name", "description", "total_cpu", "total_memory_gib", "total_gpu", "allow_overcommit",
-            "overcommit_ratio", "effective_overcommit_ratio", "default_queue_policy", "cluster_selection_strategy",
-            "node_scorer", "is_default", "enabled", "class_queues", "created_at", "updated_at",
-        ]  # fmt: skip
+            "id",
+            "name",
+            "description",
+            "total_cpu",
+            "total_memory_gib",
+            "total_gpu",
+            "allow_overcommit",
+            "overcommit_ratio",
+            "effective_overcommit_ratio",
+            "default_queue_policy",
+            "cluster_selection_strategy",
+            "node_scorer",
+            "is_default",
+            "enabled",
+            "class_queues",
+            "created_at",
+            "updated_at",
+        ]
         read_only_fields = ["created_at", "updated_at"]
         extra_kwargs = {"is_default": {"validators": []}}  # the model's message names no VDC; validate_is_default does
 
@@ -72,7 +85,16 @@ class ProjectSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Project
-        fields = ["id", "name", "description", "my_role", "member_count", "created_at"]
+        fields = [
+            "id",
+            "name",
+            "description",
+            "idle_stop_percent",
+            "idle_stop_minutes",
+            "my_role",
+            "member_count",
+            "created_at",
+        ]
         read_only_fields = ["created_at"]
 
 
@@ -103,7 +125,7 @@ class MembershipSerializer(serializers.ModelSerializer):
         member = attrs.get("user", instance.user if instance else None)
         if instance is not None and (project != instance.project or member != instance.user):
             raise serializers.ValidationError("Only the role of a membership can change; add a new one instead.")
-        if not can_manage(user, project):
+        if not can_manage(user, project, model_perm(Membership, "add" if instance is None else "change")):
             raise PermissionDenied(f"Only owners of project {project} manage its members.")
         if instance is None and Membership.objects.filter(project=project, user=member).exists():
             raise serializers.ValidationError({"user": f"{member} is already in project {project}."})
@@ -127,11 +149,27 @@ class ProjectQuotaSerializer(ModelCleanMixin, serializers.ModelSerializer):
     class Meta:
         model = ProjectQuota
         fields = [
-            "id", "project", "project_name", "vdc", "vdc_name", "guaranteed_cpu", "limit_cpu",
-            "guaranteed_memory_gib", "limit_memory_gib", "guaranteed_gpu", "limit_gpu", "max_concurrent_tasks",
-            "max_training_tasks", "max_inference_tasks", "max_dev_env_tasks", "priority", "weight",
-            "enforce", "created_at", "updated_at",
-        ]  # fmt: skip
+            "id",
+            "project",
+            "project_name",
+            "vdc",
+            "vdc_name",
+            "guaranteed_cpu",
+            "limit_cpu",
+            "guaranteed_memory_gib",
+            "limit_memory_gib",
+            "guaranteed_gpu",
+            "limit_gpu",
+            "max_concurrent_tasks",
+            "max_training_tasks",
+            "max_inference_tasks",
+            "max_dev_env_tasks",
+            "priority",
+            "weight",
+            "enforce",
+            "created_at",
+            "updated_at",
+        ]
         read_only_fields = ["created_at", "updated_at"]
 
 
@@ -145,17 +183,30 @@ class ProjectSecretSerializer(serializers.ModelSerializer):
     project = serializers.PrimaryKeyRelatedField(queryset=Project.objects.all())
     project_name = serializers.CharField(source="project.name", read_only=True)
     value = serializers.CharField(
-        write_only=True, required=False, trim_whitespace=False, max_length=MAX_SECRET_LENGTH,
+        write_only=True,
+        required=False,
+        trim_whitespace=False,
+        max_length=MAX_SECRET_LENGTH,
         style={"input_type": "password"},
         help_text="The secret itself: required on create, a rotation on update; stored encrypted, never returned",
-    )  # fmt: skip
+    )
     created_by = serializers.CharField(source="created_by.username", read_only=True, allow_null=True, default=None)
     updated_by = serializers.CharField(source="updated_by.username", read_only=True, allow_null=True, default=None)
 
     class Meta:
         model = ProjectSecret
-        fields = ["id", "project", "project_name", "name", "description", "value", "created_by", "updated_by",
-                  "created_at", "updated_at"]  # fmt: skip
+        fields = [
+            "id",
+            "project",
+            "project_name",
+            "name",
+            "description",
+            "value",
+            "created_by",
+            "updated_by",
+            "created_at",
+            "updated_at",
+        ]
         read_only_fields = ["created_at", "updated_at"]
         validators = []  # the unique (project, name) pair is checked by the service with a clearer message
 
@@ -181,9 +232,12 @@ class ProjectSecretSerializer(serializers.ModelSerializer):
         user = self.context["request"].user
         with service_errors():
             return services.create_secret(
-                user, validated_data["project"], validated_data["name"], validated_data["value"],
+                user,
+                validated_data["project"],
+                validated_data["name"],
+                validated_data["value"],
                 validated_data.get("description", ""),
-            )  # fmt: skip
+            )
 
     def update(self, instance: ProjectSecret, validated_data: dict) -> ProjectSecret:
         user = self.context["request"].user
@@ -202,9 +256,19 @@ class RebalancerSettingsSerializer(ModelCleanMixin, serializers.ModelSerializer)
     class Meta:
         model = RebalancerSettings
         fields = [
-            "id", "vdc", "vdc_name", "enabled", "interval", "threshold_percent", "max_loan_duration",
-            "min_loan_duration", "cooldown", "loan_billing", "loans_low_class_only", "last_run_at",
-        ]  # fmt: skip
+            "id",
+            "vdc",
+            "vdc_name",
+            "enabled",
+            "interval",
+            "threshold_percent",
+            "max_loan_duration",
+            "min_loan_duration",
+            "cooldown",
+            "loan_billing",
+            "loans_low_class_only",
+            "last_run_at",
+        ]
         read_only_fields = ["last_run_at"]
 
 
@@ -223,8 +287,26 @@ class CapacityLoanSerializer(serializers.ModelSerializer):
     class Meta:
         model = CapacityLoan
         fields = [
-            "id", "vdc", "vdc_name", "lender", "lender_name", "borrower", "borrower_name", "gpu", "cpu",
-            "memory_gib", "reason", "figures", "started_at", "expires_at", "returned_at", "return_reason",
-            "return_message", "active", "used_gpu_hours", "accounted_until", "settlement",
-        ]  # fmt: skip
+            "id",
+            "vdc",
+            "vdc_name",
+            "lender",
+            "lender_name",
+            "borrower",
+            "borrower_name",
+            "gpu",
+            "cpu",
+            "memory_gib",
+            "reason",
+            "figures",
+            "started_at",
+            "expires_at",
+            "returned_at",
+            "return_reason",
+            "return_message",
+            "active",
+            "used_gpu_hours",
+            "accounted_until",
+            "settlement",
+        ]
         read_only_fields = fields

@@ -11,19 +11,13 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from apps.core.api.common import ProtectedDestroyMixin, service_errors
 from apps.vdc import services
-from apps.vdc.api.common import ProtectedDestroyMixin, service_errors
 from apps.vdc.api.permissions import (
     AdminWriteOrReadOnly,
     MembershipPermission,
     ProjectPermission,
     ProjectSecretPermission,
-    is_platform_admin,
-    member_project_ids,
-    scope_to_projects,
-    scope_to_vdcs,
-    visible_projects,
-    visible_vdcs,
 )
 from apps.vdc.api.serializers import (
     CapacityLoanSerializer,
@@ -46,15 +40,25 @@ from apps.vdc.filtersets import (
     VDCFilterSet,
 )
 from apps.vdc.models import CapacityLoan, Membership, ProjectQuota, ProjectSecret, RebalancerSettings
+from apps.vdc.policy import (
+    member_project_ids,
+    model_perm,
+    scope_to_projects,
+    scope_to_vdcs,
+    sees_all,
+    visible_projects,
+    visible_vdcs,
+)
 
 
 def quotas_of(user):
-    """Quotas the user may read: those of their projects (all for platform admins), with names loaded."""
+    """Quotas the user may read: those of their projects (all for staff who may view quotas), names loaded."""
     return scope_to_projects(ProjectQuota.objects.select_related("project", "vdc"), user)
 
 
 def secrets_of(user):
-    """Secrets of the user's projects (all for platform admins), names loaded, values left in the database."""
+    """Secrets of the user's projects (all for staff who may view secrets), names loaded, values left in the
+    database."""
     secrets = ProjectSecret.objects.select_related("project", "created_by", "updated_by").defer("value")
     return scope_to_projects(secrets, user)
 
@@ -62,6 +66,8 @@ def secrets_of(user):
 class VDCViewSet(ProtectedDestroyMixin, viewsets.ModelViewSet):
     """Virtual data centers. Users see the VDCs their projects have quotas in; only platform admins write."""
 
+    # The model permission a write of the current action needs, when not one on VDCs (AdminWriteOrReadOnly).
+    write_permission: str | None = None
     serializer_class = VDCSerializer
     permission_classes = [AdminWriteOrReadOnly]
     filterset_class = VDCFilterSet
@@ -73,7 +79,13 @@ class VDCViewSet(ProtectedDestroyMixin, viewsets.ModelViewSet):
 
     @extend_schema(responses=ProjectQuotaSerializer(many=True), methods=["GET"])
     @extend_schema(request=ProjectQuotaSerializer, responses={201: ProjectQuotaSerializer}, methods=["POST"])
-    @action(detail=True, methods=["get", "post"], serializer_class=ProjectQuotaSerializer, filterset_class=None)
+    @action(
+        detail=True,
+        methods=["get", "post"],
+        serializer_class=ProjectQuotaSerializer,
+        filterset_class=None,
+        write_permission=model_perm(ProjectQuota, "add"),
+    )
     def quotas(self, request: Request, pk=None) -> Response:
         """GET the project quotas in this VDC you may read; POST (admins) a quota here for a project."""
         vdc = self.get_object()
@@ -104,8 +116,13 @@ class ProjectViewSet(ProtectedDestroyMixin, viewsets.ModelViewSet):
         )
 
     @extend_schema(responses=ProjectQuotaSerializer(many=True))
-    @action(detail=True, methods=["get"], url_path="vdc-quotas", serializer_class=ProjectQuotaSerializer,
-            filterset_class=None)  # fmt: skip
+    @action(
+        detail=True,
+        methods=["get"],
+        url_path="vdc-quotas",
+        serializer_class=ProjectQuotaSerializer,
+        filterset_class=None,
+    )
     def vdc_quotas(self, request: Request, pk=None) -> Response:
         """The project's quota in each VDC."""
         project = self.get_object()
@@ -174,9 +191,10 @@ class ProjectSecretViewSet(viewsets.ModelViewSet):
 
 
 def loans_of(user):
-    """Loans the user may read: those its projects lent or borrowed (all for platform admins), names loaded."""
+    """Loans the user may read: those its projects lent or borrowed (all for staff who may view loans), names
+    loaded."""
     loans = CapacityLoan.objects.select_related("vdc", "lender", "borrower")
-    if is_platform_admin(user):
+    if sees_all(user, CapacityLoan):
         return loans
     mine = member_project_ids(user)
     return loans.filter(Q(lender_id__in=mine) | Q(borrower_id__in=mine))

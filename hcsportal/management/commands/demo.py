@@ -90,7 +90,7 @@ class Command(BaseCommand):
                     "uuid": f"demo-simulated-{index}",
                     "links": [
                         {"peer": p, "type": "nvlink", "bandwidth_gbps": 600} for p in range(DEMO_GPUS[1]) if p != index
-                    ],  # fmt: skip
+                    ],
                 },
             )
         if cluster.status == ClusterStatus.UNKNOWN:
@@ -112,16 +112,23 @@ class Command(BaseCommand):
             vdc=vdc,
             name="slurm-dev",
             defaults={
-                "cluster_type": "slurm", "endpoint": env["SLURM_REST_URL"], "api_version": env["SLURM_API_VERSION"],
-                "namespace": env["SLURM_PARTITION"], "description": "Dev Slurm cluster on this host (fake GPUs)",
+                "cluster_type": "slurm",
+                "endpoint": env["SLURM_REST_URL"],
+                "api_version": env["SLURM_API_VERSION"],
+                "namespace": env["SLURM_PARTITION"],
+                "description": "Dev Slurm cluster on this host (fake GPUs)",
                 "labels": {"backend": "slurm", "slurm-gres.A100-80G": "a100", "slurm-gres.V100-32G": "v100"},
                 "checkpoint_root": str(checkpoint_root),
             },
-        )  # fmt: skip
+        )
         cluster.set_credentials(
-            {"token": env["SLURM_JWT"], "user": env["SLURM_USER"], "output_dir": env["SLURM_OUTPUT_DIR"],
-             "slurm_conf": env["SLURM_CONF"]}  # srun (the Web Console) finds the dev cluster through it
-        )  # fmt: skip
+            {
+                "token": env["SLURM_JWT"],
+                "user": env["SLURM_USER"],
+                "output_dir": env["SLURM_OUTPUT_DIR"],
+                "slurm_conf": env["SLURM_CONF"],
+            }  # srun (the Web Console) finds the dev cluster through it
+        )
         cluster.save()
         nodes = import_slurm_nodes(cluster)
         check_cluster_health(cluster)
@@ -151,7 +158,7 @@ class Command(BaseCommand):
                     "guaranteed_gpu": gpu,
                     "limit_gpu": 4,
                     "max_concurrent_tasks": 10,
-                },  # fmt: skip
+                },
             )
         for username, password, is_admin, roles in DEMO_USERS:
             user, created = User.objects.get_or_create(

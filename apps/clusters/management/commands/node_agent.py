@@ -22,7 +22,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--url", default="http://127.0.0.1:8000", help="Portal base URL")
-        parser.add_argument("--token", required=True, help="Agent token of the cluster (manage.py issue_agent_token)")
+        parser.add_argument("--token", required=True, help="Agent token of this node (manage.py issue_agent_token)")
         parser.add_argument("--interval", type=float, default=10.0)
         parser.add_argument("--node", default=None, help="Node name (default: host name)")
         parser.add_argument(
@@ -50,8 +50,9 @@ class Command(BaseCommand):
                 if options["print"]:
                     self.stdout.write(json.dumps(report.as_dict(), indent=2))
                 try:
-                    response = requests.post(endpoint, json=report.as_dict(), timeout=10,
-                                             headers={"Authorization": f"Agent {token}"})  # fmt: skip
+                    response = requests.post(
+                        endpoint, json=report.as_dict(), timeout=10, headers={"Authorization": f"Agent {token}"}
+                    )
                     if response.status_code >= 400:
                         log.error("portal refused the report (%s): %s", response.status_code, response.text[:500])
                     else:

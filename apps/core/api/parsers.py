@@ -5,7 +5,7 @@ from __future__ import annotations
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
-from apps.vdc import jsondocs
+from apps.core import jsondocs
 
 
 class BoundedJSONParser(JSONParser):

@@ -1,7 +1,4 @@
-"""Form fields the admin uses instead of raw JSON: key=value lines, comma lists, lines, write-only secrets.
-
-They live with the vdc app because every admin module may import from it.
-"""
+"""Form fields the admin uses instead of raw JSON: key=value lines, comma lists, lines, write-only secrets."""
 
 from __future__ import annotations
 
@@ -9,7 +6,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.forms.fields import InvalidJSONInput
 
-from apps.vdc import jsondocs
+from apps.core import jsondocs
 
 
 class KeyValueField(forms.CharField):

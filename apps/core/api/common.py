@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import transaction
 from django.db.models import ProtectedError, QuerySet
 from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from rest_framework import serializers, status
@@ -131,12 +132,22 @@ class Conflict(APIException):
     default_code = "conflict"
 
 
+class DeletionRefused(ProtectedError):
+    """A deletion a rule refuses (raised from a ``pre_delete`` receiver), with a message for people saying why: a
+    card a job holds (docs/rules.md#cards). The API answers it with 409 and that message."""
+
+
 class ProtectedDestroyMixin:
-    """Answer 409 with what still uses the object, instead of a server error, when a PROTECT relation blocks delete."""
+    """Answer 409 with what still uses the object, instead of a server error, when a PROTECT relation or a
+    deletion rule (``DeletionRefused``, also raised for the rows a deletion cascades to) blocks delete."""
 
     def perform_destroy(self, instance) -> None:
         try:
-            instance.delete()
+            # In a savepoint: a refused deletion breaks the transaction it ran in, which the request goes on using.
+            with transaction.atomic():
+                instance.delete()
+        except DeletionRefused as exc:
+            raise Conflict(f"Cannot delete {instance}: {exc.args[0]}")
         except ProtectedError as exc:
             used_by = sorted({str(obj._meta.verbose_name_plural) for obj in exc.protected_objects})
             raise Conflict(f"Cannot delete {instance}: still used by {', '.join(used_by)}.")

@@ -2,8 +2,9 @@
 
 drf-spectacular documents only the success answer of an operation. The API also answers 400 (bad input or
 a refused rule), 401 (no or bad credentials), 403 (a role that may not), 404 (nothing you may see, or a
-page past the end of a list), 409 (a delete blocked by objects that still use it) and 415 (a body of a
-type it does not parse); clients and the schemathesis run in the tests rely on the schema saying so.
+page past the end of a list), 409 (a delete blocked by objects that still use it, or by tasks holding it) and
+415 (a body of a type it does not parse); clients and the schemathesis run in the tests rely on the schema
+saying so.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.plumbing import ResolvedComponent
 from rest_framework import serializers
 
-from apps.vdc.api.common import ProtectedDestroyMixin
+from apps.core.api.common import ProtectedDestroyMixin
 
 
 class ErrorDetailSerializer(serializers.Serializer):
@@ -37,7 +38,8 @@ DESCRIPTIONS = {
     "401": "No or invalid credentials.",
     "403": "Your role may not do this (or, with session authentication, no CSRF token).",
     "404": "No such object, or none you may see; for a list, a page past its end.",
-    "409": "Not deleted: other objects still use it.",
+    "409": "Not deleted: other objects still use it, or a task still holds it (a card, or a card of a node); the "
+    "detail says which.",
     "415": "The body's Content-Type is none the API parses (JSON, form or multipart).",
 }
 
@@ -66,12 +68,15 @@ class ErrorDocumentingAutoSchema(AutoSchema):
     def _error_codes(self) -> list[str]:
         codes = ["401", "403"]
         takes_body = self.method in ("POST", "PUT", "PATCH") and self.get_request_serializer() is not None
-        # A view that validates its query string says so with ``validates_query = True``.
+        # A view that validates its query string says so with ``validates_query = True``; so does one action of a
+        # viewset, on its method.
+        action = getattr(self.view, getattr(self.view, "action", None) or "", None)
         if (
             takes_body
             or self.method == "DELETE"
             or self._is_list_view()
             or getattr(self.view, "validates_query", False)
+            or getattr(action, "validates_query", False)
         ):
             codes.append("400")
         if takes_body:
