@@ -39,7 +39,7 @@ from apps.clusters.models import Device, GPUModel
 from apps.tasks.choices import ACTIVE, FINAL, EventKind, TaskStatus
 from apps.tasks.ledger import REFERENCE_RATE
 from apps.tasks.models import Task, TaskEvent
-from apps.vdc.models import VDC, Project
+from apps.vdc.models import VDC, Membership, Project
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +190,7 @@ class Run:
     final: bool
     placement: list
     charged: bool = True  # False: the run never reached running (stopped, failed or preempted before it ran)
-    minimum: bool = True  # False: the platform ended it (preemption, requeue): no minimum billing period
+    minimum: bool = True  # False: the platform or an administrator ended it: no minimum billing period
 
 
 def holdings(task: Task, placement: list, models: dict[str, GPUModel]) -> list[Holding]:
@@ -270,7 +270,7 @@ def _runs(task: Task, meter: UsageMeter, now: datetime) -> list[Run]:
             continue
         if current and finished_in_place:
             ended = next((e for e in reversed(ends) if e.created_at >= start), None)
-            runs.append(Run(attempt, start, task.finished_at, True, list(task.placement), *_how_it_ended(ended)))
+            runs.append(Run(attempt, start, task.finished_at, True, list(task.placement), *_how_it_ended(task, ended)))
             continue
         next_start = starts[attempt + 1].created_at if attempt + 1 in starts else None
         ended = next(
@@ -283,7 +283,7 @@ def _runs(task: Task, meter: UsageMeter, now: datetime) -> list[Run]:
             placement = task.placement
         else:
             placement = starts[attempt].data.get("placement", []) if attempt in starts else []
-        runs.append(Run(attempt, start, end, True, list(placement), *_how_it_ended(ended)))
+        runs.append(Run(attempt, start, end, True, list(placement), *_how_it_ended(task, ended)))
     return runs
 
 
@@ -291,13 +291,26 @@ def _runs(task: Task, meter: UsageMeter, now: datetime) -> list[Run]:
 _PLATFORM_ENDS = (EventKind.PREEMPTED, EventKind.SUSPENDED, EventKind.REQUEUED)
 
 
-def _how_it_ended(event: TaskEvent | None) -> tuple[bool, bool]:
+def _how_it_ended(task: Task, event: TaskEvent | None) -> tuple[bool, bool]:
     """(charged, minimum) of a run from the event that ended it: a run that never reached running is not
-    charged; one the platform ended owes no minimum billing period. Without an event: charged, minimum."""
+    charged; one the platform or an administrator ended owes no minimum billing period (docs/rules.md#billing).
+    Without an event: charged, minimum."""
     if event is None:
         return True, True
     ran = event.from_status in (TaskStatus.RUNNING, TaskStatus.UNKNOWN)
-    return ran, event.kind not in _PLATFORM_ENDS
+    if event.kind in _PLATFORM_ENDS:
+        return ran, False
+    if event.kind == EventKind.STOPPED:
+        return ran, _stopped_by_its_users(task, event.actor_id)
+    return ran, True
+
+
+def _stopped_by_its_users(task: Task, actor_id: int | None) -> bool:
+    """Whether the one who stopped the task is its owner or a member of its project: a stop without one (idle
+    autostop) is the platform's, and a staff user's who is neither is an administrator's."""
+    if actor_id is None:
+        return False
+    return actor_id == task.owner_id or Membership.objects.filter(project_id=task.project_id, user_id=actor_id).exists()
 
 
 def _accumulated(project_id: int) -> dict[tuple[str, int | None], Decimal]:
@@ -372,7 +385,8 @@ def _accrue_locked(task_id: int, now: datetime) -> int:
             rule = book.rule(holding.resource_type, holding.gpu_model_id)
             period_end = end
             if run.final and run.minimum and rule is not None:
-                # Shorter runs are billed as long as the minimum billing period, unless the platform ended them.
+                # Shorter runs are billed as long as the minimum billing period, unless the platform or an
+                # administrator ended them.
                 period_end = max(end, run.start + timedelta(minutes=rule.min_billing_minutes))
             if period_end <= start:
                 continue
