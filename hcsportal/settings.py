@@ -377,6 +377,8 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = env_timezone("HCS_TIME_ZONE", "UTC")
 USE_I18N = True
 USE_TZ = True
+# The admin and a datetime printed bare show it as the pages do, with its zone (apps/core/templatetags/moments.py).
+FORMAT_MODULE_PATH = ["hcsportal.formats"]
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"

@@ -16,8 +16,9 @@ from django.db.models import Exists, F, OuterRef, Q, QuerySet, Value, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
+from apps.core.templatetags.moments import format_moment
 from apps.tasks.choices import WAITING
-from apps.tasks.live import format_time, from_now, span
+from apps.tasks.live import from_now, span
 from apps.tasks.models import Task
 from apps.vdc import policy
 from apps.vdc.models import Membership
@@ -77,7 +78,7 @@ class Entry:
         """The estimated start as pages show it, with its zone and how far ahead it is."""
         if self.estimated_start is None:
             return ""
-        return f"{format_time(self.estimated_start)} ({from_now(self.estimated_start)})"
+        return f"{format_moment(self.estimated_start)} ({from_now(self.estimated_start)})"
 
     @property
     def waiting_for(self) -> str:

@@ -20,6 +20,7 @@ from django.db.models import Count, Q, Sum
 from django.utils import timezone
 from redis.exceptions import RedisError
 
+from apps.core.templatetags.moments import format_moment
 from apps.tasks.choices import ACTIVE, WAITING
 from apps.tasks.models import Task
 
@@ -43,11 +44,6 @@ def task_group(task_id: int) -> str:
 
 def queue_group(queue_id: int) -> str:
     return f"live.queue.{queue_id}"
-
-
-def format_time(value) -> str:
-    """A time as pages show it: local date and minute, with the zone."""
-    return timezone.localtime(value).strftime("%Y-%m-%d %H:%M %Z") if value else ""
 
 
 def span(seconds: float) -> str:
@@ -83,7 +79,7 @@ def status_summary(task: Task) -> str:
         parts = [task.get_status_display().lower()]
         if task.queue_position:
             parts.append(f"position {task.queue_position}")
-            start = format_time(task.estimated_start)
+            start = format_moment(task.estimated_start)
             when = f"estimated start {start} ({from_now(task.estimated_start)})" if start else None
             parts.append(when or "estimated start unknown")
         else:
@@ -110,7 +106,7 @@ def task_payload(task: Task) -> dict:
         "summary": status_summary(task),
         "queue_position": task.queue_position,
         "estimated_start": task.estimated_start.isoformat() if task.estimated_start else None,
-        "estimated_start_display": format_time(task.estimated_start),
+        "estimated_start_display": format_moment(task.estimated_start),
         "pending_reason": task.pending_reason,
         "pending_message": task.pending_message,
         "status_message": task.status_message,

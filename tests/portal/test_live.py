@@ -179,11 +179,12 @@ async def test_estimated_starts_say_their_zone_and_how_far_ahead_they_are():
 
     from django.utils import timezone
 
-    from apps.tasks.live import format_time, from_now, status_summary
+    from apps.core.templatetags.moments import format_moment
+    from apps.tasks.live import from_now, status_summary
     from apps.tasks.models import Task
 
     now = timezone.now()
-    assert format_time(now).endswith(" UTC")
+    assert format_moment(now).endswith(" UTC")
     assert [from_now(now + timedelta(seconds=s), now) for s in (30, 180, 7500, 3 * 86400)] == [
         "any moment now",
         "in 3 min",
