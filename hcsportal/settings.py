@@ -422,7 +422,12 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "filters": {"quiet_retries": {"()": "hcsportal.log_filters.QuietRetries"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "INFO"}},
+    "loggers": {
+        "django.db.backends": {"level": "INFO"},
+        # A backend that does not answer is logged once a minute per cluster, not once per retry of every call.
+        "urllib3.connectionpool": {"filters": ["quiet_retries"]},
+    },
 }

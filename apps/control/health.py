@@ -20,6 +20,7 @@ from apps.clusters.backends import executor_for
 from apps.clusters.choices import ClusterStatus, NodeStatus
 from apps.clusters.executors.base import ExecutorError, NodeCondition
 from apps.clusters.models import Cluster, Node
+from apps.control import outages
 from apps.control.models import BackendObject, ObjectState
 from apps.control.reconcile import reconcile_cluster
 from apps.tasks import lifecycle
@@ -47,8 +48,10 @@ def check_cluster_health(cluster: Cluster) -> Cluster:
         message = executor.health()
         conditions = executor.node_conditions()
         ok = True
+        outages.answered(cluster)
     except ExecutorError as exc:
         message, ok = str(exc), False
+        outages.unreachable(cluster, f"health check: {exc}")
     if ok and _needs_reconcile_first(cluster):
         result = reconcile_cluster(cluster.pk)
         if not result.reachable:

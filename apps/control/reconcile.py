@@ -42,6 +42,7 @@ from apps.clusters.executors.base import (
     JobState,
 )
 from apps.clusters.models import Cluster
+from apps.control import outages
 from apps.control.devices import follow_devices
 from apps.control.jobspec import job_spec
 from apps.control.models import HOLDING, BackendObject, CheckpointStore, Installation, ObjectState, shares_of
@@ -265,8 +266,9 @@ def reconcile_cluster(cluster_id: int) -> ReconcileResult:
     except ExecutorError as exc:
         result.reachable = False
         result.errors.append(str(exc))
-        log.info("reconcile %s: cannot list the backend: %s", cluster.name, exc)
+        outages.unreachable(cluster, f"cannot list the backend: {exc}")
         return result
+    outages.answered(cluster)
     result.listed = len(observed)
     by_id = {state.external_id: state for state in observed}
     claimed: set[str] = set()
