@@ -60,6 +60,24 @@ def operator_world(world) -> None:
     )
 
 
+# Where the operator dashboard ends against the column of "Recent actions" beside the app list, and its column titles
+# and first cells (the alert's severity and rule, the cluster's name) that take more than one line.
+LAYOUT = """() => {
+    const lines = el => {
+        const range = document.createRange();
+        range.selectNodeContents(el);
+        return new Set([...range.getClientRects()].map(r => Math.round(r.top))).size;
+    };
+    const cells = [...document.querySelectorAll(
+        '.hcs-dashboard thead th, #dashboard-alerts td:nth-child(-n+2), .dashboard-clusters tbody td:first-child a')];
+    return {
+        dashboard: document.querySelector('.hcs-dashboard').getBoundingClientRect().right,
+        recent_actions: document.querySelector('#content-related').getBoundingClientRect().right,
+        broken: cells.filter(el => lines(el) > 1).map(el => el.innerText),
+    };
+}"""
+
+
 def admin_log_in(page, base: str) -> None:
     page.goto(f"{base}/admin/")
     assert "/admin/login/" in page.url
@@ -99,6 +117,10 @@ def test_operator_dashboard_and_task_list_fit_a_laptop_screen(db_thread, browser
     width = page.evaluate("() => document.documentElement.scrollWidth")
     shot(page, "admin-dashboard")
     assert width <= LAPTOP["width"], width
+    # The tables use the page's width (not a column beside an empty quarter) and no title or word is broken.
+    layout = page.evaluate(LAYOUT)
+    assert layout["dashboard"] >= layout["recent_actions"] - 2, layout
+    assert layout["broken"] == [], layout
 
     page.goto(f"{base}/admin/tasks/task/")
     assert page.locator("#result_list tbody tr").count() >= 32
