@@ -33,9 +33,15 @@ def _submit_parser(sub) -> None:
         help="submit a task",
         description="Submit a task. Everything after `--` is the command, e.g. `hcs submit -p alpha -q high "
         "--gpu '1(A100)' -- python train.py --lr 0.1`. With -f, the task file's fields are the base and the options "
-        "given override them.",
+        "given override them. With --template, the template's task file is the base instead.",
     )
     _task_options(p)
+    p.add_argument(
+        "-T",
+        "--template",
+        metavar="NAME_OR_ID",
+        help="submit from a template of your project (`hcs template ls`); -p picks the project of a name",
+    )
     p.add_argument("--json", action="store_true", help="print the created task as JSON")
     p.add_argument("argv", nargs="*", metavar="COMMAND", help="the command, after --")
     p.set_defaults(handler=commands.submit)
@@ -191,6 +197,36 @@ def _secrets_parser(sub) -> None:
     a.set_defaults(handler=commands.secrets_rm)
 
 
+def _template_parser(sub) -> None:
+    description = (
+        "Templates: task files a project keeps under a name. Owners save, change and delete them; everyone in the "
+        "project lists them, and owners and members submit from one with `hcs submit --template NAME`."
+    )
+    p = sub.add_parser("template", help="a project's task templates: list, show, save, remove", description=description)
+    actions = p.add_subparsers(dest="template_action", required=True, metavar="ACTION")
+    a = actions.add_parser("ls", help="your projects' templates")
+    a.add_argument("-p", "--project", help="project name or id")
+    a.add_argument("--json", action="store_true")
+    a.set_defaults(handler=commands.template_ls)
+    a = actions.add_parser("show", help="a template's task file (YAML)")
+    a.add_argument("template", metavar="NAME_OR_ID")
+    a.add_argument("-p", "--project", help="the project of a template given by name")
+    a.add_argument("--json", action="store_true")
+    a.set_defaults(handler=commands.template_show)
+    a = actions.add_parser(
+        "save", help="keep a task's task file as a template of its project (owners; secret values never)"
+    )
+    a.add_argument("task_id", type=int, metavar="TASK_ID")
+    a.add_argument("name", metavar="NAME")
+    a.add_argument("-d", "--description", help="what it is for (shown to the project's members)")
+    a.add_argument("--json", action="store_true")
+    a.set_defaults(handler=commands.template_save)
+    a = actions.add_parser("rm", help="delete a template (owners)")
+    a.add_argument("template", metavar="NAME_OR_ID")
+    a.add_argument("-p", "--project", help="the project of a template given by name")
+    a.set_defaults(handler=commands.template_rm)
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="hcs", description=__doc__.split("\n\n")[0].removeprefix("``hcs``: "))
     top.add_argument("--url", help="the portal (default: HCS_URL, else the one of `hcs login`)")
@@ -249,6 +285,7 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=commands.delete)
 
     _sweep_parser(sub)
+    _template_parser(sub)
     _secrets_parser(sub)
 
     p = sub.add_parser("queue", help="queues with their counts, and your waiting tasks with their positions")

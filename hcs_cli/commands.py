@@ -134,9 +134,18 @@ def _yaml(text: str, path: str):
 
 
 def submit(args: argparse.Namespace, api: Client) -> int:
-    """Submit a task from a task file and the options (which override the file's fields); the API checks it
-    as it checks the pages' forms."""
-    task = _ranked(_post_once("tasks/", _submit_body(args), api), api)
+    """Submit a task from a task file, or a template, and the options (which override the file's fields); the API
+    checks it as it checks the pages' forms."""
+    if args.template:
+        if args.file:
+            raise argparse.ArgumentTypeError("give -f/--file or --template, not both")
+        template = _template(api, args.template, args.project)
+        body = _submit_body(args, required=False)
+        body.pop("project", None)  # a template submits to its own project
+        answer = _post_once(f"task-templates/{template['id']}/submit/", body, api)
+    else:
+        answer = _post_once("tasks/", _submit_body(args), api)
+    task = _ranked(answer, api)
     if args.json:
         print_json(task)
     else:
@@ -144,16 +153,18 @@ def submit(args: argparse.Namespace, api: Client) -> int:
     return 0
 
 
-def _submit_body(args: argparse.Namespace) -> dict:
-    """The submit body of a task file and the options of ``hcs submit`` (which override the file's fields)."""
+def _submit_body(args: argparse.Namespace, required: bool = True) -> dict:
+    """The submit body of a task file and the options of ``hcs submit`` (which override the file's fields); with
+    ``required`` False only what the options give (the fields a template's submission overrides)."""
     body = read_task_file(args.file) if args.file else {}
     body.update({field: getattr(args, field) for field in PLAIN_FIELDS if getattr(args, field) is not None})
     if args.project is not None:
         body["project"] = args.project
-    for required, option in (("project", "-p/--project"), ("name", "-n/--name")):
-        if body.get(required) in (None, ""):
-            raise argparse.ArgumentTypeError(f"give {option}, or {required}: in a task file (-f)")
-    body.setdefault("kind", "training")
+    for needed, option in (("project", "-p/--project"), ("name", "-n/--name")) if required else ():
+        if body.get(needed) in (None, ""):
+            raise argparse.ArgumentTypeError(f"give {option}, or {needed}: in a task file (-f)")
+    if required:
+        body.setdefault("kind", "training")
     for field in ("project", "vdc", "queue"):  # an id or a name: the API tells them apart by JSON type
         if isinstance(body.get(field), str) and body[field].isdigit():
             body[field] = int(body[field])
@@ -576,6 +587,86 @@ def secrets_rm(args: argparse.Namespace, api: Client) -> int:
     return 0
 
 
+def _template(api: Client, key: str, project: str | None = None) -> dict:
+    """A template by id, or by name (within ``project`` when given: names are unique per project)."""
+    if key.isdigit():
+        return api.get(f"task-templates/{key}/")
+    params = {"name": key}
+    if project:
+        params["project" if project.isdigit() else "project_name"] = project
+    found = api.pages("task-templates/", params)
+    if not found:
+        where = f" in project {project}" if project else ""
+        raise argparse.ArgumentTypeError(f"no template {key!r}{where} that you can see (`hcs template ls`)")
+    if len(found) > 1:
+        projects = ", ".join(sorted(t["project_name"] for t in found))
+        raise argparse.ArgumentTypeError(
+            f"template {key!r} is in several projects ({projects}): give -p/--project or the template's id"
+        )
+    return found[0]
+
+
+def template_ls(args: argparse.Namespace, api: Client) -> int:
+    """The templates of the user's projects (or of one), by project and name."""
+    params = {"ordering": "project__name,name"}
+    if args.project:
+        params["project" if args.project.isdigit() else "project_name"] = args.project
+    templates = api.pages("task-templates/", params)
+    if args.json:
+        print_json(templates)
+        return 0
+    rows = [
+        [
+            t["id"],
+            t["name"],
+            t["project_name"],
+            t["kind"],
+            t["description"][:60],
+            t.get("created_by"),
+            when(t["updated_at"]),
+        ]
+        for t in templates
+    ]
+    headers = ["ID", "NAME", "PROJECT", "KIND", "DESCRIPTION", "BY", "UPDATED"]
+    print(table(headers, rows) if rows else "No templates.")
+    return 0
+
+
+def template_show(args: argparse.Namespace, api: Client) -> int:
+    """A template's task file as YAML (``hcs submit -f`` takes it, with -p)."""
+    template = _template(api, args.template, args.project)
+    if args.json:
+        print_json(template)
+        return 0
+    print(f"# Template {template['id']} ({template['name']}) of project {template['project_name']}")
+    if template["description"]:
+        print(f"# {template['description']}")
+    sys.stdout.write(yaml.safe_dump(template["task_file"], sort_keys=False, allow_unicode=True))
+    return 0
+
+
+def template_save(args: argparse.Namespace, api: Client) -> int:
+    """Keep a task's task file (what it was submitted with, secret values never) as a template of its project;
+    the project's owners may."""
+    data = api.get(f"tasks/{args.task_id}/task-file/")
+    project = data.pop("project")
+    body = {"project": project, "name": args.name, "description": args.description or "", "task_file": data}
+    template = api.post("task-templates/", json=body)
+    if args.json:
+        print_json(template)
+    else:
+        print(f"Saved task {args.task_id} as template {template['id']} ({template['name']}) of project {project}")
+    return 0
+
+
+def template_rm(args: argparse.Namespace, api: Client) -> int:
+    """Delete a template (the project's owners); tasks submitted from it stay."""
+    template = _template(api, args.template, args.project)
+    api.request("DELETE", f"task-templates/{template['id']}/")
+    print(f"Template {template['id']} ({template['name']}) of project {template['project_name']} deleted")
+    return 0
+
+
 __all__ = [
     "ApiError",
     "login",
@@ -590,4 +681,8 @@ __all__ = [
     "secrets_ls",
     "secrets_set",
     "secrets_rm",
+    "template_ls",
+    "template_show",
+    "template_save",
+    "template_rm",
 ]

@@ -14,9 +14,10 @@ from apps.core.forms import JSONDocumentField
 from apps.queues.models import TaskQueue
 from apps.tasks.admin_forms import TaskChangeForm, TaskSubmitForm
 from apps.tasks.choices import ACTIVE, FINAL, WAITING, TaskStatus
-from apps.tasks.models import ServiceLoadSample, Sweep, Task, TaskEvent, TaskUsageSample
+from apps.tasks.models import ServiceLoadSample, Sweep, Task, TaskEvent, TaskTemplate, TaskUsageSample
 from apps.tasks.services import delete_task, stop_tasks, update_autoscaling
 from apps.tasks.sweeps import status_counts, stop_sweep
+from apps.tasks.task_templates import delete_template
 
 STATUS_COLOURS = {
     TaskStatus.PENDING: GREY,
@@ -400,3 +401,27 @@ class SweepAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             except PermissionDenied as exc:
                 self.message_user(request, f"{sweep}: {exc}", messages.ERROR)
         self.message_user(request, f"Stopped {stopped} task(s).", messages.SUCCESS)
+
+
+@admin.register(TaskTemplate)
+class TaskTemplateAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Task templates of projects (docs/tasks.md, "Templates"): their owners write them through the pages, the API
+    and the CLI, where the task file is checked; here they are read, and deleted through the same service."""
+
+    list_display = ("id", "name", "project", "kind", "created_by", "updated_at")
+    list_display_links = ("id", "name")
+    list_filter = ("project",)
+    search_fields = ("name", "description", "project__name", "created_by__username")
+    list_select_related = ("project", "created_by")
+    fields = ("name", "project", "description", "task_file", "created_by", "created_at", "updated_at")
+    readonly_fields = fields
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return admin.ModelAdmin.has_delete_permission(self, request, obj)
+
+    def delete_model(self, request, obj: TaskTemplate) -> None:
+        delete_template(request.user, obj)
+
+    def delete_queryset(self, request, queryset) -> None:
+        for template in queryset.select_related("project"):
+            delete_template(request.user, template)

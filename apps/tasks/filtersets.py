@@ -7,7 +7,15 @@ import django_filters
 from apps.core.filtersets import NAME, NUMBER, TIME, BaseFilterSet, BoundedDateTimeFilter, StrictBooleanFilter
 from apps.queues.choices import PriorityClass
 from apps.tasks.choices import ACTIVE, WAITING
-from apps.tasks.models import IdempotentRequest, ServiceLoadSample, Sweep, Task, TaskEvent, TaskUsageSample
+from apps.tasks.models import (
+    IdempotentRequest,
+    ServiceLoadSample,
+    Sweep,
+    Task,
+    TaskEvent,
+    TaskTemplate,
+    TaskUsageSample,
+)
 
 
 class TaskFilterSet(BaseFilterSet):
@@ -184,4 +192,22 @@ class SweepFilterSet(BaseFilterSet):
             "created_by": ["exact"],
             "goal": ["exact"],
             "created_at": TIME,
+        }
+
+
+class TaskTemplateFilterSet(BaseFilterSet):
+    search_fields = ("name", "description")
+
+    project_name = django_filters.CharFilter(field_name="project__name")
+    created_by_username = django_filters.CharFilter(field_name="created_by__username")
+
+    class Meta(BaseFilterSet.Meta):
+        model = TaskTemplate
+        fields = {
+            "id": ["exact", "in"],
+            "name": NAME,
+            "project": ["exact", "in"],
+            "created_by": ["exact"],
+            "created_at": TIME,
+            "updated_at": TIME,
         }

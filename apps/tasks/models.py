@@ -65,6 +65,40 @@ class Sweep(models.Model):
         return f"{self.name} (sweep {self.pk})"
 
 
+class TaskTemplate(models.Model):
+    """A named task file kept by a project (docs/tasks.md, "Templates"): its owners write it, everyone in the
+    project reads it and those who may submit there submit from it. Secret values are never kept in one: only
+    references to project secrets by name."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="task_templates")
+    name = models.CharField(max_length=128)
+    description = models.TextField(blank=True)
+    task_file = models.JSONField(
+        help_text="The fields of a submission (a task file) without project: the project is the template's"
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="task_templates",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name", "id"]
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="task_template_unique_name")]
+
+    def __str__(self) -> str:
+        return f"{self.name} (template {self.pk})"
+
+    @property
+    def kind(self) -> str:
+        """The kind of task it submits (training unless its task file says)."""
+        return self.task_file.get("kind") or "training"
+
+
 class Task(models.Model):
     """One unit of work a user submitted: what it needs, where it runs, and how far it got.
 

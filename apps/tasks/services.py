@@ -230,6 +230,22 @@ def secret_users(secret: ProjectSecret) -> list[str]:
     return [str(task) for task in users[:20]]
 
 
+def submission_field_errors(project: Project, **fields: Any) -> dict[str, list[str]]:
+    """The checks ``submit_task`` makes of a submission's own fields (bounds, GPU spec, references to the project's
+    secrets), without the queue, quota or admission, which hold at submit: what a task template is held to."""
+    task = Task(project=project, **fields)
+    gpu_catalog = cluster_services.catalog()
+    errors = _field_errors(task, gpu_catalog)
+    message = secret_refs_error(task.secret_refs, task.env, {}) or _unknown_secrets(project, task.secret_refs)
+    if message:
+        errors["secret_refs"] = [message]
+    if "gpu_spec" not in errors:
+        request = cluster_services.validate_gpu_spec(task.gpu_spec, gpu_catalog)
+        if not request.is_none and not candidate_models(request, gpu_catalog):
+            errors["gpu_spec"] = [f"No GPU model in the catalog can satisfy {task.gpu_spec!r}."]
+    return errors
+
+
 def _field_errors(task: Task, gpu_catalog) -> dict[str, list[str]]:
     """``full_clean`` of a submission, less what the caller checks itself: {field: messages}.
 

@@ -2,7 +2,7 @@
 
 from django.urls import path, re_path
 
-from apps.tasks import access_views, sweep_views, views
+from apps.tasks import access_views, sweep_views, template_views, views
 
 app_name = "portal"
 urlpatterns = [
@@ -27,6 +27,10 @@ urlpatterns = [
     path("sweeps/new/", sweep_views.sweep_new, name="sweep-new"),
     path("sweeps/<int:pk>/", sweep_views.sweep_detail, name="sweep"),
     path("sweeps/<int:pk>/stop/", sweep_views.sweep_stop, name="sweep-stop"),
+    path("templates/", template_views.template_list, name="templates"),
+    path("templates/<int:pk>/", template_views.template_detail, name="template"),
+    path("templates/<int:pk>/delete/", template_views.template_delete, name="template-delete"),
+    path("task-monitoring/<int:pk>/save-template/", template_views.task_save_template, name="task-save-template"),
     path("price-estimate/", views.price_estimate, name="price-estimate"),
     path("task-queues/", views.task_queues, name="task-queues"),
     path("task-queues/<int:pk>/policy/", views.queue_policy, name="queue-policy"),

@@ -46,14 +46,14 @@ from apps.core.charts import svg_chart
 from apps.queues import services as queue_services
 from apps.queues.choices import CLASS_RULES, PriorityClass
 from apps.queues.models import TaskQueue
-from apps.tasks import access, connect, forms, ledger, lineup, live, taskfile, usage
+from apps.tasks import access, connect, forms, ledger, lineup, live, task_templates, taskfile, usage
 from apps.tasks.admission import wait_notice
 from apps.tasks.api.serializers import TaskSerializer
 from apps.tasks.choices import ACTIVE, WAITING, EventKind, TaskKind, TaskStatus
 from apps.tasks.filtersets import TaskFilterSet
 from apps.tasks.instances import task_instances
 from apps.tasks.load import BUCKET, backtest_of, load_series
-from apps.tasks.models import Task, TaskEvent
+from apps.tasks.models import Task, TaskEvent, TaskTemplate
 from apps.tasks.services import (
     AUTOSCALE_FIELDS,
     delete_task,
@@ -516,8 +516,9 @@ def kind_list(request: HttpRequest, slug: str) -> HttpResponse:
 
 @login_required
 def kind_create(request: HttpRequest, slug: str) -> HttpResponse:
-    """A kind's submit form; ``?from=ID`` fills it from that task's task file ("Submit again"), and a task file
-    uploaded in ``task_file`` is submitted as the API submits it (docs/tasks.md, "Task files")."""
+    """A kind's submit form; ``?from=ID`` fills it from that task's task file ("Submit again"), ``?template=ID``
+    from that template's ("Use"), and a task file uploaded in ``task_file`` is submitted as the API submits it
+    (docs/tasks.md, "Task files" and "Templates")."""
     page = KIND_PAGES[slug]
     upload_errors: list[str] = []
     if request.method == "POST" and "task_file" in request.FILES:
@@ -527,11 +528,18 @@ def kind_create(request: HttpRequest, slug: str) -> HttpResponse:
     else:
         form = page.form_class(request.POST or None, user=request.user)
         source = request.GET.get("from", "")
+        template_id = request.GET.get("template", "")
         if request.method == "GET" and source.isdecimal():
             task = _visible_task(request, int(source))
             form = page.form_class(user=request.user)
             form.initial = form.initial_from_file(taskfile.task_file(task))
             form.source_task = task
+        elif request.method == "GET" and template_id.isdecimal():
+            templates = policy.scope_to_projects(TaskTemplate.objects.select_related("project"), request.user)
+            template = get_object_or_404(templates, pk=int(template_id))
+            form = page.form_class(user=request.user)
+            form.initial = form.initial_from_file(task_templates.submission(template))
+            form.source_template = template
         if request.method == "POST" and form.is_valid():
             task = form.submit()
             if task is not None:
@@ -659,6 +667,7 @@ def task_monitoring(request: HttpRequest, pk: int) -> HttpResponse:
             "idle_state": idle_state_of(task),
             "task_file": taskfile.dump_yaml(task),
             "submit_again_url": _submit_again_url(request, task),
+            "can_save_template": policy.can_manage(request.user, task.project, policy.model_perm(TaskTemplate, "add")),
             "nav": "compute-tasks",
         },
     )

@@ -26,7 +26,7 @@ from apps.billing.models import (
 )
 from apps.clusters.models import CapacityReservation, GPUModel
 from apps.control.models import BackendObject, CheckpointStore, Installation
-from apps.tasks.models import ServiceLoadSample, Sweep, TaskEvent, TaskUsageSample
+from apps.tasks.models import ServiceLoadSample, Sweep, TaskEvent, TaskTemplate, TaskUsageSample
 from apps.vdc.models import CapacityLoan, RebalancerSettings
 from apps.vdc.services import create_secret
 from tests.factories import TaskFactory
@@ -70,6 +70,9 @@ def every_model(world):
     )
     task.sweep_values = {"a": "1"}
     task.save(update_fields=["sweep", "sweep_values"])
+    TaskTemplate.objects.create(
+        project=world.project, name="resnet", created_by=world.member, task_file={"kind": "training", "epochs": 3}
+    )
     ServiceLoadSample.objects.create(
         task=task,
         start=timezone.now().replace(second=0, microsecond=0),

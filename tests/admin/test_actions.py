@@ -175,3 +175,17 @@ def test_stop_all_stops_the_unfinished_tasks_of_sweeps_and_the_sweep_page_lists_
     queued.refresh_from_db()
     done.refresh_from_db()
     assert (queued.status, done.status) == ("stopped", "completed")
+
+
+def test_task_templates_are_listed_filtered_by_project_and_deleted_through_the_service(admin_web, world):
+    from apps.tasks.models import TaskTemplate
+
+    kept = TaskTemplate.objects.create(project=world.other_project, name="bert", task_file={"kind": "training"})
+    gone = TaskTemplate.objects.create(project=world.project, name="resnet", task_file={"kind": "training"})
+    listing = admin_web.get(admin_url(TaskTemplate, "changelist"), {"project__id__exact": world.project.pk})
+    assert [row.pk for row in listing.context["cl"].result_list] == [gone.pk]
+    found = admin_web.get(admin_url(TaskTemplate, "changelist"), {"q": "bert"}).context["cl"].result_list
+    assert [row.pk for row in found] == [kept.pk]
+    assert admin_web.get(admin_url(gone)).status_code == 200
+    _act(admin_web, TaskTemplate, "delete_selected", [gone], post="yes")
+    assert list(TaskTemplate.objects.all()) == [kept]

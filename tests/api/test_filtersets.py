@@ -50,6 +50,7 @@ EXEMPT = {
         "sweep_values",  # JSON: a sweep element's values
     },
     "tasks.Sweep": {"parameters"},  # JSON: the parameter spec
+    "tasks.TaskTemplate": {"description", "task_file"},  # free text (searched with q) and a JSON task file
     "tasks.TaskEvent": {"message", "data"},
     "tasks.IdempotentRequest": {"fingerprint", "body"},  # a digest and a stored answer
     "billing.PriceRule": {"discount_tiers"},

@@ -102,6 +102,14 @@ def alpha_sweep(w):
     return Sweep.objects.create(project=w.project, name="grid", created_by=w.member, parameters={"lr": [1]})
 
 
+def alpha_template(w):
+    from apps.tasks.models import TaskTemplate
+
+    return TaskTemplate.objects.create(
+        project=w.project, name="resnet", created_by=w.owner, task_file={"kind": "training", "command": "python t.py"}
+    )
+
+
 def a100():
     return GPUModel.objects.get(name="A100-80G")
 
@@ -277,6 +285,22 @@ RESOURCES = [
         creators=WRITERS,
         create_denied={"outsider": 400},
         deleters=None,
+    ),
+    Resource(
+        "task-templates",
+        make=alpha_template,
+        readers=PROJECT_ROLES,
+        create=lambda w: {
+            "project": w.project.pk,
+            "name": "bert",
+            "description": "fine-tune BERT",
+            "task_file": {"kind": "training", "queue": w.high.name, "command": "python bert.py"},
+        },
+        creators=OWNERS,
+        create_denied={"outsider": 400},
+        update=lambda w: {"description": "ResNet-50 on ImageNet", "task_file": {"kind": "training", "epochs": 3}},
+        updaters=OWNERS,
+        deleters=OWNERS,
     ),
     Resource(
         "billing/prices",

@@ -39,7 +39,7 @@ from apps.billing.models import Account, Invoice, PriceRule, ProjectAlert, Trans
 from apps.clusters.models import CapacityReservation, GPUModel
 from apps.clusters.services import issue_agent_token
 from apps.control.models import BackendObject
-from apps.tasks.models import Sweep, Task, TaskEvent
+from apps.tasks.models import Sweep, Task, TaskEvent, TaskTemplate
 from apps.vdc.models import CapacityLoan, RebalancerSettings
 from apps.vdc.services import create_secret
 from tests.factories import TaskFactory
@@ -149,6 +149,9 @@ def fuzz_world(world):
     objects = {
         "tasks": queued,
         "sweeps": sweep,
+        "task-templates": TaskTemplate.objects.create(
+            project=world.project, name="fuzz", created_by=world.owner, task_file={"kind": "training"}
+        ),
         "backend-objects": backend_object,
         "vdcs": world.vdc,
         "clusters": world.cluster,

@@ -503,3 +503,78 @@ def test_sweep_submit_ls_show_and_stop(run_hcs, live_world, tmp_path):
     assert set(sweep.tasks.values_list("status", flat=True)) == {"stopped"}
     assert json.loads(run_hcs("sweep", "show", str(sweep.pk), "--json").stdout)["counts"]["finished"] == 4
     drive.wait_objects_ended(live_world.cluster)
+
+
+def test_template_save_ls_show_submit_and_rm(run_hcs, live_world):
+    """`hcs template`: owners save a task as a template, everyone in the project lists it, members submit from it
+    by name with options overriding it, viewers may not; an unknown name is a usage error."""
+    from apps.tasks.models import TaskTemplate
+
+    world = live_world
+    blocker = submit_task(
+        world.owner,
+        project=world.project,
+        queue="high",
+        name="blocker",
+        kind="training",
+        gpu_spec="8(A100)",
+        command="sleep 120",
+    )
+    run_cycle(world.vdc.pk)
+    task = submit_task(
+        world.member,
+        project=world.project,
+        queue="high",
+        name="resnet",
+        kind="training",
+        gpu_spec="1(A100)",
+        command="sleep 60",
+        env={"EPOCHS": "3", "LR": "0.1"},
+        secret_env={"WANDB_API_KEY": "never-in-a-template"},
+    )
+    log_in(run_hcs, "max")
+    refused = run_hcs("template", "save", str(task.pk), "resnet")
+    assert refused.returncode == 1 and "Only owners of project alpha" in refused.stderr
+    log_in(run_hcs, "olivia")
+    saved = run_hcs("template", "save", str(task.pk), "resnet", "-d", "ResNet-50 base")
+    assert saved.returncode == 0, saved.stderr
+    template = TaskTemplate.objects.get()
+    assert saved.stdout.strip() == f"Saved task {task.pk} as template {template.pk} (resnet) of project alpha"
+    assert "never-in-a-template" not in json.dumps(template.task_file) and template.description == "ResNet-50 base"
+
+    log_in(run_hcs, "max")
+    listed = run_hcs("template", "ls")
+    assert listed.returncode == 0, listed.stderr
+    assert re.search(rf"^{template.pk}\s+resnet\s+alpha\s+training\s+ResNet-50 base\s+olivia", listed.stdout, re.M)
+    assert run_hcs("template", "ls", "-p", "beta").stdout.strip() == "No templates."
+    shown = run_hcs("template", "show", "resnet")
+    assert shown.returncode == 0 and yaml.safe_load(shown.stdout) == template.task_file
+
+    submitted = run_hcs("submit", "--template", "resnet", "-n", "resnet-lr", "-e", "LR=0.01", "--json")
+    assert submitted.returncode == 0, submitted.stderr
+    copy = Task.objects.get(pk=json.loads(submitted.stdout)["id"])
+    assert (copy.name, copy.project, copy.owner, copy.command) == ("resnet-lr", world.project, world.member, "sleep 60")
+    assert copy.env == {"EPOCHS": "3", "LR": "0.01"} and copy.secret_env_names == []
+    by_id = run_hcs("submit", "-T", str(template.pk), "-p", "alpha")
+    assert by_id.returncode == 0 and "Submitted task" in by_id.stdout and "(resnet)" in by_id.stdout
+
+    count = Task.objects.count()
+    unknown = run_hcs("submit", "--template", "nope")
+    assert unknown.returncode == 2 and "no template 'nope'" in unknown.stderr
+    bad = run_hcs("submit", "--template", "resnet", "--gpu", "2((")
+    assert bad.returncode == 1 and "gpu_spec" in bad.stderr
+    both = run_hcs("submit", "--template", "resnet", "-f", "task.yaml")
+    assert both.returncode == 2 and "not both" in both.stderr
+    log_in(run_hcs, "vera")
+    viewer = run_hcs("submit", "--template", "resnet")
+    assert viewer.returncode == 1 and "Viewers of project alpha cannot submit" in viewer.stderr
+    assert run_hcs("template", "rm", "resnet").returncode == 1
+    assert Task.objects.count() == count
+
+    log_in(run_hcs, "olivia")
+    removed = run_hcs("template", "rm", "resnet")
+    assert removed.returncode == 0 and not TaskTemplate.objects.exists()
+    for one in Task.objects.exclude(pk=blocker.pk):
+        assert run_hcs("stop", str(one.pk)).returncode == 0
+    assert run_hcs("stop", str(blocker.pk)).returncode == 0
+    drive.wait_objects_ended(world.cluster)

@@ -2,9 +2,13 @@
 
 from django.urls import path
 
-from apps.tasks.api import sweeps, views
+from apps.tasks.api import sweeps, templates, views
 
-ROUTES = [("tasks", views.TaskViewSet, "task"), ("sweeps", sweeps.SweepViewSet, "sweep")]
+ROUTES = [
+    ("tasks", views.TaskViewSet, "task"),
+    ("sweeps", sweeps.SweepViewSet, "sweep"),
+    ("task-templates", templates.TaskTemplateViewSet, "task-template"),
+]
 
 urlpatterns = [
     path("vdcs/<int:pk>/stats/", views.VDCStatsView.as_view(), name="vdc-stats"),
