@@ -199,6 +199,8 @@ def fuzz_world(world):
 
 # Sequences restart, so the same generated ids meet the same objects whatever ran before: reproducible.
 @pytest.mark.django_db(transaction=True, reset_sequences=True)
+# Every operation of the schema, twice: minutes on a quiet machine, several times that when the machine is busy.
+@pytest.mark.timeout(1800)
 @pytest.mark.parametrize(("user", "examples"), [("member", MEMBER_EXAMPLES), ("admin", ADMIN_EXAMPLES)])
 def test_no_operation_answers_5xx_or_outside_its_schema(wsgi_app, fuzz_world, settings, capsys, user, examples):
     settings.ALLOWED_HOSTS = ["localhost"]
