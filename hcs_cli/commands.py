@@ -10,6 +10,7 @@ import argparse
 import getpass
 import json
 import shlex
+import shutil
 import sys
 import time
 import uuid
@@ -591,3 +592,42 @@ __all__ = [
     "secrets_set",
     "secrets_rm",
 ]
+
+
+def exec_(args: argparse.Namespace, api: Client) -> int:
+    """The Web Console from this terminal: an interactive shell, or one command whose output and status come back."""
+    from hcs_cli import terminal
+
+    argv = list(args.argv or [])
+    interactive = not argv
+    size = shutil.get_terminal_size() if interactive and sys.stdin.isatty() else None
+    rows, cols = (size.lines, size.columns) if size else (24, 80)
+    token = api.session.headers["Authorization"].removeprefix("Token ")
+    ws = terminal.open_console(api.base_url, token, args.id, args.instance, rows, cols)
+    try:
+        if interactive:
+            terminal.interactive(ws, sys.stdin.fileno(), sys.stdout.buffer)
+            return 0
+        return terminal.run_command(ws, argv, sys.stdout.buffer)
+    except terminal.Refused as refused:
+        print(f"hcs: {refused}", file=sys.stderr)
+        return 1
+    finally:
+        ws.close()
+
+
+def port_forward(args: argparse.Namespace, api: Client) -> int:
+    """Serve a task's Connect app on 127.0.0.1 until interrupted."""
+    from hcs_cli import forward
+
+    visit = forward.Visit(api, args.id, args.port)
+    local_port = args.port if args.local_port is None else args.local_port
+
+    def announce(address: str) -> None:
+        print(f"Forwarding {address} -> task {args.id} port {args.port} ({visit.target.origin})", flush=True)
+
+    try:
+        forward.serve(visit, local_port, announce)
+    except KeyboardInterrupt:
+        return 0
+    return 0
