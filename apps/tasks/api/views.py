@@ -12,7 +12,7 @@ from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import generics, mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
@@ -21,6 +21,7 @@ from rest_framework.response import Response
 
 from apps.clusters.api.views import clusters_of
 from apps.core.api.common import Conflict, service_errors
+from apps.core.api.schema import ErrorDetailSerializer
 from apps.queues.models import TaskQueue
 from apps.tasks import access, connect, idempotency, lineup, live, services, taskfile, usage
 from apps.tasks.admission import wait_notice
@@ -31,7 +32,7 @@ from apps.tasks.api.serializers import (
     BulkStopResultSerializer,
     BulkStopSerializer,
     ClusterStatsSerializer,
-    ConnectTicketRequestSerializer,
+    ConnectTicketAskSerializer,
     ConnectTicketSerializer,
     LoadPointSerializer,
     QueueLineupSerializer,
@@ -148,12 +149,18 @@ class TaskViewSet(
         with service_errors():
             services.delete_task(instance, self.request.user)
 
-    @extend_schema(request=ConnectTicketRequestSerializer, responses=ConnectTicketSerializer)
+    @extend_schema(
+        request=ConnectTicketAskSerializer,
+        responses={
+            200: ConnectTicketSerializer,
+            409: OpenApiResponse(ErrorDetailSerializer, description="The task is not running."),
+        },
+    )
     @action(
         detail=True,
         methods=["post"],
         url_path="connect-ticket",
-        serializer_class=ConnectTicketRequestSerializer,
+        serializer_class=ConnectTicketAskSerializer,
         filterset_class=None,
         pagination_class=None,
     )
@@ -163,7 +170,7 @@ class TaskViewSet(
         a declared port, a running task). GET ``url`` once, within ``expires_in`` seconds and without following
         its redirect: its answer sets the app cookie of ``origin``, which every request to the app then carries
         (docs/console.md)."""
-        body = ConnectTicketRequestSerializer(data=request.data)
+        body = ConnectTicketAskSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         task_id, port = int(pk), body.validated_data["port"]
         try:
