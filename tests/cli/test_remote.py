@@ -3,18 +3,25 @@ Connect's app origin, with the CLI's API token and the pages' role rules."""
 
 from __future__ import annotations
 
+import fcntl
+import os
+import pty
+import select
+import struct
 import subprocess
+import termios
 import time
 
 import pytest
 import requests
 from rest_framework.authtoken.models import Token
+from websockets.sync.client import connect
 
 from apps.tasks.services import stop_task
 from tests.cli.conftest import HCS
 from tests.cli.test_hcs import log_in
 from tests.control.drive import wait_status
-from tests.portal.test_connect import PORT, start_service
+from tests.portal.test_connect import PORT, WS_ECHO, start_service
 from tests.portal.test_terminal import start_running_task
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -64,6 +71,46 @@ def test_exec_with_a_shell_on_standard_input(run_hcs, live_world):
         assert result.returncode == 0, result.stderr
         assert "from-42" in result.stdout
     finally:
+        finish(task, live_world.owner)
+
+
+def read_until(fd: int, needle: bytes, timeout: float = 20) -> bytes:
+    seen, deadline = b"", time.monotonic() + timeout
+    while needle not in seen:
+        assert time.monotonic() < deadline, f"{needle!r} never came: {seen!r}"
+        if select.select([fd], [], [], 0.2)[0]:
+            try:
+                seen += os.read(fd, 4096)
+            except OSError:
+                break
+    return seen
+
+
+def test_exec_at_a_terminal_is_an_interactive_shell_of_the_terminals_size(run_hcs, live_world):
+    """`hcs exec` on a real terminal: raw mode while the shell runs (Ctrl-C reaches the shell, not `hcs`), the
+    window's size sent, `exit` ends it with status 0 and the terminal's modes are restored."""
+    task = start_running_task(live_world)
+    main, child = pty.openpty()
+    try:
+        fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 101, 0, 0))
+        before = termios.tcgetattr(child)
+        log_in(run_hcs)
+        process = subprocess.Popen(
+            [str(HCS), "exec", str(task.pk)], stdin=child, stdout=child, stderr=child, env=run_hcs.env
+        )
+        read_until(main, b"$ ")  # the shell's prompt: hcs has the terminal in raw mode by now
+        os.write(main, b"stty size; echo size-$((1 + 1))\r")
+        assert b"33 101" in read_until(main, b"size-2")
+        os.write(main, b"sleep 30\r")
+        time.sleep(1)
+        os.write(main, b"\x03echo still-$((6 * 7))\r")  # Ctrl-C stops the sleep inside, not hcs
+        read_until(main, b"still-42")
+        os.write(main, b"exit\r")
+        assert process.wait(20) == 0
+        assert termios.tcgetattr(child) == before
+    finally:
+        os.close(main)
+        os.close(child)
         finish(task, live_world.owner)
 
 
@@ -119,3 +166,31 @@ def test_port_forward_serves_the_tasks_app_locally_and_refuses_viewers(run_hcs, 
         assert process.wait(30) == 1 and process.stderr.read().strip() == "hcs: No such task."
     finally:
         finish(task, world.owner)
+    process, _ = forwarding(run_hcs, task.pk)
+    assert process.wait(30) == 1 and process.stderr.read().strip() == "hcs: The task is stopped, not running."
+
+
+def test_port_forward_relays_the_apps_websockets(run_hcs, live_world):
+    task = start_service(live_world, WS_ECHO)
+    try:
+        log_in(run_hcs)
+        process, local = forwarding(run_hcs, task.pk)
+        try:
+            assert local, process.stderr.read() if process.poll() is not None else ""
+            address = local.replace("http://", "ws://")
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    socket = connect(f"{address}/api/ws?x=1", origin=local, proxy=None, open_timeout=10)
+                    break
+                except Exception:
+                    assert time.monotonic() < deadline, "the app's socket never opened through the forward"
+                    time.sleep(0.5)  # the service inside the job may still be starting
+            with socket:
+                socket.send("hello")
+                assert socket.recv(timeout=10).startswith("echo /api/ws?x=1 hello cookie=")
+        finally:
+            process.terminate()
+            process.wait(10)
+    finally:
+        finish(task, live_world.owner)
