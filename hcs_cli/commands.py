@@ -10,7 +10,6 @@ import argparse
 import getpass
 import json
 import shlex
-import shutil
 import sys
 import time
 import uuid
@@ -600,8 +599,7 @@ def exec_(args: argparse.Namespace, api: Client) -> int:
 
     argv = list(args.argv or [])
     interactive = not argv
-    size = shutil.get_terminal_size() if interactive and sys.stdin.isatty() else None
-    rows, cols = (size.lines, size.columns) if size else (24, 80)
+    rows, cols = terminal.window_size(sys.stdin.fileno()) if interactive else (24, 80)
     token = api.session.headers["Authorization"].removeprefix("Token ")
     ws = terminal.open_console(api.base_url, token, args.id, args.instance, rows, cols)
     try:

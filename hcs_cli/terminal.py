@@ -17,7 +17,6 @@ import re
 import secrets
 import select
 import shlex
-import shutil
 import signal
 import sys
 import termios
@@ -130,6 +129,15 @@ def run_command(ws, argv: list[str], out) -> int:
     raise Refused(f"{_closing(ws, notice)} The command's exit status is unknown.")
 
 
+def window_size(fd: int) -> tuple[int, int]:
+    """The rows and columns of the terminal ``fd`` is (its own, not ``LINES`` / ``COLUMNS``); 24 x 80 otherwise."""
+    try:
+        size = os.get_terminal_size(fd)
+    except OSError:
+        return 24, 80
+    return size.lines or 24, size.columns or 80
+
+
 def _send_input(ws, fd: int, stop: threading.Event) -> None:
     """Standard input to the shell until it ends or ``stop``. A terminal in raw mode never ends (Ctrl-D goes to the
     shell as it is); the end of a pipe or file is an ``exit`` typed after its last line, since a Ctrl-D sent while
@@ -162,9 +170,9 @@ def interactive(ws, stdin_fd: int, out) -> None:
     previous = {}
 
     def resize(*_args) -> None:
-        size = shutil.get_terminal_size()
+        rows, cols = window_size(stdin_fd)
         with contextlib.suppress(ConnectionClosed):
-            ws.send(json.dumps({"resize": [size.lines, size.columns]}))
+            ws.send(json.dumps({"resize": [rows, cols]}))
 
     def end(signum, _frame) -> None:
         raise SystemExit(128 + signum)
