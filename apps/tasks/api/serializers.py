@@ -378,9 +378,6 @@ class StopSerializer(serializers.Serializer):
 
 class ConnectTicketAskSerializer(serializers.Serializer):
     port = serializers.IntegerField(min_value=1, max_value=65535, help_text="a port of the task (its Connect ports)")
-    path = serializers.CharField(
-        required=False, default="/", max_length=2000, help_text="where the app cookie's holder goes first"
-    )
 
 
 class ConnectTicketSerializer(serializers.Serializer):

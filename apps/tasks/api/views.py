@@ -178,7 +178,7 @@ class TaskViewSet(
         except access.Refused as refused:
             raise {404: NotFound, 409: Conflict}.get(refused.code, PermissionDenied)(str(refused))
         back = request.build_absolute_uri(reverse("portal:task-monitoring", args=[task_id]))
-        ticket = connect.issue_ticket(request.user, task_id, port, body.validated_data["path"], back=back)
+        ticket = connect.issue_ticket(request.user, task_id, port, "/", back=back)
         origin = connect.app_origin(request, task_id, port)
         answer = {
             "origin": origin,
