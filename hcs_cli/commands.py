@@ -615,7 +615,7 @@ def exec_(args: argparse.Namespace, api: Client) -> int:
 
 
 def port_forward(args: argparse.Namespace, api: Client) -> int:
-    """Serve a task's Connect app on 127.0.0.1 until interrupted."""
+    """Serve a task's Connect app on 127.0.0.1 until interrupted (Ctrl-C: exit status 130, as for every command)."""
     from hcs_cli import forward
 
     visit = forward.Visit(api, args.id, args.port)
@@ -624,8 +624,5 @@ def port_forward(args: argparse.Namespace, api: Client) -> int:
     def announce(address: str) -> None:
         print(f"Forwarding {address} -> task {args.id} port {args.port} ({visit.target.origin})", flush=True)
 
-    try:
-        forward.serve(visit, local_port, announce)
-    except KeyboardInterrupt:
-        return 0
+    forward.serve(visit, local_port, announce)
     return 0

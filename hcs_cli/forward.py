@@ -193,6 +193,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         visit = self.server.visit
         if self.headers.get("Upgrade", "").lower() == "websocket":
             return self._tunnel(visit)
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            self.send_error(411, "hcs port-forward relays request bodies with a Content-Length only")
+            return
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else None
         for attempt in (1, 2):

@@ -83,10 +83,10 @@ def _notice(message: str | bytes) -> dict | None:
 
 def _closing(ws, notice: dict | None) -> str:
     """Why the console ended, as the portal said it."""
-    if notice and notice.get("message"):
+    code = notice.get("code") if notice else None
+    if notice and notice.get("message") and code != CLOSE_UNAUTHENTICATED:
         return str(notice["message"])
-    code = ws.close_code
-    if code == CLOSE_UNAUTHENTICATED:
+    if (code or ws.close_code) == CLOSE_UNAUTHENTICATED:
         return "The portal did not accept the token: run `hcs login` again."
     return f"The console closed (code {code})." if code not in (None, 1000) else "The shell ended."
 
@@ -98,7 +98,8 @@ def run_command(ws, argv: list[str], out) -> int:
         f"printf '\\036{nonce}\\036\\n'; {{ {shlex.join(argv)} ; }} </dev/null; "
         f"printf '\\036{nonce} %d\\036\\n' $?; exit\n"
     )
-    ws.send(json.dumps({"input": line}))
+    with contextlib.suppress(ConnectionClosed):  # a refusal closes the socket at once: it is read below
+        ws.send(json.dumps({"input": line}))
     begin = f"{_MARK}{nonce}{_MARK}".encode()
     end = re.compile(rb"\x1e" + nonce.encode() + rb" (\d+)\x1e")
     buffer, started, notice = b"", False, None
