@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from hcs_cli import config
+from hcs_cli import config, forward, terminal
 from hcs_cli.client import ApiError, Client, ConnectionFailed
 from hcs_cli.output import print_json, table, when
 
@@ -576,27 +576,8 @@ def secrets_rm(args: argparse.Namespace, api: Client) -> int:
     return 0
 
 
-__all__ = [
-    "ApiError",
-    "login",
-    "logout",
-    "submit",
-    "ls",
-    "status",
-    "task_file",
-    "logs",
-    "stop",
-    "queue",
-    "secrets_ls",
-    "secrets_set",
-    "secrets_rm",
-]
-
-
 def exec_(args: argparse.Namespace, api: Client) -> int:
     """The Web Console from this terminal: an interactive shell, or one command whose output and status come back."""
-    from hcs_cli import terminal
-
     argv = list(args.argv or [])
     interactive = not argv
     rows, cols = terminal.window_size(sys.stdin.fileno()) if interactive else (24, 80)
@@ -616,8 +597,6 @@ def exec_(args: argparse.Namespace, api: Client) -> int:
 
 def port_forward(args: argparse.Namespace, api: Client) -> int:
     """Serve a task's Connect app on 127.0.0.1 until interrupted (Ctrl-C: exit status 130, as for every command)."""
-    from hcs_cli import forward
-
     visit = forward.Visit(api, args.id, args.port)
     local_port = args.port if args.local_port is None else args.local_port
 
@@ -626,3 +605,22 @@ def port_forward(args: argparse.Namespace, api: Client) -> int:
 
     forward.serve(visit, local_port, announce)
     return 0
+
+
+__all__ = [
+    "ApiError",
+    "login",
+    "logout",
+    "submit",
+    "ls",
+    "status",
+    "task_file",
+    "logs",
+    "stop",
+    "queue",
+    "secrets_ls",
+    "secrets_set",
+    "secrets_rm",
+    "exec_",
+    "port_forward",
+]
