@@ -1,4 +1,5 @@
-"""``hcs``: submit, list, follow, stop and delete HCS Portal tasks from a shell, through the REST API.
+"""``hcs``: submit, list, follow, stop and delete HCS Portal tasks from a shell, open a shell in them and reach
+their ports, through the REST API (and the Web Console's socket).
 
 Exit status: 0 done; 1 the API refused (its field errors are printed); 2 a usage, login or connection
 problem.
@@ -283,6 +284,32 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("delete", help="delete an ended task that never ran (a task that ran is kept for billing)")
     p.add_argument("id", type=int)
     p.set_defaults(handler=commands.delete)
+
+    p = sub.add_parser(
+        "exec",
+        help="a shell in a running task (the Web Console), or one command in it",
+        description="Open the Web Console of a running task from this terminal: without a command, an interactive "
+        "shell (exit or Ctrl-D ends it); with one after `--`, run it in the task's shell, print its output and exit "
+        "with its status, e.g. `hcs exec 42 -- nvidia-smi`. The command is run as an argument list (quote shell "
+        "syntax: `hcs exec 42 -- sh -c 'ls | wc -l'`) with no standard input. Owners and members of the project "
+        "(and users allowed any project's console) may open it.",
+    )
+    p.add_argument("id", type=int)
+    p.add_argument("-i", "--instance", type=int, default=0, help="which instance of a gang (default 0)")
+    p.add_argument("argv", nargs="*", metavar="COMMAND", help="the command, after --")
+    p.set_defaults(handler=commands.exec_)
+
+    p = sub.add_parser(
+        "port-forward",
+        help="a task's port (Connect) on a local address",
+        description="Serve PORT of a running task (one of its Connect ports) on http://127.0.0.1:LOCAL until "
+        "interrupted, e.g. `hcs port-forward 42 8888` then `curl localhost:8888/`. Requests and WebSocket "
+        "upgrades go to the port's Connect origin as your user: owners and members of the project only.",
+    )
+    p.add_argument("id", type=int)
+    p.add_argument("port", type=int, help="the task's port")
+    p.add_argument("-l", "--local-port", type=int, help="the local port (default: the task's port; 0 picks a free one)")
+    p.set_defaults(handler=commands.port_forward)
 
     _sweep_parser(sub)
     _template_parser(sub)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from hcs_cli import config
+from hcs_cli import config, forward, terminal
 from hcs_cli.client import ApiError, Client, ConnectionFailed
 from hcs_cli.output import print_json, table, when
 
@@ -667,6 +667,37 @@ def template_rm(args: argparse.Namespace, api: Client) -> int:
     return 0
 
 
+def exec_(args: argparse.Namespace, api: Client) -> int:
+    """The Web Console from this terminal: an interactive shell, or one command whose output and status come back."""
+    argv = list(args.argv or [])
+    interactive = not argv
+    rows, cols = terminal.window_size(sys.stdin.fileno()) if interactive else (24, 80)
+    token = api.session.headers["Authorization"].removeprefix("Token ")
+    ws = terminal.open_console(api.base_url, token, args.id, args.instance, rows, cols)
+    try:
+        if interactive:
+            terminal.interactive(ws, sys.stdin.fileno(), sys.stdout.buffer)
+            return 0
+        return terminal.run_command(ws, argv, sys.stdout.buffer)
+    except terminal.Refused as refused:
+        print(f"hcs: {refused}", file=sys.stderr)
+        return 1
+    finally:
+        ws.close()
+
+
+def port_forward(args: argparse.Namespace, api: Client) -> int:
+    """Serve a task's Connect app on 127.0.0.1 until interrupted (Ctrl-C: exit status 130, as for every command)."""
+    visit = forward.Visit(api, args.id, args.port)
+    local_port = args.port if args.local_port is None else args.local_port
+
+    def announce(address: str) -> None:
+        print(f"Forwarding {address} -> task {args.id} port {args.port} ({visit.target.origin})", flush=True)
+
+    forward.serve(visit, local_port, announce)
+    return 0
+
+
 __all__ = [
     "ApiError",
     "login",
@@ -685,4 +716,6 @@ __all__ = [
     "template_show",
     "template_save",
     "template_rm",
+    "exec_",
+    "port_forward",
 ]

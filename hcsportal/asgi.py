@@ -1,5 +1,6 @@
-"""ASGI entry point: HTTP through Django, WebSocket through Channels behind auth and origin checks; sockets of
-Connect's app hosts go to Connect alone (hcsportal/hosts.py)."""
+"""ASGI entry point: HTTP through Django, WebSocket through Channels behind auth and origin checks (an API token
+for clients that are not browsers, hcsportal/socket_tokens.py); sockets of Connect's app hosts go to Connect alone
+(hcsportal/hosts.py)."""
 
 import os
 
@@ -17,12 +18,16 @@ from apps.tasks.consumers import ConnectSocketConsumer  # noqa: E402
 from hcsportal.hosts import HostRouter  # noqa: E402
 from hcsportal.origins import OriginValidator  # noqa: E402
 from hcsportal.routing import websocket_urlpatterns  # noqa: E402
+from hcsportal.socket_tokens import TokenHandshakes  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
         "websocket": HostRouter(
-            portal=OriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+            portal=TokenHandshakes(
+                URLRouter(websocket_urlpatterns),
+                browsers=OriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+            ),
             apps=CookieMiddleware(ConnectSocketConsumer.as_asgi()),
         ),
     }

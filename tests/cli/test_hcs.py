@@ -11,11 +11,9 @@ import os
 import re
 import stat
 import subprocess
-import sys
 import time
 import uuid
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 import yaml
@@ -24,33 +22,12 @@ from rest_framework.authtoken.models import Token
 from apps.control.scheduling import run_cycle
 from apps.tasks.models import IdempotentRequest, Task
 from apps.tasks.services import submit_task
+from tests.cli.conftest import HCS
 from tests.control import drive
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-# The console script `make venv` installs next to the interpreter running the tests.
-HCS = Path(sys.executable).parent / "hcs"
 PASSWORD = "pw-for-tests-1"
-REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def run_hcs(live_server_url, tmp_path):
-    """Run `hcs` with a private config directory; the server's URL comes from `hcs login` or HCS_URL."""
-    assert HCS.exists(), f"{HCS} is missing: `make venv` installs the project (pip install -e .)"
-    base_env = {k: v for k, v in os.environ.items() if not k.startswith("HCS_")}
-    base_env["XDG_CONFIG_HOME"] = str(tmp_path / "config")
-    # The console script imports hcs_cli from this checkout, whichever checkout the editable install points at.
-    base_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-
-    def run(*args: str, stdin: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [str(HCS), *args], input=stdin, capture_output=True, text=True, timeout=60, env={**base_env, **(env or {})}
-        )
-
-    run.url = live_server_url
-    run.config = tmp_path / "config" / "hcs" / "config.json"
-    return run
 
 
 def log_in(run_hcs, username: str = "max") -> None:

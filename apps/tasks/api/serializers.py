@@ -376,6 +376,16 @@ class StopSerializer(serializers.Serializer):
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
 
 
+class ConnectTicketAskSerializer(serializers.Serializer):
+    port = serializers.IntegerField(min_value=1, max_value=65535, help_text="a port of the task (its Connect ports)")
+
+
+class ConnectTicketSerializer(serializers.Serializer):
+    origin = serializers.CharField(help_text="the port's own origin, http(s)://<task>-<port>.<HCS_APPS_DOMAIN>")
+    url = serializers.CharField(help_text="the origin's ticket exchange: GET it once, within a minute")
+    expires_in = serializers.IntegerField(help_text="seconds the ticket stays valid")
+
+
 class BulkStopSerializer(serializers.Serializer):
     ids = serializers.ListField(
         child=serializers.IntegerField(min_value=1, max_value=2**31 - 1),

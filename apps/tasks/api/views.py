@@ -6,20 +6,24 @@ tasks, and dependencies point from tasks to the other apps, not back.
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
+from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import generics, mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from apps.clusters.api.views import clusters_of
-from apps.core.api.common import service_errors
+from apps.core.api.common import Conflict, service_errors
+from apps.core.api.schema import ErrorDetailSerializer
 from apps.queues.models import TaskQueue
-from apps.tasks import idempotency, lineup, live, services, taskfile, usage
+from apps.tasks import access, connect, idempotency, lineup, live, services, taskfile, usage
 from apps.tasks.admission import wait_notice
 from apps.tasks.api import stats
 from apps.tasks.api.file_schema import task_file_schema
@@ -28,6 +32,8 @@ from apps.tasks.api.serializers import (
     BulkStopResultSerializer,
     BulkStopSerializer,
     ClusterStatsSerializer,
+    ConnectTicketAskSerializer,
+    ConnectTicketSerializer,
     LoadPointSerializer,
     QueueLineupSerializer,
     StopSerializer,
@@ -142,6 +148,44 @@ class TaskViewSet(
     def perform_destroy(self, instance: Task) -> None:
         with service_errors():
             services.delete_task(instance, self.request.user)
+
+    @extend_schema(
+        request=ConnectTicketAskSerializer,
+        responses={
+            200: ConnectTicketSerializer,
+            409: OpenApiResponse(ErrorDetailSerializer, description="The task is not running."),
+        },
+    )
+    @action(
+        detail=True,
+        methods=["post"],
+        url_path="connect-ticket",
+        serializer_class=ConnectTicketAskSerializer,
+        filterset_class=None,
+        pagination_class=None,
+    )
+    def connect_ticket(self, request: Request, pk=None) -> Response:
+        """A Connect ticket for a port of the task, for a client that is not a browser (``hcs port-forward``):
+        the same hand-over and the same rule as the task page's Connect link (owners and members of the project,
+        a declared port, a running task). GET ``url`` once, within ``expires_in`` seconds and without following
+        its redirect: its answer sets the app cookie of ``origin``, which every request to the app then carries
+        (docs/console.md)."""
+        body = ConnectTicketAskSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        task_id, port = int(pk), body.validated_data["port"]
+        try:
+            access.connect_target(request.user, task_id, port)
+        except access.Refused as refused:
+            raise {404: NotFound, 409: Conflict}.get(refused.code, PermissionDenied)(str(refused))
+        back = request.build_absolute_uri(reverse("portal:task-monitoring", args=[task_id]))
+        ticket = connect.issue_ticket(request.user, task_id, port, "/", back=back)
+        origin = connect.app_origin(request, task_id, port)
+        answer = {
+            "origin": origin,
+            "url": f"{origin}{connect.EXCHANGE_PATH}?{urlencode({'ticket': ticket})}",
+            "expires_in": connect.TICKET_MAX_AGE_S,
+        }
+        return Response(ConnectTicketSerializer(answer).data)
 
     @extend_schema(request=StopSerializer, responses=TaskDetailSerializer)
     @action(detail=True, methods=["post"], serializer_class=StopSerializer, filterset_class=None)
