@@ -230,6 +230,12 @@ class Task(models.Model):
         help_text="Inference on local and Slurm clusters: also scale ahead of the request rate forecast from the "
         "service's history (Holt-Winters, daily season); never scales down on a forecast alone",
     )
+    autoscale_schedule = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Inference: scheduled minimums, entries of days, from, to (HH:MM), timezone and min_replicas; "
+        "while an entry holds the service runs at least that many replicas",
+    )
     autoscale_desired = models.PositiveIntegerField(
         null=True,
         blank=True,

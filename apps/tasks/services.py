@@ -70,6 +70,7 @@ SUBMIT_FIELDS = (
     "autoscale_rps",
     "autoscale_concurrency",
     "autoscale_predictive",
+    "autoscale_schedule",
     "readiness_path",
     "secret_refs",
     "idle_stop_percent",
@@ -342,6 +343,7 @@ AUTOSCALE_FIELDS = (
     "autoscale_rps",
     "autoscale_concurrency",
     "autoscale_predictive",
+    "autoscale_schedule",
 )
 
 
@@ -369,7 +371,7 @@ def autoscale_errors(task: Task, changes: dict[str, Any]) -> dict[str, str]:
         edited.clean_fields(exclude=[f.name for f in Task._meta.fields if f.name not in AUTOSCALE_FIELDS])
     except ValidationError as exc:
         return {field: " ".join(messages) for field, messages in exc.message_dict.items()}
-    bounded = {field for field, _low, _high in NUMBER_BOUNDS if field in AUTOSCALE_FIELDS}
+    bounded = {field for field, _low, _high in NUMBER_BOUNDS if field in AUTOSCALE_FIELDS} | {"autoscale_schedule"}
     errors = {k: v for k, v in task_errors(edited).items() if k in bounded}
     if errors:
         return errors
