@@ -16,6 +16,7 @@ from apps.clusters.models import Cluster
 from apps.clusters.services import validate_gpu_spec
 from apps.core.crypto import decrypt_text, encrypt_text
 from apps.queues.models import TaskQueue
+from apps.tasks import schedule
 from apps.tasks.choices import (
     ACTIVE,
     FINAL,
@@ -409,6 +410,11 @@ class Task(models.Model):
     def secret_ref_names(self) -> list[str]:
         """The project secrets the task refers to, by name."""
         return sorted({ref.get("secret", "") for ref in self.secret_refs or () if isinstance(ref, dict)})
+
+    @property
+    def autoscale_schedule_text(self) -> str:
+        """The scheduled minimums as the pages show them, e.g. ``Mon-Fri 08:00-20:00 4 Europe/Berlin``."""
+        return "; ".join(schedule.format_entry(e) for e in self.autoscale_schedule or () if isinstance(e, dict))
 
     def set_secret_env(self, values: dict[str, str]) -> None:
         """Encrypt and keep secret variables (validated by the caller); call save() afterwards."""
