@@ -12,7 +12,13 @@ scheduling cycle is asked for: the engine then grants replicas up to that count 
 and billing counts.
 
 The recommendations of the last stabilisation window are kept in Redis: losing them only delays a
-scale-down by one window (the rules scale down only once a whole window of recommendations is known).
+scale-down by one window (the rules scale down only once a whole window of recommendations is known). Each carries
+whether the panic condition held (the rate or concurrency of the last ``PANIC_WINDOW_S`` seconds asking for twice
+the running replicas), so a panic outlives the pass that saw it by a stable window.
+
+Scheduled minimums (docs/tasks.md "Scheduled minimums"): each pass computes a service's floor for that moment from
+its ``autoscale_schedule`` and gives it to the rules. A service that a backend scales itself (the Kubernetes HPA)
+gets its settings again when its floor changes (:func:`push_scheduled_floors`), so the HPA's ``minReplicas`` follows.
 
 Predictive scaling (docs/tasks.md "Predictive scaling"): every pass also averages each service's request rate
 and GPU utilisation into its current 5-minute bucket (:class:`~apps.tasks.models.ServiceLoadSample`, kept

@@ -430,6 +430,8 @@ class Task(models.Model):
         ``gpu_catalog`` saves loading the catalog when the caller has it already.
         """
         errors: dict[str, str] = {}
+        # Scheduled minimums given as lines are stored as objects, whichever door they came through.
+        self.autoscale_schedule = schedule.normalise(self.autoscale_schedule)
         try:
             validate_gpu_spec(self.gpu_spec, gpu_catalog, vdc_id=self.vdc_id)
         except ValidationError as exc:

@@ -8,7 +8,8 @@ a window are the busy time of all requests in it divided by its length. A reques
 ends (its response relayed to the end or cut off), spread over the seconds it spanned, so a long stream counts
 as one request in flight for as long as it lasts; no counter goes up at a start and down at an end, so a worker
 that dies mid-request leaks nothing. Measuring never fails a request: a Redis outage costs the autoscaler its
-readings (it then keeps the count as it is), never a response.
+readings (it then keeps the count as it is), never a response. The autoscaler reads the same counters over a
+stable window (``WINDOW_S``) and over its last seconds, the panic window (``PANIC_WINDOW_S``).
 """
 
 from __future__ import annotations

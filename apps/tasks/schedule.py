@@ -80,7 +80,7 @@ def entry_error(entry, low: int | None, high: int | None) -> str | None:
         value = entry[key]
         if not isinstance(value, str) or not TIME.fullmatch(value) or (key == "from" and value == "24:00"):
             return f"Expected {key} as HH:MM (00:00 to 23:59{', or 24:00' if key == 'to' else ''}), got {value!r}."
-    if _minutes(entry["from"]) == _minutes(entry["to"]) % 1440:
+    if _minutes(entry["from"]) == _minutes(entry["to"]):
         return f"Expected from and to to differ, got {entry['from']} to {entry['to']}."
     if not isinstance(entry["days"], str):
         return f"Expected days as text like Mon-Fri or Sat,Sun, got {entry['days']!r}."
@@ -152,8 +152,8 @@ def floor_at(schedule, when: datetime) -> int | None:
     """The highest minimum of the entries holding at ``when`` (None when none holds or the schedule is empty);
     entries that are not valid are skipped."""
     counts = []
-    for entry in schedule or ():
-        if entry_error(entry, 1, 1 << 30) is None and active(entry, when):
+    for entry in normalise(list(schedule or ())):
+        if isinstance(entry, dict) and entry_error(entry, 1, 1 << 30) is None and active(entry, when):
             counts.append(entry["min_replicas"])
     return max(counts, default=None)
 

@@ -20,7 +20,7 @@ from apps.clusters.gpuspec import GPURequest, GPUSpecError, candidate_models, eq
 from apps.clusters.models import Node
 from apps.queues.choices import PriorityClass
 from apps.queues.models import TaskQueue
-from apps.tasks import lifecycle
+from apps.tasks import lifecycle, schedule
 from apps.tasks.admission import admission_errors
 from apps.tasks.bulk import bulk_update_rows
 from apps.tasks.choices import ACTIVE, FINAL, WAITING, EventKind, TaskKind, TaskStatus
@@ -419,6 +419,8 @@ def update_autoscaling(task: Task, user, **changes: Any) -> Task:
         raise PermissionDenied(f"Only owners and members of project {task.project} change its services.")
     with transaction.atomic():
         locked = Task.objects.select_for_update().select_related("queue", "vdc").get(pk=task.pk)
+        if "autoscale_schedule" in changes:
+            changes["autoscale_schedule"] = schedule.normalise(changes["autoscale_schedule"])
         changes = {k: v for k, v in changes.items() if k not in AUTOSCALE_FIELDS or getattr(locked, k) != v}
         errors = autoscale_errors(locked, changes)
         if errors:
