@@ -410,6 +410,13 @@ def autoscale_errors(task: Task, changes: dict[str, Any]) -> dict[str, str]:
     return {}
 
 
+def _said(field: str, value: Any) -> Any:
+    """A setting as the timeline writes it: scheduled minimums as their lines."""
+    if field == "autoscale_schedule":
+        return "[" + "; ".join(schedule.format_entry(e) for e in value or () if isinstance(e, dict)) + "]"
+    return value
+
+
 def update_autoscaling(task: Task, user, **changes: Any) -> Task:
     """Change a service's autoscaling bounds and targets (API PATCH, monitoring page, admin): checked by
     :func:`autoscale_errors`, written with an ``autoscaled`` event, and a portal-scaled service's desired
@@ -427,7 +434,9 @@ def update_autoscaling(task: Task, user, **changes: Any) -> Task:
             raise ValidationError(errors)
         if not changes:
             return locked
-        said = ", ".join(f"{k.removeprefix('autoscale_')} {getattr(locked, k)} → {v}" for k, v in changes.items())
+        said = ", ".join(
+            f"{k.removeprefix('autoscale_')} {_said(k, getattr(locked, k))} → {_said(k, v)}" for k, v in changes.items()
+        )
         for field, value in changes.items():
             setattr(locked, field, value)
         fields = [*changes, "updated_at"]

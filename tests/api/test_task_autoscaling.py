@@ -198,7 +198,7 @@ def test_a_schedule_is_patched_and_a_lowered_maximum_below_an_entry_is_refused(w
     response = patch(world, svc, autoscale_schedule=["Mon-Fri 08:00-20:00 3"])
     assert response.status_code == 200, response.data
     assert response.data["autoscale_schedule"][0]["min_replicas"] == 3
-    assert "schedule [] →" in svc.events.get(kind="autoscaled").message
+    assert "schedule [] → [Mon-Fri 08:00-20:00 3 UTC]" in svc.events.get(kind="autoscaled").message
     response = patch(world, svc, autoscale_max=2)
     assert response.status_code == 400
     assert "within the service's replicas 1..2, got 3" in str(response.data["autoscale_schedule"])
