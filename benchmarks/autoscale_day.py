@@ -1,17 +1,17 @@
 """Autoscaling of one inference service over days of load (docs/rules.md#autoscaling): every mode next to the
 oracle, on several loads and seeds.
 
-Run: ``python -m benchmarks.autoscale_day`` (``--loads``, ``--seeds``, ``--days``, ``--capacity``, ``--startup``,
-``--refit``). Driven through the real code: every ``--interval`` s (5 s, the beat loop's period) the replica count
-is decided by :func:`apps.queues.engine.autoscale.decide` with the portal's behaviour (scale up at once, at most
-max(2 x n, n + 4) per decision, a 10 % tolerance band, scale down to the highest recommendation of the last
-5 minutes), the rate read as the Connect proxy reads it (mean of the last 15 s). The predictive modes do what
-``apps.control.autoscaling`` does: the measured rate is averaged into 5-minute buckets, a forecast of the next
-hour is made (:func:`apps.queues.engine.forecast.forecast`: Holt-Winters once two days of history exist, seasonal
-naive before; refitted every ``--refit`` buckets, 3 by default, to bound the benchmark's run time — the portal
-refits every bucket), every bucket keeps the forecast it was given, and the forecast's peak over the next
-``--lead`` minutes is passed to the rules **only while its backtest over the last day beats both "last value"
-and "same time yesterday"** (:func:`apps.queues.engine.forecast.backtest`).
+Run: ``python -m benchmarks.autoscale_day`` (``--loads``, ``--seeds``, ``--modes``, ``--days``, ``--capacity``,
+``--startup``, ``--refit``). Driven through the real code: every ``--interval`` s (5 s, the beat loop's period) the
+replica count is decided by :func:`apps.queues.engine.autoscale.decide` with the portal's behaviour (scale up at once,
+at most max(2 x n, n + 4) per decision, a 10 % tolerance band, scale down to the highest recommendation of the last 5
+minutes), the rate read as the Connect proxy reads it (mean of the last 15 s). The predictive modes do what
+``apps.control.autoscaling`` does: the measured rate is averaged into 5-minute buckets, a forecast of the next hour is
+made (:func:`apps.queues.engine.forecast.forecast`: Holt-Winters once two days of history exist, seasonal naive
+before; refitted every ``--refit`` buckets, 3 by default, to bound the benchmark's run time — the portal refits every
+bucket), every bucket keeps the forecast it was given, and the forecast's peak over the next ``--lead`` minutes is
+passed to the rules **only while its backtest over the last day beats both "last value" and "same time yesterday"**
+(:func:`apps.queues.engine.forecast.backtest`).
 
 Loads (per minute, seeded; each modelled on published statistics of production inference traces, documented so
 the figures can be reproduced and compared):
@@ -39,7 +39,9 @@ is over the minutes of the reported day, from the utilisation of the serving rep
 
 Modes: **oracle** (the replicas the demand needs at the target utilisation, every minute, no start-up: the floor
 for GPU-hours), **static** (the reported day's peak demand at the same target utilisation, always on),
-**reactive** (the HPA-like rules on the measured rate), **predictive (seasonal naive)** and **predictive
+**reactive** (the HPA-like rules on the measured rate), **reactive + panic** (the same with the panic window:
+the rate of the last 3 s passed too, as the loop passes it; "in panic" is the share of the day's decisions made
+in a panic), **predictive (seasonal naive)** and **predictive
 (Holt-Winters)** (reactive plus the forecast while it earns its place). The table reports the last day of
 ``--days`` (3 by default: two seasons of history behind it).
 
@@ -68,6 +70,8 @@ DAY_MIN = 1440
 BUCKET_MIN = 5  # the history's step, as apps.control.autoscaling stores it
 SEASON = DAY_MIN // BUCKET_MIN
 RATE_WINDOW_S = 15.0  # apps.tasks.request_rate.WINDOW_S
+PANIC_WINDOW_S = 3.0  # apps.tasks.request_rate.PANIC_WINDOW_S
+PANIC = rules.Behaviour(panic_window_s=PANIC_WINDOW_S, stable_window_s=RATE_WINDOW_S)
 
 
 def daily_shape(hour: float) -> float:
@@ -174,6 +178,7 @@ class Result:
     scale_events: int = 0
     cold_starts: int = 0
     forecast_used_share: float = 0.0
+    panic_share: float = 0.0
 
     @property
     def p95_ms(self) -> float:
@@ -218,7 +223,7 @@ def simulate(mode: str, load: str, seed: int, demand: list[float], args, report_
     plan: fc.Forecast | None = None
     plan_from = 0  # the bucket index plan.values[0] is for
     earns = False
-    decisions_counted = decisions_with_forecast = 0
+    decisions_counted = decisions_with_forecast = decisions_in_panic = 0
     result = Result(load, seed, mode)
     under_minute = -1
     horizon = args.lead // BUCKET_MIN + 1 + args.refit
@@ -229,6 +234,8 @@ def simulate(mode: str, load: str, seed: int, demand: list[float], args, report_
         if static is None:
             back = [demand[max(0, (i - k) // steps_per_min)] for k in range(round(RATE_WINDOW_S / step))]
             measured = sum(back) / len(back)
+            recent = back[: max(1, round(PANIC_WINDOW_S / step))]
+            panic_rps = sum(recent) / len(recent) if mode == "reactive panic" else None
             bucket_sum, bucket_n = bucket_sum + measured, bucket_n + 1
             if i % (BUCKET_MIN * steps_per_min) == 0 and i:
                 buckets.append(bucket_sum / bucket_n)
@@ -252,7 +259,12 @@ def simulate(mode: str, load: str, seed: int, demand: list[float], args, report_
                 offset = len(buckets) - plan_from
                 ahead = max(plan.values[offset : offset + math.ceil(args.lead / BUCKET_MIN)], default=None)
             current = len(serving_at)
-            d = rules.decide(targets, current, rules.Metrics(rps=measured), history, now, forecast_rps=ahead)
+            metrics = rules.Metrics(rps=measured, panic_rps=panic_rps)
+            behaviour = PANIC if panic_rps is not None else rules.DEFAULT
+            d = rules.decide(targets, current, metrics, history, now, behaviour, forecast_rps=ahead)
+            if counted and panic_rps is not None:
+                decisions_counted += 1
+                decisions_in_panic += any(r.panic for r in d.history if r.at >= now - RATE_WINDOW_S)
             history = d.history
             if counted and mode.startswith("predictive"):
                 decisions_counted += 1
@@ -276,14 +288,16 @@ def simulate(mode: str, load: str, seed: int, demand: list[float], args, report_
                 result.latencies.append(latency_ms(demand[minute], serving, args))
     if decisions_counted:
         result.forecast_used_share = decisions_with_forecast / decisions_counted
+        result.panic_share = decisions_in_panic / decisions_counted
     return result
 
 
-MODES = ("static", "reactive", "predictive naive", "predictive holt-winters")
+MODES = ("static", "reactive", "reactive panic", "predictive naive", "predictive holt-winters")
 LABELS = {
     "oracle": "oracle",
     "static": "static",
     "reactive": "reactive",
+    "reactive panic": "reactive + panic",
     "predictive naive": "predictive (seasonal naive)",
     "predictive holt-winters": "predictive (Holt-Winters)",
 }
@@ -342,6 +356,7 @@ def run(argv: list[str] | None = None) -> list[Result]:
     p.add_argument("--service-ms", type=float, default=200.0, help="a request's latency on an idle replica")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds a request waits at most (overload)")
     p.add_argument("--max-replicas", type=int, default=60)
+    p.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
     p.add_argument("--reaction", action="store_true", help="measure the reaction time on the local cluster instead")
     args = p.parse_args(argv)
     if args.reaction:
@@ -354,7 +369,8 @@ def run(argv: list[str] | None = None) -> list[Result]:
             demand = load_of(load, args.days, seed, args.peak)
             report_from = (args.days - 1) * DAY_MIN
             best = oracle(load, seed, demand, args, report_from)
-            group = [best] + [simulate(mode, load, seed, demand, args, report_from) for mode in MODES]
+            modes = [m for m in MODES if m in args.modes.split(",")]
+            group = [best] + [simulate(mode, load, seed, demand, args, report_from) for mode in modes]
             results.extend(group)
             for r in group:
                 rows.append(
@@ -369,6 +385,7 @@ def run(argv: list[str] | None = None) -> list[Result]:
                         r.scale_events,
                         r.cold_starts,
                         f"{r.forecast_used_share:.0%}" if r.mode.startswith("predictive") else "-",
+                        f"{r.panic_share:.1%}" if r.mode == "reactive panic" else "-",
                     ]
                 )
     print(
@@ -388,6 +405,7 @@ def run(argv: list[str] | None = None) -> list[Result]:
             "scale events",
             "cold starts",
             "forecast used",
+            "in panic",
         ],
         rows,
     )

@@ -120,6 +120,13 @@ def _task_options(p) -> None:
     p.add_argument("--autoscale-max", type=int)
     p.add_argument("--autoscale-cpu-percent", type=int)
     p.add_argument("--autoscale-gpu-percent", type=int)
+    p.add_argument(
+        "--schedule-min",
+        action="append",
+        metavar="'DAYS HH:MM-HH:MM N [TZ]'",
+        help="inference: at least N replicas then, e.g. 'Mon-Fri 08:00-20:00 4 Europe/Berlin' (time zone UTC when "
+        "left out; within --autoscale-min..--autoscale-max; repeat; replaces a task file's schedule)",
+    )
 
 
 def _sweep_parser(sub) -> None:

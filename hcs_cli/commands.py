@@ -188,6 +188,8 @@ def _submit_body(args: argparse.Namespace, required: bool = True) -> dict:
         body["secret_refs"] = refs
     if args.preemptible is not None:
         body["preemptible"] = args.preemptible
+    if getattr(args, "schedule_min", None):
+        body["autoscale_schedule"] = list(args.schedule_min)  # the API reads each line and says what is wrong
     return body
 
 

@@ -12,7 +12,13 @@ scheduling cycle is asked for: the engine then grants replicas up to that count 
 and billing counts.
 
 The recommendations of the last stabilisation window are kept in Redis: losing them only delays a
-scale-down by one window (the rules scale down only once a whole window of recommendations is known).
+scale-down by one window (the rules scale down only once a whole window of recommendations is known). Each carries
+whether the panic condition held (the rate or concurrency of the last ``PANIC_WINDOW_S`` seconds asking for twice
+the running replicas), so a panic outlives the pass that saw it by a stable window.
+
+Scheduled minimums (docs/tasks.md "Scheduled minimums"): each pass computes a service's floor for that moment from
+its ``autoscale_schedule`` and gives it to the rules. A service that a backend scales itself (the Kubernetes HPA)
+gets its settings again when its floor changes (:func:`push_scheduled_floors`), so the HPA's ``minReplicas`` follows.
 
 Predictive scaling (docs/tasks.md "Predictive scaling"): every pass also averages each service's request rate
 and GPU utilisation into its current 5-minute bucket (:class:`~apps.tasks.models.ServiceLoadSample`, kept
@@ -48,7 +54,7 @@ from apps.control.jobspec import job_spec
 from apps.control.models import Installation
 from apps.queues.engine import autoscale as rules
 from apps.queues.engine import forecast as forecasting
-from apps.tasks import request_rate
+from apps.tasks import request_rate, schedule
 from apps.tasks.choices import ACTIVE, EventKind, TaskKind, TaskStatus
 from apps.tasks.load import BUCKET, backtest_of
 from apps.tasks.models import ServiceLoadSample, Task
@@ -65,7 +71,9 @@ INTERVAL_S = 5.0
 FRESH_S = 120.0
 HISTORY_KEY = "hcs:autoscale:history:{task_id}"
 BACKTEST_KEY = "hcs:autoscale:backtest:{task_id}"
-BEHAVIOUR = rules.Behaviour()
+BEHAVIOUR = rules.Behaviour(panic_window_s=request_rate.PANIC_WINDOW_S, stable_window_s=request_rate.WINDOW_S)
+# The scheduled minimum last given to a backend's own autoscaler (the HPA's minReplicas), per service.
+FLOOR_KEY = "hcs:autoscale:floor:{task_id}"
 # Load history for predictive scaling: bucket size, how long it is kept, how much of it a forecast fits.
 BUCKET_S = int(BUCKET.total_seconds())
 SEASON = 86400 // BUCKET_S
@@ -111,10 +119,14 @@ def run_autoscaler(now: float | None = None) -> list[Outcome]:
     now = timezone.now().timestamp() if now is None else now
     services = _running_services(autoscale_min__isnull=False, autoscale_max__isnull=False)
     _forget_stale()
+    push_scheduled_floors(now)
     if not services:
         return []
-    rps = request_rate.rates([t.pk for t in services], now=now)
-    in_flight = request_rate.concurrency([t.pk for t in services if t.autoscale_concurrency], now=now)
+    rps, panic_rps = request_rate.rates_with_panic([t.pk for t in services], now=now)
+    slow = [t.pk for t in services if t.autoscale_concurrency]
+    in_flight = request_rate.concurrency(slow, now=now)
+    panic_in_flight = request_rate.concurrency(slow, window_s=request_rate.PANIC_WINDOW_S, now=now)
+    when = datetime.fromtimestamp(now, tz=UTC)
     gpu = _gpu_utilisation(services, now)
     record_load(services, rps, gpu, now)
     predictive = [t.pk for t in services if t.autoscale_predictive and t.autoscale_rps]
@@ -129,6 +141,8 @@ def run_autoscaler(now: float | None = None) -> list[Outcome]:
             gpu_percent=gpu.get(task.pk),
             rps=rps.get(task.pk) if task.autoscale_rps else None,
             concurrency=in_flight.get(task.pk),
+            panic_rps=panic_rps.get(task.pk) if task.autoscale_rps else None,
+            panic_concurrency=panic_in_flight.get(task.pk),
         )
         decision = rules.decide(
             targets_of(task),
@@ -139,6 +153,7 @@ def run_autoscaler(now: float | None = None) -> list[Outcome]:
             BEHAVIOUR,
             rooms.get(task.pk),
             forecast_rps=ahead.get(task.pk),
+            floor=schedule.floor_at(task.autoscale_schedule, when),
         )
         _save_history(task.pk, decision.history)
         changed = _apply(task, running, decision)
@@ -146,6 +161,37 @@ def run_autoscaler(now: float | None = None) -> list[Outcome]:
     if any(o.changed for o in outcomes):
         triggers.request_cycle()
     return outcomes
+
+
+def push_scheduled_floors(now: float) -> list[int]:
+    """Services whose backend autoscales them itself (the Kubernetes HPA) cannot follow a schedule by themselves:
+    when a running service's scheduled minimum changes (an entry starts or ends), its settings go to the backend
+    again (:func:`apply_to_backend`, whose HPA gets ``minReplicas`` = the minimum now). Returns the services
+    whose settings were queued."""
+    when = datetime.fromtimestamp(now, tz=UTC)
+    scheduled = (
+        Task.objects.filter(kind=TaskKind.INFERENCE, status=TaskStatus.RUNNING, autoscale_max__isnull=False)
+        .exclude(autoscale_schedule=[])
+        .exclude(external_id="")
+        .select_related("cluster")
+    )
+    pushed = []
+    for task in scheduled:
+        if portal_scaled(task.cluster):
+            continue
+        floor = str(schedule.minimum_at(task.autoscale_min, task.autoscale_max, task.autoscale_schedule, when))
+        key = FLOOR_KEY.format(task_id=task.pk)
+        try:
+            client = redis_guard.client()
+            if client.get(key) in (floor, floor.encode()):
+                continue
+            client.set(key, floor, ex=7 * 86400)
+        except redis.RedisError as exc:
+            log.warning("autoscaler: cannot keep the scheduled minimum of task %s: %s", task.pk, exc)
+            continue
+        triggers.enqueue(triggers.APPLY_AUTOSCALING, task.pk, expires=300.0)
+        pushed.append(task.pk)
+    return pushed
 
 
 def _apply(task: Task, running: int, decision: rules.Decision) -> bool:
@@ -394,7 +440,7 @@ def _load_histories(task_ids: list[int]) -> dict[int, tuple[rules.Recommendation
     for pk, value in zip(task_ids, raw, strict=True):
         if value:
             try:
-                out[pk] = tuple(rules.Recommendation(float(at), int(n)) for at, n in json.loads(value))
+                out[pk] = tuple(rules.Recommendation(float(at), int(n), bool(p)) for at, n, *p in json.loads(value))
             except (ValueError, TypeError):
                 continue
     return out
@@ -403,9 +449,8 @@ def _load_histories(task_ids: list[int]) -> dict[int, tuple[rules.Recommendation
 def _save_history(task_id: int, history: tuple[rules.Recommendation, ...]) -> None:
     ttl = int(2 * max(BEHAVIOUR.up_window_s, BEHAVIOUR.down_window_s) + 4 * INTERVAL_S)
     try:
-        redis_guard.client().set(
-            HISTORY_KEY.format(task_id=task_id), json.dumps([[r.at, r.replicas] for r in history]), ex=ttl
-        )
+        kept = [[r.at, r.replicas, *([1] if r.panic else [])] for r in history]
+        redis_guard.client().set(HISTORY_KEY.format(task_id=task_id), json.dumps(kept), ex=ttl)
     except redis.RedisError as exc:
         log.warning("autoscaler: cannot keep recommendations of task %s: %s", task_id, exc)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from django.utils import timezone
+
 from apps.clusters.choices import ClusterType
 from apps.clusters.executors.base import (
     LABEL_ATTEMPT,
@@ -24,6 +26,7 @@ from apps.clusters.volcano import volcano_queue
 from apps.queues.choices import BackendFlavour
 from apps.queues.engine import autoscale as rules
 from apps.remotegpu.keys import remote_gpu_secrets
+from apps.tasks import schedule
 from apps.tasks.models import Task
 from apps.vdc.models import ProjectSecret
 
@@ -68,7 +71,12 @@ def _autoscaling(task: Task) -> dict:
     if task.kind != "inference":
         return {}
     settings = {
-        "min_replicas": task.autoscale_min,
+        # A scheduled minimum holding now raises it (pushed again when that changes: apps.control.autoscaling).
+        "min_replicas": (
+            schedule.minimum_at(task.autoscale_min, task.autoscale_max, task.autoscale_schedule, timezone.now())
+            if task.autoscale_min and task.autoscale_schedule
+            else task.autoscale_min
+        ),
         "max_replicas": task.autoscale_max,
         "target_cpu_utilization": task.autoscale_cpu_percent,
         "target_gpu_utilization": task.autoscale_gpu_percent,

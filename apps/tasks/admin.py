@@ -104,6 +104,7 @@ REQUEST_FIELDSETS = (
                 ("autoscale_cpu_percent", "autoscale_gpu_percent", "autoscale_memory_percent"),
                 ("autoscale_rps", "autoscale_concurrency"),
                 "autoscale_predictive",
+                "autoscale_schedule",
                 "readiness_path",
             ),
         },

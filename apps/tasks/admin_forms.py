@@ -16,7 +16,7 @@ LABELS_EXAMPLE = "gpu=a100"
 
 
 def _volumes(value):
-    """An empty volumes box means no volumes, not JSON null."""
+    """An empty box of a list (volumes, secret references, scheduled minimums) means none, not JSON null."""
     return [] if value is None else value
 
 
@@ -29,9 +29,17 @@ class TaskChangeForm(forms.ModelForm):
     def clean_volumes(self):
         return _volumes(self.cleaned_data.get("volumes"))
 
+    def clean_autoscale_schedule(self):
+        return _volumes(self.cleaned_data.get("autoscale_schedule"))
+
     def autoscale_changes(self) -> dict:
         """The autoscaling settings this form changes (the admin saves them through ``update_autoscaling``)."""
-        return {f: self.cleaned_data[f] for f in AUTOSCALE_FIELDS if f in self.changed_data and f in self.cleaned_data}
+        # A JSON box counts as changed whenever it is posted: only a value other than the stored one is a change.
+        return {
+            f: self.cleaned_data[f]
+            for f in AUTOSCALE_FIELDS
+            if f in self.changed_data and f in self.cleaned_data and self.cleaned_data[f] != self.initial.get(f)
+        }
 
     def clean(self):
         cleaned = super().clean()
@@ -73,6 +81,9 @@ class TaskSubmitForm(forms.ModelForm):
 
     def clean_secret_refs(self):
         return _volumes(self.cleaned_data.get("secret_refs"))
+
+    def clean_autoscale_schedule(self):
+        return _volumes(self.cleaned_data.get("autoscale_schedule"))
 
     def clean(self):
         cleaned = super().clean()

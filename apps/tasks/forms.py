@@ -16,6 +16,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from apps.clusters.models import Cluster
 from apps.core.forms import SecretTextarea
 from apps.queues.models import TaskQueue
+from apps.tasks import schedule
 from apps.tasks import validation as limits
 from apps.tasks.choices import Framework, IDEType, TaskKind
 from apps.tasks.models import Task
@@ -307,12 +308,15 @@ class TaskForm(forms.Form):
             "env": lambda v: _lines((v or {}).items()),
             "secret_refs": secret_ref_lines,
             "volumes": volume_lines,
+            "autoscale_schedule": lambda v: "\n".join(
+                schedule.format_entry(e) if isinstance(e, dict) else str(e) for e in v or ()
+            ),
         }
         carried = {}
         for field, value in data.items():
             if field in ("project", "vdc", "queue", "preferred_clusters", "secret_env") or value is None:
                 continue
-            if field in text:
+            if field in text and field in self.fields:
                 initial[field] = text[field](value)
             elif field in self.fields:
                 initial[field] = value
@@ -501,6 +505,7 @@ class InferenceForm(TaskForm):
         "autoscale_rps",
         "autoscale_concurrency",
         "autoscale_predictive",
+        "autoscale_schedule",
     )
 
     model_path = forms.CharField(max_length=255, help_text="e.g. /models/qwen-7b-chat")
@@ -543,6 +548,13 @@ class InferenceForm(TaskForm):
         help_text="Also scale ahead of the request rate forecast from the service's history (needs a requests/s "
         "target; never scales down on a forecast alone).",
     )
+    autoscale_schedule = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3, "placeholder": "Mon-Fri 08:00-20:00 4 Europe/Berlin"}),
+        label="Autoscaling: scheduled minimums",
+        help_text="One entry a line: days, from-to (HH:MM), at least this many replicas, and a time zone (UTC "
+        "when left out), e.g. Mon-Fri 08:00-20:00 4 Europe/Berlin. Within min..max replicas.",
+    )
     readiness_path = forms.CharField(
         max_length=255,
         required=False,
@@ -555,6 +567,17 @@ class InferenceForm(TaskForm):
         self.fields["instances"].label = "Replicas"
         self.fields["instances"].help_text = "Instances behind the service (load balanced)."
         self.fields["image"].initial = "vllm/vllm-openai:latest"
+
+    def clean_autoscale_schedule(self) -> list[dict]:
+        entries = []
+        for number, line in enumerate((self.cleaned_data.get("autoscale_schedule") or "").splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                entries.append(schedule.parse_line(line))
+            except ValueError as exc:
+                raise ValidationError(f"Line {number}: {exc}") from None
+        return entries
 
     def submission_fields(self) -> dict:
         data = self.cleaned_data

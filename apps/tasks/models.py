@@ -16,6 +16,7 @@ from apps.clusters.models import Cluster
 from apps.clusters.services import validate_gpu_spec
 from apps.core.crypto import decrypt_text, encrypt_text
 from apps.queues.models import TaskQueue
+from apps.tasks import schedule
 from apps.tasks.choices import (
     ACTIVE,
     FINAL,
@@ -230,6 +231,12 @@ class Task(models.Model):
         help_text="Inference on local and Slurm clusters: also scale ahead of the request rate forecast from the "
         "service's history (Holt-Winters, daily season); never scales down on a forecast alone",
     )
+    autoscale_schedule = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Inference: scheduled minimums, entries of days, from, to (HH:MM), timezone and min_replicas; "
+        "while an entry holds the service runs at least that many replicas",
+    )
     autoscale_desired = models.PositiveIntegerField(
         null=True,
         blank=True,
@@ -404,6 +411,11 @@ class Task(models.Model):
         """The project secrets the task refers to, by name."""
         return sorted({ref.get("secret", "") for ref in self.secret_refs or () if isinstance(ref, dict)})
 
+    @property
+    def autoscale_schedule_text(self) -> str:
+        """The scheduled minimums as the pages show them, e.g. ``Mon-Fri 08:00-20:00 4 Europe/Berlin``."""
+        return "; ".join(schedule.format_entry(e) for e in self.autoscale_schedule or () if isinstance(e, dict))
+
     def set_secret_env(self, values: dict[str, str]) -> None:
         """Encrypt and keep secret variables (validated by the caller); call save() afterwards."""
         self.secret_env = {name: encrypt_text(value) for name, value in values.items()}
@@ -418,6 +430,8 @@ class Task(models.Model):
         ``gpu_catalog`` saves loading the catalog when the caller has it already.
         """
         errors: dict[str, str] = {}
+        # Scheduled minimums given as lines are stored as objects, whichever door they came through.
+        self.autoscale_schedule = schedule.normalise(self.autoscale_schedule)
         try:
             validate_gpu_spec(self.gpu_spec, gpu_catalog, vdc_id=self.vdc_id)
         except ValidationError as exc:

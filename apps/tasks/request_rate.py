@@ -8,7 +8,8 @@ a window are the busy time of all requests in it divided by its length. A reques
 ends (its response relayed to the end or cut off), spread over the seconds it spanned, so a long stream counts
 as one request in flight for as long as it lasts; no counter goes up at a start and down at an end, so a worker
 that dies mid-request leaks nothing. Measuring never fails a request: a Redis outage costs the autoscaler its
-readings (it then keeps the count as it is), never a response.
+readings (it then keeps the count as it is), never a response. The autoscaler reads the same counters over a
+stable window (``WINDOW_S``) and over its last seconds, the panic window (``PANIC_WINDOW_S``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ BUSY_KEY = "hcs:busy:{task_id}:{second}"
 KEEP_S = 120
 # A metric is read over this many whole seconds before the current one.
 WINDOW_S = 15
+# The panic window (docs/tasks.md "Autoscaling"): the last seconds of the same per-second counters, a fifth of the
+# stable window (a tenth would be under two seconds, and one second alone is noise).
+PANIC_WINDOW_S = 3
 
 
 def _add(amounts: dict[str, int]) -> list[int] | None:
@@ -79,6 +83,27 @@ def _sums(key: str, task_ids: list[int], window_s: int, now: float | None) -> di
 def rates(task_ids: list[int], window_s: int = WINDOW_S, now: float | None = None) -> dict[int, float | None]:
     """Requests per second of each task over the last ``window_s`` whole seconds (None when Redis fails)."""
     return {pk: None if n is None else n / window_s for pk, n in _sums(KEY, task_ids, window_s, now).items()}
+
+
+def rates_with_panic(
+    task_ids: list[int], now: float | None = None
+) -> tuple[dict[int, float | None], dict[int, float | None]]:
+    """Requests per second of each task over the stable window (``WINDOW_S``) and over the panic window (its last
+    ``PANIC_WINDOW_S`` seconds), from one read of the per-second counters (None when Redis fails)."""
+    last = int(time.time() if now is None else now) - 1
+    seconds = range(last - WINDOW_S + 1, last + 1)
+    keys = [KEY.format(task_id=pk, second=s) for pk in task_ids for s in seconds]
+    try:
+        values = redis_guard.client().mget(keys) if keys else []
+    except redis.RedisError as exc:
+        log.warning("cannot read request metrics: %s", exc)
+        return dict.fromkeys(task_ids), dict.fromkeys(task_ids)
+    stable, panic = {}, {}
+    for i, pk in enumerate(task_ids):
+        counts = [int(v) if v is not None else 0 for v in values[i * WINDOW_S : (i + 1) * WINDOW_S]]
+        stable[pk] = sum(counts) / WINDOW_S
+        panic[pk] = sum(counts[-PANIC_WINDOW_S:]) / PANIC_WINDOW_S
+    return stable, panic
 
 
 def concurrency(task_ids: list[int], window_s: int = WINDOW_S, now: float | None = None) -> dict[int, float | None]:

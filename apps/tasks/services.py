@@ -20,7 +20,7 @@ from apps.clusters.gpuspec import GPURequest, GPUSpecError, candidate_models, eq
 from apps.clusters.models import Node
 from apps.queues.choices import PriorityClass
 from apps.queues.models import TaskQueue
-from apps.tasks import lifecycle
+from apps.tasks import lifecycle, schedule
 from apps.tasks.admission import admission_errors
 from apps.tasks.bulk import bulk_update_rows
 from apps.tasks.choices import ACTIVE, FINAL, WAITING, EventKind, TaskKind, TaskStatus
@@ -70,6 +70,7 @@ SUBMIT_FIELDS = (
     "autoscale_rps",
     "autoscale_concurrency",
     "autoscale_predictive",
+    "autoscale_schedule",
     "readiness_path",
     "secret_refs",
     "idle_stop_percent",
@@ -342,6 +343,7 @@ AUTOSCALE_FIELDS = (
     "autoscale_rps",
     "autoscale_concurrency",
     "autoscale_predictive",
+    "autoscale_schedule",
 )
 
 
@@ -369,7 +371,7 @@ def autoscale_errors(task: Task, changes: dict[str, Any]) -> dict[str, str]:
         edited.clean_fields(exclude=[f.name for f in Task._meta.fields if f.name not in AUTOSCALE_FIELDS])
     except ValidationError as exc:
         return {field: " ".join(messages) for field, messages in exc.message_dict.items()}
-    bounded = {field for field, _low, _high in NUMBER_BOUNDS if field in AUTOSCALE_FIELDS}
+    bounded = {field for field, _low, _high in NUMBER_BOUNDS if field in AUTOSCALE_FIELDS} | {"autoscale_schedule"}
     errors = {k: v for k, v in task_errors(edited).items() if k in bounded}
     if errors:
         return errors
@@ -408,6 +410,13 @@ def autoscale_errors(task: Task, changes: dict[str, Any]) -> dict[str, str]:
     return {}
 
 
+def _said(field: str, value: Any) -> Any:
+    """A setting as the timeline writes it: scheduled minimums as their lines."""
+    if field == "autoscale_schedule":
+        return "[" + "; ".join(schedule.format_entry(e) for e in value or () if isinstance(e, dict)) + "]"
+    return value
+
+
 def update_autoscaling(task: Task, user, **changes: Any) -> Task:
     """Change a service's autoscaling bounds and targets (API PATCH, monitoring page, admin): checked by
     :func:`autoscale_errors`, written with an ``autoscaled`` event, and a portal-scaled service's desired
@@ -417,13 +426,17 @@ def update_autoscaling(task: Task, user, **changes: Any) -> Task:
         raise PermissionDenied(f"Only owners and members of project {task.project} change its services.")
     with transaction.atomic():
         locked = Task.objects.select_for_update().select_related("queue", "vdc").get(pk=task.pk)
+        if "autoscale_schedule" in changes:
+            changes["autoscale_schedule"] = schedule.normalise(changes["autoscale_schedule"])
         changes = {k: v for k, v in changes.items() if k not in AUTOSCALE_FIELDS or getattr(locked, k) != v}
         errors = autoscale_errors(locked, changes)
         if errors:
             raise ValidationError(errors)
         if not changes:
             return locked
-        said = ", ".join(f"{k.removeprefix('autoscale_')} {getattr(locked, k)} → {v}" for k, v in changes.items())
+        said = ", ".join(
+            f"{k.removeprefix('autoscale_')} {_said(k, getattr(locked, k))} → {_said(k, v)}" for k, v in changes.items()
+        )
         for field, value in changes.items():
             setattr(locked, field, value)
         fields = [*changes, "updated_at"]

@@ -19,6 +19,7 @@ from apps.clusters import services as cluster_services
 from apps.clusters.hostpaths import is_approved, path_problem
 from apps.clusters.models import Cluster
 from apps.queues.models import LONGEST_EXPECTED_DURATION
+from apps.tasks import schedule
 
 # Per instance.
 MIN_CPU = Decimal("0.01")
@@ -138,6 +139,9 @@ def task_errors(task) -> dict[str, str]:
         for field in ("idle_stop_percent", "idle_stop_minutes"):
             if getattr(task, field) is not None and field not in errors:
                 errors[field] = "Idle autostop applies to dev environments only; leave it empty for this kind."
+    message = _schedule_error(task)
+    if message:
+        errors["autoscale_schedule"] = message
     for field in TEXT_FIELDS:
         value = getattr(task, field)
         if isinstance(value, str) and "\x00" in value:
@@ -171,6 +175,19 @@ def task_errors(task) -> dict[str, str]:
     if message:
         errors["volumes"] = message
     return errors
+
+
+def _schedule_error(task) -> str | None:
+    """Scheduled minimums: well-formed entries, each within the service's replica bounds; inference only."""
+    entries = task.autoscale_schedule
+    if not entries:
+        return None
+    if task.kind != "inference":
+        return "Scheduled minimums apply to inference services only; leave it empty for this kind."
+    low, high = task.autoscale_min, task.autoscale_max
+    if not (_is_number(low) and _is_number(high)):
+        low = high = None
+    return schedule.schedule_error(entries, low, high)
 
 
 READINESS_PATH = re.compile(r"/[A-Za-z0-9._~!$&'()*+,;=:@%/?-]{0,254}")

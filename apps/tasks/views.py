@@ -7,6 +7,7 @@ through a service (``submit_task``, ``stop_task``, ``delete_task``, ``set_queue_
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -46,7 +47,7 @@ from apps.core.charts import svg_chart
 from apps.queues import services as queue_services
 from apps.queues.choices import CLASS_RULES, PriorityClass
 from apps.queues.models import TaskQueue
-from apps.tasks import access, connect, forms, ledger, lineup, live, task_templates, taskfile, usage
+from apps.tasks import access, connect, forms, ledger, lineup, live, schedule, task_templates, taskfile, usage
 from apps.tasks.admission import wait_notice
 from apps.tasks.api.serializers import TaskSerializer
 from apps.tasks.choices import ACTIVE, WAITING, EventKind, TaskKind, TaskStatus
@@ -846,7 +847,7 @@ def task_autoscaling(request: HttpRequest, pk: int) -> HttpResponse:
     task = _visible_task(request, pk)
     changes: dict = {}
     for name in AUTOSCALE_FIELDS:
-        if name in request.POST and name != "autoscale_predictive":
+        if name in request.POST and name not in ("autoscale_predictive", "autoscale_schedule"):
             raw = request.POST[name].strip()
             if raw and not (raw.isdecimal() and len(raw) < 10):
                 label = name.removeprefix("autoscale_")
@@ -856,6 +857,14 @@ def task_autoscaling(request: HttpRequest, pk: int) -> HttpResponse:
     if "autoscale_min" in request.POST:
         # The form's checkbox: absent when unticked.
         changes["autoscale_predictive"] = request.POST.get("autoscale_predictive") in ("on", "true", "1")
+    if "autoscale_schedule" in request.POST:
+        # Entries one a line, or separated by semicolons as the page shows them.
+        lines = [line for line in re.split(r"[;\n]", request.POST["autoscale_schedule"]) if line.strip()]
+        try:
+            changes["autoscale_schedule"] = [schedule.parse_line(line) for line in lines]
+        except ValueError as exc:
+            messages.error(request, f"schedule: {exc}")
+            return redirect(reverse("portal:task-monitoring", args=[task.pk]))
     try:
         update_autoscaling(task, request.user, **changes)
         messages.success(request, f"Autoscaling of #{task.pk} {task.name} saved.")

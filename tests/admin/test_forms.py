@@ -402,3 +402,15 @@ def test_autoscaling_edit_with_min_above_max_is_refused_on_its_field(admin_web, 
     assert "autoscale_max" in _errors(response)
     svc.refresh_from_db()
     assert svc.autoscale_min == 1 and not svc.events.filter(kind="autoscaled").exists()
+
+
+def test_the_admin_sets_scheduled_minimums_given_as_lines_and_refuses_one_past_the_maximum(admin_web, world):
+    svc = _running_service(world)
+    response = _edit(admin_web, svc, autoscale_schedule='["Mon-Fri 08:00-20:00 2 Europe/Berlin"]')
+    assert response.status_code == 302, _errors(response)
+    svc.refresh_from_db()
+    assert svc.autoscale_schedule == [
+        {"days": "Mon-Fri", "from": "08:00", "to": "20:00", "timezone": "Europe/Berlin", "min_replicas": 2}
+    ]
+    response = _edit(admin_web, svc, autoscale_schedule='["Sat 10:00-12:00 5"]')
+    assert "replicas 1..2, got 5" in " ".join(_errors(response)["autoscale_schedule"])

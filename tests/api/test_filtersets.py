@@ -48,6 +48,7 @@ EXEMPT = {
         "pending_message",
         "placement",
         "sweep_values",  # JSON: a sweep element's values
+        "autoscale_schedule",  # JSON: scheduled minimums
     },
     "tasks.Sweep": {"parameters"},  # JSON: the parameter spec
     "tasks.TaskTemplate": {"description", "task_file"},  # free text (searched with q) and a JSON task file

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+import pytest
+
 from apps.tasks.models import Task
 from tests.api.base import client_for
 from tests.factories import TaskFactory
@@ -135,3 +137,68 @@ def test_clearing_only_one_bound_is_refused(world):
 def test_put_is_not_allowed(world):
     svc = service(world)
     assert client_for(world.member).put(f"{TASKS}{svc.pk}/", {"autoscale_max": 3}, format="json").status_code == 405
+
+
+# Scheduled minimums.
+
+INFERENCE = {"kind": "inference", "port": 8000, "gpu_spec": "1(A100)", "autoscale_min": 1, "autoscale_max": 4}
+
+
+def submit(world, **fields):
+    body = {"project": "alpha", "queue": "high", "name": "svc", "command": "serve", **INFERENCE, **fields}
+    return client_for(world.member).post(TASKS, body, format="json")
+
+
+def test_a_schedule_is_submitted_as_lines_or_objects_and_answered_as_objects(world):
+    response = submit(
+        world,
+        autoscale_schedule=[
+            "Mon-Fri 08:00-20:00 3 Europe/Berlin",
+            {"days": "Sat,Sun", "from": "22:00", "to": "02:00", "min_replicas": 2},
+        ],
+    )
+    assert response.status_code == 201, response.data
+    assert response.data["autoscale_schedule"] == [
+        {"days": "Mon-Fri", "from": "08:00", "to": "20:00", "timezone": "Europe/Berlin", "min_replicas": 3},
+        {"days": "Sat,Sun", "from": "22:00", "to": "02:00", "timezone": "UTC", "min_replicas": 2},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        ("Mon-Fri 8-20 3", "Expected DAYS HH:MM-HH:MM N [TIME ZONE]"),
+        ({"days": "Mon-Fri", "from": "25:00", "to": "20:00", "min_replicas": 3}, "Expected from as HH:MM"),
+        ({"days": "Mon-Fri", "from": "08:00", "to": "08:00", "min_replicas": 3}, "Expected from and to to differ"),
+        ({"days": "Mon-Fry", "from": "08:00", "to": "20:00", "min_replicas": 3}, "Expected days of Mon..Sun"),
+        ("Mon-Fri 08:00-20:00 3 Mars/Olympus", "Expected a time zone name"),
+        ("Mon-Fri 08:00-20:00 9", "Expected min_replicas within the service's replicas 1..4, got 9"),
+        ({"days": "Mon", "from": "08:00", "to": "20:00", "min_replicas": 2, "max": 3}, "Unknown key 'max'"),
+        ({"days": "Mon", "from": "08:00"}, "Missing to, min_replicas"),
+    ],
+)
+def test_a_bad_schedule_entry_is_a_400_saying_what_was_expected(world, entry, expected):
+    response = submit(world, autoscale_schedule=[entry])
+    assert response.status_code == 400
+    assert "Entry 1: " + expected in str(response.data["autoscale_schedule"]), response.data
+    assert not Task.objects.filter(name="svc").exists()
+
+
+def test_a_schedule_needs_autoscaling_and_an_inference_service(world):
+    response = submit(world, autoscale_min=None, autoscale_max=None, autoscale_schedule=["Mon 08:00-20:00 2"])
+    assert response.status_code == 400
+    assert "set min and max replicas too" in str(response.data["autoscale_schedule"])
+    response = submit(world, kind="training", port=None, autoscale_schedule=["Mon 08:00-20:00 2"])
+    assert response.status_code == 400
+    assert "inference services only" in str(response.data["autoscale_schedule"])
+
+
+def test_a_schedule_is_patched_and_a_lowered_maximum_below_an_entry_is_refused(world):
+    svc = service(world, autoscale_max=4)
+    response = patch(world, svc, autoscale_schedule=["Mon-Fri 08:00-20:00 3"])
+    assert response.status_code == 200, response.data
+    assert response.data["autoscale_schedule"][0]["min_replicas"] == 3
+    assert "schedule [] → [Mon-Fri 08:00-20:00 3 UTC]" in svc.events.get(kind="autoscaled").message
+    response = patch(world, svc, autoscale_max=2)
+    assert response.status_code == 400
+    assert "within the service's replicas 1..2, got 3" in str(response.data["autoscale_schedule"])

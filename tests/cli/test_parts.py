@@ -137,3 +137,21 @@ def test_tables_align_columns_and_times_say_how_far_away_they_are():
     shown = when("2026-11-23T12:03:00Z", now=now)
     assert shown.endswith("(in 3 min)") and shown[:4] == "2026"
     assert when(None) == ""
+
+
+def test_schedule_min_sends_each_entry_as_its_line_for_the_api_to_read():
+    from hcs_cli.__main__ import parser
+
+    args = parser().parse_args(
+        ["submit", "-p", "alpha", "-n", "svc", "--autoscale-min", "1", "--autoscale-max", "4"]
+        + [
+            "--schedule-min",
+            "Mon-Fri 08:00-20:00 4",
+            "--schedule-min",
+            "Sat 10:00-14:00 2 Europe/Berlin",
+            "--",
+            "serve",
+        ]
+    )
+    body = commands._submit_body(args)
+    assert body["autoscale_schedule"] == ["Mon-Fri 08:00-20:00 4", "Sat 10:00-14:00 2 Europe/Berlin"]

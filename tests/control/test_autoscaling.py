@@ -2,7 +2,7 @@
 engine grants the replicas, billing sees what runs."""
 
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.utils import timezone
@@ -163,3 +163,60 @@ def test_a_backend_that_refuses_new_autoscaling_settings_says_so_on_the_timeline
     autoscaling.apply_to_backend(svc.pk)
     event = svc.events.get(kind="backend_error")
     assert "did not reach local-1: forbidden" in event.message
+
+
+def test_a_burst_in_the_last_seconds_panics_and_scales_on_the_short_window_at_once(world):
+    svc = service(world, autoscale_max=8)
+    now = float(int(time.time()))
+    load(svc, 5, now - 3, seconds=12)  # 5 req/s, then 60 req/s over the last 3 s
+    load(svc, 60, now, seconds=3)
+    [o] = autoscaling.run_autoscaler(now)
+    # The 15 s mean (16 req/s) asks for 2 and the ordinary step allows 5; the panic window asks for 6.
+    assert o.desired == 6
+    assert "panic: 60.0 req/s over the last 3 s for a target of 10 per replica" in o.reason
+    history = autoscaling._load_histories([svc.pk])[svc.pk]
+    assert history[-1].panic  # kept, so the next passes know a panic holds
+
+
+# Wednesday 25 November 2026, in UTC.
+WEDNESDAY = datetime(2026, 11, 25, tzinfo=UTC)
+OFFICE_HOURS = [{"days": "Mon-Fri", "from": "08:00", "to": "20:00", "timezone": "UTC", "min_replicas": 3}]
+
+
+def test_the_loop_raises_the_floor_at_the_scheduled_time_and_says_why(world):
+    svc = service(world, autoscale_max=4, autoscale_schedule=OFFICE_HOURS)
+    before = (WEDNESDAY + timedelta(hours=7, minutes=59)).timestamp()
+    [o] = autoscaling.run_autoscaler(before)
+    assert o.desired == 1
+    [o] = autoscaling.run_autoscaler(before + 65)
+    assert (o.desired, o.changed) == (3, True)
+    assert o.reason == "the scheduled minimum is 3"
+    assert "the scheduled minimum is 3" in svc.events.get(kind="autoscaled").message
+
+
+def test_a_kubernetes_service_gets_its_settings_again_when_its_scheduled_minimum_changes(world, monkeypatch):
+    from hcsportal import redis_guard
+
+    svc = service(world, autoscale_max=4, autoscale_schedule=OFFICE_HOURS)
+    Task.objects.filter(pk=svc.pk).update(
+        cluster=ClusterFactory(vdc=world.vdc, cluster_type="kubernetes"), external_id="hcs/deployment/svc"
+    )
+    redis_guard.client().delete(autoscaling.FLOOR_KEY.format(task_id=svc.pk))
+    queued = []
+    monkeypatch.setattr("apps.control.triggers.enqueue", lambda name, *args, **kw: queued.append((name, args)))
+    at = (WEDNESDAY + timedelta(hours=7, minutes=50)).timestamp()
+    assert autoscaling.push_scheduled_floors(at) == [svc.pk]  # first seen: its HPA gets the minimum now
+    assert autoscaling.push_scheduled_floors(at + 60) == []  # unchanged
+    assert autoscaling.push_scheduled_floors(at + 600) == [svc.pk]  # 08:00: the entry starts
+    assert autoscaling.push_scheduled_floors(at + 660) == []
+    assert [name for name, _ in queued] == ["apps.control.APPLY_AUTOSCALING"] * 2
+
+
+def test_the_hpa_minimum_is_the_scheduled_one_while_an_entry_holds(world, monkeypatch):
+    from apps.control import jobspec
+
+    svc = service(world, autoscale_max=4, autoscale_schedule=OFFICE_HOURS)
+    monkeypatch.setattr(jobspec.timezone, "now", lambda: WEDNESDAY + timedelta(hours=9))
+    assert jobspec._autoscaling(svc)["min_replicas"] == 3
+    monkeypatch.setattr(jobspec.timezone, "now", lambda: WEDNESDAY + timedelta(hours=21))
+    assert jobspec._autoscaling(svc)["min_replicas"] == 1

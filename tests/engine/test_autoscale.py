@@ -213,3 +213,86 @@ def test_a_forecast_scale_up_whose_load_does_not_come_is_undone_after_the_down_w
     assert counts[0] == 6  # not at once: the down window holds it
     assert counts[-1] == 2  # undone once 300 s of lower recommendations passed
     assert counts.index(2) * 15.0 >= DEFAULT.down_window_s - 15.0
+
+
+# Panic window for bursts.
+
+P = Targets(min_replicas=1, max_replicas=40, rps_per_replica=10)
+
+
+def test_a_five_fold_burst_scales_within_one_decision_on_the_panic_figure():
+    # 2 replicas serving 20 req/s; the last 3 s see 100 req/s while the 15 s mean has only reached 36.
+    d = decide(P, 2, Metrics(rps=36.0, panic_rps=100.0), (), 0.0)
+    assert d.desired == 10  # past the ordinary step of max(2n, n + 4) = 6
+    assert d.metric == RPS and d.value == 100.0
+    assert "panic: 100.0 req/s over the last 3 s for a target of 10 per replica" in d.reason
+    assert d.history[-1].panic
+
+
+def test_a_panic_scale_up_stops_at_the_maximum_and_the_quota():
+    assert decide(Targets(1, 8, rps_per_replica=10), 2, Metrics(rps=36.0, panic_rps=100.0), (), 0.0).desired == 8
+    d = decide(P, 2, Metrics(rps=36.0, panic_rps=100.0), (), 0.0, quota_room=3)
+    assert d.desired == 5 and "quota leaves room for 3 more" in d.reason
+
+
+def test_no_scale_down_during_a_panic_nor_until_a_stable_window_without_one():
+    panic = (Recommendation(-400.0, 10), Recommendation(-10.0, 10, panic=True))
+    # The load is gone, a whole down window of low recommendations is known, but a panic held 10 s ago.
+    history = (*panic, *(Recommendation(float(t), 1) for t in range(-300, -10, 5)))
+    d = decide(P, 10, Metrics(rps=5.0, panic_rps=5.0), history, 0.0)
+    assert d.desired == 10 and "no scale-down in a panic" in d.reason
+    # A stable window (15 s) after the panic's last decision it is over; the ordinary down window then rules.
+    later = decide(P, 10, Metrics(rps=5.0, panic_rps=5.0), history, 6.0)
+    assert "no scale-down in a panic" not in later.reason
+
+
+def test_a_panic_keeps_following_the_panic_window_while_it_lasts():
+    history = (Recommendation(-5.0, 10, panic=True),)
+    # 10 replicas, the burst grows to 150 req/s in the panic window: 15 < 2 x 10, yet the panic still rules.
+    d = decide(P, 10, Metrics(rps=80.0, panic_rps=150.0), history, 0.0)
+    assert d.desired == 15 and d.reason.startswith("panic: 150.0 req/s")
+
+
+def test_a_noisy_single_second_blip_under_twice_the_load_does_nothing():
+    # 4 replicas at 38 req/s (target 40); one second at 1.9x: the 15 s mean is 40.3 (within the tolerance), the
+    # 3 s mean 49.4 asks for 4.9 replicas, under twice the 4 running.
+    level, blip = 38.0, 38.0 * 1.9
+    stable = (14 * level + blip) / 15
+    panic = (2 * level + blip) / 3
+    d = decide(P, 4, Metrics(rps=stable, panic_rps=panic), (), 0.0)
+    assert d.desired == 4
+    assert not d.history[-1].panic
+
+
+def test_a_burst_without_a_panic_reading_scales_by_the_ordinary_step():
+    assert decide(P, 2, Metrics(rps=100.0), (), 0.0).desired == 6
+
+
+def test_panic_on_concurrency_says_requests_in_flight():
+    t = Targets(1, 20, concurrency_per_replica=2)
+    d = decide(t, 1, Metrics(concurrency=1.5, panic_concurrency=9.0), (), 0.0)
+    assert d.desired == 5
+    assert "panic: 9.0 requests in flight over the last 3 s" in d.reason
+
+
+# Scheduled minimums.
+
+
+def test_a_scheduled_floor_raises_the_count_at_once_and_says_so():
+    d = decide(P, 1, Metrics(rps=5.0), (), 0.0, floor=4)
+    assert d.desired == 4 and d.reason == "the scheduled minimum is 4"
+
+
+def test_a_scheduled_floor_never_goes_past_the_maximum():
+    assert decide(Targets(1, 3, rps_per_replica=10), 1, Metrics(), (), 0.0, floor=8).desired == 3
+
+
+def test_no_scale_down_below_the_scheduled_floor_and_down_to_the_minimum_once_it_is_over():
+    history = tuple(Recommendation(float(t), 1) for t in range(-400, 0, 5))
+    assert decide(P, 4, Metrics(rps=1.0), history, 0.0, floor=4).desired == 4
+    assert decide(P, 4, Metrics(rps=1.0), history, 0.0, floor=None).desired == 1
+
+
+def test_load_above_the_floor_scales_on_the_metric():
+    d = decide(P, 4, Metrics(rps=80.0), (), 0.0, floor=4)
+    assert d.desired == 8 and d.metric == RPS

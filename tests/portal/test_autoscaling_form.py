@@ -90,3 +90,25 @@ def test_viewers_are_refused(client, world):
     svc = service(world)
     client.force_login(world.viewer)
     assert client.post(reverse("portal:task-autoscaling", args=[svc.pk]), {"autoscale_max": "3"}).status_code == 403
+
+
+def test_the_page_shows_the_scheduled_minimums_and_the_form_changes_them(client, world):
+    svc = service(world)
+    client.force_login(world.member)
+    url = reverse("portal:task-autoscaling", args=[svc.pk])
+    page = client.post(
+        url,
+        {"autoscale_min": "1", "autoscale_max": "2", "autoscale_schedule": "Mon-Fri 08:00-20:00 2 Europe/Berlin"},
+        follow=True,
+    ).content.decode()
+    svc.refresh_from_db()
+    assert svc.autoscale_schedule == [
+        {"days": "Mon-Fri", "from": "08:00", "to": "20:00", "timezone": "Europe/Berlin", "min_replicas": 2}
+    ]
+    assert 'scheduled minimums: <span data-field="autoscale-schedule">Mon-Fri 08:00-20:00 2 Europe/Berlin' in page
+    page = client.post(
+        url, {"autoscale_min": "1", "autoscale_max": "2", "autoscale_schedule": "weekdays 2"}, follow=True
+    ).content.decode()
+    assert "schedule: Expected DAYS HH:MM-HH:MM N [TIME ZONE]" in page
+    svc.refresh_from_db()
+    assert len(svc.autoscale_schedule) == 1

@@ -170,12 +170,42 @@ def test_dev_env_and_inference_forms_submit(client, world):
         "autoscale_max": "3",
         "autoscale_gpu_percent": "70",
         "autoscale_concurrency": "16",
+        "autoscale_schedule": "Mon-Fri 08:00-20:00 2 Europe/Berlin\n\nSat 10:00-14:00 3",
     }
     assert client.post(reverse("portal:inference-services-new"), inference).status_code == 302
     kinds = dict(Task.objects.values_list("name", "kind"))
     assert kinds == {"nb": "dev_env", "svc": "inference"}
     svc = Task.objects.get(name="svc")
     assert (svc.autoscale_gpu_percent, svc.autoscale_concurrency) == (70, 16)
+    assert svc.autoscale_schedule_text == "Mon-Fri 08:00-20:00 2 Europe/Berlin; Sat 10:00-14:00 3 UTC"
+
+
+def test_the_inference_form_names_the_bad_schedule_line_and_an_entry_out_of_bounds(client, world):
+    client.force_login(world.member)
+    inference = {
+        "project": world.project.pk,
+        "vdc": world.vdc.pk,
+        "queue": world.high.pk,
+        "gpu_spec": "1(A100)",
+        "cpu": "2",
+        "memory_gib": "8",
+        "instances": "1",
+        "name": "svc",
+        "model_path": "/models/qwen",
+        "port": "8000",
+        "image": "vllm/vllm-openai",
+        "command": "serve",
+        "autoscale_min": "1",
+        "autoscale_max": "3",
+        "autoscale_schedule": "Mon-Fri 08:00-20:00 2\nweekends 4",
+    }
+    response = client.post(reverse("portal:inference-services-new"), inference)
+    assert "Line 2: Expected DAYS HH:MM-HH:MM N" in response.context["form"].errors["autoscale_schedule"][0]
+    response = client.post(
+        reverse("portal:inference-services-new"), {**inference, "autoscale_schedule": "Sat 10:00-14:00 5"}
+    )
+    assert "replicas 1..3, got 5" in response.context["form"].errors["autoscale_schedule"][0]
+    assert not Task.objects.filter(name="svc").exists()
 
 
 def test_queued_task_shows_its_position_and_estimated_start(client, world):

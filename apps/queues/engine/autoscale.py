@@ -24,7 +24,16 @@ every backend:
   count obeys the same tolerance as the metrics (a forecast within ``tolerance`` of what the replicas serve
   asks for no change) and enters the same recommendations, so a forecast scale-up whose load does not come is
   undone by the ordinary scale-down once ``down_window_s`` of lower recommendations has passed. The control
-  loop passes a forecast only while it earns its place (:func:`apps.queues.engine.forecast.backtest`).
+  loop passes a forecast only while it earns its place (:func:`apps.queues.engine.forecast.backtest`);
+* panic on bursts (as Knative's pod autoscaler does): besides the stable window's readings, the loop passes the
+  request rate and concurrency of a short panic window (``Metrics.panic_rps``, ``Metrics.panic_concurrency``).
+  When the replicas they ask for (``value / target``, unrounded) reach ``panic_threshold`` times the current
+  count (200 %), the service is *in panic*: the count goes at once to what the panic window asks for (no step
+  limit; still clamped to the maximum and the quota), and it does not scale down until ``stable_window_s`` has
+  passed without the panic condition (the panic flag is kept with the recommendations). A single noisy second
+  below the threshold changes nothing: the stable window hardly moves and the panic window stays below 2x;
+* scheduled minimums: ``floor`` (the loop computes it from the service's schedule and the time) raises the
+  minimum for this decision, never above the maximum; below it the count goes up at once.
 """
 
 from __future__ import annotations
@@ -65,15 +74,21 @@ class Metrics:
     cpu_percent: float | None = None  # mean CPU utilisation of its replicas, of what they requested
     rps: float | None = None  # requests per second over all replicas
     concurrency: float | None = None  # mean requests in flight over all replicas
+    panic_rps: float | None = None  # requests per second over the short panic window
+    panic_concurrency: float | None = None  # mean requests in flight over the short panic window
 
 
 @dataclass(frozen=True, slots=True)
 class Behaviour:
-    """Stabilisation and tolerance, the HPA's defaults."""
+    """Stabilisation and tolerance, the HPA's defaults; the panic settings, Knative's (scaled to the portal's
+    stable rate window of 15 s)."""
 
     up_window_s: float = 0.0
     down_window_s: float = 300.0
     tolerance: float = 0.1
+    panic_window_s: float = 3.0  # the length of the panic readings' window (for the reason)
+    panic_threshold: float = 2.0  # panic once the panic window asks for this many times the current count
+    stable_window_s: float = 15.0  # a panic ends once this long has passed without its condition
 
 
 DEFAULT = Behaviour()
@@ -85,6 +100,7 @@ class Recommendation:
 
     at: float
     replicas: int
+    panic: bool = False  # the panic condition held at this decision
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +152,26 @@ def _describe(metric: str, value: float, target: float) -> str:
     return f"{metric.upper()} utilisation {value:.0f}% for a target of {target:g}%"
 
 
+def _panic_reading(targets: Targets, metrics: Metrics) -> tuple | None:
+    """(replicas asked for, unrounded; metric; value; target) of the panic window's reading asking for most."""
+    out = None
+    for name, value, target in (
+        (RPS, metrics.panic_rps, targets.rps_per_replica),
+        (CONCURRENCY, metrics.panic_concurrency, targets.concurrency_per_replica),
+    ):
+        if value is None or not target:
+            continue
+        want = max(value, 0.0) / target
+        if out is None or want > out[0]:
+            out = (want, name, value, target)
+    return out
+
+
+def _describe_panic(metric: str, value: float, target: float, window_s: float) -> str:
+    what = "req/s" if metric == RPS else "requests in flight"
+    return f"panic: {value:.1f} {what} over the last {window_s:g} s for a target of {target:g} per replica"
+
+
 def decide(
     targets: Targets,
     current: int,
@@ -145,6 +181,7 @@ def decide(
     behaviour: Behaviour = DEFAULT,
     quota_room: int | None = None,
     forecast_rps: float | None = None,
+    floor: int | None = None,
 ) -> Decision:
     """The replica count a service running ``current`` replicas should run now.
 
@@ -152,7 +189,20 @@ def decide(
     ``quota_room``: how many more replicas than ``current`` the project's quota admits (None: no limit).
     ``forecast_rps``: the highest request rate forecast for the next lead window (None: not predictive); with
     a requests/s target it raises the recommendation when it asks for more than the metrics do.
+    ``floor``: the scheduled minimum at this moment (None: none); it raises the minimum, up to the maximum.
     """
+    if floor is not None and floor > targets.min_replicas:
+        targets = Targets(
+            min(floor, targets.max_replicas),
+            targets.max_replicas,
+            targets.gpu_percent,
+            targets.cpu_percent,
+            targets.rps_per_replica,
+            targets.concurrency_per_replica,
+        )
+        scheduled = True
+    else:
+        scheduled = False
     # One recommendation older than the down window is kept: it shows the window is covered.
     keep = 2 * max(behaviour.up_window_s, behaviour.down_window_s)
     per_metric = _per_metric(targets, metrics, current, behaviour.tolerance)
@@ -171,9 +221,17 @@ def decide(
         if ahead > raw:
             raw, metric, value, target = ahead, FORECAST, forecast_rps, targets.rps_per_replica
             reason = f"forecast {forecast_rps:.1f} req/s for a target of {target:g} per replica"
-    raw = min(max(raw, targets.min_replicas), targets.max_replicas)
     recs = tuple(sorted((r for r in history if now - keep <= r.at < now), key=lambda r: r.at))
-    recs = (*recs, Recommendation(now, raw))
+    panic_reading = _panic_reading(targets, metrics)
+    panicking = panic_reading is not None and panic_reading[0] >= behaviour.panic_threshold * max(current, 1)
+    in_panic = panicking or any(r.panic and r.at >= now - behaviour.stable_window_s for r in recs)
+    if in_panic and panic_reading is not None:
+        want = math.ceil(panic_reading[0] - 1e-9)
+        if want > raw:
+            raw, metric, value, target = want, *panic_reading[1:]
+            reason = _describe_panic(metric, value, target, behaviour.panic_window_s)
+    raw = min(max(raw, targets.min_replicas), targets.max_replicas)
+    recs = (*recs, Recommendation(now, raw, panicking))
 
     desired = current
     if current > targets.max_replicas:
@@ -182,10 +240,16 @@ def decide(
     elif raw > current:
         up = [r.replicas for r in recs if r.at >= now - behaviour.up_window_s]
         desired = max(current, min(up))
-        if current >= targets.min_replicas:
+        if current >= targets.min_replicas and not in_panic:
             desired = min(desired, max(2 * current, current + 4))
-        if current < targets.min_replicas and metric is None:
-            reason = f"the minimum is {targets.min_replicas}"
+        if current < targets.min_replicas and (metric is None or raw == targets.min_replicas):
+            reason = (
+                f"the scheduled minimum is {targets.min_replicas}"
+                if scheduled
+                else f"the minimum is {targets.min_replicas}"
+            )
+    elif raw < current and in_panic:
+        reason += f"; no scale-down in a panic (it ends after {behaviour.stable_window_s:g} s without one)"
     elif raw < current:
         covered = any(r.at <= now - behaviour.down_window_s for r in recs)
         window = [r.replicas for r in recs if r.at >= now - behaviour.down_window_s]

@@ -23,6 +23,7 @@ from apps.core.api.common import (
     service_errors,
 )
 from apps.queues.models import TaskQueue
+from apps.tasks import schedule
 from apps.tasks import validation as limits
 from apps.tasks.choices import FailureReason, TaskStatus
 from apps.tasks.models import ServiceLoadSample, Task, TaskEvent, TaskUsageSample
@@ -179,6 +180,45 @@ class SecretRefsField(serializers.JSONField):
     """References to project secrets by name (``submit_task`` checks them and that they exist)."""
 
 
+@extend_schema_field(
+    {
+        "type": "array",
+        "maxItems": schedule.MAX_ENTRIES,
+        "items": {
+            "oneOf": [
+                {
+                    "type": "object",
+                    "properties": {
+                        "days": {"type": "string", "description": "Days and ranges of Mon..Sun: Mon-Fri, Sat,Sun"},
+                        "from": {"type": "string", "pattern": "^([01][0-9]|2[0-3]):[0-5][0-9]$"},
+                        "to": {
+                            "type": "string",
+                            "pattern": "^(([01][0-9]|2[0-3]):[0-5][0-9]|24:00)$",
+                            "description": "Earlier than from: the window crosses midnight",
+                        },
+                        "timezone": {"type": "string", "description": "A time zone name (default UTC)"},
+                        "min_replicas": {"type": "integer", "minimum": 1},
+                    },
+                    "required": ["days", "from", "to", "min_replicas"],
+                    "additionalProperties": False,
+                },
+                {"type": "string", "description": f"One line: {schedule.LINE_FORM}"},
+            ]
+        },
+        "description": "Inference: scheduled minimums. While an entry holds, the service runs at least its "
+        "min_replicas (within min..max replicas); answers give every entry as an object",
+        "example": [
+            {"days": "Mon-Fri", "from": "08:00", "to": "20:00", "timezone": "Europe/Berlin", "min_replicas": 4}
+        ],
+    }
+)
+class ScheduleField(serializers.JSONField):
+    """Scheduled minimums: objects or one-line entries, stored as objects (``Task.clean`` checks them)."""
+
+    def to_internal_value(self, data):
+        return schedule.normalise(super().to_internal_value(data))
+
+
 def _bounds(lowest, highest) -> dict:
     return {"min_value": lowest, "max_value": highest}
 
@@ -239,6 +279,7 @@ class TaskSerializer(CachedFieldsMixin, serializers.ModelSerializer):
     required_labels = LabelsField(required=False)
     volumes = VolumesField(required=False)
     secret_refs = SecretRefsField(required=False)
+    autoscale_schedule = ScheduleField(required=False)
 
     serializer_field_mapping = {
         **serializers.ModelSerializer.serializer_field_mapping,
@@ -314,6 +355,8 @@ class TaskCreatedSerializer(TaskDetailSerializer):
 
 class AutoscaleSerializer(serializers.ModelSerializer):
     """The autoscaling settings of an inference service, the only fields a PATCH of a task may change."""
+
+    autoscale_schedule = ScheduleField(required=False)
 
     class Meta:
         model = Task
