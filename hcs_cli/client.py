@@ -3,10 +3,17 @@
 
 from __future__ import annotations
 
+import sys
+import time
+
 import requests
 
 TIMEOUT_S = 30
 USER_AGENT = "hcs-cli"
+# A 503 with Retry-After is the server saying "not now" (its database connection dropped, docs/api.md): a request
+# safe to send again (a GET, or one under an Idempotency-Key) is sent again after the wait it asks for, this often.
+UNAVAILABLE_RETRIES = 3
+RETRY_AFTER_MAX_S = 10.0
 
 
 class ApiError(Exception):
@@ -38,6 +45,23 @@ class ConnectionFailed(Exception):
     """The server could not be reached (or answered something that is not the API)."""
 
 
+class _Unavailable(Exception):
+    """A 503 with Retry-After: the API's error and the seconds to wait before the next try."""
+
+    def __init__(self, error: ApiError, retry_after: float):
+        super().__init__(str(error))
+        self.error = error
+        self.retry_after = retry_after
+
+
+def _seconds(retry_after: str) -> float:
+    """Retry-After in seconds (an HTTP date or nonsense: 2 s), at most RETRY_AFTER_MAX_S."""
+    try:
+        return min(max(float(retry_after), 0.0), RETRY_AFTER_MAX_S)
+    except ValueError:
+        return 2.0
+
+
 class Client:
     """One server, one token (or none, for the login call itself)."""
 
@@ -55,6 +79,21 @@ class Client:
     def request(
         self, method: str, path: str, *, params: dict | None = None, json=None, data=None, headers: dict | None = None
     ):
+        repeatable = method in ("GET", "HEAD") or "Idempotency-Key" in (headers or {})
+        tries = 0
+        while True:
+            try:
+                return self._request_once(method, path, params=params, json=json, data=data, headers=headers)
+            except _Unavailable as unavailable:
+                tries += 1
+                if not repeatable or tries > UNAVAILABLE_RETRIES:
+                    raise unavailable.error from None
+                wait = unavailable.retry_after
+                message = "; ".join(unavailable.error.lines())
+                print(f"hcs: {message} (retrying in {wait:g} s)", file=sys.stderr)
+                time.sleep(wait)
+
+    def _request_once(self, method: str, path: str, *, params, json, data, headers):
         try:
             response = self.session.request(
                 method, self.url(path), params=params, json=json, data=data, headers=headers, timeout=TIMEOUT_S
@@ -68,6 +107,8 @@ class Client:
                 f"{self.base_url} answered HTTP {response.status_code} with {response.headers.get('Content-Type')}, "
                 "not the API's JSON: is this the portal's address?"
             ) from None
+        if response.status_code == 503 and "Retry-After" in response.headers:
+            raise _Unavailable(ApiError(503, body), _seconds(response.headers["Retry-After"]))
         if response.status_code >= 400:
             raise ApiError(response.status_code, body)
         return body

@@ -40,15 +40,17 @@ _FOLLOW_TTL_S = 2
 FOLLOW_INTERVAL_S = 0.15
 FOLLOW_LISTING_INTERVAL_S = 1.0
 
-# The Celery names of the jobs queued from here (apps.control.jobs declares each job under its name).
-RUN_SCHEDULER = "apps.control.RUN_SCHEDULER"
-RECONCILE_CLUSTER = "apps.control.RECONCILE_CLUSTER"
+# The Celery names of the jobs queued from here: apps.control.jobs declares each job under its name, which is the
+# job function's own dotted path, the name Celery would give it and the one the beat schedule and the queue routes
+# (celery_app/app.py) use; tests/hcsportal/test_deploy_files.py checks that every name there is a registered job.
+RUN_SCHEDULER = "apps.control.jobs.run_scheduler"
+RECONCILE_CLUSTER = "apps.control.jobs.reconcile_cluster"
 LAUNCH = "apps.control.jobs.launch"
-FOLLOW_LAUNCHES = "apps.control.FOLLOW_LAUNCHES"
-PUSH_LIVE_UPDATES = "apps.control.PUSH_LIVE_UPDATES"
+FOLLOW_LAUNCHES = "apps.control.jobs.follow_launches"
+PUSH_LIVE_UPDATES = "apps.control.jobs.push_live_updates"
 SYNC_PROJECT_ISOLATION = "apps.control.jobs.sync_project_isolation"
 SYNC_VOLCANO_QUEUE = "apps.control.jobs.sync_volcano_queue"
-APPLY_AUTOSCALING = "apps.control.APPLY_AUTOSCALING"
+APPLY_AUTOSCALING = "apps.control.jobs.apply_autoscaling"
 
 
 def _redis() -> redis.Redis:

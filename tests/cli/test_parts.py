@@ -155,3 +155,72 @@ def test_schedule_min_sends_each_entry_as_its_line_for_the_api_to_read():
     )
     body = commands._submit_body(args)
     assert body["autoscale_schedule"] == ["Mon-Fri 08:00-20:00 4", "Sat 10:00-14:00 2 Europe/Berlin"]
+
+
+def test_a_503_with_retry_after_is_waited_out_for_requests_safe_to_send_again(monkeypatch, capsys):
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from hcs_cli import client as client_module
+
+    sleeps = []
+    monkeypatch.setattr(client_module.time, "sleep", sleeps.append)
+    seen = []
+
+    class Flaky(BaseHTTPRequestHandler):
+        def _answer(self):
+            seen.append((self.command, self.headers.get("Idempotency-Key")))
+            length = int(self.headers.get("Content-Length") or 0)
+            self.rfile.read(length)
+            busy = len(seen) % 3 != 0  # two 503s, then an answer
+            body = json.dumps({"detail": "The database connection was lost; try again in 2 s."} if busy else {"ok": 1})
+            self.send_response(503 if busy else 200)
+            if busy:
+                self.send_header("Retry-After", "2")
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        do_GET = do_POST = _answer
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Flaky)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        api = client_module.Client(f"http://127.0.0.1:{server.server_port}", "t0k3n")
+        assert api.get("tasks/1/logs/") == {"ok": 1}
+        assert sleeps == [2.0, 2.0]
+        assert capsys.readouterr().err.count("try again in 2 s. (retrying in 2 s)") == 2
+        # Under an Idempotency-Key a POST is sent again too (the server creates the task once).
+        assert api.post("tasks/", json={}, headers={"Idempotency-Key": "k"}) == {"ok": 1}
+        assert [key for _, key in seen[3:]] == ["k", "k", "k"]
+        # A POST without one is not: the 503 is the answer.
+        seen.clear()
+        with pytest.raises(ApiError) as refused:
+            api.post("tasks/", json={})
+        assert refused.value.status == 503 and len(seen) == 1
+        # A server that stays unavailable: its 503 after UNAVAILABLE_RETRIES more tries.
+        monkeypatch.setattr(Flaky, "do_GET", _always_busy)
+        busy_answers.clear()
+        with pytest.raises(ApiError) as unavailable:
+            api.get("tasks/")
+        assert unavailable.value.status == 503 and len(busy_answers) == 1 + client_module.UNAVAILABLE_RETRIES
+    finally:
+        server.shutdown()
+
+
+busy_answers: list[str] = []
+
+
+def _always_busy(handler):
+    busy_answers.append(handler.path)
+    handler.send_response(503)
+    handler.send_header("Retry-After", "1")
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", "2")
+    handler.end_headers()
+    handler.wfile.write(b"{}")

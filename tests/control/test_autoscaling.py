@@ -209,7 +209,7 @@ def test_a_kubernetes_service_gets_its_settings_again_when_its_scheduled_minimum
     assert autoscaling.push_scheduled_floors(at + 60) == []  # unchanged
     assert autoscaling.push_scheduled_floors(at + 600) == [svc.pk]  # 08:00: the entry starts
     assert autoscaling.push_scheduled_floors(at + 660) == []
-    assert [name for name, _ in queued] == ["apps.control.APPLY_AUTOSCALING"] * 2
+    assert [name for name, _ in queued] == ["apps.control.jobs.apply_autoscaling"] * 2
 
 
 def test_the_hpa_minimum_is_the_scheduled_one_while_an_entry_holds(world, monkeypatch):

@@ -86,6 +86,23 @@ def test_the_image_runs_the_modules_the_manifests_name():
     assert "requirements.txt" in dockerfile
 
 
+def test_every_job_the_beat_schedule_and_the_routes_name_is_registered():
+    # A name no job is declared under is discarded by the worker ("unregistered task"): a beat entry with a
+    # stale name never runs, and a route with one sends nothing to its queue.
+    from celery_app.app import app
+
+    app.loader.import_default_modules()
+    registered = set(app.tasks)
+    beat = {entry["task"] for entry in app.conf.beat_schedule.values()}
+    assert beat - registered == set()
+    assert set(app.conf.task_routes) - registered == set()
+    # The jobs other code queues by name, too.
+    from apps.control import triggers
+
+    queued = {value for name, value in vars(triggers).items() if name.isupper() and str(value).startswith("apps.")}
+    assert queued and queued - registered == set()
+
+
 def test_the_scheduler_and_the_autoscaler_have_queues_and_worker_pools_of_their_own():
     from celery_app.app import app
 
