@@ -87,7 +87,8 @@ def _in_group(config, item, group: str) -> None:
     """Under ``--dist loadgroup`` xdist sends tests to workers by a ``@group`` suffix of their node ids. pytest-xdist
     3.8 writes it where pytest 9 no longer reads a node id from (``_nodeid``), so every test went to any worker:
     the suffix is set here on the id pytest 9 reads (a test runs in one group only)."""
-    if config.getvalue("loadgroup") and not item.nodeid.endswith(f"@{group}"):
+    # xdist sets the option in its workers only; a run without -n has no groups to keep.
+    if getattr(config.option, "loadgroup", False) and not item.nodeid.endswith(f"@{group}"):
         item._id = coerce_node_id(f"{item.nodeid}@{group}")
 
 
