@@ -102,8 +102,10 @@ def test_exec_at_a_terminal_is_an_interactive_shell_of_the_terminals_size(run_hc
         read_until(main, b"$ ")  # the shell's prompt: hcs has the terminal in raw mode by now
         os.write(main, b"stty size; echo size-$((1 + 1))\r")
         assert b"33 101" in read_until(main, b"size-2")
-        os.write(main, b"sleep 30\r")
-        time.sleep(1)
+        # The sleep says when it runs (the shell has made it the terminal's foreground job by then): a Ctrl-C
+        # sent before that would reach the shell, not the sleep.
+        os.write(main, b"sh -c 'echo asleep-$((2 + 2)); exec sleep 30'\r")
+        read_until(main, b"asleep-4")
         os.write(main, b"\x03echo still-$((6 * 7))\r")  # Ctrl-C stops the sleep inside, not hcs
         read_until(main, b"still-42")
         os.write(main, b"exit\r")
