@@ -48,6 +48,11 @@ from .base import ExecutorError
 
 # Trusted environment of the wrapper and bubblewrap (never the job's, never the portal's).
 TRUSTED_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+# Prefix of a console's command: every signal back to its default action. A process inherits the signals its
+# parent ignores, and a portal started in the background (`nohup`, `&` in a script) ignores SIGINT and SIGQUIT:
+# without this a console's Ctrl-C stopped nothing. (A job's wrapper traps SIGINT itself, which gives its command
+# the default action again.)
+DEFAULT_SIGNALS = ("env", "--default-signal")
 JOB_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 # Host trees a job sees read-only: programs, libraries and system configuration.

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Sequence
 
 from .base import ExecutorError, Terminal
-from .sandbox import TRUSTED_ENV
+from .sandbox import DEFAULT_SIGNALS, TRUSTED_ENV
 
 # Terminal sizes are bounded: a client cannot ask the kernel (or a remote shell) for a huge window.
 MAX_ROWS, MAX_COLS = 500, 1000
@@ -47,7 +47,7 @@ class PtyTerminal(Terminal):
         try:
             set_window_size(slave, rows, cols)
             self.process = subprocess.Popen(
-                list(argv),
+                [*DEFAULT_SIGNALS, *argv],
                 stdin=slave,
                 stdout=slave,
                 stderr=slave,
