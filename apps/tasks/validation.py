@@ -101,8 +101,8 @@ TEXT_FIELDS = (
     "tensorboard_dir",
     "readiness_path",
 )
-# Trees a checkpoint directory may not be mounted over: the system's programs and the job's runtime.
-CHECKPOINT_RESERVED = (
+# The system's programs and configuration, and the kernel's trees.
+SYSTEM_TREES = (
     "/usr",
     "/bin",
     "/sbin",
@@ -115,10 +115,14 @@ CHECKPOINT_RESERVED = (
     "/sys",
     "/proc",
     "/dev",
-    "/run",
-    "/tmp",
-    "/var/tmp",
 )
+# Trees a checkpoint directory may not be mounted over: the system's and the job's runtime.
+CHECKPOINT_RESERVED = (*SYSTEM_TREES, "/run", "/tmp", "/var/tmp")
+
+
+def in_trees(path: str, trees: tuple[str, ...]) -> bool:
+    """Whether ``path`` is / or lies in (or is) one of ``trees``."""
+    return path == "/" or any(path == tree or path.startswith(tree + "/") for tree in trees)
 
 
 def task_errors(task) -> dict[str, str]:
@@ -210,7 +214,7 @@ def checkpoint_path_error(path) -> str | None:
     problem = path_problem(path)
     if problem:
         return f"{problem[0].upper()}{problem[1:]} (a directory such as /workspace/checkpoints)."
-    if path == "/" or any(path == tree or path.startswith(tree + "/") for tree in CHECKPOINT_RESERVED):
+    if in_trees(path, CHECKPOINT_RESERVED):
         return f"Expected a directory outside /, {', '.join(CHECKPOINT_RESERVED)}, e.g. /workspace/checkpoints."
     return None
 
@@ -341,25 +345,8 @@ MAX_SECRET_REFS = 32
 SECRET_REF_EXAMPLE = (
     '[{"secret": "HF_TOKEN", "env": "HF_TOKEN"}, {"secret": "REGISTRY", "file": "/run/secrets/registry"}]'
 )
-# Trees a secret file may not be placed in: the system's programs and configuration, and the kernel's.
-SECRET_FILE_RESERVED = (
-    "/usr",
-    "/bin",
-    "/sbin",
-    "/lib",
-    "/lib32",
-    "/lib64",
-    "/libx32",
-    "/etc",
-    "/opt",
-    "/sys",
-    "/proc",
-    "/dev",
-    "/boot",
-    "/root",
-    "/var/lib",
-    "/var/run",
-)
+# Trees a secret file may not be placed in: the system's, and the places of its state.
+SECRET_FILE_RESERVED = (*SYSTEM_TREES, "/boot", "/root", "/var/lib", "/var/run")
 
 # The platform's own files in a job's tree: its environment and libraries (/run/hcs-*), its checkpoints (/hcs).
 SECRET_FILE_PLATFORM = "/run/hcs"
@@ -410,7 +397,7 @@ def secret_refs_error(refs, env, secret_env) -> str | None:
         problem = path_problem(path)
         if problem:
             return f"{where}: file: {problem}."
-        if path == "/" or any(path == tree or path.startswith(tree + "/") for tree in SECRET_FILE_RESERVED):
+        if in_trees(path, SECRET_FILE_RESERVED):
             return (
                 f"{where}: file: expected a path outside {', '.join(SECRET_FILE_RESERVED)}, "
                 f"e.g. /run/secrets/{name.lower()}; got {path}."
@@ -446,7 +433,7 @@ def tensorboard_dir_error(path) -> str | None:
     problem = path_problem(path)
     if problem:
         return f"{problem[0].upper()}{problem[1:]} (a directory such as /hcs/checkpoint/tb)."
-    if path == "/" or any(path == tree or path.startswith(tree + "/") for tree in CHECKPOINT_RESERVED):
+    if in_trees(path, CHECKPOINT_RESERVED):
         return f"Expected a directory outside /, {', '.join(CHECKPOINT_RESERVED)}, e.g. /hcs/checkpoint/tb."
     return None
 
