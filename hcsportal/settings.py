@@ -394,6 +394,9 @@ HCS_SCHEDULER_INTERVAL = timedelta(seconds=env_int("HCS_SCHEDULER_INTERVAL_S", 2
 # The rebalancer's beat (apps/control/rebalance.py): loans are returned at the next tick; each VDC's settings say
 # how often new ones are considered.
 HCS_REBALANCER_TICK = timedelta(seconds=env_int("HCS_REBALANCER_TICK_S", 10, minimum=1))
+# Scale to zero: how long Connect's proxy holds a request for a service with no serving replica while one starts
+# (docs/tasks.md "Scale to zero"); past it the request is answered 504 and the service keeps starting.
+HCS_ACTIVATOR_TIMEOUT_S = env_int("HCS_ACTIVATOR_TIMEOUT_S", 300, minimum=1)
 # Ended backend objects (jobs the backend confirmed gone) are kept this long for audit, then forgotten.
 HCS_BACKEND_OBJECT_RETENTION = timedelta(days=env_int("HCS_BACKEND_OBJECT_RETENTION_DAYS", 30, minimum=1))
 # Web server processes `make run` starts (uvicorn, HTTP and WebSocket). Each runs every request's view in a

@@ -287,8 +287,8 @@ def _runs(task: Task, meter: UsageMeter, now: datetime) -> list[Run]:
     return runs
 
 
-# The platform ended these runs (preemption, suspension, a requeue after a node or backend loss).
-_PLATFORM_ENDS = (EventKind.PREEMPTED, EventKind.SUSPENDED, EventKind.REQUEUED)
+# The platform ended these runs (preemption, suspension, a requeue after a node or backend loss, scale to zero).
+_PLATFORM_ENDS = (EventKind.PREEMPTED, EventKind.SUSPENDED, EventKind.REQUEUED, EventKind.SCALED_TO_ZERO)
 
 
 def _how_it_ended(task: Task, event: TaskEvent | None) -> tuple[bool, bool]:

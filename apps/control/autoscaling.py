@@ -58,7 +58,7 @@ from apps.tasks import request_rate, schedule
 from apps.tasks.choices import ACTIVE, EventKind, TaskKind, TaskStatus
 from apps.tasks.load import BUCKET, backtest_of
 from apps.tasks.models import ServiceLoadSample, Task
-from apps.tasks.services import record_event
+from apps.tasks.services import record_event, scale_to_zero
 from apps.vdc.models import ProjectQuota
 from hcsportal import redis_guard
 
@@ -117,6 +117,7 @@ def targets_of(task: Task) -> rules.Targets:
 def run_autoscaler(now: float | None = None) -> list[Outcome]:
     """One pass over every running portal-scaled service; returns what was decided for each."""
     now = timezone.now().timestamp() if now is None else now
+    scale_idle_to_zero(now)
     services = _running_services(autoscale_min__isnull=False, autoscale_max__isnull=False)
     _forget_stale()
     push_scheduled_floors(now)
@@ -161,6 +162,45 @@ def run_autoscaler(now: float | None = None) -> list[Outcome]:
     if any(o.changed for o in outcomes):
         triggers.request_cycle()
     return outcomes
+
+
+def scale_idle_to_zero(now: float) -> list[int]:
+    """Scale to zero (docs/tasks.md "Scale to zero"), on every backend: a running service that scales to zero and
+    saw no request start or end through Connect for its ``scale_to_zero_after_s`` since it last started, with no
+    request in flight, releases its cards (:func:`apps.tasks.services.scale_to_zero`). Without a reading of the
+    proxy's counters (Redis down) nothing is idle. Returns the services scaled to zero."""
+    candidates = list(
+        Task.objects.filter(
+            kind=TaskKind.INFERENCE, status=TaskStatus.RUNNING, scale_to_zero_after_s__isnull=False
+        ).only("pk", "started_at", "scale_to_zero_after_s")
+    )
+    seen = request_rate.activity([t.pk for t in candidates], now=now) if candidates else {}
+    if seen is None:
+        return []
+    slept = []
+    for task in candidates:
+        reading = seen[task.pk]
+        since = max(reading.last or 0.0, task.started_at.timestamp() if task.started_at else now)
+        idle_s = now - since
+        if reading.in_flight or idle_s < task.scale_to_zero_after_s:
+            continue
+        message = (
+            f"Scaled to zero: no request for {_duration(idle_s)} (the service's limit is "
+            f"{_duration(task.scale_to_zero_after_s)}); the next request through Connect wakes it"
+        )
+        data = {"idle_s": round(idle_s, 1), "after_s": task.scale_to_zero_after_s, "last_request": reading.last}
+        if scale_to_zero(task.pk, message, data):
+            slept.append(task.pk)
+    return slept
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def push_scheduled_floors(now: float) -> list[int]:

@@ -8,6 +8,7 @@ holding ``tasks.open_any_console`` get a visitor's shell instead, without the jo
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -20,7 +21,7 @@ from websockets.asyncio.client import unix_connect
 from apps.clusters.backends import executor_for
 from apps.clusters.executors.base import Endpoint, Executor, ExecutorError, JobState
 from apps.clusters.executors.local import ide_port
-from apps.tasks.choices import EventKind, TaskKind, TaskStatus
+from apps.tasks.choices import ASLEEP, WAITING, EventKind, TaskKind, TaskStatus
 from apps.tasks.models import Task
 from apps.tasks.services import record_event
 from apps.vdc import policy
@@ -177,7 +178,9 @@ def service_facts(task: Task, state: JobState | None, app_origin: str) -> Servic
     if task.kind != TaskKind.INFERENCE:
         return None
     running = task.status == TaskStatus.RUNNING
-    app_url = app_origin.rstrip("/") + "/" if task.port and running else ""
+    # A service that scales to zero is reachable while asleep or waking too: a request wakes it and waits.
+    reachable = running or (task.scales_to_zero and task.status in WAKING)
+    app_url = app_origin.rstrip("/") + "/" if task.port and reachable else ""
     addresses = []
     for obj in state.objects if state is not None else ():
         if obj.get("kind") == "Ingress" and obj.get("host"):
@@ -208,10 +211,25 @@ class ConnectTarget:
     replicas: int = 1
 
 
+# A service that scales to zero and is in one of these has no replica to serve now, but will have (asleep, woken
+# and waiting for its placement, or starting): Connect's proxy holds its requests (docs/tasks.md "Scale to zero").
+WAKING = (*ASLEEP, *WAITING, TaskStatus.SCHEDULED, TaskStatus.STARTING, TaskStatus.RUNNING)
+
+
+class Waking(Refused):
+    """The service scales to zero and has no serving replica now; a request may wake it and wait for one."""
+
+    def __init__(self, task: Task):
+        status = task.get_status_display().lower()
+        super().__init__(409, f"The service is {status}; a request through Connect wakes it.")
+        self.asleep = task.is_asleep
+
+
 def connect_target(user, task_id: int, port: int) -> ConnectTarget:
     """Check that ``user`` may reach ``port`` of task ``task_id`` (instance 0) now; Refused otherwise.
 
-    The codes are HTTP statuses here: 404 for tasks the user cannot see, 403 for viewers, 409 when not running.
+    The codes are HTTP statuses here: 404 for tasks the user cannot see, 403 for viewers, 409 when not running
+    (:class:`Waking` for a service that scales to zero and has no serving replica yet).
     """
     if user is None or not user.is_authenticated:
         raise Refused(401, "Log in to connect.")
@@ -224,9 +242,18 @@ def connect_target(user, task_id: int, port: int) -> ConnectTarget:
         allowed = ", ".join(map(str, connectable_ports(task)))
         raise Refused(403, f"Port {port} is not a port of this task (its ports: {allowed}).")
     if task.status != TaskStatus.RUNNING or not task.external_id or task.cluster is None:
+        if task.scales_to_zero and task.status in WAKING:
+            raise Waking(task)
         raise Refused(409, f"The task is {task.get_status_display().lower()}, not running.")
     replicas = len(task.placement or []) if task.autoscale_desired is not None else 1
     return ConnectTarget(task.pk, executor_for(task.cluster), task.external_id, port, max(replicas, 1))
+
+
+def check_connect(user, task_id: int, port: int) -> None:
+    """:func:`connect_target`'s check for a hand-over (Connect link, ticket, its exchange): a service scaled to zero
+    passes, since the visitor's first request wakes it."""
+    with contextlib.suppress(Waking):
+        connect_target(user, task_id, port)
 
 
 # Path characters passed on as written (RFC 3986 pchar and "/").

@@ -5,7 +5,9 @@ reverse proxy serves it: apps/tasks/connect.py)."""
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
+from dataclasses import dataclass
 from html import escape
 from http.cookies import SimpleCookie
 from urllib.parse import urlencode
@@ -14,6 +16,7 @@ import httpx
 from asgiref.sync import sync_to_async
 from csp.constants import UNSAFE_INLINE
 from csp.decorators import csp_update
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import redirect_to_login
@@ -26,6 +29,7 @@ from django.views.decorators.http import require_GET, require_POST, require_safe
 
 from apps.clusters.executors.base import ExecutorError
 from apps.tasks import access, connect, request_rate
+from apps.tasks import services as task_services
 from apps.tasks.models import Task
 from apps.vdc import policy
 
@@ -120,7 +124,7 @@ def task_connect(request: HttpRequest, pk: str, port: str, path: str) -> HttpRes
         return redirect_to_login(request.get_full_path())
     task_id, port_number = int(pk), int(port)
     try:
-        access.connect_target(request.user, task_id, port_number)
+        access.check_connect(request.user, task_id, port_number)
     except access.Refused as refused:
         back = request.build_absolute_uri("/") if refused.code == 404 else _task_page(request, task_id)
         return _page(refused.code, str(refused), back)
@@ -250,7 +254,7 @@ def _copy_response_headers(upstream: httpx.Response, response: HttpResponseBase,
         response.headers[name] = f"{response.headers[name]}, {value}" if name in response.headers else value
 
 
-async def _relay(upstream: httpx.Response, client: httpx.AsyncClient, task_id: int, started: float):
+async def _relay(upstream: httpx.Response, client: httpx.AsyncClient, task_id: int, started: float, request_id: str):
     """The service's body as it comes, still encoded as the service sent it. When it ends (relayed or cut off),
     the request's time from ``started`` goes into the service's concurrency (:func:`request_rate.busy`)."""
     try:
@@ -262,7 +266,55 @@ async def _relay(upstream: httpx.Response, client: httpx.AsyncClient, task_id: i
             await upstream.aclose()
             await client.aclose()
         finally:
-            await asyncio.to_thread(request_rate.busy, task_id, started, ended)
+            await asyncio.to_thread(request_rate.busy, task_id, started, ended, request_id)
+
+
+# How often a held request looks again whether its service has a replica that answers.
+ACTIVATOR_POLL_S = 0.25
+
+
+@dataclass
+class _Hold:
+    """A request Connect's proxy holds for a service scaled to zero (the activator): since when, until when, and
+    whether this request is the one that woke it (that one's wait is the service's cold start)."""
+
+    since: float
+    until: float
+    woke: bool = False
+
+    def left(self) -> float:
+        return self.until - time.time()
+
+
+async def _serving_target(
+    user, task_id: int, port: int, hold: _Hold | None = None
+) -> tuple[access.ConnectTarget, _Hold | None]:
+    """The request's target, as :func:`access.connect_target` checks it. A service that scales to zero and has no
+    serving replica is woken if asleep, and the request is held until the service runs (at most
+    ``HCS_ACTIVATOR_TIMEOUT_S``; then Refused 504). Every other refusal is raised as it is."""
+    while True:
+        try:
+            return await sync_to_async(access.connect_target)(user, task_id, port), hold
+        except access.Waking as waking:
+            if hold is None:
+                now = time.time()
+                hold = _Hold(now, now + settings.HCS_ACTIVATOR_TIMEOUT_S)
+            if waking.asleep:
+                hold.woke = await sync_to_async(task_services.wake)(task_id) or hold.woke
+            if hold.left() <= 0:
+                raise access.Refused(
+                    504,
+                    f"The service was scaled to zero and no replica answered within "
+                    f"{settings.HCS_ACTIVATOR_TIMEOUT_S} s; it keeps starting: try again in a moment.",
+                ) from waking
+            await asyncio.sleep(ACTIVATOR_POLL_S)
+
+
+async def _ended_early(task_id: int, counted: int | None, request_id: str) -> None:
+    """A counted request that got no answer from the service is no longer in flight."""
+    if counted is not None:
+        now = time.time()
+        await asyncio.to_thread(request_rate.busy, task_id, now, now, request_id)
 
 
 async def app_request(request: HttpRequest) -> HttpResponseBase:
@@ -286,7 +338,7 @@ async def _exchange(request: HttpRequest, task_id: int, port: int) -> HttpRespon
     try:
         user_id, path, back = await sync_to_async(connect.redeem_ticket)(request.GET.get("ticket", ""), task_id, port)
         user = await get_user_model().objects.filter(pk=user_id, is_active=True).afirst()
-        await sync_to_async(access.connect_target)(user, task_id, port)
+        await sync_to_async(access.check_connect)(user, task_id, port)
     except access.Refused as refused:
         return _page(refused.code, str(refused), back)
     await sync_to_async(access.record_connect_opened)(task_id, user, port)
@@ -310,8 +362,11 @@ async def _proxy(request: HttpRequest, task_id: int, port: int) -> HttpResponseB
 
     Only a project owner or member (checked on every request) gets through; a cross-origin request that may
     change something is refused, whatever cookie it carries. Each request is counted, and timed until its response
-    is relayed to the end (the autoscaler's request rate and concurrency); a service the portal scales itself gets
-    its requests spread over its replicas by that count, others go to instance 0.
+    is relayed to the end (the autoscaler's request rate and concurrency; the last activity and requests in flight
+    of scale to zero); a service the portal scales itself gets its requests spread over its replicas by that count,
+    others go to instance 0. The activator: a request for a service that scales to zero and has no serving replica
+    wakes it and is held until a replica answers (:func:`_serving_target`); the wait of the request that woke it is
+    the service's cold start, kept on the task.
     """
     own_origin = f"{request.scheme}://{request.get_host()}"
     sent_from = request.headers.get("Origin")
@@ -323,35 +378,55 @@ async def _proxy(request: HttpRequest, task_id: int, port: int) -> HttpResponseB
         return _page(
             401, "Open this app from its task's page in the portal (Connect): the visit has ended or never began here."
         )
-    try:
-        target = await sync_to_async(access.connect_target)(user, task_id, port)
-        counted = await asyncio.to_thread(request_rate.count, task_id)
-        instance = (counted or 1) % target.replicas
-        endpoint = await asyncio.to_thread(target.executor.port_endpoint, target.external_id, instance, port)
-    except access.Refused as refused:
-        return _page(refused.code, str(refused), connect.app_cookie_back(cookie, task_id, port))
-    except ExecutorError as exc:
-        return _page(
-            502, f"The task's port {port} cannot be reached: {exc}", connect.app_cookie_back(cookie, task_id, port)
-        )
+    request_id = secrets.token_hex(8)
+    counted = None
+    hold = None
+    while True:
+        try:
+            target, hold = await _serving_target(user, task_id, port, hold)
+            if counted is None:
+                counted = await asyncio.to_thread(request_rate.count, task_id, None, request_id)
+            instance = (counted or 1) % target.replicas
+            endpoint = await asyncio.to_thread(target.executor.port_endpoint, target.external_id, instance, port)
+        except access.Refused as refused:
+            await _ended_early(task_id, counted, request_id)
+            return _page(refused.code, str(refused), connect.app_cookie_back(cookie, task_id, port))
+        except ExecutorError as exc:
+            if hold is not None and hold.left() > 0:
+                await asyncio.sleep(ACTIVATOR_POLL_S)  # a woken service's job is still being set up
+                continue
+            await _ended_early(task_id, counted, request_id)
+            return _page(
+                502, f"The task's port {port} cannot be reached: {exc}", connect.app_cookie_back(cookie, task_id, port)
+            )
 
-    upstream_origin = f"http://{endpoint.host}:{endpoint.port}"
-    query = request.META.get("QUERY_STRING", "")
-    url = upstream_origin + connect.local_path(request.path, query)
-    transport = httpx.AsyncHTTPTransport(uds=endpoint.uds) if endpoint.uds else None
-    client = httpx.AsyncClient(transport=transport, timeout=_CONNECT_TIMEOUT, follow_redirects=False)
-    outgoing = client.build_request(request.method, url, headers=_upstream_headers(request), content=request.body)
-    started = time.time()
-    try:
-        upstream = await client.send(outgoing, stream=True)
-    except httpx.HTTPError as exc:
-        await client.aclose()
-        message = (
-            f"Nothing answers on port {port} of the task: {exc or type(exc).__name__}. A program that is still "
-            "starting answers in a moment; the task's page offers Connect once its IDE answers."
-        )
-        return _page(502, message, connect.app_cookie_back(cookie, task_id, port))
-    response = StreamingHttpResponse(_relay(upstream, client, task_id, started), status=upstream.status_code)
+        upstream_origin = f"http://{endpoint.host}:{endpoint.port}"
+        query = request.META.get("QUERY_STRING", "")
+        url = upstream_origin + connect.local_path(request.path, query)
+        transport = httpx.AsyncHTTPTransport(uds=endpoint.uds) if endpoint.uds else None
+        client = httpx.AsyncClient(transport=transport, timeout=_CONNECT_TIMEOUT, follow_redirects=False)
+        outgoing = client.build_request(request.method, url, headers=_upstream_headers(request), content=request.body)
+        started = time.time()
+        try:
+            upstream = await client.send(outgoing, stream=True)
+        except httpx.HTTPError as exc:
+            await client.aclose()
+            if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout) and hold is not None and hold.left() > 0:
+                # A held request waits for the woken replica's program to listen: nothing was sent yet.
+                await asyncio.sleep(ACTIVATOR_POLL_S)
+                continue
+            await _ended_early(task_id, counted, request_id)
+            message = (
+                f"Nothing answers on port {port} of the task: {exc or type(exc).__name__}. A program that is still "
+                "starting answers in a moment; the task's page offers Connect once its IDE answers."
+            )
+            return _page(502, message, connect.app_cookie_back(cookie, task_id, port))
+        break
+    if hold is not None and hold.woke:
+        await sync_to_async(task_services.record_cold_start)(task_id, time.time() - hold.since)
+    response = StreamingHttpResponse(
+        _relay(upstream, client, task_id, started, request_id), status=upstream.status_code
+    )
     del response["Content-Type"]
     try:
         _copy_response_headers(upstream, response, request.build_absolute_uri(), upstream_origin)

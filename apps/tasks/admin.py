@@ -26,6 +26,7 @@ STATUS_COLOURS = {
     TaskStatus.STARTING: ORANGE,
     TaskStatus.RUNNING: GREEN,
     TaskStatus.UNKNOWN: ORANGE,
+    TaskStatus.SCALED_TO_ZERO: GREY,
     TaskStatus.PREEMPTED: ORANGE,
     TaskStatus.SUSPENDED: ORANGE,
     TaskStatus.COMPLETED: GREEN,

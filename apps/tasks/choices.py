@@ -17,6 +17,7 @@ class TaskStatus(models.TextChoices):
     STARTING = "starting", "Starting"
     RUNNING = "running", "Running"
     UNKNOWN = "unknown", "Unknown"
+    SCALED_TO_ZERO = "scaled_to_zero", "Scaled to zero"
     PREEMPTED = "preempted", "Preempted"
     SUSPENDED = "suspended", "Suspended"
     COMPLETED = "completed", "Completed"
@@ -30,6 +31,9 @@ WAITING = (TaskStatus.PENDING, TaskStatus.QUEUED, TaskStatus.PREEMPTED, TaskStat
 # answering; it keeps what it holds until the backend says what became of it (docs/rules.md, "A task's life").
 ACTIVE = (TaskStatus.SCHEDULED, TaskStatus.STARTING, TaskStatus.RUNNING, TaskStatus.UNKNOWN)
 FINAL = (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.STOPPED)
+# A service that scales to zero and has released its cards: neither waiting for the scheduler nor holding
+# anything, until a request through Connect wakes it (docs/tasks.md "Scale to zero").
+ASLEEP = (TaskStatus.SCALED_TO_ZERO,)
 
 
 class FailureReason(models.TextChoices):
@@ -66,6 +70,9 @@ class EventKind(models.TextChoices):
     REQUEUED = "requeued", "Requeued"
     RESIZED = "resized", "Resized"
     AUTOSCALED = "autoscaled", "Autoscale decision"
+    SCALED_TO_ZERO = "scaled_to_zero", "Scaled to zero"
+    WOKEN = "woken", "Woken by a request"
+    COLD_START = "cold_start", "Cold start"
     COMPLETED = "completed", "Completed"
     FAILED = "failed", "Failed"
     STOP_REQUESTED = "stop_requested", "Stop requested"

@@ -13,6 +13,8 @@ import asyncio
 import contextlib
 import json
 import logging
+import secrets
+import time
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import parse_qs
 
@@ -25,7 +27,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from apps.clusters.executors.base import ExecutorError
 from apps.clusters.executors.terminal import clamp_size
 from apps.queues.models import TaskQueue
-from apps.tasks import access, connect, live
+from apps.tasks import access, connect, live, request_rate, services
 from apps.tasks.models import Task
 from apps.vdc import policy
 from apps.vdc.models import Project
@@ -289,8 +291,10 @@ class ConnectSocketConsumer(Rechecked, AsyncWebsocketConsumer):
     channel_layer_alias = None
     upstream = None
     pump: asyncio.Task | None = None
+    opened_at: float | None = None
 
     async def connect(self) -> None:
+        self.request_id = secrets.token_hex(8)
         headers = dict(self.scope.get("headers") or ())
         host = headers.get(b"host", b"").decode("latin-1")
         secure = self.scope.get("scheme") == "wss"
@@ -312,6 +316,12 @@ class ConnectSocketConsumer(Rechecked, AsyncWebsocketConsumer):
             self.upstream = await access.open_upstream_socket(
                 endpoint, self.scope["path"], self.scope, connect.reserved_cookies()
             )
+        except access.Waking as waking:
+            # A socket is not held while a service scaled to zero starts: it is woken, and the page's retry finds it.
+            if waking.asleep:
+                await database_sync_to_async(services.wake)(task_id, "Woken by a WebSocket through Connect")
+            await self.close(code=4000 + waking.code)
+            return
         except access.Refused as refused:
             await self.close(code=4000 + refused.code)
             return
@@ -320,6 +330,9 @@ class ConnectSocketConsumer(Rechecked, AsyncWebsocketConsumer):
             return
         await self.accept(subprotocol=self.upstream.subprotocol)
         self.user, self.task_id, self.port = user, task_id, port
+        # An open socket is a request in flight until it closes: its service does not scale to zero under it.
+        self.opened_at = time.time()
+        await asyncio.to_thread(request_rate.count, task_id, self.opened_at, self.request_id)
         self.pump = asyncio.create_task(self._relay())
         self.start_rechecks()
 
@@ -356,3 +369,6 @@ class ConnectSocketConsumer(Rechecked, AsyncWebsocketConsumer):
             self.pump.cancel()
         if self.upstream is not None:
             await self.upstream.close()
+        if self.opened_at is not None:
+            await asyncio.to_thread(request_rate.busy, self.task_id, self.opened_at, time.time(), self.request_id)
+            self.opened_at = None

@@ -28,12 +28,14 @@ from apps.tasks.signals import demand_changed, task_changed
 S = TaskStatus
 # Which status may follow which. Waiting tasks are placed or stopped; active ones follow their backend, are
 # requeued (preempted, suspended, retried, lost) or stopped; a running task whose cluster stops answering is unknown
-# until it answers again; a final status is final.
+# until it answers again; a service scaled to zero holds nothing until a request wakes it; a final status is final.
 MOVES: dict[str, frozenset[str]] = {
     **{w: frozenset({S.SCHEDULED, S.STOPPED}) for w in WAITING},
     S.SCHEDULED: frozenset({S.STARTING, S.RUNNING, *FINAL, *WAITING}),
     S.STARTING: frozenset({S.RUNNING, *FINAL, *WAITING}),
-    S.RUNNING: frozenset({S.UNKNOWN, *FINAL, *WAITING}),
+    # A service that scales to zero releases its cards when idle, and a request wakes it back into its queue.
+    S.RUNNING: frozenset({S.UNKNOWN, S.SCALED_TO_ZERO, *FINAL, *WAITING}),
+    S.SCALED_TO_ZERO: frozenset({S.QUEUED, S.STOPPED}),
     # Its cluster's API answers again (or accounting tells how the job ended), or the grace period ran out.
     S.UNKNOWN: frozenset({S.STARTING, S.RUNNING, *FINAL, *WAITING}),
     **{f: frozenset() for f in FINAL},
@@ -399,6 +401,48 @@ def requeued(task: Task, message: str, data: dict | None = None, *, status: str 
     _set(task, change, status_message=message)
     _leave_cluster(task, change)
     change.events.append(event(task, EventKind.REQUEUED, message, previous=previous, to=task.status, data=data))
+    return change
+
+
+# -- scale to zero ----------------------------------------------------------------------------------------
+
+
+def scaled_to_zero(task: Task, message: str, data: dict) -> Change:
+    """An idle service that scales to zero releases its cards: it leaves its cluster (the control plane cancels its
+    job and keeps the cards from others until the backend confirms it gone) and waits for a request."""
+    change = Change(task)
+    data = {"cluster": task.cluster_id, "external_id": task.external_id, **data}
+    previous = _move(task, TaskStatus.SCALED_TO_ZERO, change)
+    _set(
+        task,
+        change,
+        status_message=message,
+        autoscale_desired=None,
+        queue_position=None,
+        estimated_start=None,
+        pending_reason="",
+        pending_message="",
+    )
+    _leave_cluster(task, change)
+    change.events.append(event(task, EventKind.SCALED_TO_ZERO, message, previous=previous, to=task.status, data=data))
+    return change
+
+
+def woken(task: Task, message: str) -> Change:
+    """A request reached a service scaled to zero: it goes back to its queue, where the scheduler places it as any
+    waiting task of its class."""
+    change = Change(task)
+    previous = _move(task, TaskStatus.QUEUED, change)
+    _set(task, change, status_message=message)
+    change.events.append(event(task, EventKind.WOKEN, message, previous=previous, to=task.status))
+    return change
+
+
+def cold_started(task: Task, seconds: float, message: str) -> Change:
+    """The request that woke the service got its first answer after ``seconds``."""
+    change = Change(task)
+    _set(task, change, last_cold_start_s=round(seconds, 3))
+    change.events.append(event(task, EventKind.COLD_START, message, data={"seconds": round(seconds, 3)}))
     return change
 
 

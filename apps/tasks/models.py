@@ -19,6 +19,7 @@ from apps.queues.models import TaskQueue
 from apps.tasks import schedule
 from apps.tasks.choices import (
     ACTIVE,
+    ASLEEP,
     FINAL,
     WAITING,
     EventKind,
@@ -243,6 +244,22 @@ class Task(models.Model):
         help_text="Inference on local and Slurm clusters: replicas the portal's autoscaler asks the scheduler for "
         "(on Kubernetes the HPA decides)",
     )
+    # Scale to zero (docs/tasks.md "Scale to zero"): an inference service that received no request through Connect
+    # for this long releases its cards; the next request wakes it and is held until a replica answers.
+    scale_to_zero_after_s = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        verbose_name="scale to zero after (s)",
+        help_text="Inference with a port: release the cards after this many seconds without a request through "
+        "Connect; the next request wakes the service and waits for it (empty: never)",
+    )
+    last_cold_start_s = models.FloatField(
+        null=True,
+        blank=True,
+        editable=False,
+        verbose_name="last cold start (s)",
+        help_text="Seconds the request that last woke the service waited for its first answer",
+    )
     # Idle autostop of a dev environment (docs/rules.md#idle-autostop): None takes the project's default; minutes 0
     # turns it off for this task.
     idle_stop_percent = models.PositiveSmallIntegerField(
@@ -376,6 +393,15 @@ class Task(models.Model):
     @property
     def is_final(self) -> bool:
         return self.status in FINAL
+
+    @property
+    def scales_to_zero(self) -> bool:
+        """An inference service that releases its cards when idle and is woken by a request."""
+        return self.kind == TaskKind.INFERENCE and self.scale_to_zero_after_s is not None
+
+    @property
+    def is_asleep(self) -> bool:
+        return self.status in ASLEEP
 
     @property
     def is_elastic(self) -> bool:

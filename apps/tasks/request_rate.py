@@ -1,5 +1,5 @@
 """Request rates and concurrency of tasks' services, as the portal's Connect proxy measures them (the
-autoscaler's RPS and concurrency metrics).
+autoscaler's RPS and concurrency metrics), and their last activity (scale to zero).
 
 Per task per second, one Redis counter of requests and one of busy milliseconds (``INCRBY`` + ``EXPIRE`` in one
 round trip, expiring after ``KEEP_S``), so measuring costs a request one round trip at its start and one at its
@@ -7,9 +7,12 @@ end, and reading a metric one ``MGET``. Concurrency follows Little's law: the re
 a window are the busy time of all requests in it divided by its length. A request's time is written when it
 ends (its response relayed to the end or cut off), spread over the seconds it spanned, so a long stream counts
 as one request in flight for as long as it lasts; no counter goes up at a start and down at an end, so a worker
-that dies mid-request leaks nothing. Measuring never fails a request: a Redis outage costs the autoscaler its
-readings (it then keeps the count as it is), never a response. The autoscaler reads the same counters over a
-stable window (``WINDOW_S``) and over its last seconds, the panic window (``PANIC_WINDOW_S``).
+that dies mid-request leaks nothing. The same round trips note the service's last request and the requests in
+flight (a sorted set by start, whose members older than ``IN_FLIGHT_KEEP_S`` no longer count, so a dead proxy's
+request keeps a service awake a day at most): scale to zero waits until both say idle. Measuring never fails a
+request: a Redis outage costs the autoscaler its readings (it then keeps the count as it is, and nothing scales
+to zero), never a response. The autoscaler reads the same counters over a stable window (``WINDOW_S``) and over
+its last seconds, the panic window (``PANIC_WINDOW_S``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from dataclasses import dataclass
 
 import redis
 
@@ -29,40 +33,89 @@ BUSY_KEY = "hcs:busy:{task_id}:{second}"
 KEEP_S = 120
 # A metric is read over this many whole seconds before the current one.
 WINDOW_S = 15
+# A service's last request (start or end) is kept this long: longer than the longest scale-to-zero idle time.
+LAST_KEY = "hcs:rps:last:{task_id}"
+LAST_KEEP_S = 8 * 86400
+# Requests in flight (sorted by their start): one still open after this long is taken for a proxy that died.
+IN_FLIGHT_KEY = "hcs:rps:in-flight:{task_id}"
+IN_FLIGHT_KEEP_S = 86400
 # The panic window (docs/tasks.md "Autoscaling"): the last seconds of the same per-second counters, a fifth of the
 # stable window (a tenth would be under two seconds, and one second alone is noise).
 PANIC_WINDOW_S = 3
 
 
-def _add(amounts: dict[str, int]) -> list[int] | None:
-    """Add to counters in one round trip; their new values, or None when Redis fails."""
+def count(task_id: int, now: float | None = None, request_id: str = "") -> int | None:
+    """Count one request to the task's service; returns the count of this second (None when Redis fails).
+
+    The same round trip notes the request as the service's last activity and, given its ``request_id``, as in
+    flight until :func:`busy` ends it (scale to zero waits for both)."""
+    now = time.time() if now is None else now
+    key = KEY.format(task_id=task_id, second=int(now))
     try:
         pipe = redis_guard.client().pipeline(transaction=False)
-        for key, amount in amounts.items():
-            pipe.incrby(key, amount)
-            pipe.expire(key, KEEP_S)
-        return pipe.execute()[::2]
+        pipe.incrby(key, 1)
+        pipe.expire(key, KEEP_S)
+        pipe.set(LAST_KEY.format(task_id=task_id), repr(now), ex=LAST_KEEP_S)
+        if request_id:
+            flying = IN_FLIGHT_KEY.format(task_id=task_id)
+            pipe.zadd(flying, {request_id: now})
+            pipe.expire(flying, IN_FLIGHT_KEEP_S)
+        return int(pipe.execute()[0])
     except redis.RedisError as exc:
         log.warning("cannot measure a request: %s", exc)
         return None
 
 
-def count(task_id: int, now: float | None = None) -> int | None:
-    """Count one request to the task's service; returns the count of this second (None when Redis fails)."""
-    values = _add({KEY.format(task_id=task_id, second=int(time.time() if now is None else now)): 1})
-    return None if values is None else int(values[0])
-
-
-def busy(task_id: int, started: float, ended: float) -> None:
+def busy(task_id: int, started: float, ended: float, request_id: str = "") -> None:
     """Add a finished request's time (epoch seconds from its start to its end) to each second it spanned, in
-    milliseconds; seconds older than ``KEEP_S`` before its end are no longer read and are skipped."""
+    milliseconds; seconds older than ``KEEP_S`` before its end are no longer read and are skipped. Its end is the
+    service's last activity, and it is no longer in flight."""
     amounts = {}
     for second in range(max(int(started), int(ended) - KEEP_S), int(ended) + 1):
         ms = round(1000 * (min(ended, second + 1) - max(started, second)))
         if ms > 0:
             amounts[BUSY_KEY.format(task_id=task_id, second=second)] = ms
-    if amounts:
-        _add(amounts)
+    try:
+        pipe = redis_guard.client().pipeline(transaction=False)
+        for key, amount in amounts.items():
+            pipe.incrby(key, amount)
+            pipe.expire(key, KEEP_S)
+        pipe.set(LAST_KEY.format(task_id=task_id), repr(ended), ex=LAST_KEEP_S)
+        if request_id:
+            pipe.zrem(IN_FLIGHT_KEY.format(task_id=task_id), request_id)
+        pipe.execute()
+    except redis.RedisError as exc:
+        log.warning("cannot measure a request: %s", exc)
+
+
+@dataclass(frozen=True)
+class Activity:
+    """When a service last saw a request start or end through Connect (None: not in the last ``LAST_KEEP_S``),
+    and how many requests are in flight now."""
+
+    last: float | None
+    in_flight: int
+
+
+def activity(task_ids: list[int], now: float | None = None) -> dict[int, Activity] | None:
+    """Each service's :class:`Activity`, in one round trip; None when Redis fails (no reading: nothing is idle).
+    A request noted in flight longer than ``IN_FLIGHT_KEEP_S`` counts no more (its proxy died without ending it)."""
+    now = time.time() if now is None else now
+    if not task_ids:
+        return {}
+    try:
+        pipe = redis_guard.client().pipeline(transaction=False)
+        for pk in task_ids:
+            pipe.get(LAST_KEY.format(task_id=pk))
+            pipe.zcount(IN_FLIGHT_KEY.format(task_id=pk), now - IN_FLIGHT_KEEP_S, "+inf")
+        values = pipe.execute()
+    except redis.RedisError as exc:
+        log.warning("cannot read request activity: %s", exc)
+        return None
+    return {
+        pk: Activity(float(values[2 * i]) if values[2 * i] is not None else None, int(values[2 * i + 1]))
+        for i, pk in enumerate(task_ids)
+    }
 
 
 def _sums(key: str, task_ids: list[int], window_s: int, now: float | None) -> dict[int, int | None]:
@@ -119,5 +172,6 @@ def forget(task_id: int) -> None:
         client = redis_guard.client()
         patterns = [key.format(task_id=task_id, second="*") for key in (KEY, BUSY_KEY)]
         keys = [k for pattern in patterns for k in client.scan_iter(pattern, count=500)]
+        keys += [LAST_KEY.format(task_id=task_id), IN_FLIGHT_KEY.format(task_id=task_id)]
         if keys:
             client.delete(*keys)

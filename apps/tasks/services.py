@@ -23,7 +23,7 @@ from apps.queues.models import TaskQueue
 from apps.tasks import lifecycle, schedule
 from apps.tasks.admission import admission_errors
 from apps.tasks.bulk import bulk_update_rows
-from apps.tasks.choices import ACTIVE, FINAL, WAITING, EventKind, TaskKind, TaskStatus
+from apps.tasks.choices import ACTIVE, ASLEEP, FINAL, WAITING, EventKind, TaskKind, TaskStatus
 from apps.tasks.lifecycle import record_event
 from apps.tasks.live import duration_words
 from apps.tasks.models import Task, TaskEvent
@@ -71,6 +71,7 @@ SUBMIT_FIELDS = (
     "autoscale_concurrency",
     "autoscale_predictive",
     "autoscale_schedule",
+    "scale_to_zero_after_s",
     "readiness_path",
     "secret_refs",
     "idle_stop_percent",
@@ -344,6 +345,7 @@ AUTOSCALE_FIELDS = (
     "autoscale_concurrency",
     "autoscale_predictive",
     "autoscale_schedule",
+    "scale_to_zero_after_s",
 )
 
 
@@ -456,6 +458,9 @@ def update_autoscaling(task: Task, user, **changes: Any) -> Task:
             actor=user,
             data={"changes": dict(changes), "by": "user"},
         )
+        if locked.is_asleep and not locked.scales_to_zero:
+            # Nothing would wake it any more: it goes back to its queue now.
+            lifecycle.save(lifecycle.woken(locked, f"Woken: scale to zero turned off by {user}"))
         lifecycle.demand_changes()
         if locked.is_active and locked.external_id:
             task_id = locked.pk
@@ -501,6 +506,43 @@ def stop_idle_task(task_id: int, message: str, data: dict) -> bool:
             transaction.on_commit(lambda: cluster_work.send(sender=Task, cluster_id=cluster_id))
         lifecycle.demand_changes()
     return True
+
+
+def scale_to_zero(task_id: int, message: str, data: dict) -> bool:
+    """Release the cards of a running service that scales to zero and found no request for its idle time
+    (docs/tasks.md "Scale to zero"); its job is cancelled by the control plane, as after a preemption. False when
+    it no longer runs or no longer scales to zero: a second pass releases nothing."""
+    with transaction.atomic():
+        task = Task.objects.select_for_update().filter(pk=task_id, status=TaskStatus.RUNNING).first()
+        if task is None or not task.scales_to_zero:
+            return False
+        cluster_id = task.cluster_id
+        lifecycle.save(lifecycle.scaled_to_zero(task, message, data))
+        if cluster_id:
+            transaction.on_commit(lambda: cluster_work.send(sender=Task, cluster_id=cluster_id))
+        lifecycle.demand_changes()
+    return True
+
+
+def wake(task_id: int, message: str = "Woken by a request through Connect") -> bool:
+    """Put a service scaled to zero back in its queue (a request arrived); True when this call woke it, False when
+    it was not asleep (already woken by another request, running, stopped)."""
+    with transaction.atomic():
+        task = Task.objects.select_for_update().filter(pk=task_id, status__in=ASLEEP).first()
+        if task is None:
+            return False
+        lifecycle.save(lifecycle.woken(task, message))
+        lifecycle.demand_changes()
+    return True
+
+
+def record_cold_start(task_id: int, seconds: float) -> None:
+    """Keep how long the request that woke a service waited for its first answer (its page shows it)."""
+    with transaction.atomic():
+        task = Task.objects.select_for_update().filter(pk=task_id).first()
+        if task is not None:
+            message = f"Cold start: the request that woke the service was answered after {seconds:.1f} s"
+            lifecycle.save(lifecycle.cold_started(task, seconds, message))
 
 
 # The most tasks one bulk stop takes (the API's bound; the pages send at most a page of them).

@@ -74,6 +74,9 @@ RESERVED_ENV_NAMES = (
 # (field, lowest, highest) for every bounded number a submission sets.
 # Idle autostop waits at most a week (docs/rules.md#idle-autostop).
 MAX_IDLE_STOP_MINUTES = 7 * 24 * 60
+# Scale to zero waits between the autoscaler's stable window doubled and a week (docs/tasks.md "Scale to zero").
+MIN_SCALE_TO_ZERO_S = 30
+MAX_SCALE_TO_ZERO_S = 7 * 24 * 3600
 NUMBER_BOUNDS: tuple[tuple[str, Any, Any], ...] = (
     ("cpu", MIN_CPU, MAX_CPU),
     ("memory_gib", MIN_MEMORY_GIB, MAX_MEMORY_GIB),
@@ -90,6 +93,7 @@ NUMBER_BOUNDS: tuple[tuple[str, Any, Any], ...] = (
     ("max_retries", 0, MAX_RETRIES),
     ("idle_stop_percent", 1, 100),
     ("idle_stop_minutes", 0, MAX_IDLE_STOP_MINUTES),
+    ("scale_to_zero_after_s", MIN_SCALE_TO_ZERO_S, MAX_SCALE_TO_ZERO_S),
 )
 TEXT_FIELDS = (
     "name",
@@ -146,6 +150,9 @@ def task_errors(task) -> dict[str, str]:
     message = _schedule_error(task)
     if message:
         errors["autoscale_schedule"] = message
+    message = _scale_to_zero_error(task)
+    if message and "scale_to_zero_after_s" not in errors:
+        errors["scale_to_zero_after_s"] = message
     for field in TEXT_FIELDS:
         value = getattr(task, field)
         if isinstance(value, str) and "\x00" in value:
@@ -192,6 +199,17 @@ def _schedule_error(task) -> str | None:
     if not (_is_number(low) and _is_number(high)):
         low = high = None
     return schedule.schedule_error(entries, low, high)
+
+
+def _scale_to_zero_error(task) -> str | None:
+    """Scale to zero: an inference service with a port, since a request through Connect is what wakes it."""
+    if task.scale_to_zero_after_s is None:
+        return None
+    if task.kind != "inference":
+        return "Scale to zero applies to inference services only; leave it empty for this kind."
+    if not task.port:
+        return "Expected a port: a service scaled to zero is woken by a request to its port through Connect."
+    return None
 
 
 READINESS_PATH = re.compile(r"/[A-Za-z0-9._~!$&'()*+,;=:@%/?-]{0,254}")

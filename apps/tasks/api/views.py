@@ -174,7 +174,7 @@ class TaskViewSet(
         body.is_valid(raise_exception=True)
         task_id, port = int(pk), body.validated_data["port"]
         try:
-            access.connect_target(request.user, task_id, port)
+            access.check_connect(request.user, task_id, port)
         except access.Refused as refused:
             raise {404: NotFound, 409: Conflict}.get(refused.code, PermissionDenied)(str(refused))
         back = request.build_absolute_uri(reverse("portal:task-monitoring", args=[task_id]))
