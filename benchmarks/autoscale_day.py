@@ -41,7 +41,11 @@ Modes: **oracle** (the replicas the demand needs at the target utilisation, ever
 for GPU-hours), **static** (the reported day's peak demand at the same target utilisation, always on),
 **reactive** (the HPA-like rules on the measured rate), **reactive + panic** (the same with the panic window:
 the rate of the last 3 s passed too, as the loop passes it; "in panic" is the share of the day's decisions made
-in a panic), **predictive (seasonal naive)** and **predictive
+in a panic), **reactive + scale to zero** (the same rules, and after ``--zero-after`` s without a request every
+replica is released; the next request wakes one replica, ``--startup`` s away, and requests are held until it serves:
+their latency is the rest of that wait, a minute with demand and no serving replica is under-provisioned, and
+"wakes" counts the cold starts from zero; the oracle keeps at least one replica, so this mode can use fewer
+GPU-hours than it), **predictive (seasonal naive)** and **predictive
 (Holt-Winters)** (reactive plus the forecast while it earns its place). The table reports the last day of
 ``--days`` (3 by default: two seasons of history behind it).
 
@@ -179,6 +183,7 @@ class Result:
     cold_starts: int = 0
     forecast_used_share: float = 0.0
     panic_share: float = 0.0
+    wakes: int = 0
 
     @property
     def p95_ms(self) -> float:
@@ -225,6 +230,8 @@ def simulate(mode: str, load: str, seed: int, demand: list[float], args, report_
     earns = False
     decisions_counted = decisions_with_forecast = decisions_in_panic = 0
     result = Result(load, seed, mode)
+    zero = mode == "reactive zero"
+    last_request = 0.0  # when the proxy last saw a request (scale to zero)
     under_minute = -1
     horizon = args.lead // BUCKET_MIN + 1 + args.refit
     for i in range(len(demand) * steps_per_min):
@@ -254,6 +261,26 @@ def simulate(mode: str, load: str, seed: int, demand: list[float], args, report_
                         plan_from = index
                     window = 2 * SEASON
                     earns = fc.backtest(buckets[-window:], given[-window:], SEASON).earns_place
+            if demand[minute] > 0:
+                last_request = now
+            if zero and not serving_at:
+                # Asleep: nothing decides until a request comes; the activator then wakes one replica and holds the
+                # requests until it serves (docs/tasks.md "Scale to zero").
+                if demand[minute] > 0:
+                    serving_at = [now + args.startup]
+                    history = ()
+                    if counted:
+                        result.scale_events += 1
+                        result.cold_starts += 1
+                        result.wakes += 1
+                if counted:
+                    result.gpu_hours += len(serving_at) * step / 3600
+                    if demand[minute] > 0 and under_minute != minute:
+                        under_minute = minute
+                        result.under_minutes += 1
+                    if i % steps_per_min == steps_per_min - 1:
+                        result.latencies.append(latency_ms(demand[minute], 0, args))
+                continue
             ahead = None
             if plan is not None and earns:
                 offset = len(buckets) - plan_from
@@ -278,6 +305,11 @@ def simulate(mode: str, load: str, seed: int, demand: list[float], args, report_
                         result.cold_starts += d.desired - current
                 else:
                     serving_at = sorted(serving_at)[: d.desired]  # the newest replicas go first
+            if zero and now - last_request >= args.zero_after:
+                serving_at = []  # idle for its whole idle time: every card released
+                history = ()
+                if counted:
+                    result.scale_events += 1
         serving = sum(1 for s in serving_at if s <= now)
         if counted:
             result.gpu_hours += len(serving_at) * step / 3600
@@ -285,19 +317,25 @@ def simulate(mode: str, load: str, seed: int, demand: list[float], args, report_
                 under_minute = minute
                 result.under_minutes += 1
             if i % steps_per_min == steps_per_min - 1:
-                result.latencies.append(latency_ms(demand[minute], serving, args))
+                if serving == 0 and serving_at and demand[minute] > 0:
+                    # Held by the activator until the woken replica serves (at most the timeout).
+                    wait_ms = (min(serving_at) - now) * 1000 + args.service_ms
+                    result.latencies.append(min(wait_ms, args.timeout * 1000))
+                else:
+                    result.latencies.append(latency_ms(demand[minute], serving, args))
     if decisions_counted:
         result.forecast_used_share = decisions_with_forecast / decisions_counted
         result.panic_share = decisions_in_panic / decisions_counted
     return result
 
 
-MODES = ("static", "reactive", "reactive panic", "predictive naive", "predictive holt-winters")
+MODES = ("static", "reactive", "reactive panic", "reactive zero", "predictive naive", "predictive holt-winters")
 LABELS = {
     "oracle": "oracle",
     "static": "static",
     "reactive": "reactive",
     "reactive panic": "reactive + panic",
+    "reactive zero": "reactive + scale to zero",
     "predictive naive": "predictive (seasonal naive)",
     "predictive holt-winters": "predictive (Holt-Winters)",
 }
@@ -356,6 +394,9 @@ def run(argv: list[str] | None = None) -> list[Result]:
     p.add_argument("--service-ms", type=float, default=200.0, help="a request's latency on an idle replica")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds a request waits at most (overload)")
     p.add_argument("--max-replicas", type=int, default=60)
+    p.add_argument(
+        "--zero-after", type=float, default=300.0, help="scale to zero: seconds without a request before it sleeps"
+    )
     p.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
     p.add_argument("--reaction", action="store_true", help="measure the reaction time on the local cluster instead")
     args = p.parse_args(argv)
@@ -386,6 +427,7 @@ def run(argv: list[str] | None = None) -> list[Result]:
                         r.cold_starts,
                         f"{r.forecast_used_share:.0%}" if r.mode.startswith("predictive") else "-",
                         f"{r.panic_share:.1%}" if r.mode == "reactive panic" else "-",
+                        r.wakes if r.mode == "reactive zero" else "-",
                     ]
                 )
     print(
@@ -406,6 +448,7 @@ def run(argv: list[str] | None = None) -> list[Result]:
             "cold starts",
             "forecast used",
             "in panic",
+            "wakes",
         ],
         rows,
     )

@@ -20,6 +20,7 @@ STATUSES = (
     "scheduled",
     "starting",
     "running",
+    "scaled_to_zero",
     "preempted",
     "suspended",
     "completed",
@@ -120,6 +121,14 @@ def _task_options(p) -> None:
     p.add_argument("--autoscale-max", type=int)
     p.add_argument("--autoscale-cpu-percent", type=int)
     p.add_argument("--autoscale-gpu-percent", type=int)
+    p.add_argument(
+        "--scale-to-zero-after",
+        dest="scale_to_zero_after_s",
+        type=int,
+        metavar="SECONDS",
+        help="inference (with --port): release the cards after this many seconds without a request through Connect; "
+        "the next request wakes the service and waits for it",
+    )
     p.add_argument(
         "--schedule-min",
         action="append",

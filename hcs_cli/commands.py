@@ -52,6 +52,7 @@ PLAIN_FIELDS = (
     "autoscale_max",
     "autoscale_cpu_percent",
     "autoscale_gpu_percent",
+    "scale_to_zero_after_s",
 )
 # How long a follower waits between two reads when nothing new came.
 FOLLOW_INTERVAL_S = 1.0

@@ -249,6 +249,14 @@ def connect_target(user, task_id: int, port: int) -> ConnectTarget:
     return ConnectTarget(task.pk, executor_for(task.cluster), task.external_id, port, max(replicas, 1))
 
 
+def waking(task_id: int) -> bool:
+    """Whether the task is a service that scales to zero and has no running job now (asleep or on its way back)."""
+    task = Task.objects.filter(pk=task_id).only("kind", "scale_to_zero_after_s", "status", "external_id").first()
+    if task is None or not task.scales_to_zero:
+        return False
+    return task.status != TaskStatus.RUNNING or not task.external_id
+
+
 def check_connect(user, task_id: int, port: int) -> None:
     """:func:`connect_target`'s check for a hand-over (Connect link, ticket, its exchange): a service scaled to zero
     passes, since the visitor's first request wakes it."""

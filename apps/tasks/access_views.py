@@ -310,6 +310,15 @@ async def _serving_target(
             await asyncio.sleep(ACTIVATOR_POLL_S)
 
 
+async def _hold_if_gone(task_id: int) -> _Hold | None:
+    """A request that found a running service's replica gone: if the service scaled to zero meanwhile (it slept
+    between the request's check and its connection), the request is held like one that found it asleep."""
+    if not await sync_to_async(access.waking)(task_id):
+        return None
+    now = time.time()
+    return _Hold(now, now + settings.HCS_ACTIVATOR_TIMEOUT_S)
+
+
 async def _ended_early(task_id: int, counted: int | None, request_id: str) -> None:
     """A counted request that got no answer from the service is no longer in flight."""
     if counted is not None:
@@ -392,6 +401,7 @@ async def _proxy(request: HttpRequest, task_id: int, port: int) -> HttpResponseB
             await _ended_early(task_id, counted, request_id)
             return _page(refused.code, str(refused), connect.app_cookie_back(cookie, task_id, port))
         except ExecutorError as exc:
+            hold = hold or await _hold_if_gone(task_id)
             if hold is not None and hold.left() > 0:
                 await asyncio.sleep(ACTIVATOR_POLL_S)  # a woken service's job is still being set up
                 continue
@@ -411,7 +421,10 @@ async def _proxy(request: HttpRequest, task_id: int, port: int) -> HttpResponseB
             upstream = await client.send(outgoing, stream=True)
         except httpx.HTTPError as exc:
             await client.aclose()
-            if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout) and hold is not None and hold.left() > 0:
+            connect_failed = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
+            if connect_failed and hold is None:
+                hold = await _hold_if_gone(task_id)
+            if connect_failed and hold is not None and hold.left() > 0:
                 # A held request waits for the woken replica's program to listen: nothing was sent yet.
                 await asyncio.sleep(ACTIVATOR_POLL_S)
                 continue

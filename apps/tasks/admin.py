@@ -62,6 +62,7 @@ STATE_FIELDS = (
     "preemption_count",
     "lost_gpu_seconds",
     "autoscale_desired",
+    "last_cold_start_s",
 )
 # Checked against queue rules and quotas at submission; changing them afterwards would bypass the checks.
 SUBMITTED_FIELDS = (
@@ -106,6 +107,7 @@ REQUEST_FIELDSETS = (
                 ("autoscale_rps", "autoscale_concurrency"),
                 "autoscale_predictive",
                 "autoscale_schedule",
+                "scale_to_zero_after_s",
                 "readiness_path",
             ),
         },

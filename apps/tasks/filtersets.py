@@ -82,6 +82,8 @@ class TaskFilterSet(BaseFilterSet):
             "autoscale_concurrency": NUMBER,
             "autoscale_predictive": ["exact"],
             "autoscale_desired": NUMBER,
+            "scale_to_zero_after_s": [*NUMBER, "isnull"],
+            "last_cold_start_s": [*NUMBER, "isnull"],
             "readiness_path": ["exact"],
             "ready_replicas": [*NUMBER, "isnull"],
             "status": ["exact", "in"],

@@ -506,6 +506,7 @@ class InferenceForm(TaskForm):
         "autoscale_concurrency",
         "autoscale_predictive",
         "autoscale_schedule",
+        "scale_to_zero_after_s",
     )
 
     model_path = forms.CharField(max_length=255, help_text="e.g. /models/qwen-7b-chat")
@@ -554,6 +555,14 @@ class InferenceForm(TaskForm):
         label="Autoscaling: scheduled minimums",
         help_text="One entry a line: days, from-to (HH:MM), at least this many replicas, and a time zone (UTC "
         "when left out), e.g. Mon-Fri 08:00-20:00 4 Europe/Berlin. Within min..max replicas.",
+    )
+    scale_to_zero_after_s = forms.IntegerField(
+        min_value=limits.MIN_SCALE_TO_ZERO_S,
+        max_value=limits.MAX_SCALE_TO_ZERO_S,
+        required=False,
+        label="Scale to zero after (s)",
+        help_text="Release the cards after this many seconds without a request through Connect; the next request "
+        "wakes the service and waits for it (its cold start). Empty: never.",
     )
     readiness_path = forms.CharField(
         max_length=255,

@@ -206,7 +206,7 @@ def _scale_to_zero_error(task) -> str | None:
     if task.scale_to_zero_after_s is None:
         return None
     if task.kind != "inference":
-        return "Scale to zero applies to inference services only; leave it empty for this kind."
+        return "Expected an inference service: scale to zero applies to them only; leave it empty for this kind."
     if not task.port:
         return "Expected a port: a service scaled to zero is woken by a request to its port through Connect."
     return None

@@ -47,6 +47,9 @@ def submit(world, **fields):
         ("volumes", {"volumes": [{"mount_path": "/data", "claim_name": "datasets"}]}),
         ("volumes", {"volumes": [{"name": "root", "mount_path": "/host", "host_path": "/"}]}),
         ("required_labels", {"required_labels": {"gpu": ["a100"]}}),
+        ("scale_to_zero_after_s", {"scale_to_zero_after_s": 600}),
+        ("scale_to_zero_after_s", {"kind": "inference", "scale_to_zero_after_s": 600}),
+        ("scale_to_zero_after_s", {"kind": "inference", "port": 8000, "scale_to_zero_after_s": 5}),
     ],
     ids=[
         "999999999-days",
@@ -71,6 +74,9 @@ def submit(world, **fields):
         "volume-without-name",
         "unapproved-host-path",
         "label-list",
+        "scale-to-zero-training",
+        "scale-to-zero-without-port",
+        "scale-to-zero-too-soon",
     ],
 )
 def test_bad_values_are_a_400_on_their_field_and_write_nothing(world, field, fields):

@@ -19,7 +19,7 @@ from apps.clusters.backends import executor_for
 from apps.control import autoscaling
 from apps.control.models import BackendObject, ObjectState
 from apps.control.scheduling import run_cycle
-from apps.tasks import request_rate
+from apps.tasks import access, request_rate
 from apps.tasks.models import Task
 from apps.tasks.services import stop_task, submit_task, update_autoscaling
 from tests.control.drive import reconcile_all, run_until_running, wait_objects_ended, wait_status
@@ -184,3 +184,30 @@ def test_connect_refuses_a_service_that_does_not_scale_to_zero_when_it_is_not_ru
     status, body = get(sync)
     assert status == 409 and "not running" in body
     assert Task.objects.get(pk=task.pk).status == "queued"
+
+
+def test_a_request_that_raced_the_scale_down_is_held_and_answered(world, monkeypatch):
+    """The proxy checked the service running, then it fell asleep before the request reached its replica: the
+    request finds the job gone, and is held and answered like one that found the service asleep."""
+    svc = start(world)
+    sync, _ = app_clients(world.member, svc, PORT)
+    assert get_when_up(sync, svc).startswith("cards=")
+    stale = access.connect_target(world.member, svc.pk, PORT)
+    assert idle_pass(IDLE_S + 5) == [svc.pk]
+    wait_objects_ended(world.cluster)
+    real, calls = access.connect_target, []
+
+    def first_stale(user, task_id, port):
+        calls.append(task_id)
+        return stale if len(calls) == 1 else real(user, task_id, port)
+
+    monkeypatch.setattr(access, "connect_target", first_stale)
+    answer: dict = {}
+    held = threading.Thread(target=lambda: answer.update(zip(("status", "body"), get(sync), strict=True)))
+    held.start()
+    svc = wait_status(svc, ("queued", "scheduled", "starting", "running"), timeout=30)
+    run_until_running(svc)
+    held.join(timeout=120)
+    assert not held.is_alive()
+    assert answer["status"] == 200 and answer["body"].startswith("cards="), answer
+    assert len(calls) > 1

@@ -59,6 +59,7 @@ STATE_FIELDS = (
     "preemption_count",
     "lost_gpu_seconds",
     "autoscale_desired",
+    "last_cold_start_s",
 )
 
 
