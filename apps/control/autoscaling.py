@@ -227,6 +227,12 @@ def _apply(task: Task, running: int, decision: rules.Decision) -> bool:
     return decision.desired != previous
 
 
+def wish_within_bounds(task: Task, wanted: int) -> int:
+    """The replicas a backend's autoscaler asks for, kept within the service's bounds (an autoscaled service)."""
+    low = max(task.autoscale_min or 1, 1)
+    return min(max(wanted, low), max(task.autoscale_max or low, low))
+
+
 def follow_backend_wish(task_id: int, attempt: int, wanted: int, by: str) -> bool:
     """A backend's own autoscaler (a Kubernetes HPA) asks for ``wanted`` replicas of a running service: the wish,
     kept within the service's bounds, becomes its desired count (``Task.autoscale_desired``, with an ``autoscaled``
@@ -238,7 +244,7 @@ def follow_backend_wish(task_id: int, attempt: int, wanted: int, by: str) -> boo
         locked = Task.objects.select_for_update().filter(pk=task_id, attempt=attempt, status__in=ACTIVE).first()
         if locked is None or not locked.is_autoscaled:
             return False
-        desired = min(max(wanted, locked.autoscale_min, 1), max(locked.autoscale_max, locked.autoscale_min, 1))
+        desired = wish_within_bounds(locked, wanted)
         if desired == locked.autoscale_desired:
             return False
         running = len(locked.placement or [])

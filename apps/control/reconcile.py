@@ -688,7 +688,11 @@ def _follow_size(obj: BackendObject, state: JobState, executor: Executor) -> boo
                         data={"released": sorted(released)},
                     )
         return False
-    if task.is_autoscaled and state.desired_replicas is not None:
+    if (
+        task.is_autoscaled
+        and state.desired_replicas is not None
+        and autoscaling.wish_within_bounds(task, state.desired_replicas) != task.autoscale_desired
+    ):
         # What the backend's autoscaler asks for is a wish the engine grants (lower-class work gives way), whether
         # or not its pods found cards yet: pods that wait for cards held by others never settle by themselves.
         by = f"The HPA of {obj.cluster.name}"
