@@ -504,12 +504,9 @@ def test_a_malformed_readiness_path_is_refused_with_what_was_expected(k8s):
 
 
 def hpa_scales(emulator, name: str, replicas: int) -> None:  # noqa: F811
-    """Play the HPA and the Deployment controller without free cards: the Deployment is set to ``replicas`` (the
-    HPA's status says so too) and the pods it adds wait unscheduled (Pending, no node), as the cards they need are
-    held by others."""
+    """Play the HPA and the Deployment controller without free cards: the Deployment is set to ``replicas`` and the
+    pods it adds wait unscheduled (Pending, no node), as the cards they need are held by others."""
     emulator.objects[DEPLOYMENTS, NS, name].patch({"spec": {"replicas": replicas}})
-    hpa = emulator.objects["autoscaling/v2/horizontalpodautoscalers", NS, name]
-    hpa.patch({"status": {"desiredReplicas": replicas, "currentReplicas": 1}})
     labels = stored(emulator, DEPLOYMENTS, NS)[name]["spec"]["template"]["metadata"]["labels"]
     for index in range(replicas):
         key = (PODS, NS, f"{name}-{index}")
@@ -549,7 +546,7 @@ def high_service(world) -> Task:
     )
 
 
-def test_an_hpa_scale_up_of_a_high_service_preempts_low_work_holding_the_cards(k8s):
+def test_an_hpa_scale_up_of_a_high_service_preempts_low_work_holding_the_cards(k8s, client):
     # The HPA of a high service asked for 3 replicas while a low task held the cards: its pods waited unscheduled,
     # the service stayed at 1 replica, the low task kept its cards, and nothing said so.
     world = k8s
@@ -564,6 +561,8 @@ def test_an_hpa_scale_up_of_a_high_service_preempts_low_work_holding_the_cards(k
     wish = service.events.filter(kind="autoscaled").last()
     assert wish.message == f"The HPA of {world.k8s_cluster.name} asks for 3 replicas (more; runs 1)"
     assert wish.data["by"] == "backend"
+    client.force_login(world.member)
+    assert "its HPA asks for 3" in client.get(f"/task-monitoring/{service.pk}/").content.decode()
 
     run_cycle(world.vdc.pk)
     low.refresh_from_db()
