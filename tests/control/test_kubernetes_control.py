@@ -631,3 +631,39 @@ def test_an_hpa_scale_up_does_not_preempt_a_medium_task_inside_its_window_and_al
     project_alerts.refresh(now + timedelta(minutes=11))
     alert.refresh_from_db()
     assert alert.fired_at is not None and "runs 1 of the 3 replicas its autoscaler asks for" in alert.message
+
+
+def test_an_hpa_scale_down_gives_the_cards_back_once_its_pods_are_gone(k8s):
+    world = k8s
+    service = high_service(world)
+    name = service.external_id.split("/")[-1]
+    world.emulator.objects[DEPLOYMENTS, NS, name].patch({"spec": {"replicas": 3}})  # the HPA scales up
+    controller(world.emulator, name)  # free cards: the pods run at once
+    reconcile_cluster(world.k8s_cluster.pk)
+    service.refresh_from_db()
+    assert (service.autoscale_desired, service.replicas) == (3, 3)
+
+    # The HPA scales down; the Deployment controller has not removed the pods yet.
+    world.emulator.objects[DEPLOYMENTS, NS, name].patch({"spec": {"replicas": 1}})
+    reconcile_cluster(world.k8s_cluster.pk)
+    service.refresh_from_db()
+    assert (service.autoscale_desired, service.replicas) == (1, 3)
+    run_cycle(world.vdc.pk)  # the engine gives back what the HPA no longer wants
+    service.refresh_from_db()
+    assert service.replicas == 1 and float(service.allocated_gpu) == 1.0
+    assert len(intent(service).device_ids) == 3  # its pods still hold them
+
+    other = submit(world, name="other", queue="high", gpu_spec="3(A100)")
+    run_cycle(world.vdc.pk)
+    other.refresh_from_db()
+    assert other.status == "queued"  # nothing is placed on cards the backend has not given back
+
+    controller(world.emulator, name)  # the pods go
+    reconcile_cluster(world.k8s_cluster.pk)
+    service.refresh_from_db()
+    assert service.replicas == 1 and len(intent(service).device_ids) == 1
+    run_cycle(world.vdc.pk)
+    other.refresh_from_db()
+    assert other.status == "scheduled"
+    assert launch(other) == world.k8s_cluster.pk
+    assert_consistent(world)
