@@ -236,7 +236,8 @@ def wish_within_bounds(task: Task, wanted: int) -> int:
 def follow_backend_wish(task_id: int, attempt: int, wanted: int, by: str) -> bool:
     """A backend's own autoscaler (a Kubernetes HPA) asks for ``wanted`` replicas of a running service: the wish,
     kept within the service's bounds, becomes its desired count (``Task.autoscale_desired``, with an ``autoscaled``
-    event naming ``by`` when it differs from what was asked or granted before) and a scheduling cycle is asked for.
+    event naming ``by`` when it differs from what was asked or granted before) and, when it differs from what runs, a
+    scheduling cycle is asked for.
     The engine grants replicas up to it like the portal autoscaler's (docs/rules.md#autoscaling): lower-class work
     shrinks or is preempted within the class rules; the pods the HPA added find the cards so freed. Returns whether
     the desired count changed."""
@@ -259,7 +260,8 @@ def follow_backend_wish(task_id: int, attempt: int, wanted: int, by: str) -> boo
                 f"{by} asks for {desired} replicas ({verb}; runs {running})",
                 data={"desired": desired, "from": previous, "running": running, "by": "backend", "asked": wanted},
             )
-        transaction.on_commit(triggers.request_cycle)
+        if desired != running:  # the engine grows or trims the service (at its size, it has nothing to do)
+            transaction.on_commit(triggers.request_cycle)
     return True
 
 

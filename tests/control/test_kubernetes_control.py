@@ -546,7 +546,11 @@ def high_service(world) -> Task:
     )
 
 
-def test_an_hpa_scale_up_of_a_high_service_preempts_low_work_holding_the_cards(k8s, client):
+def test_an_hpa_scale_up_of_a_high_service_preempts_low_work_holding_the_cards(
+    k8s, client, django_capture_on_commit_callbacks
+):
+    from apps.control import triggers
+
     # The HPA of a high service asked for 3 replicas while a low task held the cards: its pods waited unscheduled,
     # the service stayed at 1 replica, the low task kept its cards, and nothing said so.
     world = k8s
@@ -555,7 +559,9 @@ def test_an_hpa_scale_up_of_a_high_service_preempts_low_work_holding_the_cards(k
     name = service.external_id.split("/")[-1]
 
     hpa_scales(world.emulator, name, 3)
-    reconcile_cluster(world.k8s_cluster.pk)
+    with django_capture_on_commit_callbacks() as callbacks:
+        reconcile_cluster(world.k8s_cluster.pk)
+    assert triggers.request_cycle in callbacks  # the wish asks for a cycle
     service.refresh_from_db()
     assert service.autoscale_desired == 3 and service.replicas == 1  # the wish, not yet granted
     wish = service.events.filter(kind="autoscaled").last()
