@@ -30,6 +30,12 @@ def can_scale_services(cluster: Cluster) -> bool:
         return False
 
 
+def backend_scales_services(cluster: Cluster | None) -> bool:
+    """Whether the backend scales inference services itself (the Kubernetes HPA decides the replica count; the
+    portal grants it and reads it back)."""
+    return cluster is not None and cluster.cluster_type == ClusterType.KUBERNETES
+
+
 def executor_for(cluster: Cluster) -> Executor:
     """The executor that runs tasks on ``cluster``; ExecutorError (not retryable) when misconfigured."""
     if cluster.cluster_type == ClusterType.LOCAL:

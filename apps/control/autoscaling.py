@@ -16,6 +16,10 @@ scale-down by one window (the rules scale down only once a whole window of recom
 whether the panic condition held (the rate or concurrency of the last ``PANIC_WINDOW_S`` seconds asking for twice
 the running replicas), so a panic outlives the pass that saw it by a stable window.
 
+Where a backend scales a service itself (the Kubernetes HPA), the reconciliation reads the replicas it asks for and
+hands them to :func:`follow_backend_wish`: they become the service's desired count the same way, so the engine
+decides who gives way for them, and the "replicas not granted" alert watches them too.
+
 Scheduled minimums (docs/tasks.md "Scheduled minimums"): each pass computes a service's floor for that moment from
 its ``autoscale_schedule`` and gives it to the rules. A service that a backend scales itself (the Kubernetes HPA)
 gets its settings again when its floor changes (:func:`push_scheduled_floors`), so the HPA's ``minReplicas`` follows.
@@ -261,6 +265,44 @@ def _apply(task: Task, running: int, decision: rules.Decision) -> bool:
                 },
             )
     return decision.desired != previous
+
+
+def wish_within_bounds(task: Task, wanted: int) -> int:
+    """The replicas a backend's autoscaler asks for, kept within the service's bounds (an autoscaled service)."""
+    low = max(task.autoscale_min or 1, 1)
+    return min(max(wanted, low), max(task.autoscale_max or low, low))
+
+
+def follow_backend_wish(task_id: int, attempt: int, wanted: int, by: str) -> bool:
+    """A backend's own autoscaler (a Kubernetes HPA) asks for ``wanted`` replicas of a running service: the wish,
+    kept within the service's bounds, becomes its desired count (``Task.autoscale_desired``, with an ``autoscaled``
+    event naming ``by`` when it differs from what was asked or granted before) and, when it differs from what runs, a
+    scheduling cycle is asked for.
+    The engine grants replicas up to it like the portal autoscaler's (docs/rules.md#autoscaling): lower-class work
+    shrinks or is preempted within the class rules; the pods the HPA added find the cards so freed. Returns whether
+    the desired count changed."""
+    with transaction.atomic():
+        locked = Task.objects.select_for_update().filter(pk=task_id, attempt=attempt, status__in=ACTIVE).first()
+        if locked is None or not locked.is_autoscaled:
+            return False
+        desired = wish_within_bounds(locked, wanted)
+        if desired == locked.autoscale_desired:
+            return False
+        running = len(locked.placement or [])
+        previous = locked.autoscale_desired if locked.autoscale_desired is not None else running
+        locked.autoscale_desired = desired
+        locked.save(update_fields=["autoscale_desired", "updated_at"])
+        if desired != previous:
+            verb = "more" if desired > previous else "fewer"
+            record_event(
+                locked,
+                EventKind.AUTOSCALED,
+                f"{by} asks for {desired} replicas ({verb}; runs {running})",
+                data={"desired": desired, "from": previous, "running": running, "by": "backend", "asked": wanted},
+            )
+        if desired != running:  # the engine grows or trims the service (at its size, it has nothing to do)
+            transaction.on_commit(triggers.request_cycle)
+    return True
 
 
 def bucket_start(at: float) -> datetime:

@@ -42,7 +42,7 @@ from apps.clusters.executors.base import (
     JobState,
 )
 from apps.clusters.models import Cluster
-from apps.control import outages
+from apps.control import autoscaling, outages
 from apps.control.devices import follow_devices
 from apps.control.jobspec import job_spec
 from apps.control.models import HOLDING, BackendObject, CheckpointStore, Installation, ObjectState, shares_of
@@ -688,6 +688,15 @@ def _follow_size(obj: BackendObject, state: JobState, executor: Executor) -> boo
                         data={"released": sorted(released)},
                     )
         return False
+    if (
+        task.is_autoscaled
+        and state.desired_replicas is not None
+        and autoscaling.wish_within_bounds(task, state.desired_replicas) != task.autoscale_desired
+    ):
+        # What the backend's autoscaler asks for is a wish the engine grants (lower-class work gives way), whether
+        # or not its pods found cards yet: pods that wait for cards held by others never settle by themselves.
+        by = f"The HPA of {obj.cluster.name}"
+        autoscaling.follow_backend_wish(task.pk, obj.attempt, state.desired_replicas, by)
     settled = state.replicas is not None and state.replicas == state.desired_replicas
     if state.desired_replicas is not None and state.desired_replicas != obj.replicas and settled:
         _adopt_backend_size(obj, state)
@@ -697,13 +706,23 @@ def _follow_size(obj: BackendObject, state: JobState, executor: Executor) -> boo
 
 def _adopt_backend_size(obj: BackendObject, state: JobState) -> None:
     """The backend scaled the task itself (a Kubernetes HPA): its replicas, where they run, become the task's
-    placement, so quotas, the engine and billing count what really runs."""
+    placement, so quotas, the engine and billing count what really runs. Replicas the engine granted already
+    (the HPA's wish, :func:`apps.control.autoscaling.follow_backend_wish`) keep their cards; the job holds them now."""
     with transaction.atomic():
         task = _locked_task(obj.task_id)
         if task.attempt != obj.attempt or task.status not in ACTIVE:
             return
         before = len(task.placement or [])
         placement, unplaced = adopt_instances(task, list(state.nodes))
+        if placement == task.placement and not unplaced:
+            BackendObject.objects.filter(pk=obj.pk).update(replicas=state.desired_replicas, shares=shares_of(placement))
+            record_event(
+                task,
+                EventKind.RESIZED,
+                f"{obj.cluster.name} runs {state.desired_replicas} replicas, on the cards the portal granted",
+                data={"replicas": state.desired_replicas, "by": "backend"},
+            )
+            return
         message = f"{obj.cluster.name} runs {state.desired_replicas} replicas (was {before}), as its autoscaler chose"
         if unplaced:
             message += f"; {unplaced} on nodes or devices the portal does not know as free"

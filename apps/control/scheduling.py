@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from apps.billing.choices import ResourceType
 from apps.billing.models import Account, UsageRecord
+from apps.clusters.backends import backend_scales_services
 from apps.clusters.capabilities import capabilities, needs_of
 from apps.clusters.choices import Sharing
 from apps.clusters.gpuspec import Catalog, GPUSpecError, parse_gpu_spec
@@ -466,6 +467,10 @@ class SnapshotLoader:
 
     def _task(self, t: Task, request) -> em.Task:
         min_replicas, max_replicas, autoscaled = t.replica_bounds
+        if autoscaled and backend_scales_services(self.clusters.get(t.cluster_id)):
+            # The backend's autoscaler (a Kubernetes HPA) owns the count: the engine grants up to its wish and gives
+            # back what it no longer wants, but shrinks it for nobody below what it runs (the HPA would add it again).
+            min_replicas = max(min_replicas, min(len(t.placement or []), max_replicas))
         return em.Task(
             id=t.pk,
             project_id=t.project_id,

@@ -245,8 +245,10 @@ def connect_target(user, task_id: int, port: int) -> ConnectTarget:
         if task.scales_to_zero and task.status in WAKING:
             raise Waking(task)
         raise Refused(409, f"The task is {task.get_status_display().lower()}, not running.")
-    replicas = len(task.placement or []) if task.autoscale_desired is not None else 1
-    return ConnectTarget(task.pk, executor_for(task.cluster), task.external_id, port, max(replicas, 1))
+    executor = executor_for(task.cluster)
+    portal_scaled = task.autoscale_desired is not None and executor.scales_services
+    replicas = len(task.placement or []) if portal_scaled else 1
+    return ConnectTarget(task.pk, executor, task.external_id, port, max(replicas, 1))
 
 
 def waking(task_id: int) -> bool:

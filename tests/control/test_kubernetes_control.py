@@ -501,3 +501,175 @@ def test_a_malformed_readiness_path_is_refused_with_what_was_expected(k8s):
     assert response.status_code == 400
     assert "Expected an HTTP path starting with / (e.g. /health)" in str(response.data["readiness_path"])
     assert not Task.objects.filter(name="serve").exists()
+
+
+def hpa_scales(emulator, name: str, replicas: int) -> None:  # noqa: F811
+    """Play the HPA and the Deployment controller without free cards: the Deployment is set to ``replicas`` and the
+    pods it adds wait unscheduled (Pending, no node), as the cards they need are held by others."""
+    emulator.objects[DEPLOYMENTS, NS, name].patch({"spec": {"replicas": replicas}})
+    labels = stored(emulator, DEPLOYMENTS, NS)[name]["spec"]["template"]["metadata"]["labels"]
+    for index in range(replicas):
+        key = (PODS, NS, f"{name}-{index}")
+        if key not in emulator.objects or emulator.objects[key].deleted:
+            emulator.objects[key] = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"{name}-{index}", "namespace": NS, "labels": labels},
+                "spec": {"containers": [{"name": "main", "image": "busybox"}]},
+                "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False"}]},
+            }
+
+
+def pods_find_cards(emulator, name: str, node: str = "k8s-node-1") -> None:  # noqa: F811
+    """Play the Kubernetes scheduler once cards are free: the waiting pods are bound and run."""
+    for (resource, _namespace, pod_name), obj in list(emulator.objects.items()):
+        ours = resource.plural == "pods" and pod_name.startswith(f"{name}-") and not obj.deleted
+        if ours and not obj["spec"].get("nodeName"):
+            obj.patch({"spec": {"nodeName": node}, "status": {"phase": "Running", "conditions": []}})
+    replicas = stored(emulator, DEPLOYMENTS, NS)[name]["spec"]["replicas"]
+    emulator.objects[DEPLOYMENTS, NS, name].patch({"status": {"replicas": replicas, "availableReplicas": replicas}})
+
+
+def high_service(world) -> Task:
+    return run(
+        world,
+        submit(
+            world,
+            name="serve",
+            kind="inference",
+            queue="high",
+            gpu_spec="1(A100)",
+            port=8080,
+            autoscale_min=1,
+            autoscale_max=3,
+        ),
+    )
+
+
+def test_an_hpa_scale_up_of_a_high_service_preempts_low_work_holding_the_cards(
+    k8s, client, django_capture_on_commit_callbacks
+):
+    from apps.control import triggers
+
+    # The HPA of a high service asked for 3 replicas while a low task held the cards: its pods waited unscheduled,
+    # the service stayed at 1 replica, the low task kept its cards, and nothing said so.
+    world = k8s
+    service = high_service(world)
+    low = run(world, submit(world, name="batch", queue="low", gpu_spec="3(A100)"))
+    name = service.external_id.split("/")[-1]
+
+    hpa_scales(world.emulator, name, 3)
+    with django_capture_on_commit_callbacks() as callbacks:
+        reconcile_cluster(world.k8s_cluster.pk)
+    assert triggers.request_cycle in callbacks  # the wish asks for a cycle
+    service.refresh_from_db()
+    assert service.autoscale_desired == 3 and service.replicas == 1  # the wish, not yet granted
+    wish = service.events.filter(kind="autoscaled").last()
+    assert wish.message == f"The HPA of {world.k8s_cluster.name} asks for 3 replicas (more; runs 1)"
+    assert wish.data["by"] == "backend"
+    client.force_login(world.member)
+    assert "its HPA asks for 3" in client.get(f"/task-monitoring/{service.pk}/").content.decode()
+
+    run_cycle(world.vdc.pk)
+    low.refresh_from_db()
+    service.refresh_from_db()
+    assert low.status == "suspended" and low.placement == []
+    suspended = low.events.filter(kind="suspended").last()
+    assert suspended is not None and suspended.data["by_task"] == service.pk
+    assert service.replicas == 3 and float(service.allocated_gpu) == 3.0
+    granted = {d["id"] for p in service.placement for d in p["devices"]}
+    assert len(granted) == 3
+
+    reconcile_cluster(world.k8s_cluster.pk)  # the low task's Job is cancelled
+    assert stored(world.emulator, JOBS, NS) == {}
+    pods_find_cards(world.emulator, name)
+    reconcile_cluster(world.k8s_cluster.pk)
+    service.refresh_from_db()
+    assert service.replicas == 3 and {d["id"] for p in service.placement for d in p["devices"]} == granted
+    assert stored(world.emulator, DEPLOYMENTS, NS)[name]["spec"]["replicas"] == 3
+    assert intent(service).replicas == 3 and sorted(intent(service).device_ids) == sorted(granted)
+    assert "on the cards the portal granted" in service.events.filter(kind="resized").last().message
+    assert_consistent(world)
+
+    # The HPA scales down: the wish follows and the cards are given back once the pods are gone.
+    world.emulator.objects[DEPLOYMENTS, NS, name].patch({"spec": {"replicas": 1}})
+    controller(world.emulator, name)
+    reconcile_cluster(world.k8s_cluster.pk)
+    service.refresh_from_db()
+    assert (service.autoscale_desired, service.replicas, float(service.allocated_gpu)) == (1, 1, 1.0)
+    assert "asks for 1 replicas (fewer; runs 3)" in service.events.filter(kind="autoscaled").last().message
+    run_cycle(world.vdc.pk)
+    low.refresh_from_db()
+    service.refresh_from_db()
+    assert service.replicas == 1 and low.status == "scheduled"  # the freed cards take the low task again
+    assert_consistent(world)
+
+
+def test_an_hpa_scale_up_does_not_preempt_a_medium_task_inside_its_window_and_alerts_after_the_hold(k8s):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from apps.billing import project_alerts
+    from apps.billing.models import ProjectAlert
+
+    world = k8s
+    service = high_service(world)
+    medium = run(
+        world,
+        submit(world, name="guaranteed", queue="medium", gpu_spec="3(A100)", expected_duration=timedelta(hours=2)),
+    )
+    assert medium.window is not None  # inside its guaranteed window
+    name = service.external_id.split("/")[-1]
+
+    hpa_scales(world.emulator, name, 3)
+    reconcile_cluster(world.k8s_cluster.pk)
+    run_cycle(world.vdc.pk)
+    medium.refresh_from_db()
+    service.refresh_from_db()
+    assert medium.status == "running" and len(medium.placement) == 1
+    assert (service.autoscale_desired, service.replicas) == (3, 1)  # the service waits
+
+    now = timezone.now()
+    project_alerts.refresh(now)
+    alert = ProjectAlert.objects.get(key=f"service-grant:{service.pk}")
+    assert alert.fired_at is None  # not before it held
+    project_alerts.refresh(now + timedelta(minutes=11))
+    alert.refresh_from_db()
+    assert alert.fired_at is not None and "runs 1 of the 3 replicas its autoscaler asks for" in alert.message
+
+
+def test_an_hpa_scale_down_gives_the_cards_back_once_its_pods_are_gone(k8s):
+    world = k8s
+    service = high_service(world)
+    name = service.external_id.split("/")[-1]
+    world.emulator.objects[DEPLOYMENTS, NS, name].patch({"spec": {"replicas": 3}})  # the HPA scales up
+    controller(world.emulator, name)  # free cards: the pods run at once
+    reconcile_cluster(world.k8s_cluster.pk)
+    service.refresh_from_db()
+    assert (service.autoscale_desired, service.replicas) == (3, 3)
+
+    # The HPA scales down; the Deployment controller has not removed the pods yet.
+    world.emulator.objects[DEPLOYMENTS, NS, name].patch({"spec": {"replicas": 1}})
+    reconcile_cluster(world.k8s_cluster.pk)
+    service.refresh_from_db()
+    assert (service.autoscale_desired, service.replicas) == (1, 3)
+    run_cycle(world.vdc.pk)  # the engine gives back what the HPA no longer wants
+    service.refresh_from_db()
+    assert service.replicas == 1 and float(service.allocated_gpu) == 1.0
+    assert len(intent(service).device_ids) == 3  # its pods still hold them
+
+    other = submit(world, name="other", queue="high", gpu_spec="3(A100)")
+    run_cycle(world.vdc.pk)
+    other.refresh_from_db()
+    assert other.status == "queued"  # nothing is placed on cards the backend has not given back
+
+    controller(world.emulator, name)  # the pods go
+    reconcile_cluster(world.k8s_cluster.pk)
+    service.refresh_from_db()
+    assert service.replicas == 1 and len(intent(service).device_ids) == 1
+    run_cycle(world.vdc.pk)
+    other.refresh_from_db()
+    assert other.status == "scheduled"
+    assert launch(other) == world.k8s_cluster.pk
+    assert_consistent(world)
