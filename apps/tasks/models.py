@@ -241,8 +241,8 @@ class Task(models.Model):
     autoscale_desired = models.PositiveIntegerField(
         null=True,
         blank=True,
-        help_text="Inference on local and Slurm clusters: replicas the portal's autoscaler asks the scheduler for "
-        "(on Kubernetes the HPA decides)",
+        help_text="Inference: replicas the service's autoscaler asks the scheduler for (the portal's on local and "
+        "Slurm clusters, the HPA's count on Kubernetes); the scheduler grants them",
     )
     # Scale to zero (docs/tasks.md "Scale to zero"): an inference service that received no request through Connect
     # for this long releases its cards; the next request wakes it and is held until a replica answers.
