@@ -207,32 +207,69 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def push_scheduled_floors(now: float) -> list[int]:
-    """Services whose backend autoscales them itself (the Kubernetes HPA) cannot follow a schedule by themselves:
-    when a running service's scheduled minimum changes (an entry starts or ends), its settings go to the backend
-    again (:func:`apply_to_backend`, whose HPA gets ``minReplicas`` = the minimum now). Returns the services
-    whose settings were queued."""
+def backend_floor(task: Task, now: float) -> tuple[int, str]:
+    """The minimum a service that its backend scales itself (the Kubernetes HPA) should keep now, and why: its
+    scheduled minimum, raised to the replicas its forecast's peak of the next ``LEAD_S`` asks for while the forecast
+    earns its place (the same gate as the portal's own autoscaler: its backtest beats "last value" and "same time
+    yesterday"). The HPA still scales above it on its own metrics; a forecast never lowers it."""
     when = datetime.fromtimestamp(now, tz=UTC)
-    scheduled = (
+    low, high = max(task.autoscale_min or 1, 1), max(task.autoscale_max or 1, 1)
+    floor = schedule.minimum_at(task.autoscale_min, task.autoscale_max, task.autoscale_schedule, when)
+    why = f"the scheduled minimum is {floor}" if floor > low else f"the minimum is {low}"
+    if task.autoscale_predictive and task.autoscale_rps:
+        backtest = stored_backtests([task.pk]).get(task.pk)
+        peak = forecast_peaks([task.pk], now).get(task.pk) if backtest is not None and backtest.earns_place else None
+        if peak is not None:
+            wanted = min(max(math.ceil(peak / task.autoscale_rps - 1e-9), low), high)
+            if wanted > floor:
+                floor = wanted
+                why = (
+                    f"forecast: {peak:.1f} req/s within {LEAD_S // 60} min for a target of {task.autoscale_rps} "
+                    "per replica"
+                )
+    return floor, why
+
+
+def push_scheduled_floors(now: float) -> list[int]:
+    """Services whose backend autoscales them itself (the Kubernetes HPA) cannot follow a schedule or a forecast by
+    themselves: when a running service's floor (:func:`backend_floor`: its scheduled minimum, raised by a forecast
+    that earns its place) changes, its settings go to the backend again (:func:`apply_to_backend`, whose HPA gets
+    ``minReplicas`` = that floor), with an event saying why. Their request rate, as Connect measures it, goes into
+    their load history like the portal-scaled services' (so their forecasts can be fitted and backtested). Returns
+    the services whose settings were queued."""
+    floored = (
         Task.objects.filter(kind=TaskKind.INFERENCE, status=TaskStatus.RUNNING, autoscale_max__isnull=False)
-        .exclude(autoscale_schedule=[])
+        .filter(~models.Q(autoscale_schedule=[]) | models.Q(autoscale_predictive=True, autoscale_rps__isnull=False))
         .exclude(external_id="")
         .select_related("cluster")
     )
+    floored = [task for task in floored if not portal_scaled(task.cluster)]
+    predictive = [task for task in floored if task.autoscale_predictive and task.autoscale_rps]
+    if predictive:
+        rps = request_rate.rates([t.pk for t in predictive], now=now)
+        record_load(predictive, rps, {}, now)
     pushed = []
-    for task in scheduled:
-        if portal_scaled(task.cluster):
-            continue
-        floor = str(schedule.minimum_at(task.autoscale_min, task.autoscale_max, task.autoscale_schedule, when))
+    for task in floored:
+        value, why = backend_floor(task, now)
+        floor = str(value)
         key = FLOOR_KEY.format(task_id=task.pk)
         try:
             client = redis_guard.client()
-            if client.get(key) in (floor, floor.encode()):
+            before = client.get(key)
+            if before in (floor, floor.encode()):
                 continue
             client.set(key, floor, ex=7 * 86400)
         except redis.RedisError as exc:
-            log.warning("autoscaler: cannot keep the scheduled minimum of task %s: %s", task.pk, exc)
+            log.warning("autoscaler: cannot keep the backend floor of task %s: %s", task.pk, exc)
             continue
+        if before is not None:
+            with transaction.atomic():
+                record_event(
+                    task,
+                    EventKind.AUTOSCALED,
+                    f"The {task.cluster.name} autoscaler keeps at least {value} replicas: {why}",
+                    data={"floor": value, "from": int(before), "reason": why, "by": "floor"},
+                )
         triggers.enqueue(triggers.APPLY_AUTOSCALING, task.pk, expires=300.0)
         pushed.append(task.pk)
     return pushed
@@ -393,7 +430,13 @@ def refit_forecasts(now: float | None = None) -> dict[int, forecasting.Backtest]
     the decision loop. Returns the backtests made."""
     now = timezone.now().timestamp() if now is None else now
     start = bucket_start(now)
-    services = _running_services(autoscale_predictive=True, autoscale_rps__isnull=False)
+    # Every backend's predictive services: the portal's autoscaler decides with the forecast, an HPA gets it as
+    # its floor (push_scheduled_floors).
+    services = list(
+        Task.objects.filter(
+            kind=TaskKind.INFERENCE, status=TaskStatus.RUNNING, autoscale_predictive=True, autoscale_rps__isnull=False
+        )
+    )
     done = {}
     for task in services:
         if (
@@ -549,8 +592,11 @@ def apply_to_backend(task_id: int, *, final: bool = False) -> None:
     )
     if task is None or task.cluster is None:
         return
+    spec = job_spec(task, Installation.current().uid.hex)
+    if "min_replicas" in spec.settings:
+        spec.settings["min_replicas"] = backend_floor(task, timezone.now().timestamp())[0]
     try:
-        executor_for(task.cluster).update_autoscaling(task.external_id, job_spec(task, Installation.current().uid.hex))
+        executor_for(task.cluster).update_autoscaling(task.external_id, spec)
     except ExecutorError as exc:
         if exc.retryable and not final:
             raise

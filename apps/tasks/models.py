@@ -229,8 +229,9 @@ class Task(models.Model):
     )
     autoscale_predictive = models.BooleanField(
         default=False,
-        help_text="Inference on local and Slurm clusters: also scale ahead of the request rate forecast from the "
-        "service's history (Holt-Winters, daily season); never scales down on a forecast alone",
+        help_text="Inference: also scale ahead of the request rate forecast from the service's history "
+        "(Holt-Winters, daily season) while the forecast beats the naive rules; on Kubernetes as the HPA's "
+        "minimum; never scales down on a forecast alone",
     )
     autoscale_schedule = models.JSONField(
         default=list,

@@ -212,6 +212,45 @@ def test_a_kubernetes_service_gets_its_settings_again_when_its_scheduled_minimum
     assert [name for name, _ in queued] == ["apps.control.jobs.apply_autoscaling"] * 2
 
 
+def test_a_kubernetes_service_gets_its_forecast_as_the_hpa_floor_only_while_the_forecast_earns_its_place(
+    world, monkeypatch
+):
+    from apps.queues.engine.forecast import Backtest
+    from apps.tasks.models import ServiceLoadSample
+    from hcsportal import redis_guard
+
+    svc = service(world, autoscale_max=5, autoscale_predictive=True)
+    Task.objects.filter(pk=svc.pk).update(
+        cluster=ClusterFactory(vdc=world.vdc, cluster_type="kubernetes"), external_id="hcs/deployment/svc"
+    )
+    svc.refresh_from_db()
+    redis_guard.client().delete(autoscaling.FLOOR_KEY.format(task_id=svc.pk))
+    queued = []
+    monkeypatch.setattr("apps.control.triggers.enqueue", lambda name, *args, **kw: queued.append((name, args)))
+    now = time.time()
+    bucket = autoscaling.bucket_start(now)
+    ServiceLoadSample.objects.bulk_create(
+        ServiceLoadSample(task=svc, start=bucket + timedelta(seconds=autoscaling.BUCKET_S * i), forecast_rps=35.0)
+        for i in range(3)
+    )
+    assert autoscaling.push_scheduled_floors(now) == [svc.pk]  # first seen: no forecast earns its place yet
+    assert autoscaling.backend_floor(svc, now) == (1, "the minimum is 1")
+
+    autoscaling._keep_backtest(svc.pk, bucket, Backtest(24, 0.05, 0.2, 0.3))  # the forecast beats both
+    assert autoscaling.push_scheduled_floors(now + 5) == [svc.pk]
+    floor, why = autoscaling.backend_floor(svc, now + 5)
+    assert floor == 4 and "forecast: 35.0 req/s within 10 min for a target of 10 per replica" in why
+    event = svc.events.filter(kind="autoscaled").latest("pk")
+    assert "keeps at least 4 replicas: forecast" in event.message and event.data["from"] == 1
+    assert autoscaling.push_scheduled_floors(now + 10) == []  # unchanged
+
+    autoscaling._keep_backtest(svc.pk, bucket, Backtest(24, 0.25, 0.2, 0.3))  # "last value" does better
+    assert autoscaling.push_scheduled_floors(now + 15) == [svc.pk]
+    assert autoscaling.backend_floor(svc, now + 15)[0] == 1
+    assert [name for name, _ in queued] == ["apps.control.jobs.apply_autoscaling"] * 3
+    assert ServiceLoadSample.objects.filter(task=svc, samples__gt=0).exists()  # its measured rate is recorded
+
+
 def test_the_hpa_minimum_is_the_scheduled_one_while_an_entry_holds(world, monkeypatch):
     from apps.control import jobspec
 

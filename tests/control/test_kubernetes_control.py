@@ -8,6 +8,7 @@ controller (pods follow parallelism / replicas) and the tests play the HPA.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
@@ -398,6 +399,47 @@ def test_an_inference_services_autoscaling_reaches_its_hpa_with_the_users_number
         "target": {"type": "Utilization", "averageUtilization": 60},
     }
     assert metrics["Pods"]["pods"]["target"] == {"type": "AverageValue", "averageValue": "70"}
+
+
+def test_a_forecast_that_earns_its_place_reaches_the_hpa_as_its_minimum(k8s):
+    import time
+
+    from apps.control import autoscaling
+    from apps.queues.engine.forecast import Backtest
+    from apps.tasks.models import ServiceLoadSample
+
+    world = k8s
+    service = run(
+        world,
+        submit(
+            world,
+            name="serve",
+            kind="inference",
+            queue="high",
+            gpu_spec="1(A100)",
+            port=8080,
+            autoscale_min=1,
+            autoscale_max=4,
+            autoscale_rps=10,
+            autoscale_predictive=True,
+        ),
+    )
+    name = service.external_id.split("/")[-1]
+    hpa = world.emulator.objects["autoscaling/v2/horizontalpodautoscalers", NS, name]
+    assert hpa["spec"]["minReplicas"] == 1
+    bucket = autoscaling.bucket_start(time.time())
+    ServiceLoadSample.objects.bulk_create(
+        ServiceLoadSample(task=service, start=bucket + timedelta(seconds=autoscaling.BUCKET_S * i), forecast_rps=25.0)
+        for i in range(3)
+    )
+    autoscaling._keep_backtest(service.pk, bucket, Backtest(24, 0.05, 0.2, 0.3))
+    autoscaling.apply_to_backend(service.pk)
+    hpa = world.emulator.objects["autoscaling/v2/horizontalpodautoscalers", NS, name]
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (3, 4)  # ceil(25 / 10)
+    autoscaling._keep_backtest(service.pk, bucket, Backtest(24, 0.5, 0.2, 0.3))  # no longer beats last value
+    autoscaling.apply_to_backend(service.pk)
+    hpa = world.emulator.objects["autoscaling/v2/horizontalpodautoscalers", NS, name]
+    assert hpa["spec"]["minReplicas"] == 1
 
 
 def test_autoscaling_edited_while_the_service_runs_patches_its_hpa(

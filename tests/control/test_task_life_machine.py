@@ -1,8 +1,8 @@
 """A stateful property test of a task's life over the real services, database and a Kubernetes API emulator.
 
-Hypothesis drives submissions (whole cards, shares, gangs, elastic tasks, three classes), scheduling cycles,
-launches, the backend running and losing work, reconciliation, stops, and node agent reports that drop, bring
-back, add and renumber cards. After every step:
+Hypothesis drives submissions (whole cards, shares, gangs, elastic tasks, services that scale to zero, three
+classes), scheduling cycles, launches, the backend running and losing work, reconciliation, stops, services falling
+asleep and woken, and node agent reports that drop, bring back, add and renumber cards. After every step:
 
 - no card is held beyond its capacity, neither by the active tasks' placements nor by the jobs on the backend;
 - the capacity ledger stored on each active task is what its placement holds, and the sum over active tasks is
@@ -38,7 +38,7 @@ from apps.control.scheduling import run_cycle
 from apps.tasks import ledger
 from apps.tasks.choices import ACTIVE, TaskStatus
 from apps.tasks.models import Task
-from apps.tasks.services import requeue_task, stop_task, submit_task
+from apps.tasks.services import requeue_task, scale_to_zero, stop_task, submit_task, wake
 from apps.vdc.models import ProjectQuota
 from tests.api.base import client_for
 from tests.control.test_kubernetes_control import controller
@@ -58,6 +58,7 @@ SHAPES = [
     ("1(A100)", 1, (1, 3), IMAGE),  # elastic
     ("", 1, None, IMAGE),  # cpu only
     ("1(A100)", 1, None, ""),  # a command without an image: only the local cluster (in maintenance) runs it
+    ("1(A100)", 1, "service", IMAGE),  # an inference service that scales to zero
 ]
 CONTEXT: dict = {}
 NODE = {
@@ -118,8 +119,10 @@ class TaskLife(RuleBasedStateMachine):
     def submit(self, shapes, queue):
         submitted = []
         for spec, instances, elastic, image in shapes:
-            fields = {"instances": instances}
-            if elastic:
+            fields = {"instances": instances, "kind": "training"}
+            if elastic == "service":
+                fields |= {"kind": "inference", "port": 8000, "scale_to_zero_after_s": 60}
+            elif elastic:
                 fields["elastic_min"], fields["elastic_max"] = elastic
             if queue == "medium":
                 fields["expected_duration"] = "01:00:00"
@@ -129,7 +132,6 @@ class TaskLife(RuleBasedStateMachine):
                         self.world.member,
                         project=self.world.project,
                         queue=queue,
-                        kind="training",
                         name="t",
                         image=image,
                         command="sleep 600",
@@ -177,6 +179,16 @@ class TaskLife(RuleBasedStateMachine):
             task = Task.objects.select_for_update().select_related("queue").get(pk=task)
             if task.is_active:
                 requeue_task(task, "node k8s-node-1 is down (test)")
+
+    @rule(task=tasks)
+    def a_service_falls_asleep_or_a_request_wakes_it(self, task):
+        """A service that scales to zero: running and idle, it releases what it holds; asleep, a request wakes it
+        back into its queue."""
+        task = Task.objects.get(pk=task)
+        if task.status == TaskStatus.RUNNING and task.scales_to_zero:
+            assert scale_to_zero(task.pk, "idle (test)", {})
+        elif task.is_asleep:
+            assert wake(task.pk)
 
     @rule(change=st.sampled_from(["drop", "back", "new", "renumber"]), data=st.data())
     def the_node_agent_reports(self, change, data):
