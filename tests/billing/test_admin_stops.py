@@ -99,3 +99,23 @@ def test_an_administrator_who_is_a_member_stopping_a_task_of_the_project_pays_th
     task.refresh_from_db()
     cpu = UsageRecord.objects.filter(task=task, resource_type="cpu").order_by("period_start")
     assert cpu.last().period_end == task.started_at + timedelta(minutes=MINIMUM)
+
+
+@pytest.mark.django_db
+def test_a_run_a_service_scaled_to_zero_ended_owes_no_minimum_and_nothing_accrues_while_asleep(world, prices, account):
+    from apps.tasks.services import scale_to_zero, wake
+
+    PriceRule.objects.update(min_billing_minutes=MINIMUM)
+    task = start_task(world, gpu_spec="1(A100)", kind="inference", port=8000, scale_to_zero_after_s=60, name="svc")
+    Task.objects.filter(pk=task.pk).update(started_at=timezone.now() - timedelta(seconds=5))
+    assert scale_to_zero(task.pk, "idle (test)", {})
+    services.meter_usage()
+    task.refresh_from_db()
+    cpu = UsageRecord.objects.filter(task=task, resource_type="cpu").order_by("period_start")
+    assert cpu, "the seconds it ran are billed"
+    ended = task.events.get(kind="scaled_to_zero").created_at
+    assert cpu.last().period_end == ended  # the platform ended the run: only the time it held
+    billed = cpu.count()
+    services.meter_usage()  # asleep: nothing more
+    assert UsageRecord.objects.filter(task=task, resource_type="cpu").count() == billed
+    assert wake(task.pk) and not wake(task.pk)  # a second request finds it woken already
