@@ -42,6 +42,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
@@ -256,7 +257,7 @@ class Bench:
                     timeline.append((round(at, 2), event["kind"], event["message"][:120]))
                 if decided is None and event["kind"] == "autoscaled" and (event["data"] or {}).get("desired") == 2:
                     decided = at
-            errors = sum(1 for _, status, _ in load.answers if status != 200)
+            errors = Counter(str(status) for _, status, _ in load.answers if status != 200)
             return {
                 "condition": condition,
                 "task": task_id,
@@ -266,7 +267,7 @@ class Bench:
                 "decision_to_serving_s": round(reaction - decided, 2) if decided is not None else None,
                 "achieved_rps": round(load.achieved(t0, t1), 2),
                 "wanted_rps": self.args.step * self.args.target_rps,
-                "errors": errors,
+                "errors": dict(errors),  # answers other than 200 by status (0: no answer)
                 "answers": len(load.answers),
                 "timeline": timeline,
             }
