@@ -163,10 +163,12 @@ async def service_test(request: HttpRequest, pk: int) -> JsonResponse:
         return JsonResponse({"detail": f"The task's port {port} cannot be reached: {exc}"}, status=502)
     url = f"http://{endpoint.host}:{endpoint.port}" + connect.local_path(path)
     body = request.POST.get("body", "").encode() if method == "POST" else None
-    transport = httpx.AsyncHTTPTransport(uds=endpoint.uds) if endpoint.uds else None
+    transport = access.upstream_transport(endpoint)
     started = time.monotonic()
     try:
-        async with httpx.AsyncClient(transport=transport, timeout=_TEST_TIMEOUT) as client:
+        async with httpx.AsyncClient(
+            transport=transport, verify=access.upstream_tls(), timeout=_TEST_TIMEOUT
+        ) as client:
             answer = await client.request(
                 method, url, content=body, headers={"Content-Type": "application/json"} if body is not None else {}
             )
@@ -413,8 +415,12 @@ async def _proxy(request: HttpRequest, task_id: int, port: int) -> HttpResponseB
         upstream_origin = f"http://{endpoint.host}:{endpoint.port}"
         query = request.META.get("QUERY_STRING", "")
         url = upstream_origin + connect.local_path(request.path, query)
-        transport = httpx.AsyncHTTPTransport(uds=endpoint.uds) if endpoint.uds else None
-        client = httpx.AsyncClient(transport=transport, timeout=_CONNECT_TIMEOUT, follow_redirects=False)
+        client = httpx.AsyncClient(
+            transport=access.upstream_transport(endpoint),
+            verify=access.upstream_tls(),
+            timeout=_CONNECT_TIMEOUT,
+            follow_redirects=False,
+        )
         outgoing = client.build_request(request.method, url, headers=_upstream_headers(request), content=request.body)
         started = time.time()
         try:
