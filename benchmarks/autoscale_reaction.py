@@ -25,8 +25,9 @@ the 5-minute scale-down window, and the same start from one replica).
 Two conditions, interleaved run by run (quiet first in even rounds, busy first in odd ones): **quiet**, and
 **busy**: ``--busy-procs`` Python busy loops (2 per core by default) at plain priority, like a competing batch
 job that is not niced, running from before the service is submitted until its run ends. A run whose second
-replica does not serve within ``--limit`` s counts as ``--limit`` (and is marked). Every run's figures and the
-timeline of its task events after the step go to ``--out`` (JSON) too.
+replica does not serve within ``--limit`` s counts as ``--limit`` (and is marked). Each run's line also counts
+the answers other than 200 by status; every run's figures and the timeline of its task events after the step go
+to ``--out`` (JSON) too. Figures: docs/tasks.md, "Reaction time through the worker pools".
 """
 
 from __future__ import annotations
