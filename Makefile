@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: venv vram run demo test lint bench bench-django bench-slurm bench-api bench-demo gpu-check slurm-up slurm-down clean
+.PHONY: venv vram run demo test lint bench bench-django bench-slurm bench-api bench-demo bench-reaction gpu-check slurm-up slurm-down clean
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -58,6 +58,9 @@ bench-api: venv  ## submit and list latency at 1/10/50 clients on the real web s
 
 bench-demo: venv  ## submit -> running on the demo as `make run` starts it (embedded default), next to raw bwrap
 	$(BIN)/python -m benchmarks.demo_submit
+
+bench-reaction: venv  ## the autoscaler's reaction time (load step -> new replica serving) through the real worker pools, quiet and busy
+	$(BIN)/python -m benchmarks.autoscale_reaction
 
 slurm-up:  ## a real dev Slurm cluster on this host (installs Debian's slurm-wlm when missing)
 	bash scripts/dev_slurm.sh start

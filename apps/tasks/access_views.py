@@ -163,10 +163,12 @@ async def service_test(request: HttpRequest, pk: int) -> JsonResponse:
         return JsonResponse({"detail": f"The task's port {port} cannot be reached: {exc}"}, status=502)
     url = f"http://{endpoint.host}:{endpoint.port}" + connect.local_path(path)
     body = request.POST.get("body", "").encode() if method == "POST" else None
-    transport = httpx.AsyncHTTPTransport(uds=endpoint.uds) if endpoint.uds else None
+    transport = access.upstream_transport(endpoint)
     started = time.monotonic()
     try:
-        async with httpx.AsyncClient(transport=transport, timeout=_TEST_TIMEOUT) as client:
+        async with httpx.AsyncClient(
+            transport=transport, verify=access.upstream_tls(), timeout=_TEST_TIMEOUT
+        ) as client:
             answer = await client.request(
                 method, url, content=body, headers={"Content-Type": "application/json"} if body is not None else {}
             )
@@ -366,6 +368,16 @@ async def _exchange(request: HttpRequest, task_id: int, port: int) -> HttpRespon
     return response
 
 
+def _unanswered(exc: httpx.HTTPError, method: str) -> bool:
+    """Whether a failed upstream request may go to another replica: nothing reached the service (no connection),
+    or the connection broke before any answer and the method is safe to send twice (a job's forwarder accepts the
+    connection, then closes it when nothing listens inside the job). A timeout waiting for the answer is no such
+    case: the service is slow, and another replica would get the same request on top of its own."""
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+        return True
+    return method in _SAFE_METHODS and isinstance(exc, httpx.NetworkError | httpx.RemoteProtocolError)
+
+
 async def _proxy(request: HttpRequest, task_id: int, port: int) -> HttpResponseBase:
     """Proxy a request to ``port`` of the task, as the visitor the app cookie names.
 
@@ -373,9 +385,11 @@ async def _proxy(request: HttpRequest, task_id: int, port: int) -> HttpResponseB
     change something is refused, whatever cookie it carries. Each request is counted, and timed until its response
     is relayed to the end (the autoscaler's request rate and concurrency; the last activity and requests in flight
     of scale to zero); a service the portal scales itself gets its requests spread over its replicas by that count,
-    others go to instance 0. The activator: a request for a service that scales to zero and has no serving replica
-    wakes it and is held until a replica answers (:func:`_serving_target`); the wait of the request that woke it is
-    the service's cold start, kept on the task.
+    others go to instance 0. A replica that cannot be reached yet (in the placement from the resize on, before its
+    program listens) passes the request on to the next one (:func:`_unanswered` says when that is safe). The
+    activator: a request for a service that scales to zero and has no serving replica wakes it and is held until a
+    replica answers (:func:`_serving_target`); the wait of the request that woke it is the service's cold start,
+    kept on the task.
     """
     own_origin = f"{request.scheme}://{request.get_host()}"
     sent_from = request.headers.get("Origin")
@@ -390,12 +404,14 @@ async def _proxy(request: HttpRequest, task_id: int, port: int) -> HttpResponseB
     request_id = secrets.token_hex(8)
     counted = None
     hold = None
+    target = None
+    passed = 0  # replicas of the service passed over for this request (they could not be reached)
     while True:
         try:
             target, hold = await _serving_target(user, task_id, port, hold)
             if counted is None:
                 counted = await asyncio.to_thread(request_rate.count, task_id, None, request_id)
-            instance = (counted or 1) % target.replicas
+            instance = ((counted or 1) + passed) % target.replicas
             endpoint = await asyncio.to_thread(target.executor.port_endpoint, target.external_id, instance, port)
         except access.Refused as refused:
             await _ended_early(task_id, counted, request_id)
@@ -405,6 +421,9 @@ async def _proxy(request: HttpRequest, task_id: int, port: int) -> HttpResponseB
             if hold is not None and hold.left() > 0:
                 await asyncio.sleep(ACTIVATOR_POLL_S)  # a woken service's job is still being set up
                 continue
+            if target is not None and passed + 1 < target.replicas:
+                passed += 1  # a replica whose job is not up yet: the next one serves the request
+                continue
             await _ended_early(task_id, counted, request_id)
             return _page(
                 502, f"The task's port {port} cannot be reached: {exc}", connect.app_cookie_back(cookie, task_id, port)
@@ -413,8 +432,12 @@ async def _proxy(request: HttpRequest, task_id: int, port: int) -> HttpResponseB
         upstream_origin = f"http://{endpoint.host}:{endpoint.port}"
         query = request.META.get("QUERY_STRING", "")
         url = upstream_origin + connect.local_path(request.path, query)
-        transport = httpx.AsyncHTTPTransport(uds=endpoint.uds) if endpoint.uds else None
-        client = httpx.AsyncClient(transport=transport, timeout=_CONNECT_TIMEOUT, follow_redirects=False)
+        client = httpx.AsyncClient(
+            transport=access.upstream_transport(endpoint),
+            verify=access.upstream_tls(),
+            timeout=_CONNECT_TIMEOUT,
+            follow_redirects=False,
+        )
         outgoing = client.build_request(request.method, url, headers=_upstream_headers(request), content=request.body)
         started = time.time()
         try:
@@ -427,6 +450,9 @@ async def _proxy(request: HttpRequest, task_id: int, port: int) -> HttpResponseB
             if connect_failed and hold is not None and hold.left() > 0:
                 # A held request waits for the woken replica's program to listen: nothing was sent yet.
                 await asyncio.sleep(ACTIVATOR_POLL_S)
+                continue
+            if passed + 1 < target.replicas and _unanswered(exc, request.method):
+                passed += 1  # a replica whose program does not listen yet (just started): the next one serves
                 continue
             await _ended_early(task_id, counted, request_id)
             message = (

@@ -30,6 +30,7 @@ from cryptography.fernet import Fernet
 from psycopg import sql
 
 from benchmarks.multi_process import SEED
+from hcsportal.management.commands.runportal import WORKER_POOLS
 
 ROOT = Path(__file__).resolve().parents[2]
 HOST = "127.0.0.1"
@@ -167,7 +168,11 @@ class Portal:
         return done.stdout
 
     def start(self, *roles: str) -> None:
-        """Start ``web``, ``worker`` and/or ``beat`` (all three by default); wait until the web answers."""
+        """Start ``web``, ``worker`` and/or ``beat`` (all three by default); wait until the web answers.
+
+        ``worker`` is one Celery worker serving every queue; ``scheduler``, ``autoscaler`` and ``default`` are
+        instead the three pools ``make run`` starts, one per queue (``WORKER_POOLS`` of the runportal command)."""
+        pools = {"default" if name == "worker" else name: spec for name, spec in WORKER_POOLS.items()}
         commands = {
             "web": [
                 "-m",
@@ -194,6 +199,25 @@ class Portal:
                 "-n",
                 f"faults{self.port}@%h",
             ],
+            **{
+                role: [
+                    "-m",
+                    "celery",
+                    "-A",
+                    "celery_app",
+                    "worker",
+                    "--loglevel",
+                    "INFO",
+                    "-Q",
+                    queue,
+                    "--concurrency",
+                    str(concurrency),
+                    "--without-gossip",
+                    "-n",
+                    f"{node}{self.port}@%h",
+                ]
+                for role, (queue, concurrency, node) in pools.items()
+            },
             "beat": [
                 "-m",
                 "celery",
@@ -206,7 +230,7 @@ class Portal:
                 str(self.workdir / "celerybeat-schedule"),
             ],
         }
-        for role in roles or tuple(commands):
+        for role in roles or ("web", "worker", "beat"):
             with (self.workdir / f"{role}.log").open("ab") as log:
                 self.procs[role] = subprocess.Popen(
                     [sys.executable, *commands[role]],

@@ -14,6 +14,8 @@ import json
 import os
 import re
 import signal
+import socket
+import threading
 import time
 
 import pytest
@@ -21,6 +23,8 @@ from asgiref.sync import async_to_sync
 from django.test import Client
 
 from apps.clusters.backends import executor_for
+from apps.clusters.executors.base import Endpoint, ExecutorError
+from apps.clusters.executors.local import LocalExecutor
 from apps.control import autoscaling
 from apps.control.scheduling import run_cycle
 from apps.tasks import request_rate
@@ -310,3 +314,55 @@ def test_a_high_service_under_pressure_shrinks_a_low_one_and_both_recover(three_
     for task in (low, high):
         stop_task(task, world.member)
         wait_status(task, {"stopped"})
+
+
+@pytest.fixture
+def closing_socket(tmp_path):
+    """A unix socket that accepts every connection and closes it at once, as a job's port forwarder does while
+    nothing listens inside the job."""
+    path = tmp_path / "closing.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(16)
+
+    def serve():
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = server.accept()
+                conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield path
+    server.close()
+
+
+@pytest.mark.parametrize("second", ["job not up", "nothing listens", "forwarder closes"])
+def test_a_replica_that_cannot_be_reached_yet_passes_its_requests_to_one_that_serves(
+    world, monkeypatch, tmp_path, closing_socket, second
+):
+    svc = start(world, "svc", "high", autoscale_max=2)
+    client, _ = app_clients(world.member, svc, PORT)
+    first = get_when_up(client, svc)
+    # The resize put a second replica in the placement; the proxy spreads requests over both from then on.
+    Task.objects.filter(pk=svc.pk).update(placement=svc.placement * 2, autoscale_desired=2)
+    real = LocalExecutor.port_endpoint
+
+    def port_endpoint(self, external_id, instance, port):
+        if instance == 0:
+            return real(self, external_id, instance, port)
+        if second == "job not up":
+            raise ExecutorError("the job has no instance 1", retryable=False)
+        sock = closing_socket if second == "forwarder closes" else tmp_path / "nobody.sock"
+        return Endpoint("127.0.0.1", port, uds=str(sock))
+
+    monkeypatch.setattr(LocalExecutor, "port_endpoint", port_endpoint)
+    try:
+        assert [get(client) for _ in range(6)] == [(200, first)] * 6
+        # A request that may change something is sent once: when the connection ended without an answer, it may
+        # have reached the service, so it is not sent again (the service itself answers POST with 501).
+        # (The proxy alternates by the count of the second, so a few requests reach both replicas.)
+        statuses = {client.post("/", data=b"x", content_type="text/plain").status_code for _ in range(8)}
+        assert statuses == ({501, 502} if second == "forwarder closes" else {501})
+    finally:
+        stop_task(svc, world.member)
+        wait_status(svc, {"stopped"})

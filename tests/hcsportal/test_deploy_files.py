@@ -119,7 +119,11 @@ def test_the_scheduler_and_the_autoscaler_have_queues_and_worker_pools_of_their_
     compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())["services"]
     documents = yaml.safe_load_all((DEPLOY / "kubernetes" / "portal.yaml").read_text())
     manifests = {(d["kind"], d["metadata"]["name"]): d for d in documents if d}
-    for role, queue in (("worker", "celery"), ("scheduler", "scheduling"), ("autoscaler", "autoscale")):
+    from hcsportal.management.commands.runportal import WORKER_POOLS
+
+    pools = (("worker", "celery"), ("scheduler", "scheduling"), ("autoscaler", "autoscale"))
+    assert {role: queue for role, (queue, _, _) in WORKER_POOLS.items()} == dict(pools)  # make run's pools
+    for role, queue in pools:
         command = compose[role]["command"]
         assert command[command.index("-Q") + 1] == queue
         container = manifests[("Deployment", f"hcs-portal-{role}")]["spec"]["template"]["spec"]["containers"][0]

@@ -56,6 +56,16 @@ def start_embedded_redis(socket: Path, workdir: Path) -> subprocess.Popen:
     raise CommandError("embedded redis-server did not answer within 10 s")
 
 
+# One Celery pool per queue (celery_app/app.py, docs/deploy.md "Workers"): honcho's process name -> (queue,
+# concurrency, node name). The scheduling cycle and the autoscaler never wait behind a slow reconciliation or a
+# forecast fit. tests/control/portal_processes.py starts the same pools for whole-portal tests and benchmarks.
+WORKER_POOLS = {
+    "worker": ("celery", 3, "default"),
+    "scheduler": ("scheduling", 2, "scheduling"),
+    "autoscaler": ("autoscale", 1, "autoscale"),
+}
+
+
 def web_command(host: str, port: int, workers: int) -> str:
     """The web server's command line: uvicorn serving the ASGI app (HTTP and WebSocket) with ``workers``
     processes. Django runs each request's view in a thread, but a process's threads share one interpreter
@@ -91,11 +101,10 @@ class Command(BaseCommand):
         beat_schedule = shlex.quote(str(settings.VAR_DIR / "celerybeat-schedule"))
         processes = {
             "web": web_command(host, port, settings.HCS_WEB_WORKERS),
-            # One pool per queue (celery_app/app.py): the scheduling cycle and the autoscaler never wait behind
-            # a slow reconciliation or a forecast fit.
-            "worker": f"{worker} -Q celery --concurrency 3 -n default@%h",
-            "scheduler": f"{worker} -Q scheduling --concurrency 2 -n scheduling@%h",
-            "autoscaler": f"{worker} -Q autoscale --concurrency 1 -n autoscale@%h",
+            **{
+                name: f"{worker} -Q {queue} --concurrency {concurrency} -n {node}@%h"
+                for name, (queue, concurrency, node) in WORKER_POOLS.items()
+            },
             "beat": f"{python} -m celery -A celery_app beat --loglevel INFO --schedule {beat_schedule}",
         }
         self.stdout.write(
