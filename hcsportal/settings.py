@@ -190,9 +190,12 @@ else:
         }
     }
 if DATABASES["default"]["ENGINE"] == "hcsportal.sqlite_backend":
-    # Tests on SQLite use an in-memory database (Django's default), said outright: test tools that know only
-    # Django's own engine name (pytest-django under xdist) would otherwise name a database file after this one.
-    DATABASES["default"].setdefault("TEST", {"NAME": ":memory:"})
+    # Tests on SQLite use a database file of their own in this checkout's var/ (one per xdist worker: pytest-django
+    # adds the worker's name), with the same WAL journal, busy timeout and IMMEDIATE transactions as the portal's
+    # file: threads and processes of a test wait for each other's writes as they do in `make run`. Django's
+    # in-memory default shares one cache between connections, whose table locks fail at once ("database table is
+    # locked") instead of waiting.
+    DATABASES["default"].setdefault("TEST", {"NAME": str(VAR_DIR / "test-hcsportal.sqlite3")})
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis: Celery broker and Channels layer -------------------------------------------------
