@@ -121,6 +121,9 @@ def _task_options(p) -> None:
     p.add_argument("--autoscale-max", type=int)
     p.add_argument("--autoscale-cpu-percent", type=int)
     p.add_argument("--autoscale-gpu-percent", type=int)
+    p.add_argument("--autoscale-rps", type=int, help="inference: target requests/s per replica")
+    p.add_argument("--autoscale-concurrency", type=int, help="inference: target requests in flight per replica")
+    p.add_argument("--autoscale-latency-ms", type=int, help="inference: target mean time of a request (ms)")
     p.add_argument(
         "--scale-to-zero-after",
         dest="scale_to_zero_after_s",

@@ -52,6 +52,9 @@ PLAIN_FIELDS = (
     "autoscale_max",
     "autoscale_cpu_percent",
     "autoscale_gpu_percent",
+    "autoscale_rps",
+    "autoscale_concurrency",
+    "autoscale_latency_ms",
     "scale_to_zero_after_s",
 )
 # How long a follower waits between two reads when nothing new came.

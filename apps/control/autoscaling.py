@@ -115,6 +115,7 @@ def targets_of(task: Task) -> rules.Targets:
         cpu_percent=task.autoscale_cpu_percent,
         rps_per_replica=task.autoscale_rps,
         concurrency_per_replica=task.autoscale_concurrency,
+        latency_ms=task.autoscale_latency_ms,
     )
 
 
@@ -131,6 +132,7 @@ def run_autoscaler(now: float | None = None) -> list[Outcome]:
     slow = [t.pk for t in services if t.autoscale_concurrency]
     in_flight = request_rate.concurrency(slow, now=now)
     panic_in_flight = request_rate.concurrency(slow, window_s=request_rate.PANIC_WINDOW_S, now=now)
+    took = request_rate.latencies([t.pk for t in services if t.autoscale_latency_ms], now=now)
     when = datetime.fromtimestamp(now, tz=UTC)
     gpu = _gpu_utilisation(services, now)
     record_load(services, rps, gpu, now)
@@ -148,6 +150,7 @@ def run_autoscaler(now: float | None = None) -> list[Outcome]:
             concurrency=in_flight.get(task.pk),
             panic_rps=panic_rps.get(task.pk) if task.autoscale_rps else None,
             panic_concurrency=panic_in_flight.get(task.pk),
+            latency_ms=took.get(task.pk),
         )
         decision = rules.decide(
             targets_of(task),

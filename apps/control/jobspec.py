@@ -84,6 +84,7 @@ def _autoscaling(task: Task) -> dict:
         "health_path": task.readiness_path or None,
         "target_requests_per_second": task.autoscale_rps,
         "target_requests_in_flight": task.autoscale_concurrency,
+        "target_latency_ms": task.autoscale_latency_ms,
     }
     if task.autoscale_max:
         # The same stabilisation as the portal's own autoscaler, so a service scales alike on every backend.

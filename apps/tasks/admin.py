@@ -104,7 +104,7 @@ REQUEST_FIELDSETS = (
                 ("port", "max_tokens", "temperature"),
                 ("autoscale_min", "autoscale_max"),
                 ("autoscale_cpu_percent", "autoscale_gpu_percent", "autoscale_memory_percent"),
-                ("autoscale_rps", "autoscale_concurrency"),
+                ("autoscale_rps", "autoscale_concurrency", "autoscale_latency_ms"),
                 "autoscale_predictive",
                 "autoscale_schedule",
                 "scale_to_zero_after_s",

@@ -80,6 +80,7 @@ class TaskFilterSet(BaseFilterSet):
             "autoscale_memory_percent": NUMBER,
             "autoscale_rps": NUMBER,
             "autoscale_concurrency": NUMBER,
+            "autoscale_latency_ms": [*NUMBER, "isnull"],
             "autoscale_predictive": ["exact"],
             "autoscale_desired": NUMBER,
             "scale_to_zero_after_s": [*NUMBER, "isnull"],

@@ -504,6 +504,7 @@ class InferenceForm(TaskForm):
         "autoscale_memory_percent",
         "autoscale_rps",
         "autoscale_concurrency",
+        "autoscale_latency_ms",
         "autoscale_predictive",
         "autoscale_schedule",
         "scale_to_zero_after_s",
@@ -542,6 +543,14 @@ class InferenceForm(TaskForm):
         label="Autoscaling: target requests in flight per replica",
         help_text="Requests one replica should work on at a time (concurrency), timed at the portal's Connect "
         "proxy; suits slow requests such as streamed completions.",
+    )
+    autoscale_latency_ms = forms.IntegerField(
+        min_value=1,
+        max_value=limits.MAX_LATENCY_MS,
+        required=False,
+        label="Autoscaling: target latency (ms)",
+        help_text="Mean time a request should take, timed at the portal's Connect proxy; more replicas while "
+        "requests take longer (set it above what an idle replica takes).",
     )
     autoscale_predictive = forms.BooleanField(
         required=False,

@@ -227,6 +227,14 @@ class Task(models.Model):
         verbose_name="autoscale requests in flight per replica",
         help_text="Inference: target concurrency (requests in flight) per replica, as the portal's proxy times them",
     )
+    autoscale_latency_ms = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(600_000)],
+        verbose_name="autoscale latency target (ms)",
+        help_text="Inference: target mean time of a request, as the portal's proxy times them; replicas follow "
+        "ceil(replicas x measured / target), as the HPA scales on any per-replica average",
+    )
     autoscale_predictive = models.BooleanField(
         default=False,
         help_text="Inference: also scale ahead of the request rate forecast from the service's history "

@@ -12,7 +12,8 @@ flight (a sorted set by start, whose members older than ``IN_FLIGHT_KEEP_S`` no 
 request keeps a service awake a day at most): scale to zero waits until both say idle. Measuring never fails a
 request: a Redis outage costs the autoscaler its readings (it then keeps the count as it is, and nothing scales
 to zero), never a response. The autoscaler reads the same counters over a stable window (``WINDOW_S``) and over
-its last seconds, the panic window (``PANIC_WINDOW_S``).
+its last seconds, the panic window (``PANIC_WINDOW_S``). The latency target reads, per second a request ended,
+its whole time and the count of requests that ended (two more counters in the same round trip).
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ log = logging.getLogger(__name__)
 
 KEY = "hcs:rps:{task_id}:{second}"
 BUSY_KEY = "hcs:busy:{task_id}:{second}"
+# Per second a request ended: its whole time (ms) and how many ended (the latency target's mean).
+TOOK_KEY = "hcs:took:{task_id}:{second}"
+ENDED_KEY = "hcs:ended:{task_id}:{second}"
 KEEP_S = 120
 # A metric is read over this many whole seconds before the current one.
 WINDOW_S = 15
@@ -75,6 +79,9 @@ def busy(task_id: int, started: float, ended: float, request_id: str = "") -> No
         ms = round(1000 * (min(ended, second + 1) - max(started, second)))
         if ms > 0:
             amounts[BUSY_KEY.format(task_id=task_id, second=second)] = ms
+    # Its whole time, in the second it ended, with the count of requests that ended then (the mean latency).
+    amounts[TOOK_KEY.format(task_id=task_id, second=int(ended))] = max(round(1000 * (ended - started)), 0)
+    amounts[ENDED_KEY.format(task_id=task_id, second=int(ended))] = 1
     try:
         pipe = redis_guard.client().pipeline(transaction=False)
         for key, amount in amounts.items():
@@ -166,11 +173,19 @@ def concurrency(task_ids: list[int], window_s: int = WINDOW_S, now: float | None
     return {pk: None if ms is None else ms / (1000 * window_s) for pk, ms in sums.items()}
 
 
+def latencies(task_ids: list[int], window_s: int = WINDOW_S, now: float | None = None) -> dict[int, float | None]:
+    """Mean time (ms) of each task's requests that ended in the last ``window_s`` whole seconds, from the proxy's
+    relay start to its end (None when none ended or Redis fails)."""
+    took = _sums(TOOK_KEY, task_ids, window_s, now)
+    ended = _sums(ENDED_KEY, task_ids, window_s, now)
+    return {pk: took[pk] / ended[pk] if took[pk] is not None and ended[pk] else None for pk in task_ids}
+
+
 def forget(task_id: int) -> None:
     """Drop a task's counters (they expire by themselves; this is for tests and deleted tasks)."""
     with contextlib.suppress(redis.RedisError):
         client = redis_guard.client()
-        patterns = [key.format(task_id=task_id, second="*") for key in (KEY, BUSY_KEY)]
+        patterns = [key.format(task_id=task_id, second="*") for key in (KEY, BUSY_KEY, TOOK_KEY, ENDED_KEY)]
         keys = [k for pattern in patterns for k in client.scan_iter(pattern, count=500)]
         keys += [LAST_KEY.format(task_id=task_id), IN_FLIGHT_KEY.format(task_id=task_id)]
         if keys:

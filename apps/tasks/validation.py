@@ -30,6 +30,7 @@ MAX_MEMORY_GIB = Decimal("16384")
 MAX_INSTANCES = 1024
 # Autoscaling target: requests per second per replica.
 MAX_RPS = 1_000_000
+MAX_LATENCY_MS = 600_000  # ten minutes
 # Autoscaling target: requests in flight per replica.
 MAX_CONCURRENCY = 10_000
 MAX_EPOCHS = 1_000_000
@@ -87,6 +88,7 @@ NUMBER_BOUNDS: tuple[tuple[str, Any, Any], ...] = (
     ("autoscale_max", 1, MAX_INSTANCES),
     ("autoscale_rps", 1, MAX_RPS),
     ("autoscale_concurrency", 1, MAX_CONCURRENCY),
+    ("autoscale_latency_ms", 1, MAX_LATENCY_MS),
     ("epochs", 1, MAX_EPOCHS),
     ("batch_size", 1, MAX_BATCH_SIZE),
     ("max_tokens", 1, MAX_TOKENS),

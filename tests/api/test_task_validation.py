@@ -47,6 +47,10 @@ def submit(world, **fields):
         ("volumes", {"volumes": [{"mount_path": "/data", "claim_name": "datasets"}]}),
         ("volumes", {"volumes": [{"name": "root", "mount_path": "/host", "host_path": "/"}]}),
         ("required_labels", {"required_labels": {"gpu": ["a100"]}}),
+        (
+            "autoscale_latency_ms",
+            {"kind": "inference", "autoscale_min": 1, "autoscale_max": 2, "autoscale_latency_ms": 0},
+        ),
         ("scale_to_zero_after_s", {"scale_to_zero_after_s": 600}),
         ("scale_to_zero_after_s", {"kind": "inference", "scale_to_zero_after_s": 600}),
         ("scale_to_zero_after_s", {"kind": "inference", "port": 8000, "scale_to_zero_after_s": 5}),
@@ -74,6 +78,7 @@ def submit(world, **fields):
         "volume-without-name",
         "unapproved-host-path",
         "label-list",
+        "autoscale-latency",
         "scale-to-zero-training",
         "scale-to-zero-without-port",
         "scale-to-zero-too-soon",

@@ -74,6 +74,18 @@ def test_slow_requests_ask_for_replicas_on_concurrency_and_the_timeline_names_it
     assert (event.data["metric"], event.data["value"], event.data["target"]) == ("concurrency", 6.0, 2)
 
 
+def test_requests_slower_than_the_latency_target_ask_for_replicas_and_the_timeline_names_it(world):
+    svc = service(world, autoscale_rps=None, autoscale_latency_ms=200)
+    now = time.time()
+    for s in range(int(now) - 10, int(now)):  # a request a second, each 600 ms
+        request_rate.count(svc.pk, now=s)
+        request_rate.busy(svc.pk, s, s + 0.6)
+    [outcome] = autoscaling.run_autoscaler(now)
+    assert (outcome.running, outcome.desired, outcome.changed) == (1, 3, True)
+    event = svc.events.get(kind="autoscaled")
+    assert "requests took 600 ms on average for a target of 200 ms" in event.message
+
+
 def test_a_concurrency_reading_without_a_target_is_not_used(world):
     svc = service(world, autoscale_rps=None, autoscale_gpu_percent=None)
     now = time.time()

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from apps.queues.engine.autoscale import (
     CONCURRENCY,
     DEFAULT,
+    LATENCY,
     RPS,
     Behaviour,
     Metrics,
@@ -119,6 +120,15 @@ def test_concurrency_above_target_scales_up_to_what_is_in_flight_over_the_target
     assert d.desired == 4  # ceil(13 / 4)
     assert (d.metric, d.value, d.target) == (CONCURRENCY, 13.0, 4)
     assert "13.0 requests in flight for a target of 4 per replica" in d.reason
+
+
+def test_requests_slower_than_the_latency_target_scale_up_by_the_ratio_and_within_tolerance_keep_the_count():
+    targets = Targets(min_replicas=1, max_replicas=10, latency_ms=200)
+    d = decide(targets, 2, Metrics(latency_ms=500.0), (), 0.0)
+    assert (d.desired, d.metric) == (5, LATENCY)  # ceil(2 x 500 / 200)
+    assert "requests took 500 ms on average for a target of 200 ms" in d.reason
+    assert decide(targets, 2, Metrics(latency_ms=215.0), (), 0.0).desired == 2  # within 10 %
+    assert decide(targets, 2, Metrics(latency_ms=None), (), 0.0).reason == "no metric reading"
 
 
 def test_concurrency_within_tolerance_keeps_the_count():

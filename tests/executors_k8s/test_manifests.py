@@ -460,6 +460,13 @@ def test_inference_concurrency_target_is_a_pods_metric_of_the_hpa_beside_the_req
     }
 
 
+def test_inference_latency_target_is_a_pods_metric_of_the_hpa():
+    s = spec(kind="inference", settings={"min_replicas": 1, "max_replicas": 4, "target_latency_ms": 250})
+    hpa = m.build_manifests(s, "ns")[-1]
+    pods = {metric["pods"]["metric"]["name"]: metric["pods"]["target"] for metric in hpa["spec"]["metrics"]}
+    assert pods == {"http_request_duration_milliseconds": {"type": "AverageValue", "averageValue": "250"}}
+
+
 def test_inference_request_rate_target_is_a_pods_metric_of_the_hpa():
     s = spec(kind="inference", settings={"min_replicas": 1, "max_replicas": 4, "target_requests_per_second": 25})
     hpa = m.build_manifests(s, "ns")[-1]

@@ -35,6 +35,15 @@ def test_busy_time_read_back_as_requests_in_flight_over_the_window(task_id):
     assert request_rate.rates([task_id], now=now) == {task_id: 0.0}  # timing is not counting
 
 
+def test_the_mean_time_of_the_requests_that_ended_in_the_window_is_their_latency(task_id):
+    now = 1_800_000_000.0
+    request_rate.busy(task_id, now - 10.5, now - 10.0)  # 500 ms
+    request_rate.busy(task_id, now - 6.5, now - 5.0)  # 1,500 ms
+    request_rate.busy(task_id, now - 60.0, now - 30.0)  # ended before the window: not read
+    assert request_rate.latencies([task_id], now=now) == {task_id: 1000.0}
+    assert request_rate.latencies([task_id], window_s=3, now=now) == {task_id: None}  # none ended then
+
+
 def test_a_long_request_is_spread_over_the_seconds_it_spanned(task_id):
     now = 1_800_000_000.0
     request_rate.busy(task_id, now - 299.5, now + 0.5)  # a 5-minute stream that ends half a second into now

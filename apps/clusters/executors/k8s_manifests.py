@@ -83,6 +83,8 @@ GPU_UTIL_METRIC = "DCGM_FI_DEV_GPU_UTIL"
 REQUESTS_METRIC = "http_requests_per_second"
 # A service's requests in flight per pod: a gauge the service exports (or the adapter renames to this; docs/tasks.md).
 IN_FLIGHT_METRIC = "http_requests_in_flight"
+# A service's mean request time per pod in milliseconds (an adapter rule over its request duration histogram).
+LATENCY_METRIC = "http_request_duration_milliseconds"
 
 # Pod names get "-<index>" (Indexed Job) or "-worker-<index>" (Volcano) appended and must stay
 # within the 63 characters of a DNS label, so task names are capped below that.
@@ -913,7 +915,11 @@ def _hpa_metrics(settings: dict) -> list[dict]:
                 },
             }
         )
-    for name, key in ((REQUESTS_METRIC, "target_requests_per_second"), (IN_FLIGHT_METRIC, "target_requests_in_flight")):
+    for name, key in (
+        (REQUESTS_METRIC, "target_requests_per_second"),
+        (IN_FLIGHT_METRIC, "target_requests_in_flight"),
+        (LATENCY_METRIC, "target_latency_ms"),
+    ):
         if settings.get(key) is not None:
             target = {"type": "AverageValue", "averageValue": str(int(settings[key]))}
             metrics.append({"type": "Pods", "pods": {"metric": {"name": name}, "target": target}})

@@ -7,7 +7,9 @@ The engine then grants replicas up to that count (quota, queue class, placement)
 The rules follow the Kubernetes HorizontalPodAutoscaler (autoscaling/v2) so a service behaves alike on
 every backend:
 
-* per metric, ``ceil(replicas x value / target)`` for utilisations (GPU %, CPU %: averages over the replicas),
+* per metric, ``ceil(replicas x value / target)`` for utilisations (GPU %, CPU %: averages over the replicas)
+  and for the latency (the mean time of the requests that ended in the window, as the HPA scales on any
+  per-replica average),
   and ``ceil(total / target per replica)`` for the request rate and the concurrency (requests in flight,
   measured over all replicas); a reading within ``tolerance`` of its target leaves the count as it is; the
   largest count of all metrics wins, clamped to ``[min, max]``;
@@ -45,6 +47,7 @@ GPU = "gpu"
 CPU = "cpu"
 RPS = "rps"
 CONCURRENCY = "concurrency"
+LATENCY = "latency"
 FORECAST = "forecast"
 
 
@@ -58,6 +61,7 @@ class Targets:
     cpu_percent: float | None = None
     rps_per_replica: float | None = None
     concurrency_per_replica: float | None = None
+    latency_ms: float | None = None
 
     def __post_init__(self):
         if self.min_replicas < 1 or self.max_replicas < self.min_replicas:
@@ -76,6 +80,7 @@ class Metrics:
     concurrency: float | None = None  # mean requests in flight over all replicas
     panic_rps: float | None = None  # requests per second over the short panic window
     panic_concurrency: float | None = None  # mean requests in flight over the short panic window
+    latency_ms: float | None = None  # mean time of the requests that ended in the window
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +131,7 @@ def _per_metric(targets: Targets, metrics: Metrics, replicas: int, tolerance: fl
     for name, value, target in (
         (GPU, metrics.gpu_percent, targets.gpu_percent),
         (CPU, metrics.cpu_percent, targets.cpu_percent),
+        (LATENCY, metrics.latency_ms, targets.latency_ms),
     ):
         if value is None or not target:
             continue
@@ -149,6 +155,8 @@ def _describe(metric: str, value: float, target: float) -> str:
         return f"{value:.1f} requests/s for a target of {target:g} per replica"
     if metric == CONCURRENCY:
         return f"{value:.1f} requests in flight for a target of {target:g} per replica"
+    if metric == LATENCY:
+        return f"requests took {value:.0f} ms on average for a target of {target:g} ms"
     return f"{metric.upper()} utilisation {value:.0f}% for a target of {target:g}%"
 
 
@@ -199,6 +207,7 @@ def decide(
             targets.cpu_percent,
             targets.rps_per_replica,
             targets.concurrency_per_replica,
+            targets.latency_ms,
         )
         scheduled = True
     else:
