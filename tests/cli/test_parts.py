@@ -157,6 +157,19 @@ def test_schedule_min_sends_each_entry_as_its_line_for_the_api_to_read():
     assert body["autoscale_schedule"] == ["Mon-Fri 08:00-20:00 4", "Sat 10:00-14:00 2 Europe/Berlin"]
 
 
+def test_scale_to_zero_and_the_request_targets_go_into_the_submission():
+    from hcs_cli.__main__ import parser
+
+    args = parser().parse_args(
+        ["submit", "-p", "alpha", "-n", "svc", "-k", "inference", "--port", "8000", "--scale-to-zero-after", "600"]
+        + ["--autoscale-min", "1", "--autoscale-max", "3", "--autoscale-rps", "20", "--autoscale-concurrency", "4"]
+        + ["--autoscale-latency-ms", "250", "--", "serve"]
+    )
+    body = commands._submit_body(args)
+    assert (body["scale_to_zero_after_s"], body["autoscale_rps"]) == (600, 20)
+    assert (body["autoscale_concurrency"], body["autoscale_latency_ms"]) == (4, 250)
+
+
 def test_a_503_with_retry_after_is_waited_out_for_requests_safe_to_send_again(monkeypatch, capsys):
     import json
     import threading
