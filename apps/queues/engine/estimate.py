@@ -205,6 +205,7 @@ class Clocks:
         self._gang_cache: dict = {}
         self._nodes: dict | None = None
         self._rooms: dict = {}
+        self._fits: dict = {}  # (cluster, key, need per instance) -> instances that fit in the frozen rooms
         self._events: dict = {}
         self._by_end: list = []
         self._past: list = []
@@ -213,9 +214,9 @@ class Clocks:
         if gangs:
             # Frozen cheaply (the free room of every node, the running tasks' claims by expected end); the rooms per
             # pool key and the release events are worked out from these when a gang's estimate is first read.
-            # cluster -> [(node, free cpu, free thousandths per card)]
+            # cluster -> (its index, [(free cpu, free thousandths per card)] in the order of its schedulable nodes)
             self._nodes = {
-                cid: [(ns, ns.free_cpu, tuple(ns.dev_free)) for ns in cv.index.schedulable]
+                cid: (cv.index, [(ns.free_cpu, tuple(ns.dev_free)) for ns in cv.index.schedulable])
                 for cid, cv in sched.clusters.items()
                 if cv.usable
             }
@@ -249,19 +250,24 @@ class Clocks:
             if need <= 0:
                 continue
             for cid, rooms in self._rooms_of(key).items():
-                room = dict(rooms)
-                fit = sum(int((v + EPS) // need) for v in room.values())
+                fit = self._fits.get((cid, key, need))
+                if fit is None:
+                    fit = self._fits[(cid, key, need)] = sum(int((v + EPS) // need) for v in rooms.values())
                 if fit >= d.instances:
                     best = (self.now, None)
                     break
+                room = {}  # the rooms the releases read so far changed (the rest are as frozen)
                 for end, seq, pos, amount in self._events_of(cid, key):
                     if best[0] is not None and end >= best[0]:
                         break
-                    if pos not in room:
-                        continue
-                    before = int((room[pos] + EPS) // need)
-                    room[pos] += amount
-                    fit += int((room[pos] + EPS) // need) - before
+                    was = room.get(pos)
+                    if was is None:
+                        was = rooms.get(pos)
+                        if was is None:
+                            continue
+                    before = int((was + EPS) // need)
+                    now_room = room[pos] = was + amount
+                    fit += int((now_room + EPS) // need) - before
                     if fit >= d.instances:
                         best = (end, seq)
                         break
@@ -271,24 +277,22 @@ class Clocks:
         return best
 
     def _rooms_of(self, key) -> dict:
-        """Per usable cluster, node position -> the free room of pool ``key`` (a GPU model, or "cpu") when frozen."""
+        """Per usable cluster, node position -> the free room of pool ``key`` (a GPU model, or "cpu") when frozen:
+        every schedulable node for "cpu", the nodes that have the model for a model (no other node gets or gives
+        back any of it)."""
         rooms = self._rooms.get(key)
         if rooms is None:
             rooms = self._rooms[key] = {}
-            for cid, frozen in (self._nodes or {}).items():
+            for cid, (index, frozen) in (self._nodes or {}).items():
                 per = rooms[cid] = {}
-                for ns, free_cpu, dev_free in frozen:
-                    if key == "cpu":
+                nodes = index.schedulable
+                if key == "cpu":
+                    for ns, (free_cpu, _free) in zip(nodes, frozen, strict=True):
                         per[ns.pos] = max(free_cpu, 0.0)
-                        continue
-                    v = 0.0
-                    if key not in ns.models:
-                        per[ns.pos] = v
-                        continue
-                    for i, m in enumerate(ns.dev_model):
-                        if m == key and ns.dev_ok[i]:
-                            v += dev_free[i]
-                    per[ns.pos] = v
+                    continue
+                for k, cards in index.with_model(key):
+                    # Summed in card order from 0.0, as a node's room always was.
+                    per[nodes[k].pos] = sum(map(frozen[k][1].__getitem__, cards), 0.0)
         return rooms
 
     def _events_of(self, cid, key):
