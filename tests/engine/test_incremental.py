@@ -564,3 +564,101 @@ def test_gang_clock_keeps_an_elastic_tasks_replicas_as_they_were_when_frozen():
     assert expected == (200.0, run.seq)
     run.claims.pop()  # as a shrink does (Scheduler._shrink)
     assert clocks.gang(d) == expected
+
+
+def test_cycle_shortcuts_decide_as_the_long_way_round(monkeypatch):
+    """A wait's demand is marked as starving once per class and cycle, and a preemptible low task skips the scan of
+    the cross-class reservations (every holder is high or medium and may preempt it). Schedulers taking the long
+    way round (marking every wait, scanning for every task) decide the same, cycle after cycle."""
+    from apps.queues.engine import engine
+    from apps.queues.engine.model import CLASS_RANK, HIGH, MEDIUM
+    from apps.queues.engine.resources import EPS
+
+    class Forgetful(dict):
+        def get(self, key, default=None):
+            return None
+
+    def held_off_long_way(self, task, cls, cyc):
+        if cls == HIGH:
+            return None
+        rank = CLASS_RANK[cls]
+        now = cyc.now
+        dur = task.expected_duration_s
+        end = None if dur is None else now + dur
+        window_end = None
+        if cls == MEDIUM and task.preemptible:
+            window = task.window_s if task.window_s is not None else dur
+            window_end = None if window is None else now + window
+        out: set = set()
+        for t_res, nodes, holder_rank, holder in cyc.class_res:
+            if holder_rank < rank or holder == task.id:
+                continue
+            if end is not None and end <= t_res + EPS:
+                continue
+            if cls == "low" and task.preemptible and holder_rank > rank:
+                continue
+            if window_end is not None and holder_rank == CLASS_RANK[HIGH] and window_end <= t_res + EPS:
+                continue
+            out |= nodes
+        return frozenset(out) if out else None
+
+    real_cycle_init = engine.Cycle.__init__
+
+    def long_way_cycle(self, now):
+        real_cycle_init(self, now)
+        self.starving_marked = Forgetful()
+
+    queues = QUEUES + (Queue("high-long", "high", policy="fifo"), Queue("medium-wait", "medium", reserve_after_s=60))
+    for seed in range(30):
+        rnd = random.Random(3000 + seed)
+        clusters, nodes, quotas, settings = _config(rnd)
+
+        def mixed(tid, now, rnd=rnd):
+            t = _task(rnd, tid, now)
+            r = rnd.random()
+            if r < 0.3:
+                t = replace(t, queue_id=rnd.choice(["high-long", "medium-wait"]), expected_duration_s=600.0)
+            elif r < 0.6:  # one model each, so waits for different models meet low work that could use them
+                gpu = GpuRequest(rnd.choice([1, 2, 4]), (rnd.choice(["A100-80G", "T4", "V100"]),))
+                t = replace(t, gpu=gpu, instances=1, min_replicas=None, max_replicas=None)
+            return t
+
+        now = 1000.0
+        initial = [mixed(f"t{i}", now - rnd.choice([10, 100, 1000])) for i in range(rnd.randint(20, 60))]
+        snap_ = Snapshot(now, clusters, nodes, MODELS, queues, quotas, (), tuple(initial), settings)
+        short, long_way = Scheduler(snap_), Scheduler(snap_)
+        n = len(initial)
+        for _cycle in range(12):
+            got = short.cycle(now)
+            with monkeypatch.context() as m:
+                m.setattr(engine.Cycle, "__init__", long_way_cycle)
+                m.setattr(Scheduler, "_held_off", held_off_long_way)
+                expected = long_way.cycle(now)
+                assert _decisions(got) == _decisions(expected), (seed, _cycle)
+            now += rnd.choice([1.0, 30.0, 300.0])
+            for _ in range(rnd.choice([0, 2, 5, 10])):
+                t = mixed(f"t{n}", now)
+                short.submit(t)
+                long_way.submit(t)
+                n += 1
+            for tid in sorted(short.running):
+                if rnd.random() < 0.15:
+                    short.finish(tid)
+                    long_way.finish(tid)
+
+
+def test_waits_for_different_models_each_keep_low_work_off_their_model():
+    """Two high tasks wait, one for T4 cards, one for V100 cards (marked once per demand, not once per class):
+    a non-preemptible low task that would fit on the free V100 cards keeps off them."""
+    busy = [
+        running(task("r1", gpu=4, models=("T4",), expected_duration_s=900), [("n1", [0, 1, 2, 3])], model="T4"),
+        running(task("r2", gpu=2, models=("V100",), expected_duration_s=900), [("n2", [0, 1])], model="V100"),
+    ]
+    queued = [
+        task("h-t4", gpu=4, models=("T4",), submit_time=1),
+        task("h-v100", gpu=4, models=("V100",), submit_time=2),
+        task("low", "low", gpu=1, models=("V100",), submit_time=3, preemptible=False),
+    ]
+    d = schedule(snap([node("n1", model="T4"), node("n2", model="V100")], queued, busy))
+    assert started(d) == []
+    assert waiting(d)["low"].reason == Reason.WAITING_FOR_HIGHER_CLASS
