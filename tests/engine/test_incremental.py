@@ -567,9 +567,10 @@ def test_gang_clock_keeps_an_elastic_tasks_replicas_as_they_were_when_frozen():
 
 
 def test_cycle_shortcuts_decide_as_the_long_way_round(monkeypatch):
-    """A wait's demand is marked as starving once per class and cycle, and a preemptible low task skips the scan of
-    the cross-class reservations (every holder is high or medium and may preempt it). Schedulers taking the long
-    way round (marking every wait, scanning for every task) decide the same, cycle after cycle."""
+    """A task behind the blocked head of a strict queue waits without the checks that cannot stop it, a wait's
+    demand is marked as starving once per class and cycle, and a preemptible low task skips the scan of the
+    cross-class reservations (every holder is high or medium and may preempt it). Schedulers taking the long way
+    round (every check, every wait marked, every reservation scanned) decide the same, cycle after cycle."""
     from apps.queues.engine import engine
     from apps.queues.engine.model import CLASS_RANK, HIGH, MEDIUM
     from apps.queues.engine.resources import EPS
@@ -633,6 +634,7 @@ def test_cycle_shortcuts_decide_as_the_long_way_round(monkeypatch):
             with monkeypatch.context() as m:
                 m.setattr(engine.Cycle, "__init__", long_way_cycle)
                 m.setattr(Scheduler, "_held_off", held_off_long_way)
+                m.setattr(Scheduler, "_consider", Scheduler._consider_full)
                 expected = long_way.cycle(now)
                 assert _decisions(got) == _decisions(expected), (seed, _cycle)
             now += rnd.choice([1.0, 30.0, 300.0])

@@ -926,6 +926,29 @@ class Scheduler:
         cyc.waiting.append((task, d, reason, message))
 
     def _consider(self, task: Task, q, cls: str, cyc: Cycle) -> None:
+        """One queued task: behind the blocked head of a strict queue with nothing to check on the way there, the
+        wait :meth:`_consider_full` would come to, without the checks that cannot stop it; else in full."""
+        blocked = cyc.queue_blocked.get(q.id)
+        if blocked and q.max_gpu is None and self.cap is None and q.policy in (FIFO, DRF):
+            d = self.demand(task)
+            quota = self.quotas.get(task.project_id)
+            if (
+                type(d) is Demand
+                and (quota is None or not (quota.budget_exhausted or quota.enforce))
+                and (cls != MEDIUM or task.expected_duration_s)
+            ):
+                keys = _block_keys(d)
+                if not blocked.isdisjoint(keys) and (cls == LOW or not self._may_reserve(task, q, cls, cyc)):
+                    # What _consider_full does here: no admission check can stop it (no enforced quota, no exhausted
+                    # budget, no queue or VDC cap) and it may hold no reservation.
+                    if d.instances > 1:
+                        cyc.gang_waits = True
+                    cyc.waiting.append((task, d, Reason.QUEUE_ORDER, QUEUE_ORDER_MESSAGE))
+                    self._starving(cyc, cls, keys, d)
+                    return
+        self._consider_full(task, q, cls, cyc)
+
+    def _consider_full(self, task: Task, q, cls: str, cyc: Cycle) -> None:
         """Admission checks, then placement, then preemption for one queued task."""
         d = self.demand(task)
         if isinstance(d, RequestError):
@@ -974,7 +997,7 @@ class Scheduler:
         if q.policy in (FIFO, DRF):
             blocked = cyc.queue_blocked.get(q.id)
             if blocked and not blocked.isdisjoint(keys):
-                message = "waiting behind an earlier task of its queue"
+                message = QUEUE_ORDER_MESSAGE
                 if cls != LOW and self._may_reserve(task, q, cls, cyc):
                     # Behind its head it still holds a reservation, so later lower-class work does not take what
                     # frees up for it (every blocked high task, and medium past reserve_after, holds one).
@@ -1611,6 +1634,7 @@ class Scheduler:
         return q.priority_class if q is not None else LOW
 
 
+QUEUE_ORDER_MESSAGE = "waiting behind an earlier task of its queue"
 # Submissions FGD learns its target workload from (a long-lived Scheduler); the oldest drop out.
 FGD_WINDOW = 2000
 # A low task tries this many placements away from nodes waiting high / medium work could use (a preempted one waits
