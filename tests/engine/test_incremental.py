@@ -432,3 +432,235 @@ def test_kept_victims_are_walked_by_each_nodes_cheapest_live_victim(monkeypatch)
     assert sorted(started(d)) == ["h1", "h2"]
     assert sorted(preempted(d)) == ["l0-0", "l1-0"]
     assert seen == [["n0", "n1", "n2", "n3"], ["n1", "n2", "n3", "n4"]]
+
+
+def _gang_reference(sched, now: float, d):
+    """The gang clock worked out eagerly from the scheduler's state as it is now: every node's room per pool key
+    and every running task's releases, by (end clamped to now, seq) (what ``estimate.Clocks`` freezes lazily)."""
+    from apps.queues.engine.estimate import EPS, WHOLE
+
+    nodes: dict = {}
+    for cid, cv in sched.clusters.items():
+        if not cv.usable:
+            continue
+        per = nodes[cid] = {}
+        for ns in cv.index.schedulable:
+            room = {"cpu": max(ns.free_cpu, 0.0)}
+            for i, m in enumerate(ns.dev_model):
+                if ns.dev_ok[i]:
+                    room[m] = room.get(m, 0.0) + ns.dev_free[i]
+            per[ns.pos] = room
+    events = []
+    for run in sched.running.values():
+        end = run.expected_end()
+        if end is None:
+            continue
+        for ns, cpu, _mem, devs in run.claims:
+            if not devs:
+                events.append((max(end, now), run.seq, ns.cluster_id, ns.pos, "cpu", cpu))
+            for i, milli in devs:
+                events.append((max(end, now), run.seq, ns.cluster_id, ns.pos, ns.dev_model[i], milli))
+    events.sort(key=lambda e: (e[0], e[1]))
+    best = (None, None)
+    for model, cards, milli, _eq in d.alternatives:
+        key = model or "cpu"
+        need = d.cpu if model is None else (cards * WHOLE if cards else milli)
+        if need <= 0:
+            continue
+        for cid, per in nodes.items():
+            room = {pos: r.get(key, 0.0) for pos, r in per.items()}
+            fit = sum(int((v + EPS) // need) for v in room.values())
+            if fit >= d.instances:
+                best = (now, None)
+                break
+            for end, seq, ecid, pos, ekey, amount in events:
+                if best[0] is not None and end >= best[0]:
+                    break
+                if ecid != cid or ekey != key or pos not in room:
+                    continue
+                before = int((room[pos] + EPS) // need)
+                room[pos] += amount
+                fit += int((room[pos] + EPS) // need) - before
+                if fit >= d.instances:
+                    best = (end, seq)
+                    break
+        if best == (now, None):
+            break
+    return best
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_gang_clock_read_late_equals_the_eager_clock_of_the_cycle(seed):
+    """The gang clock freezes the nodes' room and the running tasks when the cycle ends and works out the rooms
+    and releases only when a gang's estimate is read: read after later cycles (elastic tasks grown or shrunk,
+    work finished, time passed), it gives what the eager computation at the end of the cycle gave."""
+    from apps.queues.engine.estimate import Clocks
+    from apps.queues.engine.resources import Demand
+
+    rnd = random.Random(500 + seed)
+    clusters, nodes, quotas, settings = _config(rnd)
+
+    def gang_task(tid, now):
+        t = _task(rnd, tid, now)
+        if rnd.random() < 0.3 and t.gpu is not None and t.gpu.count >= 1:
+            t = replace(t, instances=1, min_replicas=1, max_replicas=4)  # elastic: its claims change later
+        return replace(t, expected_duration_s=float(rnd.choice([50, 400, 3000])))
+
+    now = 1000.0
+    initial = [gang_task(f"t{i}", now - 100) for i in range(rnd.randint(10, 40))]
+    sched = Scheduler(Snapshot(now, clusters, nodes, MODELS, QUEUES, quotas, (), tuple(initial), settings))
+    n = len(initial)
+    for _cycle in range(8):
+        sched.cycle(now)
+        shapes = {}
+        for t in list(sched.queued.values()) + [_task(rnd, f"probe{k}", now) for k in range(6)]:
+            for inst in (1, 2, 3, 5, 8):
+                d = sched.demand(t, instances=inst)
+                if isinstance(d, Demand):
+                    shapes[(id(d), inst)] = d
+        demands = list(shapes.values())
+        expected = [_gang_reference(sched, now, d) for d in demands]
+        clocks = Clocks(sched, list(sched.running.values()), now, True, False)
+        # Read some now and the rest after the scheduler moved on.
+        cut = rnd.randint(0, len(demands))
+        assert [clocks.gang(d) for d in demands[:cut]] == expected[:cut]
+        now += rnd.choice([1.0, 30.0, 300.0, 2000.0])
+        for _ in range(rnd.choice([1, 3, 6])):
+            sched.submit(gang_task(f"t{n}", now))
+            n += 1
+        for tid in list(sched.running):
+            if rnd.random() < 0.2:
+                sched.finish(tid)
+        sched.cycle(now)
+        assert [clocks.gang(d) for d in demands[cut:]] == expected[cut:]
+
+
+def test_gang_clock_takes_releases_already_due_in_start_order():
+    """Two running tasks past their expected ends both count as giving back now, in start order (seq): the one
+    started second completes a 4-card request, whatever their ends were."""
+    from apps.queues.engine.estimate import Clocks
+
+    a = running(task("a", gpu=2, expected_duration_s=50), [("n1", [0, 1])])
+    b = running(task("b", gpu=2, expected_duration_s=10), [("n1", [2, 3])])
+    sched = Scheduler(snap([node("n1")], running=[a, b], now=100))
+    d = sched.demand(task("g", gpu=4))
+    seq_b = sched.running["b"].seq
+    assert sched.running["a"].seq < seq_b
+    assert Clocks(sched, list(sched.running.values()), 100.0, True, False).gang(d) == (100.0, seq_b)
+    assert _gang_reference(sched, 100.0, d) == (100.0, seq_b)
+
+
+def test_gang_clock_keeps_an_elastic_tasks_replicas_as_they_were_when_frozen():
+    """An elastic task's replicas change after the cycle (one is given back): the clock read later still counts
+    the replicas it had when the cycle ended."""
+    from apps.queues.engine.estimate import Clocks
+
+    svc = task("svc", gpu=2, expected_duration_s=200, min_replicas=1, max_replicas=2)
+    sched = Scheduler(snap([node("n1")], running=[running(svc, [("n1", [0, 1]), ("n1", [2, 3])])], now=100))
+    d = sched.demand(task("g", gpu=4))
+    run = sched.running["svc"]
+    clocks = Clocks(sched, list(sched.running.values()), 100.0, True, False)
+    expected = _gang_reference(sched, 100.0, d)
+    assert expected == (200.0, run.seq)
+    run.claims.pop()  # as a shrink does (Scheduler._shrink)
+    assert clocks.gang(d) == expected
+
+
+def test_cycle_shortcuts_decide_as_the_long_way_round(monkeypatch):
+    """A task behind the blocked head of a strict queue waits without the checks that cannot stop it, a wait's
+    demand is marked as starving once per class and cycle, and a preemptible low task skips the scan of the
+    cross-class reservations (every holder is high or medium and may preempt it). Schedulers taking the long way
+    round (every check, every wait marked, every reservation scanned) decide the same, cycle after cycle."""
+    from apps.queues.engine import engine
+    from apps.queues.engine.model import CLASS_RANK, HIGH, MEDIUM
+    from apps.queues.engine.resources import EPS
+
+    class Forgetful(dict):
+        def get(self, key, default=None):
+            return None
+
+    def held_off_long_way(self, task, cls, cyc):
+        if cls == HIGH:
+            return None
+        rank = CLASS_RANK[cls]
+        now = cyc.now
+        dur = task.expected_duration_s
+        end = None if dur is None else now + dur
+        window_end = None
+        if cls == MEDIUM and task.preemptible:
+            window = task.window_s if task.window_s is not None else dur
+            window_end = None if window is None else now + window
+        out: set = set()
+        for t_res, nodes, holder_rank, holder in cyc.class_res:
+            if holder_rank < rank or holder == task.id:
+                continue
+            if end is not None and end <= t_res + EPS:
+                continue
+            if cls == "low" and task.preemptible and holder_rank > rank:
+                continue
+            if window_end is not None and holder_rank == CLASS_RANK[HIGH] and window_end <= t_res + EPS:
+                continue
+            out |= nodes
+        return frozenset(out) if out else None
+
+    real_cycle_init = engine.Cycle.__init__
+
+    def long_way_cycle(self, now):
+        real_cycle_init(self, now)
+        self.starving_marked = Forgetful()
+
+    queues = QUEUES + (Queue("high-long", "high", policy="fifo"), Queue("medium-wait", "medium", reserve_after_s=60))
+    for seed in range(30):
+        rnd = random.Random(3000 + seed)
+        clusters, nodes, quotas, settings = _config(rnd)
+
+        def mixed(tid, now, rnd=rnd):
+            t = _task(rnd, tid, now)
+            r = rnd.random()
+            if r < 0.3:
+                t = replace(t, queue_id=rnd.choice(["high-long", "medium-wait"]), expected_duration_s=600.0)
+            elif r < 0.6:  # one model each, so waits for different models meet low work that could use them
+                gpu = GpuRequest(rnd.choice([1, 2, 4]), (rnd.choice(["A100-80G", "T4", "V100"]),))
+                t = replace(t, gpu=gpu, instances=1, min_replicas=None, max_replicas=None)
+            return t
+
+        now = 1000.0
+        initial = [mixed(f"t{i}", now - rnd.choice([10, 100, 1000])) for i in range(rnd.randint(20, 60))]
+        snap_ = Snapshot(now, clusters, nodes, MODELS, queues, quotas, (), tuple(initial), settings)
+        short, long_way = Scheduler(snap_), Scheduler(snap_)
+        n = len(initial)
+        for _cycle in range(12):
+            got = short.cycle(now)
+            with monkeypatch.context() as m:
+                m.setattr(engine.Cycle, "__init__", long_way_cycle)
+                m.setattr(Scheduler, "_held_off", held_off_long_way)
+                m.setattr(Scheduler, "_consider", Scheduler._consider_full)
+                expected = long_way.cycle(now)
+                assert _decisions(got) == _decisions(expected), (seed, _cycle)
+            now += rnd.choice([1.0, 30.0, 300.0])
+            for _ in range(rnd.choice([0, 2, 5, 10])):
+                t = mixed(f"t{n}", now)
+                short.submit(t)
+                long_way.submit(t)
+                n += 1
+            for tid in sorted(short.running):
+                if rnd.random() < 0.15:
+                    short.finish(tid)
+                    long_way.finish(tid)
+
+
+def test_waits_for_different_models_each_keep_low_work_off_their_model():
+    """Two high tasks wait, one for T4 cards, one for V100 cards (marked once per demand, not once per class):
+    a non-preemptible low task that would fit on the free V100 cards keeps off them."""
+    busy = [
+        running(task("r1", gpu=4, models=("T4",), expected_duration_s=900), [("n1", [0, 1, 2, 3])], model="T4"),
+        running(task("r2", gpu=2, models=("V100",), expected_duration_s=900), [("n2", [0, 1])], model="V100"),
+    ]
+    queued = [
+        task("h-t4", gpu=4, models=("T4",), submit_time=1),
+        task("h-v100", gpu=4, models=("V100",), submit_time=2),
+        task("low", "low", gpu=1, models=("V100",), submit_time=3, preemptible=False),
+    ]
+    d = schedule(snap([node("n1", model="T4"), node("n2", model="V100")], queued, busy))
+    assert started(d) == []
+    assert waiting(d)["low"].reason == Reason.WAITING_FOR_HIGHER_CLASS

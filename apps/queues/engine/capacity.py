@@ -241,6 +241,7 @@ class ClusterIndex:
         self.schedulable = [ns for ns in nodes if ns.schedulable]
         # Node sizes never change, so "could it fit on an empty node" is cached for good.
         self._ever: dict = {}
+        self._with_model: dict = {}  # model -> ClusterIndex.with_model
         for ns in self.schedulable:
             for m in set(ns.dev_model) | {NO_GPU}:
                 size = ns.dev_model.count(m) + 1
@@ -252,6 +253,18 @@ class ClusterIndex:
             self._index(ns)
 
     # -- index maintenance -------------------------------------------------------------
+
+    def with_model(self, model: str) -> list[tuple[int, list[int]]]:
+        """(index into ``schedulable``, positions of its usable cards of ``model``) of the nodes that have a card
+        of ``model`` (nodes never change)."""
+        found = self._with_model.get(model)
+        if found is None:
+            found = self._with_model[model] = [
+                (k, [i for i, m in enumerate(ns.dev_model) if m == model and ns.dev_ok[i]])
+                for k, ns in enumerate(self.schedulable)
+                if model in ns.models
+            ]
+        return found
 
     def _index(self, ns: NodeState) -> None:
         key = (ns.tier, ns.pos)

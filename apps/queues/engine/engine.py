@@ -215,6 +215,7 @@ class Cycle:
         # Cross-class reservations: (start time, node positions, rank of the holder, holder task id).
         self.class_res: list = []
         self.class_res_nodes: set = set()  # the node positions they hold
+        self.res_bound: int | None = None  # how many nodes they may hold (Scheduler._may_reserve)
         self.preempt_failed: set = set()
         # Low tasks without reclaim rights that found no room: how they were decided (Scheduler._remember).
         self.low_memo: dict = {}
@@ -230,6 +231,8 @@ class Cycle:
         # tasks they hold off (task id -> the reservation's end).
         self.holds: reservations.Holds | None = None
         self.not_before: dict = {}
+        # (id(demand), class) -> demand of the waits already marked (Scheduler._starving: marking again does nothing).
+        self.starving_marked: dict = {}
 
 
 class Scheduler:
@@ -328,6 +331,7 @@ class Scheduler:
         self._fresh: list[Run] = []  # runs started in the last cycle, not preemptible in it
         self._demands: dict = {}
         self._shapes: dict = {}
+        self._eligible_keys: dict = {}  # task id -> (task, Scheduler._eligible_key)
         # Failed (cluster, request shape) placements stay failed until capacity is given back;
         # ``epoch`` counts give-backs, so the cache survives cycles that only add work.
         self.epoch = 0
@@ -725,6 +729,7 @@ class Scheduler:
     def finish(self, task_id) -> None:
         """A running task ended: give its resources back."""
         self._demands.pop(task_id, None)
+        self._eligible_keys.pop(task_id, None)
         run = self.running.get(task_id)
         if run is None:
             self.queued.pop(task_id, None)
@@ -921,6 +926,29 @@ class Scheduler:
         cyc.waiting.append((task, d, reason, message))
 
     def _consider(self, task: Task, q, cls: str, cyc: Cycle) -> None:
+        """One queued task: behind the blocked head of a strict queue with nothing to check on the way there, the
+        wait :meth:`_consider_full` would come to, without the checks that cannot stop it; else in full."""
+        blocked = cyc.queue_blocked.get(q.id)
+        if blocked and q.max_gpu is None and self.cap is None and q.policy in (FIFO, DRF):
+            d = self.demand(task)
+            quota = self.quotas.get(task.project_id)
+            if (
+                type(d) is Demand
+                and (quota is None or not (quota.budget_exhausted or quota.enforce))
+                and (cls != MEDIUM or task.expected_duration_s)
+            ):
+                keys = _block_keys(d)
+                if not blocked.isdisjoint(keys) and (cls == LOW or not self._may_reserve(task, q, cls, cyc)):
+                    # What _consider_full does here: no admission check can stop it (no enforced quota, no exhausted
+                    # budget, no queue or VDC cap) and it may hold no reservation.
+                    if d.instances > 1:
+                        cyc.gang_waits = True
+                    cyc.waiting.append((task, d, Reason.QUEUE_ORDER, QUEUE_ORDER_MESSAGE))
+                    self._starving(cyc, cls, keys, d)
+                    return
+        self._consider_full(task, q, cls, cyc)
+
+    def _consider_full(self, task: Task, q, cls: str, cyc: Cycle) -> None:
         """Admission checks, then placement, then preemption for one queued task."""
         d = self.demand(task)
         if isinstance(d, RequestError):
@@ -969,7 +997,7 @@ class Scheduler:
         if q.policy in (FIFO, DRF):
             blocked = cyc.queue_blocked.get(q.id)
             if blocked and not blocked.isdisjoint(keys):
-                message = "waiting behind an earlier task of its queue"
+                message = QUEUE_ORDER_MESSAGE
                 if cls != LOW and self._may_reserve(task, q, cls, cyc):
                     # Behind its head it still holds a reservation, so later lower-class work does not take what
                     # frees up for it (every blocked high task, and medium past reserve_after, holds one).
@@ -1207,14 +1235,18 @@ class Scheduler:
             return False
         if cls == MEDIUM and (q.reserve_after_s is None or cyc.now - task.submit_time <= q.reserve_after_s):
             return False
-        bound = max(1, int(self.settings.reserved_nodes_max_fraction * len(self.nodes)))
-        return len(cyc.class_res_nodes) < bound and len(cyc.class_res) < RESERVATIONS_PER_CYCLE
+        if cyc.res_bound is None:
+            cyc.res_bound = max(1, int(self.settings.reserved_nodes_max_fraction * len(self.nodes)))
+        return len(cyc.class_res_nodes) < cyc.res_bound and len(cyc.class_res) < RESERVATIONS_PER_CYCLE
 
     def _held_off(self, task: Task, cls: str, cyc: Cycle) -> frozenset | None:
         """Reserved nodes this task must keep off: those of higher-class (or, for medium, long-waiting medium)
         holders that it would still occupy when the reservation starts and that could not preempt it."""
         if cls == HIGH:
             return None  # high tasks take turns among themselves as before
+        if cls == LOW and task.preemptible:
+            # Holders are high or medium (low work never reserves across classes) and may preempt it.
+            return None
         rank = CLASS_RANK[cls]
         now = cyc.now
         dur = task.expected_duration_s
@@ -1237,7 +1269,15 @@ class Scheduler:
         return frozenset(out) if out else None
 
     def _starving(self, cyc: Cycle, cls: str, keys: frozenset, d: Demand) -> None:
-        """A task waits for capacity of these kinds: elastic growth (and, for high/medium, low work) keeps off."""
+        """A task waits for capacity of these kinds: elastic growth (and, for high/medium, low work) keeps off.
+
+        ``keys`` are always ``_block_keys(d)`` and the sets only grow within a cycle, so a demand and class marked
+        once are not marked again (the tail of a blocked queue, identical low tasks)."""
+        marked = cyc.starving_marked
+        mkey = (id(d), cls)
+        if marked.get(mkey) is d:
+            return
+        marked[mkey] = d
         cyc.starved |= keys
         if cls != LOW:
             cyc.hm_blocked |= keys
@@ -1361,8 +1401,11 @@ class Scheduler:
         return out
 
     def _eligible_key(self, task: Task) -> tuple:
-        """The task fields its eligible clusters depend on."""
-        return (
+        """The task fields its eligible clusters depend on (kept per task object)."""
+        cached = self._eligible_keys.get(task.id)
+        if cached is not None and cached[0] is task:
+            return cached[1]
+        key = (
             task.cluster_type,
             task.needs,
             task.max_replicas is not None,
@@ -1370,6 +1413,8 @@ class Scheduler:
             task.owner if self.per_user_limits else None,
             task.preferred_clusters,
         )
+        self._eligible_keys[task.id] = (task, key)
+        return key
 
     def _eligible_uncached(self, task: Task, key: tuple, cyc: Cycle) -> list[ClusterView]:
         # The filters on fixed cluster fields hold for the whole cycle; starts and stops only change the
@@ -1589,6 +1634,7 @@ class Scheduler:
         return q.priority_class if q is not None else LOW
 
 
+QUEUE_ORDER_MESSAGE = "waiting behind an earlier task of its queue"
 # Submissions FGD learns its target workload from (a long-lived Scheduler); the oldest drop out.
 FGD_WINDOW = 2000
 # A low task tries this many placements away from nodes waiting high / medium work could use (a preempted one waits

@@ -24,9 +24,10 @@ pays for that page; one that reads everything pays what an eager pass would, onc
 from __future__ import annotations
 
 import gc
-from bisect import insort
+from bisect import bisect_right, insort
 from collections.abc import Sequence
 from heapq import heappop, heappush
+from operator import itemgetter
 
 from .model import CLASS_RANK, HIGH, MEDIUM, Reason, Resources, Waiting
 from .resources import EPS, WHOLE, fits_under
@@ -119,6 +120,9 @@ class _Pool:
             self.ahead += need
 
 
+_by_seq = itemgetter(1)
+
+
 class Estimator:
     """Hands out estimated starts one waiting task at a time, in consideration order."""
 
@@ -200,33 +204,33 @@ class Clocks:
         self._runs = runs
         self._gang_cache: dict = {}
         self._nodes: dict | None = None
+        self._rooms: dict = {}
+        self._fits: dict = {}  # (cluster, key, need per instance) -> instances that fit in the frozen rooms
+        self._events: dict = {}
+        self._by_end: list = []
+        self._past: list = []
+        self._claims: dict = {}
+        self._at = 0
         if gangs:
-            # cluster -> node position -> pool key -> free amount (thousandths of a card, or cpu cores)
-            nodes: dict = {}
-            for cid, cv in sched.clusters.items():
-                if not cv.usable:
-                    continue
-                per = nodes[cid] = {}
-                for ns in cv.index.schedulable:
-                    room = {"cpu": max(ns.free_cpu, 0.0)}
-                    for i, m in enumerate(ns.dev_model):
-                        if ns.dev_ok[i]:
-                            room[m] = room.get(m, 0.0) + ns.dev_free[i]
-                    per[ns.pos] = room
-            self._nodes = nodes
-            # (end, seq, cluster, node position, key, amount) of what each running task gives back, by end.
-            events = []
-            for run in runs:
-                end = run.expected_end()
-                if end is None:
-                    continue
-                for ns, cpu, _mem, devs in run.claims:
-                    if not devs:
-                        events.append((max(end, now), run.seq, ns.cluster_id, ns.pos, "cpu", cpu))
-                    for i, milli in devs:
-                        events.append((max(end, now), run.seq, ns.cluster_id, ns.pos, ns.dev_model[i], milli))
-            events.sort(key=lambda e: (e[0], e[1]))
-            self._events = events
+            # Frozen cheaply (the free room of every node, the running tasks' claims by expected end); the rooms per
+            # pool key and the release events are worked out from these when a gang's estimate is first read.
+            # cluster -> (its index, [(free cpu, free thousandths per card)] in the order of its schedulable nodes)
+            self._nodes = {
+                cid: (cv.index, [(ns.free_cpu, tuple(ns.dev_free)) for ns in cv.index.schedulable])
+                for cid, cv in sched.clusters.items()
+                if cv.usable
+            }
+            by_end = sched.runs_by_end()
+            # Ends in the past count as now; those then go by seq, as every (end, seq) is. Only an elastic task's
+            # claims change after a start (replicas added or given back): those are copied, the rest kept as is.
+            k = bisect_right(by_end, (now, float("inf")))
+            self._past = sorted(((now, seq, run) for _end, seq, run in by_end[:k]), key=_by_seq)
+            self._by_end = by_end[k:]
+            self._claims = (
+                {run.seq: tuple(run.claims) for run in runs if run.task.max_replicas is not None}
+                if sched.has_elastic
+                else {}
+            )
         self._usage: dict = dict(sched.proj_usage) if quotas else {}
         self._limits: dict = (
             {pid: q.limit for pid, q in sched.quotas.items() if q.enforce and q.limit is not None} if quotas else {}
@@ -245,20 +249,25 @@ class Clocks:
             need = d.cpu if model is None else (cards * WHOLE if cards else milli)
             if need <= 0:
                 continue
-            for cid, per in (self._nodes or {}).items():
-                room = {pos: r.get(key, 0.0) for pos, r in per.items()}
-                fit = sum(int((v + EPS) // need) for v in room.values())
+            for cid, rooms in self._rooms_of(key).items():
+                fit = self._fits.get((cid, key, need))
+                if fit is None:
+                    fit = self._fits[(cid, key, need)] = sum(int((v + EPS) // need) for v in rooms.values())
                 if fit >= d.instances:
                     best = (self.now, None)
                     break
-                for end, seq, ecid, pos, ekey, amount in self._events:
+                room = {}  # the rooms the releases read so far changed (the rest are as frozen)
+                for end, seq, pos, amount in self._events_of(cid, key):
                     if best[0] is not None and end >= best[0]:
                         break
-                    if ecid != cid or ekey != key or pos not in room:
-                        continue
-                    before = int((room[pos] + EPS) // need)
-                    room[pos] += amount
-                    fit += int((room[pos] + EPS) // need) - before
+                    was = room.get(pos)
+                    if was is None:
+                        was = rooms.get(pos)
+                        if was is None:
+                            continue
+                    before = int((was + EPS) // need)
+                    now_room = room[pos] = was + amount
+                    fit += int((now_room + EPS) // need) - before
                     if fit >= d.instances:
                         best = (end, seq)
                         break
@@ -266,6 +275,66 @@ class Clocks:
                 break
         self._gang_cache[id(d)] = (d, best)
         return best
+
+    def _rooms_of(self, key) -> dict:
+        """Per usable cluster, node position -> the free room of pool ``key`` (a GPU model, or "cpu") when frozen:
+        every schedulable node for "cpu", the nodes that have the model for a model (no other node gets or gives
+        back any of it)."""
+        rooms = self._rooms.get(key)
+        if rooms is None:
+            rooms = self._rooms[key] = {}
+            for cid, (index, frozen) in (self._nodes or {}).items():
+                per = rooms[cid] = {}
+                nodes = index.schedulable
+                if key == "cpu":
+                    for ns, (free_cpu, _free) in zip(nodes, frozen, strict=True):
+                        per[ns.pos] = max(free_cpu, 0.0)
+                    continue
+                for k, cards in index.with_model(key):
+                    # Summed in card order from 0.0, as a node's room always was.
+                    per[nodes[k].pos] = sum(map(frozen[k][1].__getitem__, cards), 0.0)
+        return rooms
+
+    def _events_of(self, cid, key):
+        """(end, seq, node position, amount) that running work of cluster ``cid`` gives back to pool ``key``, by
+        end (then seq, then the order of its claims). The running tasks are read only as far as some caller
+        needed: one shared pass, each task's releases sorted into every (cluster, key) list at once."""
+        events = self._events.get((cid, key))
+        if events is None:
+            events = self._events[(cid, key)] = []
+        i = 0
+        while True:
+            while i < len(events):
+                yield events[i]
+                i += 1
+            if not self._read_next_run():
+                return
+
+    def _read_next_run(self) -> bool:
+        """Sort the releases of the next running task (by end) into the event lists; False when none is left."""
+        at = self._at
+        past = len(self._past)
+        if at >= past + len(self._by_end):
+            return False
+        self._at = at + 1
+        end, seq, run = self._past[at] if at < past else self._by_end[at - past]
+        claims = self._claims.get(seq, run.claims)
+        lists = self._events
+        for ns, cpu, _mem, devs in claims:
+            cid = ns.cluster_id
+            if not devs:
+                lst = lists.get((cid, "cpu"))
+                if lst is None:
+                    lst = lists[(cid, "cpu")] = []
+                lst.append((end, seq, ns.pos, cpu))
+                continue
+            for i, milli in devs:
+                k = (cid, ns.dev_model[i])
+                lst = lists.get(k)
+                if lst is None:
+                    lst = lists[k] = []
+                lst.append((end, seq, ns.pos, milli))
+        return True
 
     def quota(self, project_id, d) -> tuple[float | None, int | None, str]:
         """The earliest time the project's own running work has freed enough of its quota limit for ``d`` (None:
