@@ -94,7 +94,8 @@ class Command(BaseCommand):
             # One pool per queue (celery_app/app.py): the scheduling cycle and the autoscaler never wait behind
             # a slow reconciliation or a forecast fit.
             "worker": f"{worker} -Q celery --concurrency 3 -n default@%h",
-            "scheduler": f"{worker} -Q scheduling --concurrency 2 -n scheduling@%h",
+            # A cycle and up to three launches (each waits on its backend's submit) at once.
+            "scheduler": f"{worker} -Q scheduling --concurrency 4 -n scheduling@%h",
             "autoscaler": f"{worker} -Q autoscale --concurrency 1 -n autoscale@%h",
             "beat": f"{python} -m celery -A celery_app beat --loglevel INFO --schedule {beat_schedule}",
         }
