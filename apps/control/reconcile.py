@@ -725,8 +725,7 @@ def follow_cluster(cluster_id: int) -> int:
     ``FOLLOW_FRESH`` ago that run; returns how many are still fresh (0: the follow can stop).
 
     Up to ``FOLLOW_ONE_BY_ONE`` jobs get a status call each, by their ids; more are read with one listing of the
-    cluster (then the caller should look again less often: a listing costs the backend more). Only their phases
-    are followed, and only where they changed: the reconciliation does the rest (jobs gone, sizes, strays).
+    cluster (then the caller should look again less often: a listing costs the backend more).
     """
     fresh = Q(task__status__in=_STARTING) | Q(
         task__status=TaskStatus.RUNNING, submitted_at__gte=timezone.now() - FOLLOW_FRESH
@@ -739,30 +738,21 @@ def follow_cluster(cluster_id: int) -> int:
     starting = [o for o in starting if o.wanted]
     if not starting:
         return 0
-    executor = executor_for(starting[0].cluster)
     if len(starting) > FOLLOW_ONE_BY_ONE:
-        try:
-            observed = executor.list_by_owner(installation_label())
-        except ExecutorError as exc:
-            log.info("listing of %s: %s", starting[0].cluster.name, exc)
-            observed = []
-        by_id = {state.external_id: state for state in observed}
-        states = [(obj, _followed_job(obj, observed, by_id)) for obj in starting]
+        reconcile_cluster(cluster_id)
     else:
-        states = []
+        executor = executor_for(starting[0].cluster)
         for obj in starting:
             try:
-                states.append((obj, executor.status(obj.external_id)))
+                state = executor.status(obj.external_id)
             except ExecutorError as exc:
                 log.info("status of %s on %s: %s", obj.name, obj.cluster.name, exc)
-    for obj, state in states:
-        if state is None or state.phase == JobPhase.LOST or state.restarts > 0:
-            continue  # the reconciliation decides what is gone or restarted, not a look racing a fresh submit
-        if state.phase.value == obj.phase and PHASE_TO_STATUS.get(state.phase) == obj.task.status:
-            continue  # nothing new
-        apply_state(obj, state, executor.retries_failed_jobs)
-        if state.phase not in _RUNNING_PHASES:
-            _end(obj.pk, f"ended on the backend ({state.phase.value})", state=state)
+                continue
+            if state.phase == JobPhase.LOST:
+                continue  # a listing decides what is gone, not one status call racing a fresh submit
+            apply_state(obj, state, executor.retries_failed_jobs)
+            if state.phase not in _RUNNING_PHASES:
+                _end(obj.pk, f"ended on the backend ({state.phase.value})", state=state)
     return BackendObject.objects.filter(
         fresh, pk__in=[o.pk for o in starting], state=ObjectState.ACTIVE, task__attempt=F("attempt")
     ).count()
