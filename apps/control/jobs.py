@@ -83,10 +83,9 @@ def launch(object_id: int) -> None:
 
 @shared_task(bind=True, ignore_result=True, max_retries=100, name=triggers.FOLLOW_LAUNCHES)
 def follow_launches(self, cluster_id: int) -> None:
-    """Look at a cluster's fresh jobs several times a second until they run and for a few seconds after (their
-    end, if they are short, frees cards for the next task at once); at most 100 looks.
+    """Look at a cluster's just-submitted jobs several times a second until they run (at most ~15 s).
 
-    One chain per cluster however many tasks start: a few status calls by job id, or one listing when many start.
+    One chain per cluster however many tasks start: a few status calls, or one listing when many start.
     """
     starting = reconcile.follow_cluster(cluster_id)
     if starting and self.request.retries < self.max_retries:

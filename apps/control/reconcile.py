@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.db import transaction
-from django.db.models import Exists, F, OuterRef, Q
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from apps.clusters.backends import executor_for
@@ -712,28 +712,22 @@ def _adopt_backend_size(obj: BackendObject, state: JobState) -> None:
         BackendObject.objects.filter(pk=obj.pk).update(replicas=state.desired_replicas, shares=shares_of(placement))
 
 
-# Up to this many fresh jobs are looked at one by one; more are read with one listing of the cluster.
+# Up to this many starting jobs are looked at one by one; more are read with one listing of the cluster.
 FOLLOW_ONE_BY_ONE = 5
-# A job is still followed closely this long after its submit once it runs: short jobs, and jobs that fail as they
-# start, end then, and the cards they free should go to the next task at once, not at the next reconciliation.
-FOLLOW_FRESH = timedelta(seconds=10)
-_STARTING = (TaskStatus.SCHEDULED, TaskStatus.STARTING)
 
 
 def follow_cluster(cluster_id: int) -> int:
-    """Follow a cluster's fresh jobs: those whose tasks wait to run, and those submitted less than
-    ``FOLLOW_FRESH`` ago that run; returns how many are still fresh (0: the follow can stop).
+    """Follow a cluster's submitted jobs whose tasks wait to run; returns how many still wait.
 
-    Up to ``FOLLOW_ONE_BY_ONE`` jobs get a status call each, by their ids; more are read with one listing of the
-    cluster (then the caller should look again less often: a listing costs the backend more).
+    Up to ``FOLLOW_ONE_BY_ONE`` jobs get a status call each; more are read with one listing of the cluster
+    (then the caller should look again less often: a listing costs the backend more).
     """
-    fresh = Q(task__status__in=_STARTING) | Q(
-        task__status=TaskStatus.RUNNING, submitted_at__gte=timezone.now() - FOLLOW_FRESH
-    )
     starting = list(
-        BackendObject.objects.filter(fresh, cluster_id=cluster_id, state=ObjectState.ACTIVE).select_related(
-            "task", "cluster"
-        )
+        BackendObject.objects.filter(
+            cluster_id=cluster_id,
+            state=ObjectState.ACTIVE,
+            task__status__in=(TaskStatus.SCHEDULED, TaskStatus.STARTING),
+        ).select_related("task", "cluster")
     )
     starting = [o for o in starting if o.wanted]
     if not starting:
@@ -753,6 +747,6 @@ def follow_cluster(cluster_id: int) -> int:
             apply_state(obj, state, executor.retries_failed_jobs)
             if state.phase not in _RUNNING_PHASES:
                 _end(obj.pk, f"ended on the backend ({state.phase.value})", state=state)
-    return BackendObject.objects.filter(
-        fresh, pk__in=[o.pk for o in starting], state=ObjectState.ACTIVE, task__attempt=F("attempt")
+    return Task.objects.filter(
+        pk__in=[o.task_id for o in starting], status__in=(TaskStatus.SCHEDULED, TaskStatus.STARTING)
     ).count()

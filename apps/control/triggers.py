@@ -36,10 +36,9 @@ LIVE_BATCH = 1000
 FOLLOW_REQUESTED_KEY = "hcs:follow:active:{cluster_id}"
 # A follow chain refreshes its key at every step; a chain that died lets a new one start after this long.
 _FOLLOW_TTL_S = 2
-# A follow chain looks at a cluster's fresh jobs (starting, or submitted a few seconds ago:
-# apps.control.reconcile.FOLLOW_FRESH) this often, less often when it needs a listing of many.
+# A follow chain looks at a cluster's fresh jobs this often (less often when it needs a listing of many).
 FOLLOW_INTERVAL_S = 0.15
-FOLLOW_LISTING_INTERVAL_S = 0.5
+FOLLOW_LISTING_INTERVAL_S = 1.0
 
 # The Celery names of the jobs queued from here: apps.control.jobs declares each job under its name, which is the
 # job function's own dotted path, the name Celery would give it and the one the beat schedule and the queue routes
