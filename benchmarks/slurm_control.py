@@ -11,8 +11,9 @@ of slurmrestd, then measures:
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/test REDIS_URL=redis://127.0.0.1:6379/0 \\
         python -m benchmarks.slurm_control [--sequential 20] [--burst 200] [--running 20]
 
-It uses (and recreates) a database ``hcs_bench_control`` on that server and Redis database 5. Needs root
-(the dev cluster). The machine is shared and noisy: compare the ratios, not the seconds.
+It uses (and recreates) a database ``hcs_bench_control`` on that server and Redis database 5 (``--database``
+and ``--redis-db`` choose others, so that two checkouts can measure side by side). Needs root (the dev
+cluster). The machine is shared and noisy: compare the ratios, not the seconds.
 """
 
 from __future__ import annotations
@@ -94,13 +95,13 @@ def _slurm_env() -> dict[str, str]:
     return dict(line.split("=", 1) for line in result.stdout.splitlines() if line.startswith("SLURM_"))
 
 
-def _setup_django(database_url: str, redis_url: str) -> None:
+def _setup_django(database_url: str, redis_url: str, database: str) -> None:
     import psycopg
 
     with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {DB_NAME}")
-    os.environ["DATABASE_URL"] = urlunparse(urlparse(database_url)._replace(path=f"/{DB_NAME}"))
+        conn.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {database}")
+    os.environ["DATABASE_URL"] = urlunparse(urlparse(database_url)._replace(path=f"/{database}"))
     os.environ["REDIS_URL"] = redis_url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hcsportal.settings")
     import django
@@ -339,11 +340,15 @@ def main() -> None:
     parser.add_argument("--burst", type=int, default=200)
     parser.add_argument("--running", type=int, default=20)
     parser.add_argument("--window", type=float, default=60.0, help="seconds over which REST calls are counted")
+    parser.add_argument("--database", default=DB_NAME, help="the database recreated for the portal")
+    parser.add_argument("--redis-db", type=int, default=5, help="the Redis database emptied for the portal")
     args = parser.parse_args()
     database_url = os.environ.get("DATABASE_URL", "")
     if not database_url.startswith(("postgres://", "postgresql://")):
         sys.exit("set DATABASE_URL=postgres://... and REDIS_URL=redis://...")
-    redis_url = urlunparse(urlparse(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))._replace(path="/5"))
+    redis_url = urlunparse(
+        urlparse(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))._replace(path=f"/{args.redis_db}")
+    )
     import redis
 
     redis.Redis.from_url(redis_url).flushdb()
@@ -352,7 +357,7 @@ def main() -> None:
     threading.Thread(target=proxy.serve_forever, daemon=True).start()
     workdir = Path(tempfile.mkdtemp(prefix="hcs-bench-control-"))
     os.environ["HCS_VAR_DIR"] = str(workdir / "var")  # one credentials key for this process and the portal's
-    _setup_django(database_url, redis_url)
+    _setup_django(database_url, redis_url, args.database)
     token = _build_portal_data(slurm, f"http://127.0.0.1:{proxy.server_address[1]}")
     port = 18765
     processes = _start_portal(port, workdir)

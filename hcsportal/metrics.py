@@ -146,6 +146,7 @@ class PortalCollector:
         up = _gauge("hcs_scheduler_stats_up", "1 when the scheduler counters in Redis could be read", [])
         try:
             counters = stats.read_all()
+            expired_jobs = stats.read_expired()
         except redis.RedisError as exc:
             log.warning("scheduler statistics unavailable: %s", exc)
             up.add_metric([], 0)
@@ -164,6 +165,12 @@ class PortalCollector:
             preempt.add_metric([vdc], c.get("preemptions", 0))
             resizes.add_metric([vdc], c.get("resizes", 0))
         yield from (up, cycle, last, starts, preempt, resizes)
+        expired = CounterMetricFamily(
+            "hcs_jobs_expired", "Background jobs that expired in the queue before a worker took them", labels=["job"]
+        )
+        for job, count in sorted(expired_jobs.items()):
+            expired.add_metric([job], count)
+        yield expired
 
     def _events(self) -> Iterator[Metric]:
         errors = CounterMetricFamily(

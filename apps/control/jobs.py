@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
+from celery.signals import task_revoked
 from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
@@ -21,12 +22,26 @@ from apps.control import autoscaling, reconcile, scheduling, triggers
 from apps.control.health import check_cluster_health
 from apps.control.models import Installation, ObjectState
 from apps.control.rebalance import run_all
+from apps.queues import stats
 from apps.queues.models import TaskQueue
 from apps.tasks import live, usage
 from apps.tasks.idempotency import forget_expired
 from apps.vdc.models import Project
 
 log = logging.getLogger(__name__)
+
+
+@task_revoked.connect
+def on_revoked(sender=None, request=None, expired=False, **kwargs) -> None:
+    """A job that expired in the queue is never dropped silently: it is logged and counted (``/metrics``
+    ``hcs_jobs_expired``), and the control loop it belongs to asks to run again (coalesced)."""
+    if not expired:
+        return
+    name = getattr(sender, "name", None) or getattr(request, "task", "") or "?"
+    args = getattr(request, "args", None) or ()
+    log.warning("job %s%s expired before a worker took it (the workers are busy)", name, tuple(args))
+    stats.record_expired(name)
+    triggers.job_expired(name, tuple(args))
 
 
 @shared_task(ignore_result=True, name=triggers.RUN_SCHEDULER)

@@ -167,6 +167,21 @@ def keep_following(cluster_id: int) -> None:
     _set(FOLLOW_REQUESTED_KEY.format(cluster_id=cluster_id), _FOLLOW_TTL_S)
 
 
+def job_expired(name: str, args) -> None:
+    """A queued job expired before a worker took it (every worker was busy): the loop it belongs to is asked to
+    run again, coalesced like any request, so a busy worker delays the work but never drops it. The pending
+    request the expired job stood for is forgotten first, or it would swallow the new one until its key expires."""
+    if name == RUN_SCHEDULER:
+        clear_request(CYCLE_REQUESTED_KEY)
+        request_cycle()
+    elif name == RECONCILE_CLUSTER and args:
+        clear_request(RECONCILE_REQUESTED_KEY.format(cluster_id=args[0]))
+        request_reconcile(args[0])
+    elif name == FOLLOW_LAUNCHES and args:
+        clear_request(FOLLOW_REQUESTED_KEY.format(cluster_id=args[0]))
+        request_follow(args[0])
+
+
 def on_demand_changed(sender, **kwargs) -> None:
     """Receiver of ``apps.tasks.signals.demand_changed``."""
     request_cycle()

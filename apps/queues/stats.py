@@ -76,3 +76,21 @@ def read_latencies() -> dict[tuple[str, str, str], dict[str, float]]:
         _hcs, _stats, _latency, metric, vdc, klass = key.split(":", 5)
         out[(metric, vdc, klass)] = {k: float(v) for k, v in client.hgetall(key).items()}
     return out
+
+
+# Background jobs that expired in the queue before a worker took them (the workers were all busy), by job name.
+EXPIRED_KEY = "hcs:stats:expired-jobs"
+
+
+def record_expired(job: str) -> None:
+    """Count one job that expired unrun; a Redis outage only loses statistics."""
+    try:
+        redis_guard.client().hincrby(EXPIRED_KEY, job, 1)
+    except redis.RedisError as exc:
+        log.warning("expired job not counted: %s", exc)
+
+
+def read_expired() -> dict[str, float]:
+    """Expired jobs so far, by job name."""
+    client = redis_guard.client(decode_responses=True)
+    return {job: float(count) for job, count in client.hgetall(EXPIRED_KEY).items()}

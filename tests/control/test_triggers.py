@@ -54,6 +54,28 @@ def test_reconcile_and_follow_requests_coalesce_per_cluster(queued):
     assert [name for name, _, _ in queued] == [jobs.reconcile_cluster.name, jobs.follow_launches.name]
 
 
+def test_a_job_that_expired_unrun_is_counted_and_its_loop_asked_again(queued, monkeypatch):
+    from types import SimpleNamespace
+
+    from apps.queues import stats
+
+    counted = []
+    monkeypatch.setattr(stats, "record_expired", counted.append)
+    triggers.request_cycle()
+    triggers.request_reconcile(7)
+    assert len(queued) == 2
+    # Both queued jobs expire in the queue: without a new request the pending keys would swallow every later one.
+    jobs.on_revoked(sender=jobs.run_scheduler, request=SimpleNamespace(args=[]), expired=True)
+    jobs.on_revoked(sender=jobs.reconcile_cluster, request=SimpleNamespace(args=[7]), expired=True)
+    assert [(name, args) for name, args, _ in queued[2:]] == [
+        (jobs.run_scheduler.name, ()),
+        (jobs.reconcile_cluster.name, (7,)),
+    ]
+    assert counted == [jobs.run_scheduler.name, jobs.reconcile_cluster.name]
+    jobs.on_revoked(sender=jobs.run_scheduler, request=SimpleNamespace(args=[]), expired=False)  # revoked by hand
+    assert len(queued) == 4 and len(counted) == 2
+
+
 def test_task_changes_are_noted_and_one_job_pushes_them_all(queued, monkeypatch):
     pushed = []
     monkeypatch.setattr("apps.tasks.live.push_task_changed", lambda task_ids: pushed.append(sorted(task_ids)))

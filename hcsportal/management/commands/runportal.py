@@ -61,7 +61,8 @@ def start_embedded_redis(socket: Path, workdir: Path) -> subprocess.Popen:
 # forecast fit. tests/control/portal_processes.py starts the same pools for whole-portal tests and benchmarks.
 WORKER_POOLS = {
     "worker": ("celery", 3, "default"),
-    "scheduler": ("scheduling", 2, "scheduling"),
+    # A cycle and up to three launches (each waits on its backend's submit) at once.
+    "scheduler": ("scheduling", 4, "scheduling"),
     "autoscaler": ("autoscale", 1, "autoscale"),
 }
 
