@@ -330,9 +330,12 @@ def test_the_health_check_sweeps_away_cgroups_no_job_uses(needs_root):
         while not all(p.read_text().strip() for p in busy.procs):
             assert time.monotonic() < deadline
             time.sleep(0.01)
-        cgroups.sweep(older_than_s=60)
+        # Only this test's cgroups: a sweep of everything empty at age 0 would take other tests' jobs' cgroups in
+        # the moment between their creation and their job entering them.
+        mine = f"sweep-test-{os.getpid()}-"
+        cgroups.sweep(older_than_s=60, prefix=mine)
         assert all(d.exists() for d in stale.dirs)  # too young to go: a job may be about to enter it
-        cgroups.sweep(older_than_s=0)
+        cgroups.sweep(older_than_s=0, prefix=mine)
         assert not any(d.exists() for d in stale.dirs)  # empty: a job's wrapper that was killed left it
         assert all(d.exists() for d in busy.dirs)  # in use
     finally:

@@ -226,9 +226,10 @@ class Cgroups:
             time.sleep(0.02)
         return not remaining
 
-    def sweep(self, older_than_s: float = 60.0) -> int:
-        """Remove the empty cgroups under ``hcs-jobs`` made more than ``older_than_s`` ago: those of jobs whose
-        wrapper was killed before the job's end and that nobody asked about since. Returns how many went.
+    def sweep(self, older_than_s: float = 60.0, prefix: str = "") -> int:
+        """Remove the empty cgroups under ``hcs-jobs`` made more than ``older_than_s`` ago (whose names start with
+        ``prefix``): those of jobs whose wrapper was killed before the job's end and that nobody asked about since.
+        Returns how many went.
 
         A running job always has its processes in its cgroups, and a new one enters them within moments, so an
         old empty cgroup belongs to no job (a cgroup with processes cannot be removed anyway)."""
@@ -236,6 +237,8 @@ class Cgroups:
         now = time.time()
         for parent in self._parents():
             for directory in parent.iterdir():
+                if not directory.name.startswith(prefix):
+                    continue
                 with contextlib.suppress(OSError):
                     old = directory.is_dir() and now - directory.stat().st_mtime > older_than_s
                     if old and not (directory / "cgroup.procs").read_text().strip():
