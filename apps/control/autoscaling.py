@@ -60,6 +60,7 @@ from apps.queues.engine import autoscale as rules
 from apps.queues.engine import forecast as forecasting
 from apps.tasks import request_rate, schedule
 from apps.tasks.choices import ACTIVE, EventKind, TaskKind, TaskStatus
+from apps.tasks.live import duration_words
 from apps.tasks.load import BUCKET, backtest_of
 from apps.tasks.models import ServiceLoadSample, Task
 from apps.tasks.services import record_event, scale_to_zero
@@ -192,22 +193,14 @@ def scale_idle_to_zero(now: float) -> list[int]:
         if reading.in_flight or idle_s < task.scale_to_zero_after_s:
             continue
         message = (
-            f"Scaled to zero: no request for {_duration(idle_s)} (the service's limit is "
-            f"{_duration(task.scale_to_zero_after_s)}); the next request through Connect wakes it"
+            f"Scaled to zero: no request for {duration_words(timedelta(seconds=round(idle_s)))} (the service's "
+            f"limit is {duration_words(timedelta(seconds=task.scale_to_zero_after_s))}); the next request through "
+            "Connect wakes it"
         )
         data = {"idle_s": round(idle_s, 1), "after_s": task.scale_to_zero_after_s, "last_request": reading.last}
         if scale_to_zero(task.pk, message, data):
             slept.append(task.pk)
     return slept
-
-
-def _duration(seconds: float) -> str:
-    seconds = round(seconds)
-    if seconds < 120:
-        return f"{seconds} s"
-    if seconds < 7200:
-        return f"{seconds // 60} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def backend_floor(task: Task, now: float) -> tuple[int, str]:

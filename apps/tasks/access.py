@@ -273,7 +273,7 @@ def connect_target(user, task_id: int, port: int) -> ConnectTarget:
 def waking(task_id: int) -> bool:
     """Whether the task is a service that scales to zero and has no running job now (asleep or on its way back)."""
     task = Task.objects.filter(pk=task_id).only("kind", "scale_to_zero_after_s", "status", "external_id").first()
-    if task is None or not task.scales_to_zero:
+    if task is None or not task.scales_to_zero or task.status not in WAKING:
         return False
     return task.status != TaskStatus.RUNNING or not task.external_id
 

@@ -54,6 +54,18 @@ def start(world, name="svc", **fields):
     return task
 
 
+def held_request(sync, svc) -> dict:
+    """A GET through the app host in a thread of its own, while this thread does what the worker would for the
+    service it wakes (the cycle, the launch, the reconciliation); its status and body once it was answered."""
+    answer: dict = {}
+    held = threading.Thread(target=lambda: answer.update(zip(("status", "body"), get(sync), strict=True)))
+    held.start()
+    run_until_running(wait_status(svc, ("queued", "scheduled", "starting", "running"), timeout=30))
+    held.join(timeout=120)
+    assert not held.is_alive(), "the held request was never answered"
+    return answer
+
+
 def idle_pass(seconds_later: float) -> list[int]:
     """One autoscaler pass ``seconds_later`` from now (what beat runs every few seconds)."""
     return autoscaling.scale_idle_to_zero(time.time() + seconds_later)
@@ -84,13 +96,7 @@ def test_an_idle_service_releases_its_card_and_a_request_wakes_it_with_its_cold_
     assert svc.status == "scaled_to_zero"
 
     # A request wakes it and is held until the woken service answers.
-    answer: dict = {}
-    held = threading.Thread(target=lambda: answer.update(zip(("status", "body"), get(sync), strict=True)))
-    held.start()
-    svc = wait_status(svc, ("queued", "scheduled", "starting", "running"), timeout=30)
-    run_until_running(svc)
-    held.join(timeout=120)
-    assert not held.is_alive()
+    answer = held_request(sync, svc)
     assert answer["status"] == 200 and answer["body"].startswith("cards="), answer
     svc.refresh_from_db()
     assert svc.status == "running" and svc.external_id and svc.external_id != first_job
@@ -202,12 +208,6 @@ def test_a_request_that_raced_the_scale_down_is_held_and_answered(world, monkeyp
         return stale if len(calls) == 1 else real(user, task_id, port)
 
     monkeypatch.setattr(access, "connect_target", first_stale)
-    answer: dict = {}
-    held = threading.Thread(target=lambda: answer.update(zip(("status", "body"), get(sync), strict=True)))
-    held.start()
-    svc = wait_status(svc, ("queued", "scheduled", "starting", "running"), timeout=30)
-    run_until_running(svc)
-    held.join(timeout=120)
-    assert not held.is_alive()
+    answer = held_request(sync, svc)
     assert answer["status"] == 200 and answer["body"].startswith("cards="), answer
     assert len(calls) > 1
